@@ -1,0 +1,114 @@
+//! `hubalign fix`: repair shards in place or into a new directory.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use hubalign::bundle::discover;
+use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
+use hubalign::safetensors::Alignment;
+
+use super::Exit;
+use super::output::{Format, bytes, json_lines, progress, table};
+
+#[derive(Args)]
+#[command(long_about = "Repair shards so every tensor sits at an offset that is a multiple of its width.\n\n\
+    Where padding the header with spaces suffices, the payload is copied byte for byte; otherwise tensors are \
+    reordered widest-first with no gaps. Names, dtypes, shapes, metadata and every tensor's bytes are kept. \
+    Each result is written to a temporary file beside its destination, synced, re-parsed and checked, and only \
+    then renamed into place, so an interrupted or failed run leaves the originals intact. Invalid shards are \
+    never rewritten. A MEI_ALIGN_MANIFEST.json with every hash is written into each repaired bundle.\n\n\
+    Exit codes: 0 done, 1 dry run found work, 3 invalid shards left alone, 4 failure.")]
+pub struct FixArgs {
+    /// Files or bundle directories (with --in-place, also trees of bundles).
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Write the repaired bundle into DIR under the same file names, copying every other file.
+    #[arg(long, value_name = "DIR", conflicts_with = "in_place")]
+    out: Option<PathBuf>,
+    /// Replace each shard where it is (refused for Hugging Face cache blobs and symlinks).
+    #[arg(long)]
+    in_place: bool,
+    /// Data-section alignment: a power of two up to 16384 (16384 page-aligns for Apple silicon).
+    #[arg(long, default_value_t = Alignment::DEFAULT)]
+    alignment: Alignment,
+    /// Say what would be done; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// `table` for people; `json` prints one object per bundle per line.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
+    let destination = match (&args.out, args.in_place) {
+        (Some(out), _) => Destination::OutDir(out.clone()),
+        (None, true) => Destination::InPlace,
+        (None, false) if args.dry_run => Destination::InPlace,
+        (None, false) => bail!("say where the repaired shards go: --out DIR, or --in-place (or preview with --dry-run)"),
+    };
+    let bundles = discover(&args.paths).context("finding shards")?;
+    let opts = FixOptions { destination, alignment: args.alignment, dry_run: args.dry_run };
+    let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
+    let report = fix(&bundles, &opts, &mut |event| match event {
+        FixEvent::Total(n) => bar.set_length(n),
+        FixEvent::Shard(path) => bar.set_message(path.display().to_string()),
+        FixEvent::Bytes(n) => bar.inc(n),
+    })?;
+    bar.finish_and_clear();
+    match args.format {
+        Format::Json => json_lines(&report.bundles)?,
+        Format::Table => print!("{}", render(&report)),
+    }
+    let t = &report.totals;
+    Ok(if t.failed > 0 {
+        Exit::Failure
+    } else if t.invalid > 0 {
+        Exit::Invalid
+    } else if report.dry_run && t.rewritten > 0 {
+        Exit::Misaligned
+    } else {
+        Exit::Clean
+    })
+}
+
+fn render(report: &FixReport) -> String {
+    let mut rows = vec![["shard", "verdict", "method", "padding", "misaligned before", "written", "result"].map(String::from).to_vec()];
+    for s in report.bundles.iter().flat_map(|b| &b.shards) {
+        let result = match (&s.error, &s.output) {
+            (Some(_), _) => "see below".to_owned(),
+            (None, Some(out)) => out.clone(),
+            (None, None) => "(dry run)".to_owned(),
+        };
+        rows.push(vec![
+            s.path.clone(),
+            s.verdict.to_string(),
+            s.method.map_or("-".into(), |m| m.as_str().to_owned()),
+            s.padding_bytes.to_string(),
+            format!("{} ({})", s.misaligned_tensors_before, bytes(s.misaligned_bytes_before)),
+            bytes(s.bytes_written),
+            result,
+        ]);
+    }
+    let mut out = table(&rows);
+    for s in report.bundles.iter().flat_map(|b| &b.shards) {
+        if let Some(e) = &s.error {
+            out.push_str(&format!("{}: {e}\n", s.path));
+        }
+    }
+    for b in &report.bundles {
+        if let Some(m) = &b.manifest {
+            out.push_str(&format!("manifest: {m}\n"));
+        }
+        if !b.copied_files.is_empty() {
+            out.push_str(&format!("copied into {}: {}\n", b.output_dir, b.copied_files.join(", ")));
+        }
+    }
+    let t = &report.totals;
+    let verb = if report.dry_run { "would rewrite" } else { "rewrote" };
+    out.push_str(&format!(
+        "\n{verb} {} shards, {} already aligned, {} invalid left alone, {} failed; wrote {}.\n",
+        t.rewritten, t.unchanged, t.invalid, t.failed, bytes(t.bytes_written)
+    ));
+    out
+}

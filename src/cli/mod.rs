@@ -1,0 +1,83 @@
+//! Argument parsing, logging set-up and exit codes; one module per subcommand.
+
+mod fix;
+mod output;
+mod scan;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes, shared by every subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Nothing to report: everything aligned (or fixed).
+    Clean = 0,
+    /// Misaligned shards found (scan) or left (fix dry run).
+    Misaligned = 1,
+    /// Bad arguments.
+    Usage = 2,
+    /// Invalid shards or bundles found; they were not rewritten.
+    Invalid = 3,
+    /// The run failed (I/O, refused operation, a shard that could not be rewritten).
+    Failure = 4,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "hubalign",
+    version,
+    about = "Find safetensors shards that mmap loaders must copy, and re-lay them so every tensor maps in place.",
+    long_about = "Find safetensors shards that mmap loaders must copy, and re-lay them so every tensor maps in place.\n\n\
+        A tensor can be memory-mapped without a copy only if its file offset (8 + header length + begin) is a \
+        multiple of its element width. MLX's writer pads nothing, so most MLX shards fail that test and loaders \
+        copy most of the model into anonymous memory. hubalign pads the header with spaces (payload byte for \
+        byte) or, where that cannot help, reorders tensors widest-first, always keeping every tensor's bytes.\n\n\
+        Exit codes: 0 clean, 1 misaligned shards found, 2 usage error, 3 invalid shards found, 4 failure."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log as JSON lines instead of text (logs go to stderr; RUST_LOG sets the level).
+    #[arg(long, global = true)]
+    log_json: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Audit local shards: which tensors a zero-copy loader would have to copy.
+    Scan(scan::ScanArgs),
+    /// Repair shards so every tensor is aligned, in place or into a new directory.
+    Fix(fix::FixArgs),
+}
+
+/// Parses arguments, runs the subcommand and maps the outcome to an exit code.
+pub fn run() -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let code = if e.use_stderr() { Exit::Usage } else { Exit::Clean };
+            return std::process::ExitCode::from(code as u8);
+        }
+    };
+    init_tracing(cli.log_json);
+    let result = match &cli.command {
+        Command::Scan(args) => scan::run(args),
+        Command::Fix(args) => fix::run(args),
+    };
+    let code = result.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        Exit::Failure
+    });
+    std::process::ExitCode::from(code as u8)
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,76 @@
+//! Shared presentation helpers: output formats, byte counts, progress bars.
+
+use std::io::{IsTerminal, Write};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Prints each item as one JSON line.
+pub fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for item in items {
+        serde_json::to_writer(&mut out, &item)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Decimal gigabytes and friends, as the Hub and the seeds count them.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.2} {}", UNITS[unit]) }
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub fn progress(len: u64, template: &str) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let bar = ProgressBar::with_draw_target(Some(len), target);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Renders rows as space-separated columns, the first row being the heading.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| rows.iter().map(|r| r.get(c).map_or(0, |s| s.chars().count())).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_counts() {
+        assert_eq!(super::bytes(999), "999 B");
+        assert_eq!(super::bytes(59_300_000_000), "59.30 GB");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = super::table(&[vec!["a".into(), "bb".into()], vec!["ccc".into(), "d".into()]]);
+        assert_eq!(t, "a    bb\nccc  d\n");
+    }
+}

@@ -1,0 +1,97 @@
+//! `hubalign scan`: audit local shards from their headers.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use hubalign::bundle::discover;
+use hubalign::safetensors::{Alignment, Verdict};
+use hubalign::scan::{ScanReport, scan};
+
+use super::Exit;
+use super::output::{Format, bytes, json_lines, progress, table};
+
+#[derive(Args)]
+#[command(long_about = "Audit local shards from their headers alone (the first 64 KiB of each file, more only for longer headers).\n\n\
+    PATH may be a .safetensors file, a bundle directory, a tree of bundles, or a Hugging Face cache such as \
+    ~/.cache/huggingface/hub (its snapshots/ symlinks are followed).\n\n\
+    Verdicts: aligned (nothing to do), header_pad (padding the header fixes every tensor; payload unchanged), \
+    relayout (tensors must be reordered), invalid (breaks the safetensors format; never rewritten).\n\n\
+    Exit codes: 0 all aligned, 1 something misaligned, 3 something invalid, 4 failure.")]
+pub struct ScanArgs {
+    /// Files, bundle directories, trees of bundles or Hugging Face cache directories.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// `table` for people; `json` prints one object per shard per line.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Data-section alignment to audit against: a power of two up to 16384 (use 16384 for Apple-silicon pages).
+    #[arg(long, default_value_t = Alignment::DEFAULT)]
+    alignment: Alignment,
+}
+
+pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
+    let bundles = discover(&args.paths).context("finding shards")?;
+    let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
+    let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");
+    let report = scan(&bundles, args.alignment, &mut |shard| {
+        bar.set_message(shard.path.clone());
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    match args.format {
+        Format::Json => json_lines(&report.shards)?,
+        Format::Table => print!("{}", render(&report)),
+    }
+    Ok(match report.worst() {
+        Verdict::Aligned => Exit::Clean,
+        Verdict::HeaderPad | Verdict::Relayout => Exit::Misaligned,
+        Verdict::Invalid => Exit::Invalid,
+    })
+}
+
+fn render(report: &ScanReport) -> String {
+    let mut rows = vec![["shard", "verdict", "N", "start%8", "tensors", "misaligned", "copied at load", "writer"].map(String::from).to_vec()];
+    let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+    for s in &report.shards {
+        rows.push(vec![
+            s.path.clone(),
+            s.verdict.to_string(),
+            opt(s.header_len),
+            opt(s.data_start_mod8),
+            opt(s.tensors),
+            opt(s.misaligned_tensors),
+            s.misaligned_bytes.map_or("-".into(), bytes),
+            s.writer.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let mut out = table(&rows);
+    for s in report.shards.iter().filter(|s| s.error.is_some()) {
+        out.push_str(&format!("invalid: {}: {}\n", s.path, s.error.as_deref().unwrap_or_default()));
+    }
+    for b in &report.bundles {
+        for p in &b.index_problems {
+            out.push_str(&format!("index: {}: {p}\n", b.dir));
+        }
+    }
+    let t = &report.totals;
+    let count = |v| t.by_verdict.get(&v).copied().unwrap_or(0);
+    out.push_str(&format!(
+        "\n{} shards in {} bundles: {} aligned, {} header_pad, {} relayout, {} invalid. \
+         A copying mmap loader would duplicate {} ({} tensors). Read {} of {}.\n",
+        t.shards,
+        report.bundles.len(),
+        count(Verdict::Aligned),
+        count(Verdict::HeaderPad),
+        count(Verdict::Relayout),
+        count(Verdict::Invalid),
+        bytes(t.misaligned_bytes),
+        t.misaligned_tensors,
+        bytes(t.bytes_read),
+        bytes(t.total_bytes),
+    ));
+    if count(Verdict::HeaderPad) + count(Verdict::Relayout) > 0 {
+        out.push_str("Repair with: hubalign fix PATH --out DIR   (or --in-place)\n");
+    }
+    out
+}

@@ -1,0 +1,446 @@
+//! Repairing bundles: in place or into a new directory, with the manifest; invalid shards are never rewritten.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::bundle::{Bundle, SHARD_SUFFIX, is_hf_cache_blob};
+use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestShard, SkippedShard, round_seconds};
+use crate::safetensors::plan::{LayoutPlan, plan};
+use crate::safetensors::read::{ShardHeader, read_shard_header};
+use crate::safetensors::rewrite::{ShardHashes, TEMP_SUFFIX, hash_unchanged, rewrite};
+use crate::safetensors::{Alignment, Method, Verdict, classify};
+
+/// Where repaired shards go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// Replace each shard atomically where it is.
+    InPlace,
+    /// Write the repaired bundle into this directory under the same file names.
+    OutDir(PathBuf),
+}
+
+/// How to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixOptions {
+    /// Where repaired shards go.
+    pub destination: Destination,
+    /// Alignment for each data section.
+    pub alignment: Alignment,
+    /// Plan and report only; write nothing.
+    pub dry_run: bool,
+}
+
+/// Progress events, for a progress bar.
+#[derive(Debug, Clone, Copy)]
+pub enum FixEvent<'a> {
+    /// Payload bytes the whole run will stream.
+    Total(u64),
+    /// A shard starts.
+    Shard(&'a Path),
+    /// Payload bytes just processed.
+    Bytes(u64),
+}
+
+/// What happened to one shard.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShardFix {
+    /// The source shard.
+    pub path: String,
+    /// Where the result is (null for a dry run or a failure).
+    pub output: Option<String>,
+    /// The source's verdict.
+    pub verdict: Verdict,
+    /// How it was (or would be) rewritten; null when invalid.
+    pub method: Option<Method>,
+    /// The source's `N`.
+    pub header_len_before: Option<u64>,
+    /// The new `N`.
+    pub header_len_after: Option<u64>,
+    /// Spaces added to the header.
+    pub padding_bytes: u64,
+    /// Misaligned tensors in the source.
+    pub misaligned_tensors_before: u64,
+    /// Their bytes.
+    pub misaligned_bytes_before: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Why it was skipped or failed; null on success.
+    pub error: Option<String>,
+}
+
+/// What happened to one bundle.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BundleFix {
+    /// The source directory.
+    pub dir: String,
+    /// Where the bundle was written.
+    pub output_dir: String,
+    /// Each shard.
+    pub shards: Vec<ShardFix>,
+    /// Other files copied with `--out`.
+    pub copied_files: Vec<String>,
+    /// The manifest written, if any.
+    pub manifest: Option<String>,
+}
+
+/// Totals over a fix run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FixTotals {
+    /// Shards rewritten (or that would be, in a dry run).
+    pub rewritten: u64,
+    /// Shards already aligned.
+    pub unchanged: u64,
+    /// Invalid shards, left alone.
+    pub invalid: u64,
+    /// Shards whose rewrite failed; their originals are intact.
+    pub failed: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+}
+
+/// The whole fix run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FixReport {
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+    /// Target alignment.
+    pub alignment: Alignment,
+    /// Each bundle.
+    pub bundles: Vec<BundleFix>,
+    /// Totals.
+    pub totals: FixTotals,
+}
+
+/// Why a fix refused to start or had to stop.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum FixError {
+    /// `--out` needs exactly one bundle.
+    #[error("--out takes one bundle, but the paths hold {count} (use --in-place, or fix them one at a time)")]
+    OutNeedsOneBundle {
+        /// Bundles found.
+        count: usize,
+    },
+    /// `--out` names the source directory.
+    #[error("{}: --out is the bundle's own directory; use --in-place to rewrite it where it is", path.display())]
+    OutIsSource {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// In-place on a Hugging Face cache blob would break its content-hash name.
+    #[error("{}: is a Hugging Face cache blob, named by its content hash; rewriting it in place would corrupt the cache (use --out DIR)", path.display())]
+    CacheBlob {
+        /// The shard.
+        path: PathBuf,
+    },
+    /// In-place on a symlink would replace the link, not its target.
+    #[error("{}: is a symbolic link; fix its target, or use --out DIR", path.display())]
+    Symlink {
+        /// The shard.
+        path: PathBuf,
+    },
+    /// A directory or sidecar file could not be created or copied.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+    /// The manifest could not be read or written.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// Repairs `bundles` as `opts` says. Refusals (cache blobs, symlinks, a bad `--out`) are checked for all
+/// bundles before anything is written; a shard that fails mid-way is reported and leaves its original intact.
+pub fn fix(bundles: &[Bundle], opts: &FixOptions, events: &mut dyn FnMut(FixEvent<'_>)) -> Result<FixReport, FixError> {
+    preflight(bundles, opts)?;
+    let mut planned = Vec::new();
+    for bundle in bundles {
+        planned.push(bundle.shards.iter().map(|p| plan_shard(p, opts.alignment)).collect::<Vec<_>>());
+    }
+    // Progress counts payload bytes streamed; a dry run streams none.
+    let total: u64 = if opts.dry_run {
+        0
+    } else {
+        planned.iter().flatten().filter_map(|p| p.ok.as_ref()).map(|(shard, _)| shard.header.data_len()).sum()
+    };
+    events(FixEvent::Total(total));
+    let mut report = FixReport { dry_run: opts.dry_run, alignment: opts.alignment, bundles: Vec::new(), totals: FixTotals::default() };
+    for (bundle, plans) in bundles.iter().zip(planned) {
+        let done = fix_bundle(bundle, plans, opts, events)?;
+        for s in &done.shards {
+            let t = &mut report.totals;
+            t.bytes_written += s.bytes_written;
+            match (s.verdict, &s.error) {
+                (Verdict::Invalid, _) => t.invalid += 1,
+                (_, Some(_)) => t.failed += 1,
+                (Verdict::Aligned, None) => t.unchanged += 1,
+                (_, None) => t.rewritten += 1,
+            }
+        }
+        report.bundles.push(done);
+    }
+    Ok(report)
+}
+
+fn preflight(bundles: &[Bundle], opts: &FixOptions) -> Result<(), FixError> {
+    match &opts.destination {
+        Destination::OutDir(out) => {
+            if bundles.len() != 1 {
+                return Err(FixError::OutNeedsOneBundle { count: bundles.len() });
+            }
+            let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(a, b)| a == b);
+            if same(out, &bundles[0].dir) {
+                return Err(FixError::OutIsSource { path: out.clone() });
+            }
+        }
+        Destination::InPlace if !opts.dry_run => {
+            for path in bundles.iter().flat_map(|b| &b.shards) {
+                if is_hf_cache_blob(path) {
+                    return Err(FixError::CacheBlob { path: path.clone() });
+                }
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(FixError::Symlink { path: path.clone() });
+                }
+            }
+        }
+        Destination::InPlace => {}
+    }
+    Ok(())
+}
+
+struct Planned {
+    path: PathBuf,
+    ok: Option<(ShardHeader, LayoutPlan)>,
+    error: Option<String>,
+}
+
+fn plan_shard(path: &Path, alignment: Alignment) -> Planned {
+    let result = read_shard_header(path).map_err(|e| e.to_string()).and_then(|shard| {
+        let p = plan(&shard.header, &shard.raw_json, alignment).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((shard, p))
+    });
+    match result {
+        Ok(ok) => Planned { path: path.to_owned(), ok: Some(ok), error: None },
+        Err(e) => Planned { path: path.to_owned(), ok: None, error: Some(e) },
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn fix_bundle(
+    bundle: &Bundle,
+    plans: Vec<Planned>,
+    opts: &FixOptions,
+    events: &mut dyn FnMut(FixEvent<'_>),
+) -> Result<BundleFix, FixError> {
+    let out_dir = match &opts.destination {
+        Destination::InPlace => bundle.dir.clone(),
+        Destination::OutDir(out) => out.clone(),
+    };
+    let mut result = BundleFix {
+        dir: bundle.dir.display().to_string(),
+        output_dir: out_dir.display().to_string(),
+        shards: Vec::new(),
+        copied_files: Vec::new(),
+        manifest: None,
+    };
+    if !opts.dry_run {
+        std::fs::create_dir_all(&out_dir).map_err(|source| FixError::Io { path: out_dir.clone(), op: "create directory", source })?;
+        remove_stale_temps(&out_dir);
+    }
+    let previous = if opts.destination == Destination::InPlace { Manifest::read(&bundle.dir)? } else { None };
+    let mut entries = Vec::new();
+    let mut skipped = Vec::new();
+    for planned in plans {
+        let (shard_fix, entry) = fix_shard(planned, &out_dir, opts, previous.as_ref(), events);
+        match (&entry, &shard_fix.error) {
+            (Some(e), _) => entries.push(e.clone()),
+            (None, Some(reason)) => skipped.push(SkippedShard { file: file_name(Path::new(&shard_fix.path)), reason: reason.clone() }),
+            (None, None) => {}
+        }
+        result.shards.push(shard_fix);
+    }
+    if opts.dry_run {
+        return Ok(result);
+    }
+    if let Destination::OutDir(out) = &opts.destination
+        && bundle.whole_dir
+    {
+        result.copied_files = copy_sidecars(&bundle.dir, out)?;
+    }
+    let anything_new = result.shards.iter().any(|s| s.method.is_some_and(|m| m != Method::Unchanged) && s.error.is_none());
+    let manifest_missing = previous.is_none() || opts.destination != Destination::InPlace;
+    if !entries.is_empty() && (anything_new || manifest_missing) {
+        let manifest = Manifest {
+            tool: "hubalign".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            generated_utc: crate::time::now_utc(),
+            source_dir: std::fs::canonicalize(&bundle.dir).unwrap_or_else(|_| bundle.dir.clone()).display().to_string(),
+            source_repo: previous.as_ref().and_then(|m| m.source_repo.clone()),
+            source_revision: previous.as_ref().and_then(|m| m.source_revision.clone()),
+            target_alignment: opts.alignment.get(),
+            shards: entries,
+            skipped,
+        };
+        result.manifest = Some(manifest.write(&out_dir)?.display().to_string());
+    }
+    Ok(result)
+}
+
+fn fix_shard(
+    planned: Planned,
+    out_dir: &Path,
+    opts: &FixOptions,
+    previous: Option<&Manifest>,
+    events: &mut dyn FnMut(FixEvent<'_>),
+) -> (ShardFix, Option<ManifestShard>) {
+    let mut fix = ShardFix {
+        path: planned.path.display().to_string(),
+        output: None,
+        verdict: Verdict::Invalid,
+        method: None,
+        header_len_before: None,
+        header_len_after: None,
+        padding_bytes: 0,
+        misaligned_tensors_before: 0,
+        misaligned_bytes_before: 0,
+        bytes_written: 0,
+        seconds: 0.0,
+        error: planned.error,
+    };
+    let Some((shard, plan)) = planned.ok else {
+        fix.error = fix.error.map(|e| format!("left untouched: {e}"));
+        return (fix, None);
+    };
+    let audit = classify(&shard.header, opts.alignment);
+    fix.verdict = audit.verdict;
+    fix.method = Some(plan.method);
+    fix.header_len_before = Some(shard.header.header_len);
+    fix.header_len_after = Some(plan.header_len());
+    fix.padding_bytes = plan.padding_bytes;
+    fix.misaligned_tensors_before = audit.misaligned_tensors;
+    fix.misaligned_bytes_before = audit.misaligned_bytes;
+    if opts.dry_run {
+        return (fix, None);
+    }
+    let name = file_name(&planned.path);
+    let dst = out_dir.join(&name);
+    events(FixEvent::Shard(&planned.path));
+    let mut bytes = |n| events(FixEvent::Bytes(n));
+    let in_place = opts.destination == Destination::InPlace;
+    if in_place && plan.method == Method::Unchanged {
+        // A shard an earlier run already fixed keeps the record of its true source.
+        if let Some(kept) = previous.and_then(|m| m.shards.iter().find(|s| s.file == name && s.header_len == shard.header.header_len)) {
+            return (fix, Some(kept.clone()));
+        }
+    }
+    let started = std::time::Instant::now();
+    let outcome = if in_place && plan.method == Method::Unchanged {
+        hash_unchanged(&planned.path, &shard, &mut bytes).map(|h| (h, 0))
+    } else {
+        rewrite(&planned.path, &shard, &plan, &dst, &mut bytes).map(|o| (o.hashes, o.bytes_written))
+    };
+    fix.seconds = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok((hashes, written)) => {
+            fix.output = Some(dst.display().to_string());
+            fix.bytes_written = written;
+            let entry = manifest_entry(name, &shard, &plan, audit.misaligned_tensors, hashes, fix.seconds);
+            (fix, Some(entry))
+        }
+        Err(e) => {
+            fix.error = Some(format!("{e}; the original is untouched"));
+            (fix, None)
+        }
+    }
+}
+
+fn manifest_entry(file: String, shard: &ShardHeader, plan: &LayoutPlan, unaligned_before: u64, hashes: ShardHashes, seconds: f64) -> ManifestShard {
+    let tensor_sha256: BTreeMap<String, String> =
+        shard.header.tensors.iter().map(|t| t.name.clone()).zip(hashes.tensor_sha256).collect();
+    ManifestShard {
+        file,
+        src_header_len: shard.header.header_len,
+        padding_bytes: plan.padding_bytes,
+        payload_bytes: shard.header.data_len(),
+        payload_sha256: hashes.new_payload_sha256,
+        tensors: shard.header.tensors.len() as u64,
+        unaligned_after: 0,
+        repack_seconds: round_seconds(seconds),
+        method: plan.method,
+        header_len: plan.header_len(),
+        unaligned_before,
+        src_file_sha256: hashes.src_file_sha256,
+        src_payload_sha256: hashes.src_payload_sha256,
+        file_sha256: hashes.new_file_sha256,
+        tensor_sha256,
+    }
+}
+
+/// Copies every file of the bundle that is not a shard (config, tokenizer, index, licence…), recursively,
+/// following symlinks so a cache snapshot yields real files.
+fn copy_sidecars(src: &Path, dst: &Path) -> Result<Vec<String>, FixError> {
+    let mut copied = Vec::new();
+    copy_tree(src, dst, Path::new(""), &mut copied)?;
+    Ok(copied)
+}
+
+fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Result<(), FixError> {
+    let dir = src.join(rel);
+    let mut entries: Vec<_> = std::fs::read_dir(&dir).map_err(io_error(&dir, "read directory"))?.filter_map(Result::ok).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.ends_with(SHARD_SUFFIX) || name == MANIFEST_FILE {
+            continue;
+        }
+        let from = entry.path();
+        let rel_path = rel.join(&name);
+        let meta = std::fs::metadata(&from).map_err(io_error(&from, "stat"))?;
+        if meta.is_dir() && !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            let target = dst.join(&rel_path);
+            std::fs::create_dir_all(&target).map_err(io_error(&target, "create directory"))?;
+            copy_tree(src, dst, &rel_path, copied)?;
+        } else if meta.is_file() {
+            let to = dst.join(&rel_path);
+            std::fs::copy(&from, &to).map_err(io_error(&to, "copy"))?;
+            copied.push(rel_path.display().to_string());
+        }
+    }
+    Ok(())
+}
+
+fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> FixError {
+    let path = path.to_owned();
+    move |source| FixError::Io { path, op, source }
+}
+
+/// Removes temporary files a killed run left behind, but never one a live process may still be writing.
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(TEMP_SUFFIX)) else { continue };
+        // Names are `.{shard}.{pid}.{random}.hubalign.tmp`.
+        let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_none_or(|pid| !Path::new("/proc").exists() || Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            tracing::info!(file = %entry.path().display(), "removing a temporary file left by an interrupted run");
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

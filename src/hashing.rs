@@ -1,0 +1,109 @@
+//! SHA-256 helpers: hex digests, and one digest per consecutive span of a byte stream.
+
+use sha2::{Digest, Sha256};
+
+/// Lower-case hex of a byte string.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
+}
+
+/// Hex SHA-256 of a finished hasher.
+pub fn finish_hex(hasher: Sha256) -> String {
+    to_hex(&hasher.finalize())
+}
+
+/// Hex SHA-256 of a byte string.
+pub fn sha256_hex(data: &[u8]) -> String {
+    finish_hex(Sha256::new_with_prefix(data))
+}
+
+/// Hashes a stream that is the concatenation of spans of known lengths, giving one digest per span.
+///
+/// Used for per-tensor hashes while the payload streams past: tensors are contiguous, so the stream splits at
+/// their boundaries. Zero-length spans get the digest of the empty string.
+#[derive(Debug)]
+pub struct SpanHasher {
+    lens: Vec<u64>,
+    digests: Vec<String>,
+    current: Sha256,
+    left_in_current: u64,
+}
+
+impl SpanHasher {
+    /// Starts with the span lengths, in stream order.
+    pub fn new(lens: Vec<u64>) -> SpanHasher {
+        let mut h = SpanHasher {
+            digests: Vec::with_capacity(lens.len()),
+            left_in_current: lens.first().copied().unwrap_or(0),
+            lens,
+            current: Sha256::new(),
+        };
+        h.close_empty_spans();
+        h
+    }
+
+    /// Feeds the next bytes of the stream.
+    pub fn update(&mut self, mut data: &[u8]) {
+        while !data.is_empty() && self.digests.len() < self.lens.len() {
+            let take = self.left_in_current.min(data.len() as u64) as usize;
+            self.current.update(&data[..take]);
+            self.left_in_current -= take as u64;
+            data = &data[take..];
+            self.close_empty_spans();
+        }
+    }
+
+    fn close_empty_spans(&mut self) {
+        while self.left_in_current == 0 && self.digests.len() < self.lens.len() {
+            let done = std::mem::take(&mut self.current);
+            self.digests.push(finish_hex(done));
+            self.left_in_current = self.lens.get(self.digests.len()).copied().unwrap_or(0);
+        }
+    }
+
+    /// The digests, one per span; `None` if the stream ended early.
+    pub fn finish(self) -> Option<Vec<String>> {
+        (self.digests.len() == self.lens.len()).then_some(self.digests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_known_digest() {
+        assert_eq!(to_hex(&[0, 0xAB, 0x10]), "00ab10");
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn spans_split_across_arbitrary_chunks() {
+        let data: Vec<u8> = (0..=255).collect();
+        let lens = vec![0, 10, 0, 100, 146, 0];
+        let expected: Vec<String> = {
+            let mut at = 0;
+            lens.iter()
+                .map(|&l| {
+                    let d = sha256_hex(&data[at..at + l as usize]);
+                    at += l as usize;
+                    d
+                })
+                .collect()
+        };
+        for chunk in [1, 7, 64, 1000] {
+            let mut h = SpanHasher::new(lens.clone());
+            data.chunks(chunk).for_each(|c| h.update(c));
+            assert_eq!(h.finish().as_ref(), Some(&expected), "chunk {chunk}");
+        }
+        let mut short = SpanHasher::new(lens);
+        short.update(&data[..50]);
+        assert_eq!(short.finish(), None);
+    }
+}

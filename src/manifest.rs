@@ -1,0 +1,140 @@
+//! `MEI_ALIGN_MANIFEST.json`: what was changed in each shard, with the hashes that prove bit-identity.
+//!
+//! A superset of the schema written by Mei's `tools/align_safetensors.py`, so Mei's checks and its
+//! verification snippet work unchanged; the extra fields make a reorder checkable tensor by tensor.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::safetensors::Method;
+
+/// The manifest's file name inside a bundle.
+pub const MANIFEST_FILE: &str = "MEI_ALIGN_MANIFEST.json";
+
+/// The whole manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `hubalign`.
+    pub tool: String,
+    /// The hubalign version that wrote it.
+    #[serde(default)]
+    pub tool_version: String,
+    /// When, as `YYYY-MM-DDTHH:MM:SSZ`.
+    pub generated_utc: String,
+    /// The bundle directory the shards came from.
+    pub source_dir: String,
+    /// The Hub repository the bundle came from, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_repo: Option<String>,
+    /// The commit of that repository, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<String>,
+    /// Alignment the data sections were put on.
+    pub target_alignment: u64,
+    /// One entry per shard in the bundle.
+    pub shards: Vec<ManifestShard>,
+    /// Shards left alone, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedShard>,
+}
+
+/// One shard's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestShard {
+    /// File name relative to the bundle.
+    pub file: String,
+    /// The source's `N`.
+    pub src_header_len: u64,
+    /// Spaces added to the header.
+    pub padding_bytes: u64,
+    /// Bytes in the data section (unchanged by any method).
+    pub payload_bytes: u64,
+    /// SHA-256 of the written data section; equal to the source's for `header_pad` and `unchanged`.
+    pub payload_sha256: String,
+    /// Number of tensors.
+    pub tensors: u64,
+    /// Misaligned tensors after the rewrite (always 0).
+    pub unaligned_after: u64,
+    /// Wall time spent on this shard.
+    pub repack_seconds: f64,
+    /// How the shard was rewritten.
+    pub method: Method,
+    /// The new `N`.
+    pub header_len: u64,
+    /// Misaligned tensors in the source.
+    pub unaligned_before: u64,
+    /// SHA-256 of the source file.
+    pub src_file_sha256: String,
+    /// SHA-256 of the source data section.
+    pub src_payload_sha256: String,
+    /// SHA-256 of the written file (its LFS oid).
+    pub file_sha256: String,
+    /// SHA-256 of every tensor's bytes, by name: equal in source and result.
+    pub tensor_sha256: BTreeMap<String, String>,
+}
+
+/// A shard the fix did not rewrite.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedShard {
+    /// File name relative to the bundle.
+    pub file: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a manifest could not be read or written.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// Reading or writing failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The manifest file.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a manifest of this schema.
+    #[error("{}: not a hubalign manifest: {source}", path.display())]
+    Parse {
+        /// The manifest file.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Manifest {
+    /// Reads `dir/MEI_ALIGN_MANIFEST.json` if there is one.
+    pub fn read(dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| ManifestError::Parse { path, source }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ManifestError::Io { path, source }),
+        }
+    }
+
+    /// Writes `dir/MEI_ALIGN_MANIFEST.json` atomically, indented as Mei writes it; returns its path.
+    pub fn write(&self, dir: &Path) -> Result<PathBuf, ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        let io_err = |source| ManifestError::Io { path: path.clone(), source };
+        let mut temp = tempfile::Builder::new().prefix(".manifest.").tempfile_in(dir).map_err(io_err)?;
+        let mut ser = serde_json::Serializer::with_formatter(&mut temp, serde_json::ser::PrettyFormatter::with_indent(b" "));
+        self.serialize(&mut ser).map_err(|e| io_err(io::Error::other(e)))?;
+        temp.write_all(b"\n").and_then(|()| temp.as_file().sync_all()).map_err(io_err)?;
+        temp.persist(&path).map_err(|e| io_err(e.error))?;
+        Ok(path)
+    }
+}
+
+/// Rounds seconds to the two decimals Mei records.
+pub fn round_seconds(seconds: f64) -> f64 {
+    (seconds * 100.0).round() / 100.0
+}

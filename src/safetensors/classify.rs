@@ -1,0 +1,219 @@
+//! Which tensors a zero-copy mmap loader can map in place, and what it takes to fix the rest.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::header::Header;
+
+/// A target alignment for the data section: a power of two from 1 to 16384 (the Apple-silicon page).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u64", into = "u64")]
+pub struct Alignment(u64);
+
+impl Alignment {
+    /// Largest accepted alignment: a 16 KiB page.
+    pub const MAX: u64 = 16_384;
+    /// What every dtype safetensors defines needs: 8 bytes.
+    pub const DEFAULT: Alignment = Alignment(8);
+
+    /// Accepts powers of two up to [`Alignment::MAX`].
+    pub fn new(bytes: u64) -> Option<Alignment> {
+        (bytes.is_power_of_two() && bytes <= Self::MAX).then_some(Alignment(bytes))
+    }
+
+    /// The alignment in bytes.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Alignment {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl TryFrom<u64> for Alignment {
+    type Error = String;
+    fn try_from(v: u64) -> Result<Self, String> {
+        Alignment::new(v).ok_or_else(|| format!("alignment {v} is not a power of two from 1 to {}", Self::MAX))
+    }
+}
+
+impl From<Alignment> for u64 {
+    fn from(a: Alignment) -> u64 {
+        a.0
+    }
+}
+
+impl FromStr for Alignment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: u64 = s.parse().map_err(|_| format!("`{s}` is not a whole number of bytes"))?;
+        Alignment::try_from(v)
+    }
+}
+
+impl fmt::Display for Alignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What a shard needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Data starts on the target alignment and every tensor is naturally aligned.
+    Aligned,
+    /// Padding the header fixes every tensor; the payload stays byte for byte.
+    HeaderPad,
+    /// Some tensor's offset within the data is itself unaligned: tensors must be reordered.
+    Relayout,
+    /// The file breaks the format; it is never rewritten.
+    Invalid,
+}
+
+impl Verdict {
+    /// The snake_case name used in reports and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Aligned => "aligned",
+            Verdict::HeaderPad => "header_pad",
+            Verdict::Relayout => "relayout",
+            Verdict::Invalid => "invalid",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Verdict {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Verdict::Aligned, Verdict::HeaderPad, Verdict::Relayout, Verdict::Invalid]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("unknown verdict `{s}`"))
+    }
+}
+
+/// The alignment audit of one valid shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardAlignment {
+    /// `N`.
+    pub header_len: u64,
+    /// `8 + N`.
+    pub data_start: u64,
+    /// `(8 + N) % 8`: the seed's one-number detection rule.
+    pub data_start_mod8: u64,
+    /// Number of tensors.
+    pub tensors: u64,
+    /// Tensors whose absolute offset is not a multiple of their width.
+    pub misaligned_tensors: u64,
+    /// Their bytes: what a copying mmap loader duplicates into anonymous memory.
+    pub misaligned_bytes: u64,
+    /// What the shard needs.
+    pub verdict: Verdict,
+    /// `__metadata__.format`.
+    pub writer: Option<String>,
+}
+
+/// Whether `offset` is a multiple of the power of two `align`.
+pub fn is_aligned(offset: u64, align: u64) -> bool {
+    offset & (align - 1) == 0
+}
+
+/// Audits a validated header against a target alignment for its data section.
+pub fn classify(header: &Header, target: Alignment) -> ShardAlignment {
+    let data_start = header.data_start();
+    let (mut misaligned_tensors, mut misaligned_bytes) = (0, 0);
+    let mut relative_ok = true;
+    for t in &header.tensors {
+        let align = t.dtype.natural_alignment();
+        if !is_aligned(data_start + t.begin, align) {
+            misaligned_tensors += 1;
+            misaligned_bytes += t.byte_len();
+        }
+        relative_ok &= is_aligned(t.begin, align);
+    }
+    let verdict = if misaligned_tensors == 0 && is_aligned(data_start, target.get()) {
+        Verdict::Aligned
+    } else if relative_ok {
+        Verdict::HeaderPad
+    } else {
+        Verdict::Relayout
+    };
+    ShardAlignment {
+        header_len: header.header_len,
+        data_start,
+        data_start_mod8: data_start % 8,
+        tensors: header.tensors.len() as u64,
+        misaligned_tensors,
+        misaligned_bytes,
+        verdict,
+        writer: header.writer().map(str::to_owned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safetensors::synth::{SynthTensor, write_mlx_style};
+    use crate::safetensors::{Dtype, header};
+
+    fn audit(tensors: &[SynthTensor], meta: Option<&str>, target: u64) -> ShardAlignment {
+        let bytes = write_mlx_style(tensors, meta);
+        let h = header::parse(&bytes, bytes.len() as u64).unwrap();
+        classify(&h, Alignment::new(target).unwrap())
+    }
+
+    #[test]
+    fn alignment_parsing() {
+        assert_eq!("16384".parse::<Alignment>().map(Alignment::get), Ok(16384));
+        assert!("12".parse::<Alignment>().is_err());
+        assert!("32768".parse::<Alignment>().is_err());
+        assert!("x".parse::<Alignment>().is_err());
+        assert!("0".parse::<Alignment>().is_err());
+    }
+
+    #[test]
+    fn header_pad_when_relative_offsets_are_aligned() {
+        // Vary a name's length until 8 + N is odd: both f32 tensors then sit misaligned in the file while
+        // their offsets within the data stay multiples of 4.
+        let a = (1..9)
+            .map(|len| {
+                let t = [SynthTensor::filled(&"w".repeat(len), Dtype::F32, &[4]), SynthTensor::filled("v", Dtype::F32, &[3])];
+                audit(&t, Some("mlx"), 8)
+            })
+            .find(|a| a.data_start_mod8 % 2 == 1)
+            .unwrap();
+        assert_eq!(a.verdict, Verdict::HeaderPad);
+        assert_eq!(a.misaligned_tensors, 2);
+        assert_eq!(a.misaligned_bytes, 28);
+        assert_eq!(a.writer.as_deref(), Some("mlx"));
+    }
+
+    #[test]
+    fn relayout_when_a_relative_offset_is_odd() {
+        let t = [SynthTensor::filled("b", Dtype::U8, &[3]), SynthTensor::filled("f", Dtype::F32, &[2])];
+        let a = audit(&t, None, 8);
+        assert_eq!(a.verdict, Verdict::Relayout);
+    }
+
+    #[test]
+    fn byte_types_never_misalign_and_page_targets_count() {
+        let t = [SynthTensor::filled("b", Dtype::U8, &[3]), SynthTensor::filled("c", Dtype::F8_E4M3, &[5])];
+        let a = audit(&t, None, 8);
+        assert_eq!(a.misaligned_tensors, 0);
+        let page = audit(&t, None, 16384);
+        assert_ne!(page.verdict, Verdict::Aligned, "data start is not on a page");
+        assert_eq!(page.verdict, Verdict::HeaderPad);
+    }
+}

@@ -1,0 +1,165 @@
+//! Layout planning: the new header and where each tensor's bytes go, without touching any file.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use super::classify::{Alignment, Verdict, classify};
+use super::header::{Header, HeaderMetadata, LEN_PREFIX};
+
+/// MLX refuses `N >= 100,000,000` (the reference reader allows `==`), so plans stay one byte under.
+pub const MAX_PLANNED_HEADER_LEN: u64 = 99_999_999;
+
+/// How a shard is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Already aligned: bytes stay as they are.
+    Unchanged,
+    /// Same JSON plus trailing spaces; payload byte for byte.
+    HeaderPad,
+    /// Tensors reordered by width, largest first; offsets rewritten, every tensor's bytes kept.
+    Relayout,
+}
+
+impl Method {
+    /// The snake_case name used in reports and the manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Unchanged => "unchanged",
+            Method::HeaderPad => "header_pad",
+            Method::Relayout => "relayout",
+        }
+    }
+}
+
+/// Where one tensor's bytes move, relative to the data sections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Begin in the source data section.
+    pub src_begin: u64,
+    /// Begin in the new data section.
+    pub dst_begin: u64,
+    /// Byte length.
+    pub len: u64,
+}
+
+/// A complete plan for one shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayoutPlan {
+    /// How the shard is rewritten.
+    pub method: Method,
+    /// The new header bytes (JSON plus padding), i.e. the new `N` bytes after the length prefix.
+    pub header: Vec<u8>,
+    /// Spaces appended to the JSON.
+    pub padding_bytes: u64,
+    /// One per tensor, in the order of `Header::tensors` (source data order).
+    pub placements: Vec<Placement>,
+    /// The alignment the data section was put on.
+    pub data_alignment: u64,
+}
+
+impl LayoutPlan {
+    /// The new `N`.
+    pub fn header_len(&self) -> u64 {
+        self.header.len() as u64
+    }
+
+    /// The new data start, `8 + N`.
+    pub fn data_start(&self) -> u64 {
+        LEN_PREFIX + self.header_len()
+    }
+
+    /// Whether the payload is copied verbatim (so its hash is unchanged).
+    pub fn keeps_payload(&self) -> bool {
+        self.method != Method::Relayout
+    }
+}
+
+/// Why no plan could be made.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// Padding would push `N` to the loaders' limit.
+    #[error("the padded header would be {header_len} bytes, over the {MAX_PLANNED_HEADER_LEN}-byte limit MLX accepts")]
+    HeaderTooLarge {
+        /// The header length the plan would need.
+        header_len: u64,
+    },
+}
+
+/// Plans the rewrite of a validated shard. `raw_json` is the source's `N` header bytes as read.
+///
+/// The data section goes on `max(target, widest dtype present)` so every tensor can be naturally aligned
+/// whatever the target; header padding is used when it suffices, reordering only when it does not.
+pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<LayoutPlan, PlanError> {
+    let widest = header.tensors.iter().map(|t| t.dtype.natural_alignment()).max().unwrap_or(1);
+    let data_alignment = target.get().max(widest);
+    let identity: Vec<Placement> = header
+        .tensors
+        .iter()
+        .map(|t| Placement { src_begin: t.begin, dst_begin: t.begin, len: t.byte_len() })
+        .collect();
+    match classify(header, target).verdict {
+        Verdict::Aligned => Ok(LayoutPlan {
+            method: Method::Unchanged,
+            header: raw_json.to_vec(),
+            padding_bytes: 0,
+            placements: identity,
+            data_alignment,
+        }),
+        Verdict::HeaderPad => {
+            let (header, padding_bytes) = pad(raw_json.to_vec(), data_alignment)?;
+            Ok(LayoutPlan { method: Method::HeaderPad, header, padding_bytes, placements: identity, data_alignment })
+        }
+        Verdict::Relayout | Verdict::Invalid => relayout(header, data_alignment),
+    }
+}
+
+/// Stable reorder by natural alignment, widest first: every span before a tensor is then a multiple of its
+/// alignment, so an aligned data start aligns them all, with no gaps.
+fn relayout(header: &Header, data_alignment: u64) -> Result<LayoutPlan, PlanError> {
+    let mut order: Vec<usize> = (0..header.tensors.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(header.tensors[i].dtype.natural_alignment()));
+    let mut placements = vec![Placement { src_begin: 0, dst_begin: 0, len: 0 }; header.tensors.len()];
+    let mut entries = Map::new();
+    match &header.metadata {
+        HeaderMetadata::Absent => {}
+        HeaderMetadata::Null => {
+            entries.insert("__metadata__".into(), Value::Null);
+        }
+        HeaderMetadata::Map(m) => {
+            entries.insert("__metadata__".into(), Value::Object(m.clone()));
+        }
+    }
+    let mut offset = 0;
+    for i in order {
+        let t = &header.tensors[i];
+        placements[i] = Placement { src_begin: t.begin, dst_begin: offset, len: t.byte_len() };
+        let mut entry = Map::new();
+        entry.insert("dtype".into(), Value::from(t.dtype.name()));
+        entry.insert("shape".into(), Value::from(t.shape.clone()));
+        entry.insert("data_offsets".into(), Value::from(vec![offset, offset + t.byte_len()]));
+        entry.extend(t.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        entries.insert(t.name.clone(), Value::Object(entry));
+        offset += t.byte_len();
+    }
+    let json = Value::Object(entries).to_string().into_bytes();
+    let (header, padding_bytes) = pad(json, data_alignment)?;
+    Ok(LayoutPlan { method: Method::Relayout, header, padding_bytes, placements, data_alignment })
+}
+
+/// Appends spaces until `8 + len` is a multiple of `alignment`.
+fn pad(mut json: Vec<u8>, alignment: u64) -> Result<(Vec<u8>, u64), PlanError> {
+    let len = json.len() as u64;
+    let padding = (LEN_PREFIX + len).next_multiple_of(alignment) - (LEN_PREFIX + len);
+    let header_len = len + padding;
+    if header_len > MAX_PLANNED_HEADER_LEN {
+        return Err(PlanError::HeaderTooLarge { header_len });
+    }
+    json.resize(header_len as usize, b' ');
+    Ok((json, padding))
+}
+
+#[cfg(test)]
+mod tests;
