@@ -174,7 +174,11 @@ mod tests {
         std::fs::write(root.path().join("plain/b.safetensors"), b"x").unwrap();
         std::fs::write(root.path().join("plain/a.safetensors"), b"x").unwrap();
         std::fs::write(root.path().join("plain/.hidden/c.safetensors"), b"x").unwrap();
-        std::fs::write(root.path().join("plain/model.safetensors.index.json"), br#"{"metadata":{},"weight_map":{"w":"a.safetensors"}}"#).unwrap();
+        std::fs::write(
+            root.path().join("plain/model.safetensors.index.json"),
+            br#"{"metadata":{},"weight_map":{"w":"a.safetensors"}}"#,
+        )
+        .unwrap();
         std::os::unix::fs::symlink(root.path().join("plain"), root.path().join("loop")).unwrap();
 
         let bundles = discover(&[root.path().to_owned()]).unwrap();

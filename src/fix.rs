@@ -176,7 +176,12 @@ pub fn fix(bundles: &[Bundle], opts: &FixOptions, events: &mut dyn FnMut(FixEven
         planned.iter().flatten().filter_map(|p| p.ok.as_ref()).map(|(shard, _)| shard.header.data_len()).sum()
     };
     events(FixEvent::Total(total));
-    let mut report = FixReport { dry_run: opts.dry_run, alignment: opts.alignment, bundles: Vec::new(), totals: FixTotals::default() };
+    let mut report = FixReport {
+        dry_run: opts.dry_run,
+        alignment: opts.alignment,
+        bundles: Vec::new(),
+        totals: FixTotals::default(),
+    };
     for (bundle, plans) in bundles.iter().zip(planned) {
         let done = fix_bundle(bundle, plans, opts, events)?;
         for s in &done.shards {
@@ -200,7 +205,9 @@ fn preflight(bundles: &[Bundle], opts: &FixOptions) -> Result<(), FixError> {
             if bundles.len() != 1 {
                 return Err(FixError::OutNeedsOneBundle { count: bundles.len() });
             }
-            let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(a, b)| a == b);
+            let same = |a: &Path, b: &Path| {
+                std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(a, b)| a == b)
+            };
             if same(out, &bundles[0].dir) {
                 return Err(FixError::OutIsSource { path: out.clone() });
             }
@@ -259,7 +266,11 @@ fn fix_bundle(
         manifest: None,
     };
     if !opts.dry_run {
-        std::fs::create_dir_all(&out_dir).map_err(|source| FixError::Io { path: out_dir.clone(), op: "create directory", source })?;
+        std::fs::create_dir_all(&out_dir).map_err(|source| FixError::Io {
+            path: out_dir.clone(),
+            op: "create directory",
+            source,
+        })?;
         remove_stale_temps(&out_dir);
     }
     let previous = if opts.destination == Destination::InPlace { Manifest::read(&bundle.dir)? } else { None };
@@ -269,7 +280,9 @@ fn fix_bundle(
         let (shard_fix, entry) = fix_shard(planned, &out_dir, opts, previous.as_ref(), events);
         match (&entry, &shard_fix.error) {
             (Some(e), _) => entries.push(e.clone()),
-            (None, Some(reason)) => skipped.push(SkippedShard { file: file_name(Path::new(&shard_fix.path)), reason: reason.clone() }),
+            (None, Some(reason)) => {
+                skipped.push(SkippedShard { file: file_name(Path::new(&shard_fix.path)), reason: reason.clone() })
+            }
             (None, None) => {}
         }
         result.shards.push(shard_fix);
@@ -282,7 +295,8 @@ fn fix_bundle(
     {
         result.copied_files = copy_sidecars(&bundle.dir, out)?;
     }
-    let anything_new = result.shards.iter().any(|s| s.method.is_some_and(|m| m != Method::Unchanged) && s.error.is_none());
+    let anything_new =
+        result.shards.iter().any(|s| s.method.is_some_and(|m| m != Method::Unchanged) && s.error.is_none());
     let manifest_missing = previous.is_none() || opts.destination != Destination::InPlace;
     if !entries.is_empty() && (anything_new || manifest_missing) {
         let manifest = Manifest {
@@ -344,7 +358,9 @@ fn fix_shard(
     let in_place = opts.destination == Destination::InPlace;
     if in_place && plan.method == Method::Unchanged {
         // A shard an earlier run already fixed keeps the record of its true source.
-        if let Some(kept) = previous.and_then(|m| m.shards.iter().find(|s| s.file == name && s.header_len == shard.header.header_len)) {
+        if let Some(kept) =
+            previous.and_then(|m| m.shards.iter().find(|s| s.file == name && s.header_len == shard.header.header_len))
+        {
             return (fix, Some(kept.clone()));
         }
     }
@@ -369,7 +385,14 @@ fn fix_shard(
     }
 }
 
-fn manifest_entry(file: String, shard: &ShardHeader, plan: &LayoutPlan, unaligned_before: u64, hashes: ShardHashes, seconds: f64) -> ManifestShard {
+fn manifest_entry(
+    file: String,
+    shard: &ShardHeader,
+    plan: &LayoutPlan,
+    unaligned_before: u64,
+    hashes: ShardHashes,
+    seconds: f64,
+) -> ManifestShard {
     let tensor_sha256: BTreeMap<String, String> =
         shard.header.tensors.iter().map(|t| t.name.clone()).zip(hashes.tensor_sha256).collect();
     ManifestShard {
@@ -401,7 +424,8 @@ fn copy_sidecars(src: &Path, dst: &Path) -> Result<Vec<String>, FixError> {
 
 fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Result<(), FixError> {
     let dir = src.join(rel);
-    let mut entries: Vec<_> = std::fs::read_dir(&dir).map_err(io_error(&dir, "read directory"))?.filter_map(Result::ok).collect();
+    let mut entries: Vec<_> =
+        std::fs::read_dir(&dir).map_err(io_error(&dir, "read directory"))?.filter_map(Result::ok).collect();
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();

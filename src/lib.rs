@@ -1,11 +1,11 @@
 //! hubalign: find safetensors shards that memory-mapping loaders must copy, and re-lay them so every tensor
 //! maps in place, bit-identically.
 //!
-//! - [`safetensors`]: strict parsing, alignment classification, layout planning, the streaming re-layout writer.
-//! - [`bundle`]: finding shards and bundles on disk (plain trees and Hugging Face caches).
-//! - [`scan`]: the audit of local files, as report data.
-//! - [`fix`]: repairing bundles in place or into a new directory, with the manifest.
-//! - [`manifest`]: `MEI_ALIGN_MANIFEST.json`.
+//! - [`safetensors`], strict parsing, alignment classification, layout planning, the streaming re-layout writer.
+//! - [`bundle`], finding shards and bundles on disk (plain trees and Hugging Face caches).
+//! - [`scan`], the audit of local files, as report data.
+//! - [`fix`], repairing bundles in place or into a new directory, with the manifest.
+//! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

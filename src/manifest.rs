@@ -115,7 +115,9 @@ impl Manifest {
     pub fn read(dir: &Path) -> Result<Option<Manifest>, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| ManifestError::Parse { path, source }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map(Some).map_err(|source| ManifestError::Parse { path, source })
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(ManifestError::Io { path, source }),
         }
@@ -126,7 +128,8 @@ impl Manifest {
         let path = dir.join(MANIFEST_FILE);
         let io_err = |source| ManifestError::Io { path: path.clone(), source };
         let mut temp = tempfile::Builder::new().prefix(".manifest.").tempfile_in(dir).map_err(io_err)?;
-        let mut ser = serde_json::Serializer::with_formatter(&mut temp, serde_json::ser::PrettyFormatter::with_indent(b" "));
+        let mut ser =
+            serde_json::Serializer::with_formatter(&mut temp, serde_json::ser::PrettyFormatter::with_indent(b" "));
         self.serialize(&mut ser).map_err(|e| io_err(io::Error::other(e)))?;
         temp.write_all(b"\n").and_then(|()| temp.as_file().sync_all()).map_err(io_err)?;
         temp.persist(&path).map_err(|e| io_err(e.error))?;

@@ -45,7 +45,9 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
         (Some(out), _) => Destination::OutDir(out.clone()),
         (None, true) => Destination::InPlace,
         (None, false) if args.dry_run => Destination::InPlace,
-        (None, false) => bail!("say where the repaired shards go: --out DIR, or --in-place (or preview with --dry-run)"),
+        (None, false) => {
+            bail!("say where the repaired shards go: --out DIR, or --in-place (or preview with --dry-run)")
+        }
     };
     let bundles = discover(&args.paths).context("finding shards")?;
     let opts = FixOptions { destination, alignment: args.alignment, dry_run: args.dry_run };
@@ -73,7 +75,9 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
 }
 
 fn render(report: &FixReport) -> String {
-    let mut rows = vec![["shard", "verdict", "method", "padding", "misaligned before", "written", "result"].map(String::from).to_vec()];
+    let mut rows = vec![
+        ["shard", "verdict", "method", "padding", "misaligned before", "written", "result"].map(String::from).to_vec(),
+    ];
     for s in report.bundles.iter().flat_map(|b| &b.shards) {
         let result = match (&s.error, &s.output) {
             (Some(_), _) => "see below".to_owned(),
@@ -108,7 +112,11 @@ fn render(report: &FixReport) -> String {
     let verb = if report.dry_run { "would rewrite" } else { "rewrote" };
     out.push_str(&format!(
         "\n{verb} {} shards, {} already aligned, {} invalid left alone, {} failed; wrote {}.\n",
-        t.rewritten, t.unchanged, t.invalid, t.failed, bytes(t.bytes_written)
+        t.rewritten,
+        t.unchanged,
+        t.invalid,
+        t.failed,
+        bytes(t.bytes_written)
     ));
     out
 }

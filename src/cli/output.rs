@@ -38,7 +38,8 @@ pub fn bytes(n: u64) -> String {
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.
 pub fn progress(len: u64, template: &str) -> ProgressBar {
-    let target = if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let target =
+        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let bar = ProgressBar::with_draw_target(Some(len), target);
     if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style.progress_chars("=> "));

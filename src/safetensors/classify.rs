@@ -189,7 +189,10 @@ mod tests {
         // their offsets within the data stay multiples of 4.
         let a = (1..9)
             .map(|len| {
-                let t = [SynthTensor::filled(&"w".repeat(len), Dtype::F32, &[4]), SynthTensor::filled("v", Dtype::F32, &[3])];
+                let t = [
+                    SynthTensor::filled(&"w".repeat(len), Dtype::F32, &[4]),
+                    SynthTensor::filled("v", Dtype::F32, &[3]),
+                ];
                 audit(&t, Some("mlx"), 8)
             })
             .find(|a| a.data_start_mod8 % 2 == 1)

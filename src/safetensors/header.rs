@@ -112,10 +112,9 @@ pub fn parse(prefix: &[u8], file_size: u64) -> Result<Header, HeaderError> {
     let Some(json) = prefix.get(LEN_PREFIX as usize..needed as usize) else {
         return Err(HeaderError::Incomplete { needed, available: prefix.len() as u64 });
     };
-    let text = std::str::from_utf8(json)
-        .map_err(|e| HeaderError::NotUtf8 { valid_up_to: e.valid_up_to() as u64 })?;
+    let text = std::str::from_utf8(json).map_err(|e| HeaderError::NotUtf8 { valid_up_to: e.valid_up_to() as u64 })?;
     let (metadata, mut tensors) = parse_json(text)?;
-    tensors.sort_by(|a, b| (a.begin, a.end).cmp(&(b.begin, b.end)));
+    tensors.sort_by_key(|t| (t.begin, t.end));
     let header = Header { header_len, file_size, metadata, tensors };
     validate_layout(&header)?;
     Ok(header)
@@ -159,11 +158,7 @@ fn validate_layout(header: &Header) -> Result<(), HeaderError> {
             return Err(HeaderError::PartialByte { tensor: name(), dtype: t.dtype.name(), bits });
         }
         if bits / 8 != t.byte_len() {
-            return Err(HeaderError::SpanMismatch {
-                tensor: name(),
-                expected: bits / 8,
-                actual: t.byte_len(),
-            });
+            return Err(HeaderError::SpanMismatch { tensor: name(), expected: bits / 8, actual: t.byte_len() });
         }
         expected = t.end;
     }

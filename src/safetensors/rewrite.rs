@@ -128,7 +128,11 @@ pub fn rewrite(
     out.sync_all().map_err(io_error(&temp_path, "sync"))?;
     check_result(src, &temp_path, shard, plan)?;
 
-    temp.persist(dst).map_err(|e| RewriteError::Io { path: dst.to_owned(), op: "rename into place", source: e.error })?;
+    temp.persist(dst).map_err(|e| RewriteError::Io {
+        path: dst.to_owned(),
+        op: "rename into place",
+        source: e.error,
+    })?;
     // The rename is durable only once the directory entry is.
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir, "sync directory"))?;
     Ok(RewriteOutcome {

@@ -113,10 +113,7 @@ mod tests {
 
     #[test]
     fn mlx_style_files_parse_and_keep_the_given_data_order() {
-        let t = [
-            SynthTensor::filled("z", Dtype::U8, &[3]),
-            SynthTensor::filled("a", Dtype::F16, &[5]),
-        ];
+        let t = [SynthTensor::filled("z", Dtype::U8, &[3]), SynthTensor::filled("a", Dtype::F16, &[5])];
         let bytes = write_mlx_style(&t, None);
         let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         let text = std::str::from_utf8(&bytes[8..8 + n]).unwrap();

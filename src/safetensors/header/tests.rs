@@ -109,11 +109,7 @@ fn length_prefix_rules() {
 fn the_cap_itself_is_accepted_by_the_length_check() {
     let mut exact = 100_000_000u64.to_le_bytes().to_vec();
     exact.extend_from_slice(b"{}");
-    assert_eq!(
-        read_header_len(&exact, 200_000_000),
-        Ok(100_000_000),
-        "the reference accepts N == 100,000,000"
-    );
+    assert_eq!(read_header_len(&exact, 200_000_000), Ok(100_000_000), "the reference accepts N == 100,000,000");
 }
 
 #[test]
@@ -149,17 +145,20 @@ fn metadata_rules() {
 
 #[test]
 fn duplicate_keys_are_refused() {
-    let dup = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+    let dup =
+        r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
     assert_eq!(err(dup, 2), HeaderError::DuplicateKey { key: "a".into() });
 }
 
 #[test]
 fn offset_walk_rules() {
-    let gap = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[3,4]}}"#;
+    let gap =
+        r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[3,4]}}"#;
     assert_eq!(err(gap, 4), HeaderError::Gap { tensor: "b".into(), expected: 1, begin: 3 });
     let leading_gap = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}"#;
     assert_eq!(err(leading_gap, 3), HeaderError::Gap { tensor: "a".into(), expected: 0, begin: 2 });
-    let overlap = r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#;
+    let overlap =
+        r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#;
     assert_eq!(err(overlap, 3), HeaderError::Overlap { tensor: "b".into(), expected: 2, begin: 1 });
     let reversed = r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[2,0]}}"#;
     assert!(matches!(err(reversed, 0), HeaderError::ReversedOffsets { .. }));

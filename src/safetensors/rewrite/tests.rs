@@ -73,10 +73,12 @@ fn relayout_moves_tensors_and_keeps_their_bytes() {
 #[test]
 fn header_pad_in_place_changes_only_the_header() {
     let t: Vec<_> = (1..9)
-        .map(|n| vec![SynthTensor::filled(&"w".repeat(n), Dtype::F32, &[6]), SynthTensor::filled("x", Dtype::U32, &[2])])
+        .map(|n| {
+            vec![SynthTensor::filled(&"w".repeat(n), Dtype::F32, &[6]), SynthTensor::filled("x", Dtype::U32, &[2])]
+        })
         .find(|t| {
             let b = write_mlx_style(t, Some("mlx"));
-            header::parse(&b, b.len() as u64).unwrap().data_start() % 4 != 0
+            !header::parse(&b, b.len() as u64).unwrap().data_start().is_multiple_of(4)
         })
         .unwrap();
     let (original, written, outcome, p) = run(&t, 8, true);

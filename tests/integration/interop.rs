@@ -1,0 +1,70 @@
+//! What `fix` writes, judged by code no one here wrote: `safetensors.safe_open`, `mlx.core.load`,
+//! `mlx_lm.load`, and Mei's manifest snippet (`tests/python/check_fixed.py`).
+
+use std::path::Path;
+
+use crate::support::{copy_tree, fixture, run, run_python, stdout};
+
+/// Fixes `rel` into a fresh directory with `extra` flags and runs the checker on the pair.
+fn fix_and_check(rel: &str, extra: &[&str], mlx_lm: bool) {
+    let src = fixture(rel);
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("fixed");
+    let mut args = vec!["fix", src.to_str().unwrap(), "--out", out_dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(0), "{rel}: {}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let fixed = if src.is_dir() { out_dir.clone() } else { out_dir.join(src.file_name().unwrap()) };
+    let mut check = vec!["--original", src.to_str().unwrap(), "--fixed", fixed.to_str().unwrap()];
+    if mlx_lm {
+        check.push("--mlx-lm");
+    }
+    let report = run_python("check_fixed.py", &check);
+    assert!(report.contains("check_fixed: OK"), "{rel}: {report}");
+    if src.is_dir() {
+        assert!(report.contains("MEI_ALIGN_MANIFEST"), "{rel}: the manifest snippet ran: {report}");
+    }
+}
+
+#[test]
+fn mlx_written_files_reordered_or_padded_load_bit_identically() {
+    for rel in [
+        "mlx/hostile.safetensors",
+        "mlx/padfixable.safetensors",
+        "mlx/nometa.safetensors",
+        "mlx/wide.safetensors",
+        "padded/leading.safetensors",
+        "padded/trailing.safetensors",
+        "numpy/aligned.safetensors",
+    ] {
+        fix_and_check(rel, &[], false);
+    }
+}
+
+#[test]
+fn page_aligned_output_loads_too() {
+    fix_and_check("mlx/wide.safetensors", &["--alignment", "16384"], false);
+    fix_and_check("mlx_lm/q4_oddvocab", &["--alignment", "16384"], true);
+}
+
+#[test]
+fn mlx_lm_models_load_with_mlx_lm_after_fixing() {
+    for variant in ["bf16", "q4", "q8", "mixed", "sharded", "q4_oddvocab"] {
+        fix_and_check(&format!("mlx_lm/{variant}"), &[], true);
+    }
+}
+
+#[test]
+fn in_place_results_pass_the_same_checks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("q4_oddvocab");
+    copy_tree(&fixture("mlx_lm/q4_oddvocab"), &work);
+    let out = run(&["fix", "--in-place", work.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = run_python(
+        "check_fixed.py",
+        &["--original", fixture("mlx_lm/q4_oddvocab").to_str().unwrap(), "--fixed", work.to_str().unwrap(), "--mlx-lm"],
+    );
+    assert!(report.contains("check_fixed: OK"), "{report}");
+    assert!(Path::new(&work.join("MEI_ALIGN_MANIFEST.json")).exists());
+}

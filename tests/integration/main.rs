@@ -1,0 +1,8 @@
+//! All integration tests in one binary (one link instead of many).
+
+mod cli_fix;
+mod cli_scan;
+mod fixtures;
+mod interop;
+mod properties;
+mod support;

@@ -1,0 +1,74 @@
+//! Shared helpers: the binary, the fixtures, the pinned Python interop environment.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `tests/fixtures/<rel>`.
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("tests/fixtures").join(rel)
+}
+
+/// The `hubalign` binary under test.
+pub fn hubalign() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubalign"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// Runs `hubalign args…` and returns its output.
+pub fn run(args: &[&str]) -> Output {
+    hubalign().args(args).output().expect("hubalign runs")
+}
+
+/// stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Copies a fixture file or directory tree into `dst`.
+pub fn copy_tree(src: &Path, dst: &Path) {
+    if src.is_dir() {
+        std::fs::create_dir_all(dst).unwrap();
+        for entry in std::fs::read_dir(src).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &dst.join(entry.file_name()));
+        }
+    } else {
+        std::fs::copy(src, dst).unwrap();
+    }
+}
+
+/// The interpreter of the pinned interop venv, created on first use by `tests/python/setup-venv.sh`
+/// (idempotent and locked, so parallel tests and `.ci/run` share one install). Never skipped: if it cannot be
+/// set up, the test fails saying why.
+pub fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let script = root().join("tests/python/setup-venv.sh");
+        let status = Command::new("bash").arg(&script).status().expect("bash runs");
+        assert!(status.success(), "{} failed: the interop tests need its venv", script.display());
+        let python = root().join("target/py-venv/bin/python");
+        assert!(python.exists(), "{} missing after setup", python.display());
+        python
+    })
+}
+
+/// Runs a Python script of `tests/python` with the venv, offline; panics with its output unless it succeeds.
+pub fn run_python(script: &str, args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg(root().join("tests/python").join(script))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1")
+        .output()
+        .expect("python runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{script} {args:?} failed:\n{text}");
+    text
+}
