@@ -5,6 +5,7 @@ pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod plan;
+pub mod pump;
 pub mod read;
 pub mod rewrite;
 pub mod synth;

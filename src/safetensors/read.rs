@@ -1,16 +1,13 @@
 //! Reading a shard's header from disk with as few bytes as possible.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 use super::error::HeaderError;
 use super::header::{self, Header, LEN_PREFIX};
-
-/// Bytes read up front: most MLX headers fit, so most shards cost one read.
-pub const PROBE_BYTES: u64 = 64 * 1024;
 
 /// A parsed header with the raw bytes a plan needs and what reading it cost.
 #[derive(Debug, Clone)]
@@ -57,27 +54,22 @@ impl ReadError {
     }
 }
 
-/// Reads and validates the header of the shard at `path`: one read of up to [`PROBE_BYTES`], and a second
-/// only for the rest of a longer header.
+/// Reads and validates the header of the shard at `path`, reading exactly the `8 + N` header bytes: the
+/// length prefix, then the header. (Remote probes, where a round trip costs more than bytes, read a generous
+/// prefix in one request instead and hand it to [`header::parse`].)
 pub fn read_shard_header(path: &Path) -> Result<ShardHeader, ReadError> {
     let io_err = |source| ReadError::Io { path: path.to_owned(), source };
+    let format_err = |source| ReadError::Format { path: path.to_owned(), source };
     let mut file = File::open(path).map_err(io_err)?;
     let file_size = file.metadata().map_err(io_err)?.len();
-    let mut buf = Vec::new();
-    (&mut file).take(PROBE_BYTES.min(file_size)).read_to_end(&mut buf).map_err(io_err)?;
-    let header = match header::parse(&buf, file_size) {
-        Err(HeaderError::Incomplete { needed, .. }) => {
-            let have = buf.len() as u64;
-            buf.resize(needed as usize, 0);
-            file.seek(SeekFrom::Start(have)).map_err(io_err)?;
-            file.read_exact(&mut buf[have as usize..]).map_err(io_err)?;
-            header::parse(&buf, file_size)
-        }
-        other => other,
-    }
-    .map_err(|source| ReadError::Format { path: path.to_owned(), source })?;
+    let mut prefix = [0u8; LEN_PREFIX as usize];
+    let got = (&mut file).take(LEN_PREFIX).read(&mut prefix).map_err(io_err)?;
+    let header_len = header::read_header_len(&prefix[..got], file_size).map_err(format_err)?;
+    let mut buf = prefix.to_vec();
+    buf.resize((LEN_PREFIX + header_len) as usize, 0);
+    file.read_exact(&mut buf[LEN_PREFIX as usize..]).map_err(io_err)?;
+    let header = header::parse(&buf, file_size).map_err(format_err)?;
     let bytes_read = buf.len() as u64;
-    buf.truncate(header.data_start() as usize);
     buf.drain(..LEN_PREFIX as usize);
     Ok(ShardHeader { header, raw_json: buf, bytes_read })
 }

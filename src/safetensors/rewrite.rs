@@ -2,22 +2,20 @@
 //! atomic replacement.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::classify::{Alignment, classify};
 use super::header::LEN_PREFIX;
 use super::plan::{LayoutPlan, Method};
+use super::pump::{Digest, PumpError, pump};
 use super::read::{ShardHeader, read_shard_header};
-use crate::hashing::{SpanHasher, finish_hex};
+use crate::hashing::SpanHasher;
 
-/// Bytes moved per read; with the read-back buffer this bounds the writer's memory.
-pub const CHUNK_BYTES: usize = 8 << 20;
 /// Suffix of the temporary files the writer leaves only if it is killed.
 pub const TEMP_SUFFIX: &str = ".hubalign.tmp";
 
@@ -96,10 +94,8 @@ pub fn rewrite(
     let temp_path = temp.path().to_owned();
 
     let header = &shard.header;
-    let mut new_file = Sha256::new();
     let mut prefix = plan.header_len().to_le_bytes().to_vec();
     prefix.extend_from_slice(&plan.header);
-    new_file.update(&prefix);
     let out = temp.as_file_mut();
     out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
     if plan.method == Method::Relayout {
@@ -107,23 +103,18 @@ pub fn rewrite(
     }
 
     let sequential = plan.keeps_payload();
+    let new_file = sequential.then(|| Digest::whole_with_prefix(&prefix));
     let mut sink = |offset: u64, chunk: &[u8]| -> io::Result<()> {
-        if sequential {
-            new_file.update(chunk);
-            out.write_all(chunk)
-        } else {
-            write_relocated(out, plan, offset, chunk)
-        }
+        if sequential { out.write_all(chunk) } else { write_relocated(out, plan, offset, chunk) }
     };
-    let source = stream_source(src, shard, &mut sink, progress)?;
+    let (source, new_file) = stream_source(src, shard, new_file, &mut sink, progress)?;
 
-    let (new_file_sha256, new_payload_sha256) = if sequential {
-        (finish_hex(new_file), source.src_payload_sha256.clone())
-    } else {
-        read_back(out, plan, &source.tensor_sha256, new_file).map_err(|e| match e {
+    let (new_file_sha256, new_payload_sha256) = match new_file {
+        Some(hex) => (hex, source.src_payload_sha256.clone()),
+        None => read_back(out, plan, &source.tensor_sha256, &prefix).map_err(|e| match e {
             ReadBack::Io(source) => RewriteError::Io { path: temp_path.clone(), op: "read back", source },
             ReadBack::Mismatch(detail) => RewriteError::Verify { path: src.to_owned(), detail },
-        })?
+        })?,
     };
     out.sync_all().map_err(io_error(&temp_path, "sync"))?;
     check_result(src, &temp_path, shard, plan)?;
@@ -149,7 +140,7 @@ fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> RewriteE
 
 /// Hashes a shard that needs no rewrite, giving the same record a rewrite would.
 pub fn hash_unchanged(src: &Path, shard: &ShardHeader, progress: Progress<'_>) -> Result<ShardHashes, RewriteError> {
-    let hashes = stream_source(src, shard, &mut |_, _| Ok(()), progress)?;
+    let (hashes, _) = stream_source(src, shard, None, &mut |_, _| Ok(()), progress)?;
     Ok(ShardHashes {
         new_file_sha256: hashes.src_file_sha256.clone(),
         new_payload_sha256: hashes.src_payload_sha256.clone(),
@@ -157,69 +148,52 @@ pub fn hash_unchanged(src: &Path, shard: &ShardHeader, progress: Progress<'_>) -
     })
 }
 
-/// Reads the source once, front to back, hashing the file, the payload and each tensor, and hands every chunk
-/// (with its offset in the source data section) to `sink`. Only the `new_*` fields are left empty.
+/// Reads the source once, front to back, hashing the file, the payload and each tensor (and, when given, the
+/// new file, whose prefix it already holds), and hands every chunk with its data offset to `sink`.
+/// The `new_*` fields of the result are left empty; the new file's digest comes back beside it.
 fn stream_source(
     src: &Path,
     shard: &ShardHeader,
+    new_file: Option<Digest>,
     sink: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
     progress: Progress<'_>,
-) -> Result<ShardHashes, RewriteError> {
-    let io_err = |op| move |source| RewriteError::Io { path: src.to_owned(), op, source };
+) -> Result<(ShardHashes, Option<String>), RewriteError> {
     let header = &shard.header;
-    let mut file = File::open(src).map_err(io_err("open"))?;
-    let size = file.metadata().map_err(io_err("stat"))?.len();
+    let mut file = File::open(src).map_err(io_error(src, "open"))?;
+    let size = file.metadata().map_err(io_error(src, "stat"))?.len();
     if size != header.file_size {
         let detail = format!("source changed size while being read ({} → {size} bytes)", header.file_size);
         return Err(RewriteError::Verify { path: src.to_owned(), detail });
     }
-    let mut src_file = Sha256::new();
-    src_file.update(header.header_len.to_le_bytes());
-    src_file.update(&shard.raw_json);
-    let mut payload = Sha256::new();
-    let mut tensors = SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect());
-    file.seek(SeekFrom::Start(header.data_start())).map_err(io_err("seek"))?;
-    let mut reader = file.take(header.data_len());
-    let mut buf = vec![0u8; CHUNK_BYTES];
-    let mut offset = 0u64;
-    loop {
-        let n = read_full(&mut reader, &mut buf).map_err(io_err("read"))?;
-        if n == 0 {
-            break;
-        }
-        let chunk = &buf[..n];
-        src_file.update(chunk);
-        payload.update(chunk);
-        tensors.update(chunk);
-        sink(offset, chunk).map_err(|source| RewriteError::Io { path: src.to_owned(), op: "write result", source })?;
-        offset += n as u64;
-        progress(n as u64);
-    }
-    let tensor_sha256 = tensors.finish().filter(|_| offset == header.data_len()).ok_or_else(|| {
-        let detail = format!("source data ended after {offset} of {} bytes", header.data_len());
-        RewriteError::Verify { path: src.to_owned(), detail }
+    let mut src_prefix = header.header_len.to_le_bytes().to_vec();
+    src_prefix.extend_from_slice(&shard.raw_json);
+    let spans = SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect());
+    let lanes = [
+        vec![Digest::whole_with_prefix(&src_prefix), Digest::whole_with_prefix(b"")],
+        [Some(Digest::Spans(spans)), new_file].into_iter().flatten().collect(),
+    ];
+    file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;
+    let ([a, b], read) = pump(&mut file, header.data_len(), lanes, sink, progress).map_err(|e| match e {
+        PumpError::Read(source) => RewriteError::Io { path: src.to_owned(), op: "read", source },
+        PumpError::Sink(source) => RewriteError::Io { path: src.to_owned(), op: "write result", source },
     })?;
-    Ok(ShardHashes {
-        src_file_sha256: finish_hex(src_file),
-        src_payload_sha256: finish_hex(payload),
+    let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
+    let mut b = b.into_iter();
+    let tensor_sha256 = b.next().and_then(Digest::into_spans).filter(|_| read == header.data_len());
+    let (Some(src_file_sha256), Some(src_payload_sha256), Some(tensor_sha256)) = (a.next(), a.next(), tensor_sha256)
+    else {
+        let detail = format!("source data ended after {read} of {} bytes", header.data_len());
+        return Err(RewriteError::Verify { path: src.to_owned(), detail });
+    };
+    let new_file_sha256 = b.next().and_then(Digest::into_whole_hex);
+    let hashes = ShardHashes {
+        src_file_sha256,
+        src_payload_sha256,
         new_file_sha256: String::new(),
         new_payload_sha256: String::new(),
         tensor_sha256,
-    })
-}
-
-/// Fills `buf` unless the reader ends first; returns the bytes read.
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
+    };
+    Ok((hashes, new_file_sha256))
 }
 
 /// Writes the part of each tensor that falls in `chunk` (source data offset `offset`) at its new place.
@@ -249,32 +223,27 @@ fn read_back(
     out: &mut File,
     plan: &LayoutPlan,
     src_tensor_sha256: &[String],
-    mut new_file: Sha256,
+    prefix: &[u8],
 ) -> Result<(String, String), ReadBack> {
     let mut dst_order: Vec<usize> = (0..plan.placements.len()).collect();
     dst_order.sort_by_key(|&i| plan.placements[i].dst_begin);
-    let mut tensors = SpanHasher::new(dst_order.iter().map(|&i| plan.placements[i].len).collect());
-    let mut payload = Sha256::new();
+    let spans = SpanHasher::new(dst_order.iter().map(|&i| plan.placements[i].len).collect());
     let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
     out.seek(SeekFrom::Start(plan.data_start())).map_err(ReadBack::Io)?;
-    let mut reader = (&*out).take(data_len);
-    let mut buf = vec![0u8; CHUNK_BYTES];
-    loop {
-        let n = read_full(&mut reader, &mut buf).map_err(ReadBack::Io)?;
-        if n == 0 {
-            break;
-        }
-        new_file.update(&buf[..n]);
-        payload.update(&buf[..n]);
-        tensors.update(&buf[..n]);
-    }
-    let digests = tensors.finish().ok_or_else(|| ReadBack::Mismatch("result is shorter than planned".into()))?;
+    let lanes = [vec![Digest::whole_with_prefix(prefix), Digest::whole_with_prefix(b"")], vec![Digest::Spans(spans)]];
+    let ([a, b], _) = pump(out, data_len, lanes, &mut |_, _| Ok(()), &mut |_| {}).map_err(|e| match e {
+        PumpError::Read(e) | PumpError::Sink(e) => ReadBack::Io(e),
+    })?;
+    let short = || ReadBack::Mismatch("result is shorter than planned".into());
+    let digests = b.into_iter().next().and_then(Digest::into_spans).ok_or_else(short)?;
     for (digest, &i) in digests.iter().zip(&dst_order) {
         if *digest != src_tensor_sha256[i] {
             return Err(ReadBack::Mismatch(format!("tensor #{i} differs from the source after the move")));
         }
     }
-    Ok((finish_hex(new_file), finish_hex(payload)))
+    let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
+    let (Some(file), Some(payload)) = (a.next(), a.next()) else { return Err(short()) };
+    Ok((file, payload))
 }
 
 /// The written file must parse strictly, hold the same tensors, and be aligned as planned.

@@ -90,10 +90,11 @@ fn scan_reads_headers_not_payloads() {
         [("a", hubalign::safetensors::Dtype::U8, &[3]), ("w", hubalign::safetensors::Dtype::F32, &[8 << 20])];
     hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 7).unwrap();
     let text = stdout(&run(&["scan", big.to_str().unwrap()]));
-    assert!(text.contains("Read 65.54 kB of 33.55 MB"), "{text}");
+    assert!(text.contains(" of 33.55 MB.") && text.contains("Read 1"), "{text}");
     let rows = json_lines(&run(&["scan", "--format", "json", big.to_str().unwrap()]));
     let read = rows[0]["bytes_read"].as_u64().unwrap();
-    assert!(read <= 64 * 1024, "read {read} bytes of a 32 MiB shard");
+    let minimum = 8 + rows[0]["header_len"].as_u64().unwrap();
+    assert_eq!(read, minimum, "exactly the length prefix and the header");
     assert_eq!(rows[0]["verdict"], "relayout");
 }
 

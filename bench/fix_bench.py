@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Benchmark `hubalign fix` against `cp` of the same shard, on the same disk, in the same run.
+
+    cargo build --release --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3]
+
+For each layout (`pad`: header padding suffices; `relayout`: tensors must be reordered) it writes a synthetic
+MLX-layout shard, warms the page cache with one read, then alternates `cp SRC DST`, `cp SRC DST && sync DST`
+and `hubalign fix SRC --out DIR` (which fsyncs its result), REPS times each, and reports median wall time,
+throughput and peak RSS (from wait4). A second, smaller shard shows whether fix's peak RSS depends on shard
+size. Prints a Markdown table for BENCHMARKS.md.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target/release/hubalign"
+SYNTH = ROOT / "target/release/examples/synth_shard"
+
+
+def timed(argv):
+    """Runs argv; returns (seconds, peak RSS in MiB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{argv} failed with {status}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def bench_layout(work, kind, size_mib, reps):
+    src = work / f"{kind}-{size_mib}.safetensors"
+    if not src.exists():
+        subprocess.run([SYNTH, src, str(size_mib), kind], check=True)
+    size = src.stat().st_size
+    with open(src, "rb") as f:  # warm the page cache so every contender reads from memory
+        while f.read(1 << 24):
+            pass
+    results = {"cp": [], "cp+sync": [], "fix": []}
+    rss = []
+    for _ in range(reps):
+        dst = work / "cp-out.safetensors"
+        results["cp"].append(timed(["cp", src, dst])[0])
+        dst.unlink()
+        results["cp+sync"].append(timed(["sh", "-c", f'cp "{src}" "{dst}" && sync "{dst}"'])[0])
+        dst.unlink()
+        out = work / "fix-out"
+        seconds, peak = timed([BIN, "fix", src, "--out", out])
+        results["fix"].append(seconds)
+        rss.append(peak)
+        shutil.rmtree(out)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    return size, med, max(rss)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mib", type=int, default=2048)
+    ap.add_argument("--small-mib", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=ROOT / "target/bench")
+    args = ap.parse_args()
+    for tool in (BIN, SYNTH):
+        if not tool.exists():
+            sys.exit(f"{tool} missing: run `cargo build --release --examples` first")
+    args.work.mkdir(parents=True, exist_ok=True)
+    print(f"| layout | shard | cp | cp + sync | fix (fsynced) | fix / cp | fix / (cp + sync) | fix peak RSS |")
+    print(f"|---|---|---|---|---|---|---|---|")
+    for kind in ("pad", "relayout"):
+        for size_mib in (args.size_mib, args.small_mib):
+            size, med, rss = bench_layout(args.work, kind, size_mib, args.reps)
+            gb = size / 1e9
+            rate = {k: gb / v for k, v in med.items()}
+            print(
+                f"| {kind} | {size_mib} MiB | {med['cp']:.2f} s ({rate['cp']:.2f} GB/s) "
+                f"| {med['cp+sync']:.2f} s ({rate['cp+sync']:.2f} GB/s) "
+                f"| {med['fix']:.2f} s ({rate['fix']:.2f} GB/s) "
+                f"| {rate['fix'] / rate['cp']:.2f}x | {rate['fix'] / rate['cp+sync']:.2f}x | {rss:.1f} MiB |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
