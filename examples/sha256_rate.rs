@@ -21,6 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let digest = hasher.finalize();
     let secs = start.elapsed().as_secs_f64();
-    println!("{:.3} GB/s ({total} bytes in {secs:.3} s, {:02x}{:02x}…)", total as f64 / secs / 1e9, digest[0], digest[1]);
+    println!(
+        "{:.3} GB/s ({total} bytes in {secs:.3} s, {:02x}{:02x}…)",
+        total as f64 / secs / 1e9,
+        digest[0],
+        digest[1]
+    );
     Ok(())
 }

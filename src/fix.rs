@@ -295,10 +295,9 @@ fn fix_bundle(
     {
         result.copied_files = copy_sidecars(&bundle.dir, out)?;
     }
-    let anything_new =
-        result.shards.iter().any(|s| s.method.is_some_and(|m| m != Method::Unchanged) && s.error.is_none());
-    let manifest_missing = previous.is_none() || opts.destination != Destination::InPlace;
-    if !entries.is_empty() && (anything_new || manifest_missing) {
+    // Rewriting an identical record would only change its timestamp.
+    let same_record = previous.as_ref().is_some_and(|m| m.shards == entries && m.skipped == skipped);
+    if !entries.is_empty() && !same_record {
         let manifest = Manifest {
             tool: "hubalign".into(),
             tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -358,8 +357,8 @@ fn fix_shard(
     let in_place = opts.destination == Destination::InPlace;
     if in_place && plan.method == Method::Unchanged {
         // A shard an earlier run already fixed keeps the record of its true source.
-        if let Some(kept) =
-            previous.and_then(|m| m.shards.iter().find(|s| s.file == name && s.header_len == shard.header.header_len))
+        if let Some(kept) = previous
+            .and_then(|m| m.shards.iter().find(|s| s.file == name && s.written_header_len() == shard.header.header_len))
         {
             return (fix, Some(kept.clone()));
         }

@@ -42,7 +42,8 @@ pub struct Manifest {
     pub skipped: Vec<SkippedShard>,
 }
 
-/// One shard's record.
+/// One shard's record. Fields after `repack_seconds` are hubalign's; they default when reading a manifest
+/// Mei's own tool wrote.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifestShard {
     /// File name relative to the bundle.
@@ -62,19 +63,33 @@ pub struct ManifestShard {
     /// Wall time spent on this shard.
     pub repack_seconds: f64,
     /// How the shard was rewritten.
+    #[serde(default)]
     pub method: Method,
     /// The new `N`.
+    #[serde(default)]
     pub header_len: u64,
     /// Misaligned tensors in the source.
+    #[serde(default)]
     pub unaligned_before: u64,
     /// SHA-256 of the source file.
+    #[serde(default)]
     pub src_file_sha256: String,
     /// SHA-256 of the source data section.
+    #[serde(default)]
     pub src_payload_sha256: String,
     /// SHA-256 of the written file (its LFS oid).
+    #[serde(default)]
     pub file_sha256: String,
     /// SHA-256 of every tensor's bytes, by name: equal in source and result.
+    #[serde(default)]
     pub tensor_sha256: BTreeMap<String, String>,
+}
+
+impl ManifestShard {
+    /// The `N` the shard was written with; Mei's manifests give it only as `src_header_len + padding_bytes`.
+    pub fn written_header_len(&self) -> u64 {
+        if self.header_len != 0 { self.header_len } else { self.src_header_len + self.padding_bytes }
+    }
 }
 
 /// A shard the fix did not rewrite.

@@ -11,12 +11,14 @@ use super::header::{Header, HeaderMetadata, LEN_PREFIX};
 pub const MAX_PLANNED_HEADER_LEN: u64 = 99_999_999;
 
 /// How a shard is rewritten.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// Already aligned: bytes stay as they are.
     Unchanged,
-    /// Same JSON plus trailing spaces; payload byte for byte.
+    /// Same JSON plus trailing spaces; payload byte for byte. The default, because it is the only method of
+    /// Mei's tool, whose manifests lack the field.
+    #[default]
     HeaderPad,
     /// Tensors reordered by width, largest first; offsets rewritten, every tensor's bytes kept.
     Relayout,

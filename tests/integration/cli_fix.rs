@@ -144,6 +144,37 @@ fn in_place_fixes_a_tree_and_a_second_run_changes_nothing() {
 }
 
 #[test]
+fn a_bundle_mei_already_aligned_keeps_its_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(&["fix", fixture("mlx_lm/q4").to_str().unwrap(), "--out", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    // Rewrite the manifest as Mei's align_safetensors.py writes it: its fields only.
+    let path = tmp.path().join("MEI_ALIGN_MANIFEST.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["tool"] = "align_safetensors.py".into();
+    m.as_object_mut().unwrap().remove("tool_version");
+    let mei_fields = [
+        "file",
+        "src_header_len",
+        "padding_bytes",
+        "payload_bytes",
+        "payload_sha256",
+        "tensors",
+        "unaligned_after",
+        "repack_seconds",
+    ];
+    for shard in m["shards"].as_array_mut().unwrap() {
+        shard.as_object_mut().unwrap().retain(|k, _| mei_fields.contains(&k.as_str()));
+    }
+    let mei = serde_json::to_vec_pretty(&m).unwrap();
+    std::fs::write(&path, &mei).unwrap();
+
+    let again = run(&["fix", "--in-place", tmp.path().to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(std::fs::read(&path).unwrap(), mei, "Mei's record of the source is kept");
+}
+
+#[test]
 fn dry_run_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     copy_tree(&fixture("mlx_lm/q4"), tmp.path());
