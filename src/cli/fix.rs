@@ -12,13 +12,6 @@ use super::Exit;
 use super::output::{Format, bytes, json_lines, progress, table};
 
 #[derive(Args)]
-#[command(long_about = "Repair shards so every tensor sits at an offset that is a multiple of its width.\n\n\
-    Where padding the header with spaces suffices, the payload is copied byte for byte; otherwise tensors are \
-    reordered widest-first with no gaps. Names, dtypes, shapes, metadata and every tensor's bytes are kept. \
-    Each result is written to a temporary file beside its destination, synced, re-parsed and checked, and only \
-    then renamed into place, so an interrupted or failed run leaves the originals intact. Invalid shards are \
-    never rewritten. A MEI_ALIGN_MANIFEST.json with every hash is written into each repaired bundle.\n\n\
-    Exit codes: 0 done, 1 dry run found work, 3 invalid shards left alone, 4 failure.")]
 pub struct FixArgs {
     /// Files or bundle directories (with --in-place, also trees of bundles).
     #[arg(required = true, value_name = "PATH")]

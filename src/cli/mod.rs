@@ -45,8 +45,27 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Audit local shards: which tensors a zero-copy loader would have to copy.
+    ///
+    /// Only headers are read: exactly 8 + N bytes per shard. PATH may be a .safetensors file, a bundle
+    /// directory, a tree of bundles, or a Hugging Face cache such as ~/.cache/huggingface/hub (its
+    /// snapshots/ symlinks are followed, each shard is seen once).
+    ///
+    /// Verdicts: aligned (nothing to do), header_pad (padding the header fixes every tensor; payload
+    /// unchanged), relayout (tensors must be reordered), invalid (breaks the safetensors format; never
+    /// rewritten).
+    ///
+    /// Exit codes: 0 all aligned, 1 something misaligned, 3 something invalid, 4 failure.
     Scan(scan::ScanArgs),
     /// Repair shards so every tensor is aligned, in place or into a new directory.
+    ///
+    /// Where padding the header with spaces suffices, the payload is copied byte for byte; otherwise
+    /// tensors are reordered widest-first with no gaps. Names, dtypes, shapes, metadata and every tensor's
+    /// bytes are kept. Each result is written to a temporary file beside its destination, synced, re-parsed
+    /// and checked, and only then renamed into place, so an interrupted or failed run leaves the originals
+    /// intact. Invalid shards are never rewritten. A MEI_ALIGN_MANIFEST.json with every hash is written into
+    /// each repaired bundle.
+    ///
+    /// Exit codes: 0 done, 1 dry run found work, 3 invalid shards left alone, 4 failure.
     Fix(fix::FixArgs),
 }
 

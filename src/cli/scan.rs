@@ -12,14 +12,6 @@ use super::Exit;
 use super::output::{Format, bytes, json_lines, progress, table};
 
 #[derive(Args)]
-#[command(
-    long_about = "Audit local shards from their headers alone (the first 64 KiB of each file, more only for longer headers).\n\n\
-    PATH may be a .safetensors file, a bundle directory, a tree of bundles, or a Hugging Face cache such as \
-    ~/.cache/huggingface/hub (its snapshots/ symlinks are followed).\n\n\
-    Verdicts: aligned (nothing to do), header_pad (padding the header fixes every tensor; payload unchanged), \
-    relayout (tensors must be reordered), invalid (breaks the safetensors format; never rewritten).\n\n\
-    Exit codes: 0 all aligned, 1 something misaligned, 3 something invalid, 4 failure."
-)]
 pub struct ScanArgs {
     /// Files, bundle directories, trees of bundles or Hugging Face cache directories.
     #[arg(required = true, value_name = "PATH")]

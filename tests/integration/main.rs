@@ -2,6 +2,7 @@
 
 mod cli_fix;
 mod cli_scan;
+mod docs;
 mod fixtures;
 mod interop;
 mod properties;
