@@ -8,6 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::bundle::{Bundle, SHARD_SUFFIX, is_hf_cache_blob};
+use crate::io_error::PathIoError;
 use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestShard, SkippedShard, round_seconds};
 use crate::safetensors::plan::{LayoutPlan, plan};
 use crate::safetensors::read::{ShardHeader, read_shard_header};
@@ -146,16 +147,8 @@ pub enum FixError {
         path: PathBuf,
     },
     /// A directory or sidecar file could not be created or copied.
-    #[error("{}: {op}: {source}", path.display())]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The failure.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// The manifest could not be read or written.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
@@ -266,11 +259,7 @@ fn fix_bundle(
         manifest: None,
     };
     if !opts.dry_run {
-        std::fs::create_dir_all(&out_dir).map_err(|source| FixError::Io {
-            path: out_dir.clone(),
-            op: "create directory",
-            source,
-        })?;
+        std::fs::create_dir_all(&out_dir).map_err(io_error(&out_dir, "create directory"))?;
         remove_stale_temps(&out_dir);
     }
     let previous = if opts.destination == Destination::InPlace { Manifest::read(&bundle.dir)? } else { None };
@@ -448,8 +437,8 @@ fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Re
 }
 
 fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> FixError {
-    let path = path.to_owned();
-    move |source| FixError::Io { path, op, source }
+    let at = PathIoError::at(path, op);
+    move |source| FixError::Io(at(source))
 }
 
 /// Removes temporary files a killed run left behind, but never one a live process may still be writing.

@@ -13,6 +13,7 @@
 pub mod bundle;
 pub mod fix;
 pub mod hashing;
+pub mod io_error;
 pub mod manifest;
 pub mod safetensors;
 pub mod scan;

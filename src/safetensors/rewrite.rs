@@ -15,6 +15,7 @@ use super::plan::{LayoutPlan, Method};
 use super::pump::{Digest, PumpError, pump};
 use super::read::{ShardHeader, read_shard_header};
 use crate::hashing::SpanHasher;
+use crate::io_error::PathIoError;
 
 /// Suffix of the temporary files the writer leaves only if it is killed.
 pub const TEMP_SUFFIX: &str = ".hubalign.tmp";
@@ -50,16 +51,8 @@ pub struct RewriteOutcome {
 #[non_exhaustive]
 pub enum RewriteError {
     /// Reading the source or writing the result failed (disk full, permissions, …).
-    #[error("{}: {op}: {source}", path.display())]
-    Io {
-        /// The file concerned.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The failure.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// The result did not check out; nothing was replaced.
     #[error("{}: verification of the rewritten file failed: {detail}", path.display())]
     Verify {
@@ -112,18 +105,14 @@ pub fn rewrite(
     let (new_file_sha256, new_payload_sha256) = match new_file {
         Some(hex) => (hex, source.src_payload_sha256.clone()),
         None => read_back(out, plan, &source.tensor_sha256, &prefix).map_err(|e| match e {
-            ReadBack::Io(source) => RewriteError::Io { path: temp_path.clone(), op: "read back", source },
+            ReadBack::Io(source) => io_error(&temp_path, "read back")(source),
             ReadBack::Mismatch(detail) => RewriteError::Verify { path: src.to_owned(), detail },
         })?,
     };
     out.sync_all().map_err(io_error(&temp_path, "sync"))?;
     check_result(src, &temp_path, shard, plan)?;
 
-    temp.persist(dst).map_err(|e| RewriteError::Io {
-        path: dst.to_owned(),
-        op: "rename into place",
-        source: e.error,
-    })?;
+    temp.persist(dst).map_err(|e| io_error(dst, "rename into place")(e.error))?;
     // The rename is durable only once the directory entry is.
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir, "sync directory"))?;
     Ok(RewriteOutcome {
@@ -134,8 +123,8 @@ pub fn rewrite(
 }
 
 fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> RewriteError {
-    let path = path.to_owned();
-    move |source| RewriteError::Io { path, op, source }
+    let at = PathIoError::at(path, op);
+    move |source| RewriteError::Io(at(source))
 }
 
 /// Hashes a shard that needs no rewrite, giving the same record a rewrite would.
@@ -174,8 +163,8 @@ fn stream_source(
     ];
     file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;
     let ([a, b], read) = pump(&mut file, header.data_len(), lanes, sink, progress).map_err(|e| match e {
-        PumpError::Read(source) => RewriteError::Io { path: src.to_owned(), op: "read", source },
-        PumpError::Sink(source) => RewriteError::Io { path: src.to_owned(), op: "write result", source },
+        PumpError::Read(source) => io_error(src, "read")(source),
+        PumpError::Sink(source) => io_error(src, "write result")(source),
     })?;
     let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
     let mut b = b.into_iter();
