@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_short_reader_reports_how_much_it_gave() {
-        let data = vec![1u8; 100];
+        let data = [1u8; 100];
         let (_, read) = pump(&mut &data[..], 1000, [vec![], vec![]], &mut |_, _| Ok(()), &mut |_| {}).unwrap();
         assert_eq!(read, 100);
     }
