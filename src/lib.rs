@@ -6,6 +6,7 @@
 //! - [`scan`], the audit of local files, as report data.
 //! - [`fix`], repairing bundles in place or into a new directory, with the manifest.
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
+//! - [`sim`], a local Hugging Face Hub for tests, benchmarks and the offline demo.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -17,4 +18,5 @@ pub mod io_error;
 pub mod manifest;
 pub mod safetensors;
 pub mod scan;
+pub mod sim;
 pub mod time;

@@ -19,6 +19,12 @@ pub fn format_utc(unix_seconds: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
+/// Formats seconds since the Unix epoch as the Hub does: `YYYY-MM-DDTHH:MM:SS.000Z`.
+pub fn format_utc_millis(unix_seconds: u64) -> String {
+    let s = format_utc(unix_seconds);
+    format!("{}.000Z", s.trim_end_matches('Z'))
+}
+
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn now_utc() -> String {
     format_utc(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))

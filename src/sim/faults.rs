@@ -1,0 +1,206 @@
+//! Rate limits and injected faults: off by default, seeded and reproducible when on.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// A rate-limit bucket, as the Hub names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bucket {
+    /// Everything under `/api/`.
+    Api,
+    /// Every URL containing `/resolve/`.
+    Resolvers,
+    /// Everything else the Hub serves (pages); storage and CAS traffic is not limited.
+    Pages,
+}
+
+impl Bucket {
+    /// The name in `RateLimit` headers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bucket::Api => "api",
+            Bucket::Resolvers => "resolvers",
+            Bucket::Pages => "pages",
+        }
+    }
+}
+
+/// A fixed-window quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests per window.
+    pub requests: u64,
+    /// Window length.
+    pub window: Duration,
+}
+
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    used: u64,
+}
+
+/// What a request's bucket says: whether it may proceed, and the header values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Whether the request is within quota.
+    pub allowed: bool,
+    /// `RateLimit: "bucket";r=…;t=…`.
+    pub rate_limit: String,
+    /// `RateLimit-Policy: "fixed window";"bucket";q=…;w=…`.
+    pub policy: String,
+    /// Seconds until the window resets.
+    pub reset_seconds: u64,
+}
+
+/// Fixed windows per bucket, as the Hub runs them (5-minute windows there; configurable here).
+#[derive(Debug)]
+pub struct RateLimiter {
+    quotas: Vec<(Bucket, Quota)>,
+    windows: Mutex<Vec<(Bucket, Window)>>,
+}
+
+impl RateLimiter {
+    /// Limits only the buckets given.
+    pub fn new(quotas: Vec<(Bucket, Quota)>) -> RateLimiter {
+        RateLimiter { quotas, windows: Mutex::new(Vec::new()) }
+    }
+
+    /// Counts a request against its bucket; `None` when the bucket is unlimited.
+    pub fn admit(&self, bucket: Bucket, now: Instant) -> Option<Admission> {
+        let quota = self.quotas.iter().find(|(b, _)| *b == bucket)?.1;
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let idx = match windows.iter().position(|(b, _)| *b == bucket) {
+            Some(i) => i,
+            None => {
+                windows.push((bucket, Window { started: now, used: 0 }));
+                windows.len() - 1
+            }
+        };
+        let w = &mut windows[idx].1;
+        if now.duration_since(w.started) >= quota.window {
+            // Windows are aligned to their start, so a pause longer than a window starts a fresh one.
+            let elapsed = now.duration_since(w.started).as_nanos() / quota.window.as_nanos().max(1);
+            w.started += quota.window * u32::try_from(elapsed).unwrap_or(u32::MAX);
+            w.used = 0;
+        }
+        let allowed = w.used < quota.requests;
+        if allowed {
+            w.used += 1;
+        }
+        let reset = quota.window.saturating_sub(now.duration_since(w.started));
+        let reset_seconds = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+        let name = bucket.name();
+        Some(Admission {
+            allowed,
+            rate_limit: format!("\"{name}\";r={};t={reset_seconds}", quota.requests - w.used),
+            policy: format!("\"fixed window\";\"{name}\";q={};w={}", quota.requests, quota.window.as_secs().max(1)),
+            reset_seconds,
+        })
+    }
+}
+
+/// Injected faults, decided by a seeded generator so a run can be replayed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Added to every response.
+    pub latency: Duration,
+    /// Share of requests answered with a random 500/502/503.
+    pub error_rate: f64,
+    /// Share of successful bodies cut short (the connection closes mid-body).
+    pub truncate_rate: f64,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// A fault decision for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Serve normally.
+    None,
+    /// Answer with this 5xx status.
+    ServerError(u16),
+    /// Serve, but cut the body short.
+    Truncate,
+}
+
+/// The seeded fault generator.
+#[derive(Debug)]
+pub struct Faults {
+    config: FaultConfig,
+    state: Mutex<u64>,
+}
+
+impl Faults {
+    /// Faults as configured.
+    pub fn new(config: FaultConfig) -> Faults {
+        Faults { config, state: Mutex::new(config.seed ^ 0x9E37_79B9_7F4A_7C15) }
+    }
+
+    /// Added latency.
+    pub fn latency(&self) -> Duration {
+        self.config.latency
+    }
+
+    fn next_unit(&self) -> f64 {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // splitmix64: good enough for fault dice, and stable across platforms.
+        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Rolls the dice for one request.
+    pub fn decide(&self) -> Fault {
+        if self.config.error_rate > 0.0 && self.next_unit() < self.config.error_rate {
+            let statuses = [500, 502, 503];
+            let pick = (self.next_unit() * statuses.len() as f64) as usize;
+            return Fault::ServerError(statuses[pick.min(statuses.len() - 1)]);
+        }
+        if self.config.truncate_rate > 0.0 && self.next_unit() < self.config.truncate_rate {
+            return Fault::Truncate;
+        }
+        Fault::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_window_refuses_then_resets() {
+        let limiter = RateLimiter::new(vec![(Bucket::Api, Quota { requests: 2, window: Duration::from_secs(10) })]);
+        let t0 = Instant::now();
+        assert!(limiter.admit(Bucket::Api, t0).unwrap().allowed);
+        let second = limiter.admit(Bucket::Api, t0).unwrap();
+        assert!(second.allowed);
+        assert_eq!(second.rate_limit, "\"api\";r=0;t=10");
+        assert_eq!(second.policy, "\"fixed window\";\"api\";q=2;w=10");
+        assert!(!limiter.admit(Bucket::Api, t0 + Duration::from_secs(3)).unwrap().allowed);
+        assert!(limiter.admit(Bucket::Resolvers, t0).is_none(), "unlimited bucket");
+        let later = limiter.admit(Bucket::Api, t0 + Duration::from_secs(25)).unwrap();
+        assert!(later.allowed);
+        assert_eq!(later.reset_seconds, 5);
+    }
+
+    #[test]
+    fn faults_are_reproducible_and_near_their_rate() {
+        let config = FaultConfig { error_rate: 0.05, truncate_rate: 0.05, seed: 7, ..FaultConfig::default() };
+        let run = || {
+            let faults = Faults::new(config);
+            (0..10_000).map(|_| faults.decide()).collect::<Vec<_>>()
+        };
+        let (a, b) = (run(), run());
+        assert_eq!(a, b);
+        let errors = a.iter().filter(|f| matches!(f, Fault::ServerError(_))).count();
+        assert!((400..600).contains(&errors), "{errors} errors in 10,000");
+        assert!(Faults::new(FaultConfig::default()).decide() == Fault::None);
+    }
+}

@@ -1,0 +1,239 @@
+//! `hubalign sim`: a local Hugging Face Hub serving `DIR/models/{namespace}/{name}/…` as model repositories,
+//! faithful enough that the official clients (`huggingface_hub`, `hf-hub`) work against it unchanged.
+//!
+//! - [`model`]: repositories as commits, branches and PR refs.
+//! - [`ingest`]: reading repositories from the directory.
+//! - [`read`], [`resolve`]: the read API and downloads (redirect to a range-capable storage bridge).
+//! - [`write`]: repo creation, settings, preupload, LFS batch and uploads, the NDJSON commit.
+//! - [`auth`], [`error`]: tokens and access; errors as the Hub sends them.
+//! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
+
+pub mod auth;
+pub mod counters;
+pub mod error;
+pub mod faults;
+pub mod ingest;
+pub mod model;
+pub mod query;
+pub mod read;
+pub mod resolve;
+mod server;
+pub mod write;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use axum::body::Body;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use self::auth::{Accounts, TokenSpec};
+use self::counters::Counters;
+use self::faults::{Bucket, FaultConfig, Faults, Quota, RateLimiter};
+use self::model::Repo;
+use crate::io_error::PathIoError;
+
+/// How to run the simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The directory with `models/{namespace}/{name}/…`.
+    pub root: PathBuf,
+    /// Where uploaded content is kept (default: `{root}/.hubsim-store`).
+    pub store: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Accepted tokens.
+    pub tokens: Vec<TokenSpec>,
+    /// Items per `/api/models` page (the Hub's is 1000).
+    pub page_size: usize,
+    /// Items per tree page.
+    pub tree_page_size: usize,
+    /// Fixed-window quotas per bucket; none by default.
+    pub quotas: Vec<(Bucket, Quota)>,
+    /// Injected faults; none by default.
+    pub faults: FaultConfig,
+}
+
+impl SimConfig {
+    /// Defaults for a directory: loopback, a free port, Hub page sizes, no limits, no faults.
+    pub fn new(root: PathBuf) -> SimConfig {
+        SimConfig {
+            root,
+            store: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tokens: Vec::new(),
+            page_size: 1000,
+            tree_page_size: 1000,
+            quotas: Vec::new(),
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+/// Why the simulator could not start or ingest.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// Reading the directory or the store failed.
+    #[error(transparent)]
+    Io(#[from] PathIoError),
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The simulator's shared state.
+#[derive(Debug)]
+pub struct Sim {
+    /// `http://host:port`, for absolute URLs in `Link` and `Location`.
+    pub base_url: String,
+    /// The configuration.
+    pub config: SimConfig,
+    /// Accepted tokens.
+    pub accounts: Accounts,
+    repos: RwLock<BTreeMap<String, Repo>>,
+    /// sha256 → file holding that content (source files in place, uploads in the store).
+    blobs: RwLock<HashMap<String, PathBuf>>,
+    /// Where uploads go.
+    pub store: PathBuf,
+    /// What was served.
+    pub counters: Counters,
+    /// Rate limits.
+    pub limiter: RateLimiter,
+    /// Injected faults.
+    pub faults: Faults,
+}
+
+/// The simulator as handlers share it.
+pub type Shared = Arc<Sim>;
+
+impl Sim {
+    /// Read access to the repositories.
+    pub fn repos(&self) -> RwLockReadGuard<'_, BTreeMap<String, Repo>> {
+        self.repos.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Write access to the repositories; hold it only for in-memory changes.
+    pub fn repos_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Repo>> {
+        self.repos.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that `path` holds the content with this sha256.
+    pub fn add_blob(&self, sha256: String, path: PathBuf) {
+        self.blobs.write().unwrap_or_else(|p| p.into_inner()).insert(sha256, path);
+    }
+
+    fn blob_path(&self, sha256: &str) -> Option<PathBuf> {
+        self.blobs.read().unwrap_or_else(|p| p.into_inner()).get(sha256).cloned()
+    }
+
+    /// Size of stored content, if known.
+    pub fn content_size(&self, sha256: &str) -> Option<u64> {
+        self.blob_path(sha256).and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+    }
+
+    /// A body streaming `len` bytes of the content from `start`.
+    pub async fn content_stream(&self, sha256: &str, start: u64, len: u64) -> std::io::Result<Body> {
+        let path = self.blob_path(sha256).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"))?;
+        let mut file = tokio::fs::File::open(path).await?;
+        file.seek(std::io::SeekFrom::Start(start)).await?;
+        Ok(Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 * 1024)))
+    }
+
+    /// Re-reads the directory: new repositories appear, and a repository whose files changed gets a new commit
+    /// on `main` (old commits stay addressable). Returns the ids that changed.
+    pub fn rescan(&self) -> Result<Vec<String>, SimError> {
+        let disk = ingest::scan_root(&self.config.root)?;
+        let mut changed = Vec::new();
+        for found in disk {
+            for f in &found.files {
+                self.add_blob(f.sha256.clone(), f.abs.clone());
+            }
+            let mut repos = self.repos_mut();
+            match repos.get_mut(&found.id) {
+                Some(repo) => {
+                    let head = repo.head().map(|c| (c.sha.clone(), c.files.clone()));
+                    let commit = found.commit(head.as_ref().map(|(sha, _)| sha.clone()), &|_| None);
+                    if head.as_ref().is_none_or(|(_, files)| *files != commit.files) {
+                        repo.refs.insert("main".into(), commit.sha.clone());
+                        repo.commits.insert(commit.sha.clone(), commit);
+                        changed.push(found.id.clone());
+                    }
+                    repo.meta = found.meta;
+                }
+                None => {
+                    let commit = found.commit(None, &|_| None);
+                    changed.push(found.id.clone());
+                    repos.insert(found.id.clone(), Repo::new(found.id, found.meta, commit));
+                }
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// A running simulator.
+#[derive(Debug)]
+pub struct SimHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// `http://addr`.
+    pub base_url: String,
+    /// The shared state (counters, repos).
+    pub sim: Shared,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SimHandle {
+    /// Stops serving and waits for the server to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Ingests the directory, binds and starts serving on the current tokio runtime.
+pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| SimError::Bind { addr: config.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: config.listen, source })?;
+    let base_url = format!("http://{addr}");
+    let store = config.store.clone().unwrap_or_else(|| config.root.join(".hubsim-store"));
+    std::fs::create_dir_all(&store).map_err(PathIoError::at(&store, "create directory"))?;
+    let sim = Arc::new(Sim {
+        base_url: base_url.clone(),
+        accounts: Accounts::new(&config.tokens),
+        repos: RwLock::new(BTreeMap::new()),
+        blobs: RwLock::new(HashMap::new()),
+        store,
+        counters: Counters::default(),
+        limiter: RateLimiter::new(config.quotas.clone()),
+        faults: Faults::new(config.faults),
+        config,
+    });
+    sim.rescan()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let app = server::router(Arc::clone(&sim));
+    let task = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            let _ = rx.await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "simulator server stopped");
+        }
+    });
+    tracing::info!(url = %base_url, "hub simulator listening");
+    Ok(SimHandle { addr, base_url, sim, shutdown: Some(tx), task })
+}

@@ -1,0 +1,208 @@
+//! Routing, and the middleware every request passes: rate limits, faults, counters.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+
+use super::faults::{Bucket, Fault};
+use super::{Shared, read, resolve, write};
+
+/// All routes of the simulated Hub, its storage bridge and its `/_sim` control endpoints.
+pub fn router(sim: Shared) -> Router {
+    Router::new()
+        .route("/api/models", get(read::list_models))
+        .route("/api/models/{ns}/{name}", get(read::model_info))
+        .route("/api/models/{ns}/{name}/revision/{*rev}", get(read::model_info))
+        .route("/api/models/{ns}/{name}/tree/{rev}", get(read::tree))
+        .route("/api/models/{ns}/{name}/tree/{rev}/{*path}", get(read::tree))
+        .route("/api/models/{ns}/{name}/paths-info/{rev}", post(read::paths_info))
+        .route("/api/whoami-v2", get(read::whoami))
+        .route("/api/repos/create", post(write::create_repo))
+        .route("/api/repos/delete", axum::routing::delete(write::delete_repo))
+        .route("/api/models/{ns}/{name}/settings", put(write::settings))
+        .route("/api/models/{ns}/{name}/preupload/{rev}", post(write::preupload))
+        .route("/api/models/{ns}/{name}/commit/{rev}", post(write::commit))
+        .route("/api/validate-yaml", post(write::validate_yaml))
+        .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
+        .route("/_lfs/upload/{oid}", put(write::lfs_upload_basic))
+        .route("/_lfs/part/{oid}/{part}", put(write::lfs_upload_part))
+        .route("/_lfs/complete/{oid}", post(write::lfs_complete))
+        .route("/_lfs/verify/{oid}", post(write::lfs_verify))
+        .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
+        .route("/_storage/{sha256}", get(resolve::storage).head(resolve::storage))
+        .route("/_sim/counters", get(counters))
+        .route("/_sim/counters/reset", post(reset_counters))
+        .route("/_sim/rescan", post(rescan))
+        .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
+        .layer(middleware::from_fn_with_state(sim.clone(), admit))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(sim)
+}
+
+async fn counters(State(sim): State<Shared>) -> Response {
+    axum::Json(sim.counters.snapshot()).into_response()
+}
+
+async fn reset_counters(State(sim): State<Shared>) -> StatusCode {
+    sim.counters.reset();
+    StatusCode::NO_CONTENT
+}
+
+async fn rescan(State(sim): State<Shared>) -> Response {
+    match sim.rescan() {
+        Ok(changed) => axum::Json(serde_json::json!({ "changed": changed })).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// The endpoint class a path is counted under.
+fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api", "models"] => "models_list",
+        ["api", "models", _, _] => "model_info",
+        ["api", "models", _, _, "revision", ..] => "model_info",
+        ["api", "models", _, _, "tree", ..] => "tree",
+        ["api", "models", _, _, "paths-info", ..] => "paths_info",
+        ["api", "models", _, _, "preupload", ..] => "preupload",
+        ["api", "models", _, _, "commit", ..] => "commit",
+        ["api", "models", _, _, "settings"] => "settings",
+        ["api", "models", _, _, t, ..] if t.starts_with("xet-") => "xet_token",
+        ["api", "whoami-v2"] => "whoami",
+        ["api", "repos", "create"] => "repo_create",
+        ["api", "repos", "delete"] => "repo_delete",
+        ["api", ..] => "api_other",
+        [_, _, "resolve", ..] if *method == axum::http::Method::HEAD => "resolve_head",
+        [_, _, "resolve", ..] => "resolve",
+        ["_storage", ..] => "storage",
+        ["_lfs", ..] | [_, _, "info", "lfs", ..] => "lfs",
+        ["_cas", ..] => "cas",
+        ["_sim", ..] => "sim_control",
+        _ => "other",
+    }
+}
+
+fn bucket(path: &str) -> Option<Bucket> {
+    if path.contains("/resolve/") {
+        Some(Bucket::Resolvers)
+    } else if path.starts_with("/api/") {
+        Some(Bucket::Api)
+    } else if path.starts_with("/_") {
+        None
+    } else {
+        Some(Bucket::Pages)
+    }
+}
+
+/// Counts the request, applies its bucket's quota, latency and faults, and counts (or truncates) the body.
+async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    let class = endpoint_class(request.method(), &path);
+    let bucket = bucket(&path);
+    let ranged = request.headers().contains_key(header::RANGE);
+    sim.counters.update(|c| {
+        *c.requests.entry(class.to_owned()).or_default() += 1;
+        match bucket {
+            Some(Bucket::Api) => c.api_requests += 1,
+            Some(Bucket::Resolvers) => c.resolver_requests += 1,
+            _ => {}
+        }
+        c.range_requests += u64::from(ranged);
+    });
+    if class == "sim_control" {
+        return next.run(request).await;
+    }
+    let latency = sim.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let admission = bucket.and_then(|b| sim.limiter.admit(b, Instant::now()));
+    if let Some(a) = admission.as_ref().filter(|a| !a.allowed) {
+        sim.counters.update(|c| c.rate_limited += 1);
+        let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(serde_json::json!({"error": "Too Many Requests"}))).into_response();
+        let h = response.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(a.reset_seconds));
+        insert_limits(h, a);
+        return response;
+    }
+    let fault = sim.faults.decide();
+    if let Fault::ServerError(status) = fault {
+        sim.counters.update(|c| c.faults_injected += 1);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, axum::Json(serde_json::json!({"error": "simulated server error"}))).into_response();
+    }
+    let mut response = next.run(request).await;
+    if let Some(a) = &admission {
+        insert_limits(response.headers_mut(), a);
+    }
+    let declared = response.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let cut_at = match (fault, declared) {
+        (Fault::Truncate, Some(len)) if len > 1 && response.status().is_success() => {
+            sim.counters.update(|c| c.faults_injected += 1);
+            Some(len / 2)
+        }
+        _ => None,
+    };
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Body::new(Metered { inner: body, sim, sent: 0, cut_at }))
+}
+
+fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admission) {
+    if let Ok(v) = HeaderValue::from_str(&a.rate_limit) {
+        headers.insert("ratelimit", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&a.policy) {
+        headers.insert("ratelimit-policy", v);
+    }
+}
+
+/// A response body that counts the bytes it sends and, for an injected truncation, fails after `cut_at`
+/// bytes so the connection closes short of its `Content-Length`.
+struct Metered {
+    inner: Body,
+    sim: Shared,
+    sent: u64,
+    cut_at: Option<u64>,
+}
+
+impl http_body::Body for Metered {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if self.cut_at.is_some_and(|cut| self.sent >= cut) {
+            return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
+        }
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let Poll::Ready(Some(Ok(frame))) = polled else { return polled };
+        let frame = match frame.into_data() {
+            Ok(mut data) => {
+                if let Some(cut) = self.cut_at {
+                    data.truncate((cut - self.sent).min(data.len() as u64) as usize);
+                }
+                self.sent += data.len() as u64;
+                let n = data.len() as u64;
+                self.sim.counters.update(|c| c.bytes_served += n);
+                http_body::Frame::data(data)
+            }
+            Err(frame) => frame,
+        };
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.cut_at.is_none() && self.inner.is_end_stream()
+    }
+}
