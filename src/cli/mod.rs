@@ -3,6 +3,7 @@
 mod fix;
 mod output;
 mod scan;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -67,6 +68,13 @@ enum Command {
     ///
     /// Exit codes: 0 done, 1 dry run found work, 3 invalid shards left alone, 4 failure.
     Fix(fix::FixArgs),
+    /// Run a local Hugging Face Hub that serves a directory of bundles.
+    ///
+    /// DIR/models/{namespace}/{name}/… become model repositories with the Hub's API, resolve redirects,
+    /// range-capable storage, uploads (Git LFS and Xet) and commits, so huggingface_hub, hf-hub and hubalign
+    /// work against it by setting HF_ENDPOINT. Rate limits and faults are off unless flags turn them on;
+    /// /_sim/counters reports what was served.
+    Sim(sim::SimArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -83,6 +91,7 @@ pub fn run() -> std::process::ExitCode {
     let result = match &cli.command {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -93,8 +93,10 @@ pub enum SimError {
 /// The simulator's shared state.
 #[derive(Debug)]
 pub struct Sim {
-    /// `http://host:port`, for absolute URLs in `Link` and `Location`.
+    /// `http://host:port` of the Hub, for absolute URLs in `Link` headers.
     pub base_url: String,
+    /// `http://host:port` of the storage side (CDN, S3), which `resolve` redirects to.
+    pub storage_url: String,
     /// The configuration.
     pub config: SimConfig,
     /// Accepted tokens.
@@ -183,37 +185,43 @@ impl Sim {
 /// A running simulator.
 #[derive(Debug)]
 pub struct SimHandle {
-    /// Where it listens.
+    /// Where the Hub listens.
     pub addr: SocketAddr,
-    /// `http://addr`.
+    /// `http://addr`: the endpoint clients use (`HF_ENDPOINT`).
     pub base_url: String,
+    /// The storage side's own origin.
+    pub storage_url: String,
     /// The shared state (counters, repos).
     pub sim: Shared,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl SimHandle {
     /// Stops serving and waits for the server to finish.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
-        let _ = (&mut self.task).await;
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
     }
 }
 
-/// Ingests the directory, binds and starts serving on the current tokio runtime.
+/// Ingests the directory, binds the Hub and its storage origin, and starts serving on the current runtime.
 pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| SimError::Bind { addr: config.listen, source })?;
-    let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: config.listen, source })?;
+    let hub = bind(config.listen).await?;
+    let storage = bind(SocketAddr::new(config.listen.ip(), 0)).await?;
+    let addr = hub.local_addr().map_err(|source| SimError::Bind { addr: config.listen, source })?;
+    let storage_addr = storage.local_addr().map_err(|source| SimError::Bind { addr: config.listen, source })?;
     let base_url = format!("http://{addr}");
+    let storage_url = format!("http://{storage_addr}");
     let store = config.store.clone().unwrap_or_else(|| config.root.join(".hubsim-store"));
     std::fs::create_dir_all(&store).map_err(PathIoError::at(&store, "create directory"))?;
     let sim = Arc::new(Sim {
         base_url: base_url.clone(),
+        storage_url: storage_url.clone(),
         accounts: Accounts::new(&config.tokens),
         repos: RwLock::new(BTreeMap::new()),
         blobs: RwLock::new(HashMap::new()),
@@ -224,16 +232,26 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         config,
     });
     sim.rescan()?;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let app = server::router(Arc::clone(&sim));
-    let task = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = rx.await;
-        });
-        if let Err(e) = serve.await {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tasks = vec![
+        serve(hub, server::hub_router(Arc::clone(&sim)), rx.clone()),
+        serve(storage, server::storage_router(Arc::clone(&sim)), rx),
+    ];
+    tracing::info!(url = %base_url, storage = %storage_url, "hub simulator listening");
+    Ok(SimHandle { addr, base_url, storage_url, sim, shutdown: Some(tx), tasks })
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })
+}
+
+fn serve(listener: tokio::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
             tracing::error!(error = %e, "simulator server stopped");
         }
-    });
-    tracing::info!(url = %base_url, "hub simulator listening");
-    Ok(SimHandle { addr, base_url, sim, shutdown: Some(tx), task })
+    })
 }

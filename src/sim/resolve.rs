@@ -103,7 +103,7 @@ pub(super) async fn resolve(
         set(&mut out, "link", format!("<{refresh}>; rel=\"xet-auth\""));
     }
     // An absolute redirect, as to the Hub's CDN: clients treat relative ones as renames.
-    set(&mut out, "location", format!("{}/_storage/{}?repo={id}", sim.base_url, entry.sha256));
+    set(&mut out, "location", format!("{}/_storage/{}?repo={id}", sim.storage_url, entry.sha256));
     out.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     Ok((StatusCode::FOUND, out).into_response())
 }

@@ -15,8 +15,8 @@ use axum::routing::{get, post, put};
 use super::faults::{Bucket, Fault};
 use super::{Shared, read, resolve, write};
 
-/// All routes of the simulated Hub, its storage bridge and its `/_sim` control endpoints.
-pub fn router(sim: Shared) -> Router {
+/// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
+pub fn hub_router(sim: Shared) -> Router {
     Router::new()
         .route("/api/models", get(read::list_models))
         .route("/api/models/{ns}/{name}", get(read::model_info))
@@ -32,16 +32,26 @@ pub fn router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/commit/{rev}", post(write::commit))
         .route("/api/validate-yaml", post(write::validate_yaml))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
-        .route("/_lfs/upload/{oid}", put(write::lfs_upload_basic))
-        .route("/_lfs/part/{oid}/{part}", put(write::lfs_upload_part))
-        .route("/_lfs/complete/{oid}", post(write::lfs_complete))
-        .route("/_lfs/verify/{oid}", post(write::lfs_verify))
         .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
-        .route("/_storage/{sha256}", get(resolve::storage).head(resolve::storage))
         .route("/_sim/counters", get(counters))
         .route("/_sim/counters/reset", post(reset_counters))
         .route("/_sim/rescan", post(rescan))
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
+        .layer(middleware::from_fn_with_state(sim.clone(), admit))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(sim)
+}
+
+/// The storage side, on an origin of its own as the Hub's CDN and S3 are: clients treat a redirect to
+/// another origin as "the file's metadata is on this response", and drop their Hub token on the way.
+pub fn storage_router(sim: Shared) -> Router {
+    Router::new()
+        .route("/_storage/{sha256}", get(resolve::storage).head(resolve::storage))
+        .route("/_lfs/upload/{oid}", put(write::lfs_upload_basic))
+        .route("/_lfs/part/{oid}/{part}", put(write::lfs_upload_part))
+        .route("/_lfs/complete/{oid}", post(write::lfs_complete))
+        .route("/_lfs/verify/{oid}", post(write::lfs_verify))
+        .fallback(|| async { super::error::HubError::not_found("no such storage object") })
         .layer(middleware::from_fn_with_state(sim.clone(), admit))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(sim)

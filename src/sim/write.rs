@@ -205,16 +205,16 @@ pub(super) async fn lfs_batch(
             objects.push(json!({ "oid": oid, "size": size }));
             continue;
         }
-        let verify = json!({ "href": format!("{}/_lfs/verify/{oid}", sim.base_url) });
+        let verify = json!({ "href": format!("{}/_lfs/verify/{oid}", sim.storage_url) });
         let upload = if multipart && size > MULTIPART_CHUNK {
             let mut header = serde_json::Map::new();
             header.insert("chunk_size".into(), MULTIPART_CHUNK.to_string().into());
             for part in 1..=size.div_ceil(MULTIPART_CHUNK) {
-                header.insert(format!("{part:05}"), format!("{}/_lfs/part/{oid}/{part}", sim.base_url).into());
+                header.insert(format!("{part:05}"), format!("{}/_lfs/part/{oid}/{part}", sim.storage_url).into());
             }
-            json!({ "href": format!("{}/_lfs/complete/{oid}", sim.base_url), "header": header })
+            json!({ "href": format!("{}/_lfs/complete/{oid}", sim.storage_url), "header": header })
         } else {
-            json!({ "href": format!("{}/_lfs/upload/{oid}", sim.base_url) })
+            json!({ "href": format!("{}/_lfs/upload/{oid}", sim.storage_url) })
         };
         objects.push(json!({ "oid": oid, "size": size, "authenticated": true, "actions": { "upload": upload, "verify": verify } }));
     }

@@ -1,0 +1,95 @@
+//! `hubalign sim`: run the local Hub simulator until interrupted.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use hubalign::sim::auth::TokenSpec;
+use hubalign::sim::faults::{Bucket, FaultConfig, Quota};
+use hubalign::sim::{SimConfig, start};
+
+use super::Exit;
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Directory holding `models/{namespace}/{name}/…`; each repo may have a `.hubsim.json` sidecar with
+    /// `private`, `gated`, `grantedUsers`, `disabled`, `downloads`, `likes`, `tags`, `library_name`, `license`.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8088)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Accept TOKEN for USER, who may write to their namespace and the ORGs listed (repeatable).
+    #[arg(long = "token", value_name = "TOKEN:USER[:ORG,…]")]
+    tokens: Vec<TokenSpec>,
+    /// Repositories per `/api/models` page (the Hub's is 1000); lower it to exercise pagination.
+    #[arg(long, default_value_t = 1000)]
+    page_size: usize,
+    /// Entries per tree page.
+    #[arg(long, default_value_t = 1000)]
+    tree_page_size: usize,
+    /// Requests per window in the `api` bucket (off by default).
+    #[arg(long, value_name = "N")]
+    rate_limit_api: Option<u64>,
+    /// Requests per window in the `resolvers` bucket (off by default).
+    #[arg(long, value_name = "N")]
+    rate_limit_resolvers: Option<u64>,
+    /// Length of the fixed rate-limit window in seconds (the Hub's is 300).
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    rate_window: u64,
+    /// Latency added to every response, in milliseconds.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    latency_ms: u64,
+    /// Share of requests answered with a random 500/502/503 (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    error_rate: f64,
+    /// Share of successful bodies cut short mid-transfer (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    truncate_rate: f64,
+    /// Seed for the fault dice, so a faulty run can be replayed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SimArgs {
+    fn config(&self) -> SimConfig {
+        let mut config = SimConfig::new(self.root.clone());
+        config.listen = SocketAddr::new(self.bind, self.port);
+        config.tokens = self.tokens.clone();
+        config.page_size = self.page_size.max(1);
+        config.tree_page_size = self.tree_page_size.max(1);
+        let window = Duration::from_secs(self.rate_window.max(1));
+        for (bucket, limit) in [(Bucket::Api, self.rate_limit_api), (Bucket::Resolvers, self.rate_limit_resolvers)] {
+            if let Some(requests) = limit {
+                config.quotas.push((bucket, Quota { requests, window }));
+            }
+        }
+        config.faults = FaultConfig {
+            latency: Duration::from_millis(self.latency_ms),
+            error_rate: self.error_rate.clamp(0.0, 1.0),
+            truncate_rate: self.truncate_rate.clamp(0.0, 1.0),
+            seed: self.seed,
+        };
+        config
+    }
+}
+
+pub fn run(args: &SimArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let handle = start(args.config()).await.context("starting the simulator")?;
+        let repos = handle.sim.repos().len();
+        println!("hubalign sim: serving {repos} repositories from {} at {}", args.root.display(), handle.base_url);
+        println!("  use it with:  HF_ENDPOINT={} (huggingface_hub, hf-hub, hubalign)", handle.base_url);
+        println!("  storage:      {} (its own origin, as the Hub's CDN is)", handle.storage_url);
+        println!("  counters:     {}/_sim/counters", handle.base_url);
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        handle.stop().await;
+        Ok(Exit::Clean)
+    })
+}
