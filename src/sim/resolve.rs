@@ -94,31 +94,58 @@ pub(super) async fn resolve(
         return serve_content(&sim, &method, &headers, &entry.sha256, entry.size, out).await;
     }
     out.insert(header::ETAG, quoted(&entry.git_oid));
-    out.insert("x-linked-etag", quoted(&entry.sha256));
-    set(&mut out, "x-linked-size", entry.size.to_string());
+    link_headers(&sim, &mut out, &id, &commit_sha, &entry.sha256, entry.size, entry.xet_hash());
+    // An absolute redirect to another origin, as to the Hub's CDN: clients read the file's metadata from this
+    // response and drop their token on the way. The query lets storage echo that metadata on a HEAD, for
+    // clients that follow the redirect before reading it (hf-hub's range reads).
+    let mut location = format!("{}/_storage/{}?repo={id}&commit={commit_sha}", sim.storage_url, entry.sha256);
     if let Some(xet_hash) = entry.xet_hash() {
-        set(&mut out, "x-xet-hash", xet_hash);
-        let refresh = format!("{}/api/models/{id}/xet-read-token/{commit_sha}", sim.base_url);
-        set(&mut out, "x-xet-refresh-route", format!("/api/models/{id}/xet-read-token/{commit_sha}"));
-        set(&mut out, "link", format!("<{refresh}>; rel=\"xet-auth\""));
+        location.push_str(&format!("&xet={xet_hash}"));
     }
-    // An absolute redirect, as to the Hub's CDN: clients treat relative ones as renames.
-    set(&mut out, "location", format!("{}/_storage/{}?repo={id}", sim.storage_url, entry.sha256));
+    set(&mut out, "location", location);
     out.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     Ok((StatusCode::FOUND, out).into_response())
 }
 
-/// `GET|HEAD /_storage/{sha256}`: the storage and CDN side, with ranges.
+/// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route.
+fn link_headers(sim: &Shared, out: &mut HeaderMap, id: &str, commit: &str, sha256: &str, size: u64, xet_hash: Option<&str>) {
+    set(out, "x-repo-commit", commit);
+    out.insert("x-linked-etag", quoted(sha256));
+    set(out, "x-linked-size", size.to_string());
+    if let Some(xet_hash) = xet_hash {
+        set(out, "x-xet-hash", xet_hash);
+        let route = format!("/api/models/{id}/xet-read-token/{commit}");
+        set(out, "x-xet-refresh-route", &route);
+        set(out, "link", format!("<{}{route}>; rel=\"xet-auth\"", sim.base_url));
+    }
+}
+
+/// Where a storage URL came from: `resolve` puts the repo, commit and Xet hash in its query.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct StorageQuery {
+    repo: Option<String>,
+    commit: Option<String>,
+    xet: Option<String>,
+}
+
+/// `GET|HEAD /_storage/{sha256}`: the storage and CDN side, with ranges. A HEAD repeats the file's metadata;
+/// a GET does not send `X-Linked-Size`, which clients would take for the length of a ranged body.
 pub(super) async fn storage(
     State(sim): State<Shared>,
     method: Method,
     headers: HeaderMap,
     Path(sha256): Path<String>,
+    axum::extract::Query(origin): axum::extract::Query<StorageQuery>,
 ) -> Result<Response, HubError> {
     let size = sim.content_size(&sha256).ok_or_else(|| HubError::not_found(format!("no object {sha256}")))?;
     let mut out = HeaderMap::new();
     out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     out.insert(header::ETAG, quoted(&sha256));
+    if method == Method::HEAD
+        && let (Some(repo), Some(commit)) = (&origin.repo, &origin.commit)
+    {
+        link_headers(&sim, &mut out, repo, commit, &sha256, size, origin.xet.as_deref());
+    }
     serve_content(&sim, &method, &headers, &sha256, size, out).await
 }
 

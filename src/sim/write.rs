@@ -417,7 +417,11 @@ pub(super) async fn commit(
         let num = repo.pull_requests.len() as u64 + 1;
         repo.pull_requests.push(PullRequest { num, title: summary, open: true });
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
-        body["pullRequestUrl"] = format!("{}/{id}/discussions/{num}", sim.base_url).into();
+        let pr_url = format!("{}/{id}/discussions/{num}", sim.base_url);
+        // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.
+        body["pullRequestUrl"] = pr_url.clone().into();
+        body["prUrl"] = pr_url.into();
+        body["prNum"] = num.into();
     } else {
         let branch = if repo.refs.contains_key(&revision) { revision.clone() } else { "main".to_owned() };
         repo.refs.insert(branch, sha.clone());

@@ -6,4 +6,5 @@ mod docs;
 mod fixtures;
 mod interop;
 mod properties;
+mod sim;
 mod support;

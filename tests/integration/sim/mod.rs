@@ -1,0 +1,6 @@
+//! The Hub simulator, judged by the official clients and by direct HTTP checks.
+
+mod http;
+mod python_client;
+mod rust_client;
+pub mod world;

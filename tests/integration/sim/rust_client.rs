@@ -1,0 +1,1 @@
+//! `hf-hub` 1.x (HF's Rust client) against the simulator.
