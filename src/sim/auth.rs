@@ -36,7 +36,8 @@ impl FromStr for TokenSpec {
         if token.is_empty() || user.is_empty() {
             return Err("expected TOKEN:USER[:ORG,ORG…]".into());
         }
-        let mut namespaces: BTreeSet<String> = parts.next().unwrap_or("").split(',').filter(|o| !o.is_empty()).map(String::from).collect();
+        let mut namespaces: BTreeSet<String> =
+            parts.next().unwrap_or("").split(',').filter(|o| !o.is_empty()).map(String::from).collect();
         namespaces.insert(user.to_owned());
         Ok(TokenSpec { token: token.to_owned(), account: Account { user: user.to_owned(), namespaces } })
     }

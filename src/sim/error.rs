@@ -42,10 +42,14 @@ impl HubError {
     /// 401/403 `GatedRepo`.
     pub fn gated(id: &str, authenticated: bool) -> HubError {
         if authenticated {
-            let msg = format!("Access to model {id} is restricted and you are not in the authorized list. Visit https://huggingface.co/{id} to ask for access.");
+            let msg = format!(
+                "Access to model {id} is restricted and you are not in the authorized list. Visit https://huggingface.co/{id} to ask for access."
+            );
             HubError::new(StatusCode::FORBIDDEN, Some("GatedRepo"), msg)
         } else {
-            let msg = format!("Access to model {id} is restricted. You must have access to it and be authenticated to access it. Please log in.");
+            let msg = format!(
+                "Access to model {id} is restricted. You must have access to it and be authenticated to access it. Please log in."
+            );
             HubError::new(StatusCode::UNAUTHORIZED, Some("GatedRepo"), msg)
         }
     }
@@ -82,7 +86,11 @@ impl HubError {
 
     /// 412 when `parentCommit` is not the head.
     pub fn stale_parent() -> HubError {
-        HubError::new(StatusCode::PRECONDITION_FAILED, None, "A commit has happened since. Please refresh and try again.")
+        HubError::new(
+            StatusCode::PRECONDITION_FAILED,
+            None,
+            "A commit has happened since. Please refresh and try again.",
+        )
     }
 
     /// 404 for an unknown route.

@@ -144,7 +144,9 @@ impl Sim {
 
     /// A body streaming `len` bytes of the content from `start`.
     pub async fn content_stream(&self, sha256: &str, start: u64, len: u64) -> std::io::Result<Body> {
-        let path = self.blob_path(sha256).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"))?;
+        let path = self
+            .blob_path(sha256)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"))?;
         let mut file = tokio::fs::File::open(path).await?;
         file.seek(std::io::SeekFrom::Start(start)).await?;
         Ok(Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 * 1024)))
@@ -245,7 +247,11 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
     tokio::net::TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })
 }
 
-fn serve(listener: tokio::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|stop| *stop).await;

@@ -67,7 +67,8 @@ fn with_ids(repo: &Repo, props: Map<String, Value>) -> Value {
 
 /// A stable pseudo database id.
 fn fxhash(s: &str) -> u128 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u128, |h, b| (h ^ u128::from(b)).wrapping_mul(0x100_0000_01b3)) & ((1 << 96) - 1)
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u128, |h, b| (h ^ u128::from(b)).wrapping_mul(0x100_0000_01b3))
+        & ((1 << 96) - 1)
 }
 
 fn pick(all: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
@@ -75,7 +76,11 @@ fn pick(all: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
 }
 
 /// `GET /api/models`: search, author, repeated filter, sort, limit, full, expand; cursor pagination via `Link`.
-pub(super) async fn list_models(State(sim): State<Shared>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Result<Response, HubError> {
+pub(super) async fn list_models(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, HubError> {
     let params = Params::parse(raw.as_deref().unwrap_or(""));
     let caller = sim.accounts.caller(&headers)?;
     let search = params.get("search").map(str::to_lowercase);
@@ -102,7 +107,8 @@ pub(super) async fn list_models(State(sim): State<Shared>, headers: HeaderMap, R
         Some("createdAt" | "created_at") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at())),
         _ => {}
     }
-    let page_size = params.number("limit").map_or(sim.config.page_size, |l| (l as usize).clamp(1, sim.config.page_size));
+    let page_size =
+        params.number("limit").map_or(sim.config.page_size, |l| (l as usize).clamp(1, sim.config.page_size));
     let offset = params.number("cursor").unwrap_or(0) as usize;
     let page: Vec<Value> = hits
         .iter()
@@ -135,7 +141,11 @@ pub(super) async fn list_models(State(sim): State<Shared>, headers: HeaderMap, R
 }
 
 /// Finds a repo the caller may see.
-pub fn visible_repo<'a>(repos: &'a std::collections::BTreeMap<String, Repo>, id: &str, caller: Option<&super::auth::Account>) -> Result<&'a Repo, HubError> {
+pub fn visible_repo<'a>(
+    repos: &'a std::collections::BTreeMap<String, Repo>,
+    id: &str,
+    caller: Option<&super::auth::Account>,
+) -> Result<&'a Repo, HubError> {
     let repo = repos.get(id).ok_or_else(|| HubError::repo_not_found(id, caller.is_some()))?;
     can_see(repo, caller)?;
     Ok(repo)
@@ -219,7 +229,8 @@ pub(super) async fn tree(
     if !prefix.is_empty() && items.is_empty() && !commit.files.contains_key(prefix) {
         return Err(HubError::entry_not_found(prefix, &commit.sha));
     }
-    let page_size = params.number("limit").map_or(sim.config.tree_page_size, |l| (l as usize).clamp(1, sim.config.tree_page_size));
+    let page_size =
+        params.number("limit").map_or(sim.config.tree_page_size, |l| (l as usize).clamp(1, sim.config.tree_page_size));
     let offset = params.number("cursor").unwrap_or(0) as usize;
     let page: Vec<Value> = items.iter().skip(offset).take(page_size).cloned().collect();
     let mut response = Json(page).into_response();
@@ -230,7 +241,11 @@ pub(super) async fn tree(
         }
         let path_part = if prefix.is_empty() { String::new() } else { format!("/{prefix}") };
         let rev = form_urlencoded::byte_serialize(revision.as_bytes()).collect::<String>();
-        let next = format!("<{}/api/models/{id}/tree/{rev}{path_part}?{query}cursor={}>; rel=\"next\"", sim.base_url, offset + page_size);
+        let next = format!(
+            "<{}/api/models/{id}/tree/{rev}{path_part}?{query}cursor={}>; rel=\"next\"",
+            sim.base_url,
+            offset + page_size
+        );
         if let Ok(v) = HeaderValue::from_str(&next) {
             response.headers_mut().insert(header::LINK, v);
         }
@@ -248,7 +263,14 @@ pub(super) async fn paths_info(
     let params = if headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
         let v: Value = serde_json::from_str(&body).map_err(|e| HubError::bad_request(e.to_string()))?;
         let paths = v["paths"].as_array().cloned().unwrap_or_default();
-        Params::parse(&paths.iter().filter_map(Value::as_str).map(|p| format!("paths={}", form_urlencoded::byte_serialize(p.as_bytes()).collect::<String>())).collect::<Vec<_>>().join("&"))
+        Params::parse(
+            &paths
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|p| format!("paths={}", form_urlencoded::byte_serialize(p.as_bytes()).collect::<String>()))
+                .collect::<Vec<_>>()
+                .join("&"),
+        )
     } else {
         Params::parse(&body)
     };
@@ -271,7 +293,12 @@ pub(super) async fn paths_info(
 /// `GET /api/whoami-v2`.
 pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
     let account = sim.accounts.caller(&headers)?.ok_or_else(HubError::auth_required)?;
-    let orgs: Vec<Value> = account.namespaces.iter().filter(|n| **n != account.user).map(|n| json!({ "name": n, "type": "org" })).collect();
+    let orgs: Vec<Value> = account
+        .namespaces
+        .iter()
+        .filter(|n| **n != account.user)
+        .map(|n| json!({ "name": n, "type": "org" }))
+        .collect();
     Ok(Json(json!({
         "type": "user",
         "id": format!("{:024x}", fxhash(&account.user)),

@@ -108,7 +108,15 @@ pub(super) async fn resolve(
 }
 
 /// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route.
-fn link_headers(sim: &Shared, out: &mut HeaderMap, id: &str, commit: &str, sha256: &str, size: u64, xet_hash: Option<&str>) {
+fn link_headers(
+    sim: &Shared,
+    out: &mut HeaderMap,
+    id: &str,
+    commit: &str,
+    sha256: &str,
+    size: u64,
+    xet_hash: Option<&str>,
+) {
     set(out, "x-repo-commit", commit);
     out.insert("x-linked-etag", quoted(sha256));
     set(out, "x-linked-size", size.to_string());

@@ -137,7 +137,9 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
     let admission = bucket.and_then(|b| sim.limiter.admit(b, Instant::now()));
     if let Some(a) = admission.as_ref().filter(|a| !a.allowed) {
         sim.counters.update(|c| c.rate_limited += 1);
-        let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(serde_json::json!({"error": "Too Many Requests"}))).into_response();
+        let mut response =
+            (StatusCode::TOO_MANY_REQUESTS, axum::Json(serde_json::json!({"error": "Too Many Requests"})))
+                .into_response();
         let h = response.headers_mut();
         h.insert(header::RETRY_AFTER, HeaderValue::from(a.reset_seconds));
         insert_limits(h, a);
@@ -153,7 +155,11 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
     if let Some(a) = &admission {
         insert_limits(response.headers_mut(), a);
     }
-    let declared = response.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = response
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let cut_at = match (fault, declared) {
         (Fault::Truncate, Some(len)) if len > 1 && response.status().is_success() => {
             sim.counters.update(|c| c.faults_injected += 1);
@@ -187,7 +193,10 @@ impl http_body::Body for Metered {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         if self.cut_at.is_some_and(|cut| self.sent >= cut) {
             return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
         }

@@ -62,7 +62,11 @@ pub(super) struct CreateRepo {
 }
 
 /// `POST /api/repos/create`: 409 when it exists (with its `url`, as the Hub answers).
-pub(super) async fn create_repo(State(sim): State<Shared>, headers: HeaderMap, Json(req): Json<CreateRepo>) -> Result<Response, HubError> {
+pub(super) async fn create_repo(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Json(req): Json<CreateRepo>,
+) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let account = caller.ok_or_else(HubError::auth_required)?;
     if req.repo_type.as_deref().is_some_and(|t| t != "model") {
@@ -99,7 +103,11 @@ pub(super) struct DeleteRepo {
 }
 
 /// `DELETE /api/repos/delete`.
-pub(super) async fn delete_repo(State(sim): State<Shared>, headers: HeaderMap, Json(req): Json<DeleteRepo>) -> Result<Response, HubError> {
+pub(super) async fn delete_repo(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Json(req): Json<DeleteRepo>,
+) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let account = caller.ok_or_else(HubError::auth_required)?;
     let namespace = req.organization.clone().unwrap_or_else(|| account.user.clone());
@@ -130,7 +138,8 @@ pub(super) async fn settings(
         repo.meta.private = v != "public";
     }
     if let Some(g) = body.get("gated") {
-        repo.meta.gated = serde_json::from_value(g.clone()).map_err(|e| HubError::bad_request(format!("gated: {e}")))?;
+        repo.meta.gated =
+            serde_json::from_value(g.clone()).map_err(|e| HubError::bad_request(format!("gated: {e}")))?;
     }
     tracing::info!(repo.id = %id, private = repo.meta.private, "settings updated");
     Ok(Json(json!({ "private": repo.meta.private, "gated": repo.meta.gated.to_json() })).into_response())
@@ -146,7 +155,11 @@ fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit, HubError> 
     repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))
 }
 
-fn writable_repo<'a>(repos: &'a BTreeMap<String, Repo>, id: &str, caller: Option<&Account>) -> Result<&'a Repo, HubError> {
+fn writable_repo<'a>(
+    repos: &'a BTreeMap<String, Repo>,
+    id: &str,
+    caller: Option<&Account>,
+) -> Result<&'a Repo, HubError> {
     let ns = id.split_once('/').map_or(id, |(ns, _)| ns);
     let repo = repos.get(id).ok_or_else(|| HubError::repo_not_found(id, caller.is_some()))?;
     can_see(repo, caller)?;
@@ -173,9 +186,11 @@ pub(super) async fn preupload(
             let path = f["path"].as_str().unwrap_or_default();
             let size = f["size"].as_u64().unwrap_or(0);
             let lfs = size > 0 && is_lfs_path(path, size);
-            let mut answer = json!({ "path": path, "uploadMode": if lfs { "lfs" } else { "regular" }, "shouldIgnore": false });
+            let mut answer =
+                json!({ "path": path, "uploadMode": if lfs { "lfs" } else { "regular" }, "shouldIgnore": false });
             if let Some(existing) = head.files.get(path) {
-                answer["oid"] = if existing.is_lfs() { existing.sha256.clone() } else { existing.git_oid.clone() }.into();
+                answer["oid"] =
+                    if existing.is_lfs() { existing.sha256.clone() } else { existing.git_oid.clone() }.into();
             }
             answer
         })
@@ -195,7 +210,10 @@ pub(super) async fn lfs_batch(
     let name = name_git.strip_suffix(".git").unwrap_or(&name_git);
     let id = format!("{ns}/{name}");
     writable_repo(&sim.repos(), &id, caller)?;
-    let transfers: Vec<&str> = body["transfers"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_else(|| vec!["basic"]);
+    let transfers: Vec<&str> = body["transfers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_else(|| vec!["basic"]);
     let multipart = transfers.contains(&"multipart");
     let mut objects = Vec::new();
     for o in body["objects"].as_array().cloned().unwrap_or_default() {
@@ -259,7 +277,11 @@ async fn admit_object(sim: &Sim, temp: PathBuf, oid: &str, sha256: &str) -> Resu
 }
 
 /// `PUT /_lfs/upload/{oid}`: a basic-transfer upload.
-pub(super) async fn lfs_upload_basic(State(sim): State<Shared>, Path(oid): Path<String>, body: Body) -> Result<Response, HubError> {
+pub(super) async fn lfs_upload_basic(
+    State(sim): State<Shared>,
+    Path(oid): Path<String>,
+    body: Body,
+) -> Result<Response, HubError> {
     let temp = sim.store.join("incoming").join(format!("{oid}.{}", std::process::id()));
     let (_, sha256) = receive(&sim, body, &temp).await?;
     admit_object(&sim, temp, &oid, &sha256).await?;
@@ -267,7 +289,11 @@ pub(super) async fn lfs_upload_basic(State(sim): State<Shared>, Path(oid): Path<
 }
 
 /// `PUT /_lfs/part/{oid}/{part}`: one part of a multipart upload; answers its `ETag`.
-pub(super) async fn lfs_upload_part(State(sim): State<Shared>, Path((oid, part)): Path<(String, u64)>, body: Body) -> Result<Response, HubError> {
+pub(super) async fn lfs_upload_part(
+    State(sim): State<Shared>,
+    Path((oid, part)): Path<(String, u64)>,
+    body: Body,
+) -> Result<Response, HubError> {
     let path = sim.store.join("parts").join(&oid).join(format!("{part:05}"));
     let (_, sha256) = receive(&sim, body, &path).await?;
     let mut response = StatusCode::OK.into_response();
@@ -292,7 +318,11 @@ struct Part {
 }
 
 /// `POST /_lfs/complete/{oid}`: joins the parts, in the order given, and checks the hash.
-pub(super) async fn lfs_complete(State(sim): State<Shared>, Path(oid): Path<String>, Json(req): Json<CompleteMultipart>) -> Result<Response, HubError> {
+pub(super) async fn lfs_complete(
+    State(sim): State<Shared>,
+    Path(oid): Path<String>,
+    Json(req): Json<CompleteMultipart>,
+) -> Result<Response, HubError> {
     if req.oid != oid {
         return Err(HubError::bad_request("oid mismatch"));
     }
@@ -314,7 +344,11 @@ pub(super) async fn lfs_complete(State(sim): State<Shared>, Path(oid): Path<Stri
 }
 
 /// `POST /_lfs/verify/{oid}`: whether the object is stored with the announced size.
-pub(super) async fn lfs_verify(State(sim): State<Shared>, Path(oid): Path<String>, Json(body): Json<Value>) -> Result<Response, HubError> {
+pub(super) async fn lfs_verify(
+    State(sim): State<Shared>,
+    Path(oid): Path<String>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
     match (sim.content_size(&oid), body["size"].as_u64()) {
         (Some(have), Some(want)) if have == want => Ok(StatusCode::OK.into_response()),
         _ => Err(HubError::not_found(format!("object {oid} not stored"))),
@@ -360,7 +394,9 @@ pub(super) async fn commit(
                 let path = value["path"].as_str().ok_or_else(|| HubError::bad_request("file without path"))?.to_owned();
                 let content = value["content"].as_str().unwrap_or_default();
                 let bytes = match value["encoding"].as_str() {
-                    Some("base64") => BASE64.decode(content).map_err(|e| HubError::bad_request(format!("{path}: {e}")))?,
+                    Some("base64") => {
+                        BASE64.decode(content).map_err(|e| HubError::bad_request(format!("{path}: {e}")))?
+                    }
                     _ => content.as_bytes().to_vec(),
                 };
                 let sha256 = store_bytes(&sim, &bytes).await?;
@@ -369,7 +405,8 @@ pub(super) async fn commit(
                 ops.push(Op::Add { path, entry });
             }
             "lfsFile" => {
-                let path = value["path"].as_str().ok_or_else(|| HubError::bad_request("lfsFile without path"))?.to_owned();
+                let path =
+                    value["path"].as_str().ok_or_else(|| HubError::bad_request("lfsFile without path"))?.to_owned();
                 let oid = value["oid"].as_str().unwrap_or_default().to_owned();
                 let size = value["size"].as_u64().unwrap_or(0);
                 let storage = sim.lfs_storage(&oid, size).ok_or_else(|| {
@@ -435,7 +472,8 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
     let trimmed = body.trim_start();
     if trimmed.starts_with('{') && !trimmed.contains("\"key\"") {
         let v: Value = serde_json::from_str(trimmed).map_err(|e| HubError::bad_request(format!("commit body: {e}")))?;
-        let mut out = vec![("header".to_owned(), json!({ "summary": v["summary"], "parentCommit": v["parentCommit"] }))];
+        let mut out =
+            vec![("header".to_owned(), json!({ "summary": v["summary"], "parentCommit": v["parentCommit"] }))];
         for (list, key) in [("files", "file"), ("lfsFiles", "lfsFile"), ("deletedEntries", "deletedFile")] {
             for item in v[list].as_array().cloned().unwrap_or_default() {
                 out.push((key.to_owned(), item));
@@ -446,7 +484,8 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
     body.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {
-            let v: Value = serde_json::from_str(line).map_err(|e| HubError::bad_request(format!("commit line: {e}")))?;
+            let v: Value =
+                serde_json::from_str(line).map_err(|e| HubError::bad_request(format!("commit line: {e}")))?;
             let key = v["key"].as_str().ok_or_else(|| HubError::bad_request("commit line without key"))?.to_owned();
             Ok((key, v["value"].clone()))
         })

@@ -30,7 +30,10 @@ fn resolve_redirects_large_files_to_a_range_capable_storage_origin() {
         assert_eq!(h["x-linked-etag"].to_str().unwrap(), format!("\"{sha}\""));
         assert!(h.contains_key("etag"));
         let location = h["location"].to_str().unwrap().to_owned();
-        assert!(location.starts_with("http://") && !location.starts_with(&world.endpoint()), "another origin: {location}");
+        assert!(
+            location.starts_with("http://") && !location.starts_with(&world.endpoint()),
+            "another origin: {location}"
+        );
 
         let ranged = |range: &'static str| c.get(&location).header("range", range).send();
         let r = ranged("bytes=0-99").await.unwrap();
@@ -50,10 +53,17 @@ fn resolve_redirects_large_files_to_a_range_capable_storage_origin() {
         assert_eq!(whole.bytes().await.unwrap(), original);
 
         // Old revisions stay addressable by commit; small files are served directly with their git etag.
-        let pinned = c.get(format!("{}/mlx-community/tiny-q4/resolve/{commit}/config.json", world.endpoint())).send().await.unwrap();
+        let pinned = c
+            .get(format!("{}/mlx-community/tiny-q4/resolve/{commit}/config.json", world.endpoint()))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(pinned.status(), StatusCode::OK);
         assert_eq!(pinned.headers()["x-repo-commit"].to_str().unwrap(), commit);
-        assert_eq!(pinned.bytes().await.unwrap(), std::fs::read(crate::support::fixture("mlx_lm/q4/config.json")).unwrap());
+        assert_eq!(
+            pinned.bytes().await.unwrap(),
+            std::fs::read(crate::support::fixture("mlx_lm/q4/config.json")).unwrap()
+        );
         // Following the redirect keeps the range, as clients do.
         let followed = reqwest::Client::new().get(shard_url(&world)).header("range", "bytes=0-7").send().await.unwrap();
         assert_eq!(followed.status(), StatusCode::PARTIAL_CONTENT);
@@ -93,8 +103,15 @@ fn errors_carry_the_hubs_codes() {
         assert_eq!((gated_anon.status(), code(&gated_anon).as_deref()), (StatusCode::UNAUTHORIZED, Some("GatedRepo")));
         let gated_carol = get("/gemma-org/gated-q4/resolve/main/config.json".into(), Some(CAROL)).await.unwrap();
         assert_eq!((gated_carol.status(), code(&gated_carol).as_deref()), (StatusCode::FORBIDDEN, Some("GatedRepo")));
-        assert_eq!(get("/gemma-org/gated-q4/resolve/main/config.json".into(), Some(BOB)).await.unwrap().status(), StatusCode::OK);
-        assert_eq!(get("/api/models/gemma-org/gated-q4".into(), None).await.unwrap().status(), StatusCode::OK, "metadata stays public");
+        assert_eq!(
+            get("/gemma-org/gated-q4/resolve/main/config.json".into(), Some(BOB)).await.unwrap().status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            get("/api/models/gemma-org/gated-q4".into(), None).await.unwrap().status(),
+            StatusCode::OK,
+            "metadata stays public"
+        );
         let disabled = get("/old-org/disabled-q4/resolve/main/config.json".into(), None).await.unwrap();
         assert_eq!(disabled.status(), StatusCode::FORBIDDEN);
         assert_eq!(disabled.headers()["x-error-message"].to_str().unwrap(), "Access to this resource is disabled.");
@@ -130,7 +147,11 @@ fn listing_pages_through_link_headers() {
         assert!(pages >= 3);
         ids
     });
-    assert_eq!(ids.len(), 7, "{ids:?}: every public MLX repo (gated and disabled ones too), not the private or non-MLX ones");
+    assert_eq!(
+        ids.len(),
+        7,
+        "{ids:?}: every public MLX repo (gated and disabled ones too), not the private or non-MLX ones"
+    );
     assert!(!ids.iter().any(|i| i.contains("private") || i.contains("not-mlx")));
     assert_eq!(world.counters().requests["models_list"], 4);
 }
@@ -150,8 +171,45 @@ fn rate_limits_answer_429_with_the_hubs_headers() {
         assert!(third.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() <= 30);
         assert!(third.headers()["ratelimit"].to_str().unwrap().starts_with("\"api\";r=0;t="));
         // Resolvers are a separate bucket.
-        let resolve = c.get(format!("{}/mlx-community/tiny-q4/resolve/main/config.json", world.endpoint())).send().await.unwrap();
+        let resolve =
+            c.get(format!("{}/mlx-community/tiny-q4/resolve/main/config.json", world.endpoint())).send().await.unwrap();
         assert_eq!(resolve.status(), StatusCode::OK);
     });
     assert_eq!(world.counters().rate_limited, 1);
+}
+
+#[test]
+fn faults_are_injected_as_configured_and_counted() {
+    let root = tempfile::tempdir().unwrap();
+    super::world::populate(root.path());
+    let world = super::world::start_on(root, |c| {
+        c.faults = hubalign::sim::faults::FaultConfig {
+            error_rate: 0.5,
+            truncate_rate: 0.5,
+            seed: 42,
+            latency: std::time::Duration::from_millis(20),
+        };
+    });
+    let original = std::fs::read(crate::support::fixture("mlx_lm/q4/model.safetensors")).unwrap();
+    let outcomes = world.runtime.block_on(async {
+        let c = reqwest::Client::new();
+        let mut outcomes = (0, 0, 0);
+        for _ in 0..40 {
+            let started = std::time::Instant::now();
+            match c.get(shard_url(&world)).send().await {
+                Ok(r) if r.status().is_server_error() => outcomes.0 += 1,
+                Ok(r) => match r.bytes().await {
+                    Ok(body) if body == original => outcomes.2 += 1,
+                    _ => outcomes.1 += 1,
+                },
+                Err(_) => outcomes.1 += 1,
+            }
+            assert!(started.elapsed() >= std::time::Duration::from_millis(20), "latency added");
+        }
+        outcomes
+    });
+    let (errors, truncated, whole) = outcomes;
+    assert!(errors > 0 && truncated > 0 && whole > 0, "{outcomes:?}");
+    let c = world.counters();
+    assert!(c.faults_injected >= (errors + truncated) as u64, "{c:?}");
 }

@@ -56,7 +56,11 @@ fn uploads_through_git_lfs_when_xet_is_disabled() {
     let world = standard();
     let bundle = tempfile::tempdir().unwrap();
     fresh_bundle("mlx_lm/q8", bundle.path());
-    run_checks(&world, &["upload_lfs"], &[("HF_HUB_DISABLE_XET", "1"), ("SIM_UPLOAD_LFS", bundle.path().to_str().unwrap())]);
+    run_checks(
+        &world,
+        &["upload_lfs"],
+        &[("HF_HUB_DISABLE_XET", "1"), ("SIM_UPLOAD_LFS", bundle.path().to_str().unwrap())],
+    );
     let c = world.counters();
     let shard = std::fs::metadata(bundle.path().join("model.safetensors")).unwrap().len();
     assert!(c.lfs_bytes_received >= shard, "{c:?}");

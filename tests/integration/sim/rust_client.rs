@@ -67,9 +67,18 @@ fn creates_a_repository_and_commits() {
     let cache = tempfile::tempdir().unwrap();
     world.runtime.block_on(async {
         let c = client(&world, ALICE, cache.path());
-        let url = c.create_repository().repo_id("alice/rust-made").repo_type(RepoTypeModel).private(true).exist_ok(true).send().await.unwrap();
+        let url = c
+            .create_repository()
+            .repo_id("alice/rust-made")
+            .repo_type(RepoTypeModel)
+            .private(true)
+            .exist_ok(true)
+            .send()
+            .await
+            .unwrap();
         assert!(url.url.ends_with("/alice/rust-made"));
-        let again = c.create_repository().repo_id("alice/rust-made").repo_type(RepoTypeModel).exist_ok(true).send().await;
+        let again =
+            c.create_repository().repo_id("alice/rust-made").repo_type(RepoTypeModel).exist_ok(true).send().await;
         assert!(again.is_ok(), "exist_ok treats 409 as success");
         let repo = c.model("alice", "rust-made");
         let card = b"---\nlibrary_name: mlx\n---\n".to_vec();

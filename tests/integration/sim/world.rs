@@ -1,6 +1,6 @@
 //! A simulated Hub over a temporary directory of fixture bundles, on a runtime of its own.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hubalign::sim::auth::TokenSpec;
 use hubalign::sim::faults::{Bucket, Quota};
@@ -21,8 +21,8 @@ pub struct World {
     pub runtime: tokio::runtime::Runtime,
     /// The simulator.
     pub hub: Option<SimHandle>,
-    /// The directory served.
-    pub root: tempfile::TempDir,
+    /// The directory served, removed with the world.
+    _root: tempfile::TempDir,
 }
 
 impl World {
@@ -59,7 +59,12 @@ pub fn populate(root: &Path) {
     bundle(root, "mlx-community/tiny-bf16", "mlx_lm/bf16", mlx);
     bundle(root, "lmstudio/tiny-q8", "mlx_lm/q8", mlx);
     bundle(root, "lmstudio/tiny-mixed", "mlx_lm/mixed", mlx);
-    bundle(root, "gemma-org/gated-q4", "mlx_lm/q4", r#"{"library_name":"mlx","gated":"manual","grantedUsers":["bob"]}"#);
+    bundle(
+        root,
+        "gemma-org/gated-q4",
+        "mlx_lm/q4",
+        r#"{"library_name":"mlx","gated":"manual","grantedUsers":["bob"]}"#,
+    );
     bundle(root, "alice/private-q4", "mlx_lm/q4", r#"{"library_name":"mlx","private":true}"#);
     bundle(root, "old-org/disabled-q4", "mlx_lm/q4", r#"{"library_name":"mlx","disabled":true}"#);
     let plain = root.join("models/pytorch-org/not-mlx");
@@ -78,7 +83,7 @@ pub fn start_on(root: tempfile::TempDir, tune: impl FnOnce(&mut SimConfig)) -> W
         .collect();
     tune(&mut config);
     let hub = runtime.block_on(start(config)).unwrap();
-    World { runtime, hub: Some(hub), root }
+    World { runtime, hub: Some(hub), _root: root }
 }
 
 /// The standard world with small pages, so listing and trees take several requests.
@@ -99,11 +104,4 @@ pub fn rate_limited(requests: u64, window_secs: u64) -> World {
         c.page_size = 2;
         c.quotas = vec![(Bucket::Api, Quota { requests, window: std::time::Duration::from_secs(window_secs) })];
     })
-}
-
-/// A scratch directory for client caches and downloads.
-pub fn scratch() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_owned();
-    (dir, path)
 }
