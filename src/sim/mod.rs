@@ -19,6 +19,8 @@ pub mod read;
 pub mod resolve;
 mod server;
 pub mod write;
+pub mod xet;
+mod xet_api;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -54,6 +56,8 @@ pub struct SimConfig {
     pub quotas: Vec<(Bucket, Quota)>,
     /// Injected faults; none by default.
     pub faults: FaultConfig,
+    /// Run the embedded Xet CAS: large files become Xet-backed and Xet-aware clients upload through it.
+    pub xet: bool,
 }
 
 impl SimConfig {
@@ -68,6 +72,7 @@ impl SimConfig {
             tree_page_size: 1000,
             quotas: Vec::new(),
             faults: FaultConfig::default(),
+            xet: true,
         }
     }
 }
@@ -79,6 +84,9 @@ pub enum SimError {
     /// Reading the directory or the store failed.
     #[error(transparent)]
     Io(#[from] PathIoError),
+    /// The embedded Xet CAS failed.
+    #[error(transparent)]
+    Xet(#[from] xet::XetError),
     /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -112,6 +120,8 @@ pub struct Sim {
     pub limiter: RateLimiter,
     /// Injected faults.
     pub faults: Faults,
+    /// The embedded Xet CAS, when enabled.
+    pub xet: Option<xet::XetCas>,
 }
 
 /// The simulator as handlers share it.
@@ -137,25 +147,62 @@ impl Sim {
         self.blobs.read().unwrap_or_else(|p| p.into_inner()).get(sha256).cloned()
     }
 
-    /// Size of stored content, if known.
+    /// Size of stored content, if known: a file on disk, or a Xet file.
     pub fn content_size(&self, sha256: &str) -> Option<u64> {
-        self.blob_path(sha256).and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+        if let Some(meta) = self.blob_path(sha256).and_then(|p| std::fs::metadata(p).ok()) {
+            return Some(meta.len());
+        }
+        self.xet.as_ref().and_then(|x| x.cached(sha256)).map(|o| o.size)
     }
 
-    /// A body streaming `len` bytes of the content from `start`.
+    /// A body streaming `len` bytes of the content from `start`: from disk when the simulator holds the file,
+    /// otherwise reconstructed from the Xet CAS.
     pub async fn content_stream(&self, sha256: &str, start: u64, len: u64) -> std::io::Result<Body> {
-        let path = self
-            .blob_path(sha256)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"))?;
-        let mut file = tokio::fs::File::open(path).await?;
-        file.seek(std::io::SeekFrom::Start(start)).await?;
-        Ok(Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 * 1024)))
+        if let Some(path) = self.blob_path(sha256) {
+            let mut file = tokio::fs::File::open(path).await?;
+            file.seek(std::io::SeekFrom::Start(start)).await?;
+            return Ok(Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 * 1024)));
+        }
+        let object = self.xet.as_ref().and_then(|x| x.cached(sha256).map(|o| (x, o)));
+        let Some((xet, object)) = object else {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no object {sha256}")));
+        };
+        xet.stream(&object, start, len).await.map_err(std::io::Error::other)
+    }
+
+    /// How an `lfsFile` with this oid is stored, if its content was uploaded: to the Xet CAS, or by Git LFS.
+    pub async fn lfs_storage(&self, sha256: &str, size: u64) -> Result<Option<model::Storage>, xet::XetError> {
+        if let Some(xet) = &self.xet
+            && let Some(object) = xet.lookup(sha256).await?
+            && object.size == size
+        {
+            return Ok(Some(model::Storage::Xet { xet_hash: object.xet_hash }));
+        }
+        Ok((self.content_size(sha256) == Some(size)).then_some(model::Storage::Lfs))
     }
 
     /// Re-reads the directory: new repositories appear, and a repository whose files changed gets a new commit
-    /// on `main` (old commits stay addressable). Returns the ids that changed.
-    pub fn rescan(&self) -> Result<Vec<String>, SimError> {
-        let disk = ingest::scan_root(&self.config.root)?;
+    /// on `main` (old commits stay addressable). Large files are ingested into the Xet CAS first, so they are
+    /// Xet-backed as on today's Hub. Returns the ids that changed.
+    pub async fn rescan(&self) -> Result<Vec<String>, SimError> {
+        let root = self.config.root.clone();
+        let disk = tokio::task::spawn_blocking(move || ingest::scan_root(&root)).await.map_err(|e| PathIoError {
+            path: self.config.root.clone(),
+            op: "scan",
+            source: std::io::Error::other(e),
+        })??;
+        if let Some(xet) = &self.xet {
+            let mut todo: Vec<PathBuf> = disk
+                .iter()
+                .flat_map(|r| &r.files)
+                .filter(|f| ingest::is_lfs_path(&f.rel, f.size) && f.size > 0 && xet.cached(&f.sha256).is_none())
+                .map(|f| f.abs.clone())
+                .collect();
+            todo.sort();
+            todo.dedup();
+            xet.ingest(&todo).await?;
+        }
+        let xet_hash = |sha: &str| self.xet.as_ref().and_then(|x| x.cached(sha)).map(|o| o.xet_hash);
         let mut changed = Vec::new();
         for found in disk {
             for f in &found.files {
@@ -165,7 +212,7 @@ impl Sim {
             match repos.get_mut(&found.id) {
                 Some(repo) => {
                     let head = repo.head().map(|c| (c.sha.clone(), c.files.clone()));
-                    let commit = found.commit(head.as_ref().map(|(sha, _)| sha.clone()), &|_| None);
+                    let commit = found.commit(head.as_ref().map(|(sha, _)| sha.clone()), &xet_hash);
                     if head.as_ref().is_none_or(|(_, files)| *files != commit.files) {
                         repo.refs.insert("main".into(), commit.sha.clone());
                         repo.commits.insert(commit.sha.clone(), commit);
@@ -174,7 +221,7 @@ impl Sim {
                     repo.meta = found.meta;
                 }
                 None => {
-                    let commit = found.commit(None, &|_| None);
+                    let commit = found.commit(None, &xet_hash);
                     changed.push(found.id.clone());
                     repos.insert(found.id.clone(), Repo::new(found.id, found.meta, commit));
                 }
@@ -227,13 +274,14 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         accounts: Accounts::new(&config.tokens),
         repos: RwLock::new(BTreeMap::new()),
         blobs: RwLock::new(HashMap::new()),
-        store,
+        store: store.clone(),
         counters: Counters::default(),
         limiter: RateLimiter::new(config.quotas.clone()),
         faults: Faults::new(config.faults),
+        xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         config,
     });
-    sim.rescan()?;
+    sim.rescan().await?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = vec![
         serve(hub, server::hub_router(Arc::clone(&sim)), rx.clone()),

@@ -10,10 +10,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{any, get, post, put};
 
 use super::faults::{Bucket, Fault};
-use super::{Shared, read, resolve, write};
+use super::{Shared, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
 pub fn hub_router(sim: Shared) -> Router {
@@ -31,6 +31,8 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/preupload/{rev}", post(write::preupload))
         .route("/api/models/{ns}/{name}/commit/{rev}", post(write::commit))
         .route("/api/validate-yaml", post(write::validate_yaml))
+        .route("/api/models/{ns}/{name}/xet-read-token/{*rev}", get(xet_api::read_token))
+        .route("/api/models/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
         .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
         .route("/_sim/counters", get(counters))
@@ -51,6 +53,9 @@ pub fn storage_router(sim: Shared) -> Router {
         .route("/_lfs/part/{oid}/{part}", put(write::lfs_upload_part))
         .route("/_lfs/complete/{oid}", post(write::lfs_complete))
         .route("/_lfs/verify/{oid}", post(write::lfs_verify))
+        .route("/v1/{*rest}", any(xet_api::cas_proxy))
+        .route("/v2/{*rest}", any(xet_api::cas_proxy))
+        .route("/simulation/{*rest}", any(xet_api::cas_proxy))
         .fallback(|| async { super::error::HubError::not_found("no such storage object") })
         .layer(middleware::from_fn_with_state(sim.clone(), admit))
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -67,7 +72,7 @@ async fn reset_counters(State(sim): State<Shared>) -> StatusCode {
 }
 
 async fn rescan(State(sim): State<Shared>) -> Response {
-    match sim.rescan() {
+    match sim.rescan().await {
         Ok(changed) => axum::Json(serde_json::json!({ "changed": changed })).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
@@ -96,6 +101,7 @@ fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
         ["_lfs", ..] | [_, _, "info", "lfs", ..] => "lfs",
         ["_cas", ..] => "cas",
         ["_sim", ..] => "sim_control",
+        ["v1" | "v2" | "simulation" | "health", ..] => "cas",
         _ => "other",
     }
 }

@@ -236,6 +236,14 @@ pub(super) async fn lfs_batch(
         };
         objects.push(json!({ "oid": oid, "size": size, "authenticated": true, "actions": { "upload": upload, "verify": verify } }));
     }
+    if sim.xet.is_some() && transfers.contains(&"xet") {
+        // Xet-aware clients upload to the CAS; the objects need no actions here.
+        let objects: Vec<Value> = objects.iter().map(|o| json!({ "oid": o["oid"], "size": o["size"] })).collect();
+        let mut response =
+            Json(json!({ "transfer": "xet", "objects": objects, "hash_algo": "sha256" })).into_response();
+        response.headers_mut().insert("content-type", HeaderValue::from_static("application/vnd.git-lfs+json"));
+        return Ok(response);
+    }
     let transfer = if multipart { "multipart" } else { "basic" };
     let mut response = Json(json!({ "transfer": transfer, "objects": objects, "hash_algo": "sha256" })).into_response();
     response.headers_mut().insert("content-type", HeaderValue::from_static("application/vnd.git-lfs+json"));
@@ -409,9 +417,10 @@ pub(super) async fn commit(
                     value["path"].as_str().ok_or_else(|| HubError::bad_request("lfsFile without path"))?.to_owned();
                 let oid = value["oid"].as_str().unwrap_or_default().to_owned();
                 let size = value["size"].as_u64().unwrap_or(0);
-                let storage = sim.lfs_storage(&oid, size).ok_or_else(|| {
-                    HubError::bad_request(format!("{path}: LFS object {oid} ({size} bytes) was never uploaded"))
-                })?;
+                let storage =
+                    sim.lfs_storage(&oid, size).await.map_err(|e| HubError::bad_request(e.to_string()))?.ok_or_else(
+                        || HubError::bad_request(format!("{path}: LFS object {oid} ({size} bytes) was never uploaded")),
+                    )?;
                 ops.push(Op::Add { path, entry: FileEntry::new(size, oid, storage, None) });
             }
             "deletedFile" | "deletedEntry" => {
@@ -490,11 +499,4 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
             Ok((key, v["value"].clone()))
         })
         .collect()
-}
-
-impl Sim {
-    /// How an `lfsFile` with this oid is stored, if its content was uploaded (by LFS, or to the Xet CAS).
-    pub fn lfs_storage(&self, sha256: &str, size: u64) -> Option<Storage> {
-        (self.content_size(sha256) == Some(size)).then_some(Storage::Lfs)
-    }
 }

@@ -107,6 +107,36 @@ fn creates_a_repository_and_commits() {
             .await
             .unwrap();
         assert_eq!(pr.pr_num, Some(1));
+        // A large file goes through the LFS batch (answered with Xet), the CAS, and an lfsFile commit.
+        let mut big = vec![0u8; 3_000_000];
+        hubalign::safetensors::synth::fill_pseudo_random(7, &mut big);
+        let up = repo
+            .create_commit()
+            .operations(vec![CommitOperation::add_bytes("model.safetensors", big.clone())])
+            .commit_message("weights")
+            .send()
+            .await
+            .unwrap();
+        assert!(up.commit_oid.is_some());
+        let part =
+            repo.download_file_to_bytes().filename("model.safetensors").range(1000..2_000_000).send().await.unwrap();
+        assert_eq!(part.as_ref(), &big[1000..2_000_000]);
+        let whole = repo.download_file().filename("model.safetensors").send().await.unwrap();
+        assert_eq!(std::fs::read(whole).unwrap(), big);
+        let tree = repo.list_tree().send().unwrap();
+        futures_util::pin_mut!(tree);
+        let mut xet = None;
+        while let Some(e) = tree.next().await {
+            if let RepoTreeEntry::File { path, xet_hash, .. } = e.unwrap()
+                && path == "model.safetensors"
+            {
+                xet = xet_hash;
+            }
+        }
+        assert!(xet.is_some(), "stored in Xet");
+        let c = world.counters();
+        assert!(c.xet_bytes_received >= 1_000_000, "{c:?}");
+        assert_eq!(c.lfs_bytes_received, 0);
         repo.update_settings().private(false).send().await.unwrap();
         let readme = repo.download_file_to_bytes().filename("README.md").revision(first).send().await.unwrap();
         assert_eq!(readme.as_ref(), &card[..]);
