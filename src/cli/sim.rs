@@ -54,6 +54,12 @@ pub struct SimArgs {
     /// Seed for the fault dice, so a faulty run can be replayed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Part size of multipart Git LFS uploads, in bytes.
+    #[arg(long, default_value_t = 16 << 20, value_name = "BYTES")]
+    lfs_part_size: u64,
+    /// Serve large files from plain storage only: no embedded Xet CAS, so every client uploads by Git LFS.
+    #[arg(long)]
+    no_xet: bool,
 }
 
 impl SimArgs {
@@ -69,6 +75,8 @@ impl SimArgs {
                 config.quotas.push((bucket, Quota { requests, window }));
             }
         }
+        config.lfs_part_size = self.lfs_part_size.max(1);
+        config.xet = !self.no_xet;
         config.faults = FaultConfig {
             latency: Duration::from_millis(self.latency_ms),
             error_rate: self.error_rate.clamp(0.0, 1.0),

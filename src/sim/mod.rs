@@ -58,6 +58,8 @@ pub struct SimConfig {
     pub faults: FaultConfig,
     /// Run the embedded Xet CAS: large files become Xet-backed and Xet-aware clients upload through it.
     pub xet: bool,
+    /// Part size of multipart LFS uploads; objects larger than one part are uploaded in parts.
+    pub lfs_part_size: u64,
 }
 
 impl SimConfig {
@@ -73,6 +75,7 @@ impl SimConfig {
             quotas: Vec::new(),
             faults: FaultConfig::default(),
             xet: true,
+            lfs_part_size: 16 << 20,
         }
     }
 }

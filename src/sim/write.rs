@@ -23,8 +23,6 @@ use super::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
 use super::{Shared, Sim};
 use crate::hashing::finish_hex;
 
-/// Parts of a multipart LFS upload, as the Hub's S3 would cut them.
-const MULTIPART_CHUNK: u64 = 8 << 20;
 /// The `.gitattributes` a new repository starts with, as on the Hub.
 const GITATTRIBUTES: &str = "*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n*.gguf filter=lfs diff=lfs merge=lfs -text\n*.npz filter=lfs diff=lfs merge=lfs -text\n*.pt filter=lfs diff=lfs merge=lfs -text\n";
 
@@ -224,10 +222,11 @@ pub(super) async fn lfs_batch(
             continue;
         }
         let verify = json!({ "href": format!("{}/_lfs/verify/{oid}", sim.storage_url) });
-        let upload = if multipart && size > MULTIPART_CHUNK {
+        let part_size = sim.config.lfs_part_size.max(1);
+        let upload = if multipart && size > part_size {
             let mut header = serde_json::Map::new();
-            header.insert("chunk_size".into(), MULTIPART_CHUNK.to_string().into());
-            for part in 1..=size.div_ceil(MULTIPART_CHUNK) {
+            header.insert("chunk_size".into(), part_size.to_string().into());
+            for part in 1..=size.div_ceil(part_size) {
                 header.insert(format!("{part:05}"), format!("{}/_lfs/part/{oid}/{part}", sim.storage_url).into());
             }
             json!({ "href": format!("{}/_lfs/complete/{oid}", sim.storage_url), "header": header })

@@ -117,6 +117,27 @@ fn errors_carry_the_hubs_codes() {
         assert_eq!(disabled.headers()["x-error-message"].to_str().unwrap(), "Access to this resource is disabled.");
         let bad_token = get("/api/whoami-v2".into(), Some("hf_unknown")).await.unwrap();
         assert_eq!(bad_token.status(), StatusCode::UNAUTHORIZED);
+        let create = |token: Option<&'static str>, org: &'static str| {
+            let mut req = c.post(format!("{}/api/repos/create", world.endpoint())).json(&serde_json::json!({"name": "x", "organization": org}));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            req.send()
+        };
+        assert_eq!(create(None, "alice").await.unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(create(Some(CAROL), "alice").await.unwrap().status(), StatusCode::FORBIDDEN, "not her namespace");
+        assert_eq!(create(Some(ALICE), "alice-org").await.unwrap().status(), StatusCode::OK, "her organisation");
+        let twice = create(Some(ALICE), "alice-org").await.unwrap();
+        assert_eq!(twice.status(), StatusCode::CONFLICT);
+        assert!(twice.json::<serde_json::Value>().await.unwrap()["url"].as_str().unwrap().ends_with("/alice-org/x"));
+        let commit = c
+            .post(format!("{}/api/models/mlx-community/tiny-q4/commit/main", world.endpoint()))
+            .bearer_auth(CAROL)
+            .body("{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(commit.status(), StatusCode::FORBIDDEN, "no writes to others' repos");
     });
 }
 
@@ -176,6 +197,16 @@ fn rate_limits_answer_429_with_the_hubs_headers() {
         assert_eq!(resolve.status(), StatusCode::OK);
     });
     assert_eq!(world.counters().rate_limited, 1);
+    world.runtime.block_on(async {
+        let c = client();
+        let counters = format!("{}/_sim/counters", world.endpoint());
+        let before: serde_json::Value = c.get(&counters).send().await.unwrap().json().await.unwrap();
+        assert_eq!(before["rate_limited"], 1);
+        assert!(before["api_requests"].as_u64().unwrap() >= 3);
+        c.post(format!("{}/_sim/counters/reset", world.endpoint())).send().await.unwrap();
+        let after: serde_json::Value = c.get(&counters).send().await.unwrap().json().await.unwrap();
+        assert_eq!(after["rate_limited"], 0);
+    });
 }
 
 #[test]

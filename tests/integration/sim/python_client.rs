@@ -104,7 +104,10 @@ fn a_header_padded_shard_uploads_little_more_than_its_header() {
 
 #[test]
 fn uploads_through_git_lfs_when_xet_is_disabled() {
-    let world = standard();
+    let root = tempfile::tempdir().unwrap();
+    super::world::populate(root.path());
+    // Small parts, so the fixture's shard goes up in several (the multipart transfer).
+    let world = super::world::start_on(root, |c| c.lfs_part_size = 16 * 1024);
     let bundle = tempfile::tempdir().unwrap();
     fresh_bundle("mlx_lm/q8", bundle.path());
     run_checks(
@@ -116,6 +119,7 @@ fn uploads_through_git_lfs_when_xet_is_disabled() {
     let shard = std::fs::metadata(bundle.path().join("model.safetensors")).unwrap().len();
     assert!(c.lfs_bytes_received >= shard, "{c:?}");
     assert_eq!(c.xet_bytes_received, 0);
+    assert!(c.requests["lfs"] > 8, "the shard went up in parts: {:?}", c.requests);
 }
 
 #[test]
