@@ -260,28 +260,20 @@ pub(super) async fn paths_info(
     Path((ns, name, revision)): Path<(String, String, String)>,
     body: String,
 ) -> Result<Response, HubError> {
-    let params = if headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
+    // huggingface_hub sends a form body, hf-hub a JSON one.
+    let paths: Vec<String> = if headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
         let v: Value = serde_json::from_str(&body).map_err(|e| HubError::bad_request(e.to_string()))?;
-        let paths = v["paths"].as_array().cloned().unwrap_or_default();
-        Params::parse(
-            &paths
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|p| format!("paths={}", form_urlencoded::byte_serialize(p.as_bytes()).collect::<String>()))
-                .collect::<Vec<_>>()
-                .join("&"),
-        )
+        v["paths"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
     } else {
-        Params::parse(&body)
+        Params::parse(&body).all("paths").into_iter().map(str::to_owned).collect()
     };
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
     let repos = sim.repos();
     let repo = visible_repo(&repos, &id, caller)?;
     let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
-    let items: Vec<Value> = params
-        .all("paths")
-        .into_iter()
+    let items: Vec<Value> = paths
+        .iter()
         .filter_map(|p| match commit.files.get(p) {
             Some(f) => Some(tree_file(p, f)),
             None => commit.files.keys().any(|k| k.starts_with(&format!("{p}/"))).then(|| tree_dir(p)),

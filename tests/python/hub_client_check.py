@@ -89,6 +89,9 @@ def check_tree():
     shard = next(e for e in entries if e.path == "model-00001-of-00004.safetensors")
     assert shard.lfs.sha256 == sha256(FIXTURES / "mlx_lm/sharded/model-00001-of-00004.safetensors")
     assert sorted(api.list_repo_files("mlx-community/tiny-q4")) == files_of(FIXTURES / "mlx_lm/q4")
+    info = api.get_paths_info("mlx-community/tiny-sharded", ["config.json", "model-00002-of-00004.safetensors", "nope"])
+    assert sorted(i.path for i in info) == ["config.json", "model-00002-of-00004.safetensors"], info
+    assert next(i for i in info if i.path.endswith(".safetensors")).xet_hash
 
 
 def check_safetensors():
