@@ -261,12 +261,13 @@ pub(super) async fn paths_info(
     body: String,
 ) -> Result<Response, HubError> {
     // huggingface_hub sends a form body, hf-hub a JSON one.
-    let paths: Vec<String> = if headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
-        let v: Value = serde_json::from_str(&body).map_err(|e| HubError::bad_request(e.to_string()))?;
-        v["paths"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
-    } else {
-        Params::parse(&body).all("paths").into_iter().map(str::to_owned).collect()
-    };
+    let paths: Vec<String> =
+        if headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json")) {
+            let v: Value = serde_json::from_str(&body).map_err(|e| HubError::bad_request(e.to_string()))?;
+            v["paths"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+        } else {
+            Params::parse(&body).all("paths").into_iter().map(str::to_owned).collect()
+        };
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
     let repos = sim.repos();

@@ -31,6 +31,8 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/preupload/{rev}", post(write::preupload))
         .route("/api/models/{ns}/{name}/commit/{rev}", post(write::commit))
         .route("/api/validate-yaml", post(write::validate_yaml))
+        .route("/api/models/{ns}/{name}/discussions", post(write::create_discussion))
+        .route("/api/models/{ns}/{name}/discussions/{num}", get(write::get_discussion))
         .route("/api/models/{ns}/{name}/xet-read-token/{*rev}", get(xet_api::read_token))
         .route("/api/models/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
@@ -90,6 +92,7 @@ fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
         ["api", "models", _, _, "preupload", ..] => "preupload",
         ["api", "models", _, _, "commit", ..] => "commit",
         ["api", "models", _, _, "settings"] => "settings",
+        ["api", "models", _, _, "discussions", ..] => "discussions",
         ["api", "models", _, _, t, ..] if t.starts_with("xet-") => "xet_token",
         ["api", "whoami-v2"] => "whoami",
         ["api", "repos", "create"] => "repo_create",

@@ -499,3 +499,63 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
         })
         .collect()
 }
+
+/// `POST /api/models/{ns}/{name}/discussions` with `pullRequest: true`: opens `refs/pr/N` at `main`'s head
+/// (what `upload_folder(create_pr=True)` does before committing to that ref).
+pub(super) async fn create_discussion(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    writable_repo(&sim.repos(), &id, caller)?;
+    if !body["pullRequest"].as_bool().unwrap_or(false) {
+        return Err(HubError::bad_request("the simulator only opens pull requests"));
+    }
+    let title = body["title"].as_str().unwrap_or("Pull request").to_owned();
+    let mut repos = sim.repos_mut();
+    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let head = head_for(repo, "main")?.sha.clone();
+    let num = repo.pull_requests.len() as u64 + 1;
+    repo.pull_requests.push(PullRequest { num, title, open: true });
+    repo.refs.insert(format!("refs/pr/{num}"), head);
+    Ok(Json(discussion_json(&sim, repo, num)).into_response())
+}
+
+/// `GET /api/models/{ns}/{name}/discussions/{num}`.
+pub(super) async fn get_discussion(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, num)): Path<(String, String, u64)>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    let repos = sim.repos();
+    let repo = super::read::visible_repo(&repos, &id, caller)?;
+    if !repo.pull_requests.iter().any(|p| p.num == num) {
+        return Err(HubError::not_found(format!("no discussion #{num}")));
+    }
+    Ok(Json(discussion_json(&sim, repo, num)).into_response())
+}
+
+fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
+    let pr = repo.pull_requests.iter().find(|p| p.num == num);
+    let head = repo.refs.get(&format!("refs/pr/{num}")).cloned().unwrap_or_default();
+    let base = repo.refs.get("main").cloned().unwrap_or_default();
+    json!({
+        "num": num,
+        "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
+        "status": if pr.is_some_and(|p| p.open) { "open" } else { "closed" },
+        "isPullRequest": true,
+        "createdAt": now(),
+        "author": { "name": repo.namespace() },
+        "repo": { "name": repo.id, "type": "model" },
+        "events": [],
+        "changes": { "base": base, "mergeCommitId": null },
+        "filesWithConflicts": [],
+        "headRef": head,
+        "url": format!("{}/{}/discussions/{num}", sim.base_url, repo.id),
+    })
+}

@@ -168,6 +168,11 @@ def check_pull_request():
     assert "MEI_ALIGN_MANIFEST.json" not in api.list_repo_files(repo)
     path = hf_hub_download(repo, "MEI_ALIGN_MANIFEST.json", revision="refs/pr/1")
     assert Path(path).read_bytes() == b'{"shards": []}'
+    # upload_folder(create_pr=True) with hf_xet opens the PR through the discussions API, then commits to it.
+    info = api.upload_folder(repo_id=repo, folder_path=str(FIXTURES / "mlx_lm/q4"), create_pr=True)
+    assert info.pr_num == 2, info
+    assert "model.safetensors" in api.list_repo_files(repo, revision="refs/pr/2")
+    assert "model.safetensors" not in api.list_repo_files(repo)
 
 
 def check_rate_limited():

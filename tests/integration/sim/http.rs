@@ -118,7 +118,9 @@ fn errors_carry_the_hubs_codes() {
         let bad_token = get("/api/whoami-v2".into(), Some("hf_unknown")).await.unwrap();
         assert_eq!(bad_token.status(), StatusCode::UNAUTHORIZED);
         let create = |token: Option<&'static str>, org: &'static str| {
-            let mut req = c.post(format!("{}/api/repos/create", world.endpoint())).json(&serde_json::json!({"name": "x", "organization": org}));
+            let mut req = c
+                .post(format!("{}/api/repos/create", world.endpoint()))
+                .json(&serde_json::json!({"name": "x", "organization": org}));
             if let Some(t) = token {
                 req = req.bearer_auth(t);
             }
