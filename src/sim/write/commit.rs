@@ -1,0 +1,186 @@
+//! Preupload and the commit: NDJSON (`header`, `file`, `lfsFile`, `deletedFile`, `deletedFolder`) or the
+//! legacy JSON form, with `parentCommit` checked and `create_pr=1` opening `refs/pr/N`.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{caller, head_for, now, store_bytes, writable_repo};
+use crate::sim::Shared;
+use crate::sim::error::HubError;
+use crate::sim::ingest::is_lfs_path;
+use crate::sim::model::{Commit, FileEntry, PullRequest, Storage};
+
+/// `POST /api/models/{ns}/{name}/preupload/{rev}`: which files go to LFS, and which are already there.
+pub(in crate::sim) async fn preupload(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, revision)): Path<(String, String, String)>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    let repos = sim.repos();
+    let repo = writable_repo(&repos, &id, caller)?;
+    let head = head_for(repo, &revision).or_else(|_| head_for(repo, "main"))?;
+    let files = body["files"].as_array().cloned().unwrap_or_default();
+    let answers: Vec<Value> = files
+        .iter()
+        .map(|f| {
+            let path = f["path"].as_str().unwrap_or_default();
+            let size = f["size"].as_u64().unwrap_or(0);
+            let lfs = size > 0 && is_lfs_path(path, size);
+            let mut answer =
+                json!({ "path": path, "uploadMode": if lfs { "lfs" } else { "regular" }, "shouldIgnore": false });
+            if let Some(existing) = head.files.get(path) {
+                answer["oid"] =
+                    if existing.is_lfs() { existing.sha256.clone() } else { existing.git_oid.clone() }.into();
+            }
+            answer
+        })
+        .collect();
+    Ok(Json(json!({ "files": answers, "commitOid": head.sha })).into_response())
+}
+
+#[derive(Deserialize, Default)]
+pub(in crate::sim) struct CommitQuery {
+    create_pr: Option<String>,
+}
+
+/// One parsed commit operation.
+enum Op {
+    Add { path: String, entry: FileEntry },
+    Delete { path: String },
+    DeleteFolder { path: String },
+}
+
+/// `POST /api/models/{ns}/{name}/commit/{rev}[?create_pr=1]`: NDJSON (`header`, `file`, `lfsFile`,
+/// `deletedFile`, `deletedFolder`) or the legacy JSON form; `parentCommit` is checked (412).
+pub(in crate::sim) async fn commit(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, revision)): Path<(String, String, String)>,
+    Query(query): Query<CommitQuery>,
+    body: String,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    writable_repo(&sim.repos(), &id, caller)?;
+    let create_pr = query.create_pr.as_deref().is_some_and(|v| matches!(v, "1" | "true" | "True"));
+    let lines = parse_commit_body(&body)?;
+    let mut summary = String::from("Upload files");
+    let mut parent_commit = None;
+    let mut ops = Vec::new();
+    for (key, value) in lines {
+        match key.as_str() {
+            "header" => {
+                summary = value["summary"].as_str().unwrap_or(&summary).to_owned();
+                parent_commit = value["parentCommit"].as_str().map(str::to_owned);
+            }
+            "file" => {
+                let path = value["path"].as_str().ok_or_else(|| HubError::bad_request("file without path"))?.to_owned();
+                let content = value["content"].as_str().unwrap_or_default();
+                let bytes = match value["encoding"].as_str() {
+                    Some("base64") => {
+                        BASE64.decode(content).map_err(|e| HubError::bad_request(format!("{path}: {e}")))?
+                    }
+                    _ => content.as_bytes().to_vec(),
+                };
+                let sha256 = store_bytes(&sim, &bytes).await?;
+                let storage = if is_lfs_path(&path, bytes.len() as u64) { Storage::Lfs } else { Storage::Regular };
+                let entry = FileEntry::new(bytes.len() as u64, sha256, storage, Some(&bytes));
+                ops.push(Op::Add { path, entry });
+            }
+            "lfsFile" => {
+                let path =
+                    value["path"].as_str().ok_or_else(|| HubError::bad_request("lfsFile without path"))?.to_owned();
+                let oid = value["oid"].as_str().unwrap_or_default().to_owned();
+                let size = value["size"].as_u64().unwrap_or(0);
+                let storage =
+                    sim.lfs_storage(&oid, size).await.map_err(|e| HubError::bad_request(e.to_string()))?.ok_or_else(
+                        || HubError::bad_request(format!("{path}: LFS object {oid} ({size} bytes) was never uploaded")),
+                    )?;
+                ops.push(Op::Add { path, entry: FileEntry::new(size, oid, storage, None) });
+            }
+            "deletedFile" | "deletedEntry" => {
+                let path = value["path"].as_str().unwrap_or_default().to_owned();
+                ops.push(Op::Delete { path });
+            }
+            "deletedFolder" => {
+                let path = value["path"].as_str().unwrap_or_default().trim_end_matches('/').to_owned();
+                ops.push(Op::DeleteFolder { path });
+            }
+            other => return Err(HubError::bad_request(format!("unknown commit operation `{other}`"))),
+        }
+    }
+    let mut repos = sim.repos_mut();
+    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let target = if create_pr { "main" } else { revision.as_str() };
+    let head = head_for(repo, target)?;
+    if let Some(parent) = parent_commit.as_deref()
+        && parent != head.sha
+    {
+        return Err(HubError::stale_parent());
+    }
+    let mut files = head.files.clone();
+    for op in ops {
+        match op {
+            Op::Add { path, entry } => {
+                files.insert(path, entry);
+            }
+            Op::Delete { path } => {
+                files.remove(&path);
+            }
+            Op::DeleteFolder { path } => files.retain(|p, _| !p.starts_with(&format!("{path}/"))),
+        }
+    }
+    let commit = Commit::new(Some(head.sha.clone()), files, summary.clone(), now());
+    let sha = commit.sha.clone();
+    repo.commits.insert(sha.clone(), commit);
+    let mut body = json!({ "success": true, "commitOid": sha, "commitUrl": format!("{}/{id}/commit/{sha}", sim.base_url), "hookOutput": "" });
+    if create_pr {
+        let num = repo.pull_requests.len() as u64 + 1;
+        repo.pull_requests.push(PullRequest { num, title: summary, open: true });
+        repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
+        let pr_url = format!("{}/{id}/discussions/{num}", sim.base_url);
+        // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.
+        body["pullRequestUrl"] = pr_url.clone().into();
+        body["prUrl"] = pr_url.into();
+        body["prNum"] = num.into();
+    } else {
+        let branch = if repo.refs.contains_key(&revision) { revision.clone() } else { "main".to_owned() };
+        repo.refs.insert(branch, sha.clone());
+    }
+    tracing::info!(repo.id = %id, commit = %sha, create_pr, "commit");
+    Ok(Json(body).into_response())
+}
+
+/// NDJSON lines as `(key, value)`, or the legacy JSON object translated to the same.
+fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
+    let trimmed = body.trim_start();
+    if trimmed.starts_with('{') && !trimmed.contains("\"key\"") {
+        let v: Value = serde_json::from_str(trimmed).map_err(|e| HubError::bad_request(format!("commit body: {e}")))?;
+        let mut out =
+            vec![("header".to_owned(), json!({ "summary": v["summary"], "parentCommit": v["parentCommit"] }))];
+        for (list, key) in [("files", "file"), ("lfsFiles", "lfsFile"), ("deletedEntries", "deletedFile")] {
+            for item in v[list].as_array().cloned().unwrap_or_default() {
+                out.push((key.to_owned(), item));
+            }
+        }
+        return Ok(out);
+    }
+    body.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let v: Value =
+                serde_json::from_str(line).map_err(|e| HubError::bad_request(format!("commit line: {e}")))?;
+            let key = v["key"].as_str().ok_or_else(|| HubError::bad_request("commit line without key"))?.to_owned();
+            Ok((key, v["value"].clone()))
+        })
+        .collect()
+}

@@ -1,0 +1,64 @@
+//! The write API: repositories, settings, preupload, Git LFS batch and uploads, the NDJSON commit, and pull
+//! requests.
+//!
+//! - [`repos`]: create, delete, settings, validate-yaml, discussions.
+//! - [`lfs`]: the Git LFS batch negotiation and the basic/multipart upload endpoints on the storage origin.
+//! - [`commit`]: preupload and the commit itself.
+
+mod commit;
+mod lfs;
+mod repos;
+
+pub(super) use commit::{commit, preupload};
+pub(super) use lfs::{lfs_batch, lfs_complete, lfs_upload_basic, lfs_upload_part, lfs_verify};
+pub(super) use repos::{create_discussion, create_repo, delete_repo, get_discussion, settings, validate_yaml};
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use super::Sim;
+use super::auth::{Account, can_see, can_write};
+use super::error::HubError;
+use super::model::{Commit, Repo};
+use crate::hashing::finish_hex;
+
+pub(super) fn caller<'a>(sim: &'a Sim, headers: &HeaderMap) -> Result<Option<&'a Account>, HubError> {
+    sim.accounts.caller(headers)
+}
+
+pub(super) fn now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    crate::time::format_utc_millis(secs)
+}
+
+/// Stores bytes in the content store; returns their sha256.
+pub(super) async fn store_bytes(sim: &Sim, bytes: &[u8]) -> Result<String, HubError> {
+    let sha256 = finish_hex(Sha256::new_with_prefix(bytes));
+    let path = sim.store.join("blobs").join(&sha256);
+    let write = async {
+        tokio::fs::create_dir_all(sim.store.join("blobs")).await?;
+        tokio::fs::write(&path, bytes).await
+    };
+    write.await.map_err(|e| HubError::bad_request(format!("store: {e}")))?;
+    sim.add_blob(sha256.clone(), path);
+    Ok(sha256)
+}
+
+/// The commit a write to `revision` builds on.
+pub(super) fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit, HubError> {
+    repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))
+}
+
+pub(super) fn writable_repo<'a>(
+    repos: &'a BTreeMap<String, Repo>,
+    id: &str,
+    caller: Option<&Account>,
+) -> Result<&'a Repo, HubError> {
+    let ns = id.split_once('/').map_or(id, |(ns, _)| ns);
+    let repo = repos.get(id).ok_or_else(|| HubError::repo_not_found(id, caller.is_some()))?;
+    can_see(repo, caller)?;
+    can_write(ns, caller)?;
+    Ok(repo)
+}

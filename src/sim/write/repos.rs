@@ -1,0 +1,179 @@
+//! Repositories: create, delete, settings, card validation, and pull requests opened as discussions.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{caller, head_for, now, store_bytes, writable_repo};
+use crate::sim::auth::can_write;
+use crate::sim::error::HubError;
+use crate::sim::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
+use crate::sim::{Shared, Sim};
+
+/// The `.gitattributes` a new repository starts with, as on the Hub.
+const GITATTRIBUTES: &str = "*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n*.gguf filter=lfs diff=lfs merge=lfs -text\n*.npz filter=lfs diff=lfs merge=lfs -text\n*.pt filter=lfs diff=lfs merge=lfs -text\n";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(in crate::sim) struct CreateRepo {
+    name: String,
+    organization: Option<String>,
+    #[serde(rename = "type")]
+    repo_type: Option<String>,
+    private: Option<bool>,
+    visibility: Option<String>,
+}
+
+/// `POST /api/repos/create`: 409 when it exists (with its `url`, as the Hub answers).
+pub(in crate::sim) async fn create_repo(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Json(req): Json<CreateRepo>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let account = caller.ok_or_else(HubError::auth_required)?;
+    if req.repo_type.as_deref().is_some_and(|t| t != "model") {
+        return Err(HubError::bad_request("the simulator serves model repositories only"));
+    }
+    let namespace = req.organization.clone().unwrap_or_else(|| account.user.clone());
+    can_write(&namespace, caller)?;
+    let id = format!("{namespace}/{}", req.name);
+    let url = format!("{}/{id}", sim.base_url);
+    if sim.repos().contains_key(&id) {
+        let body = json!({ "error": "You already created this model repo", "url": url });
+        return Ok((StatusCode::CONFLICT, Json(body)).into_response());
+    }
+    let sha256 = store_bytes(&sim, GITATTRIBUTES.as_bytes()).await?;
+    let mut files = BTreeMap::new();
+    let entry = FileEntry::new(GITATTRIBUTES.len() as u64, sha256, Storage::Regular, Some(GITATTRIBUTES.as_bytes()));
+    files.insert(".gitattributes".to_owned(), entry);
+    let private = req.private.unwrap_or(false) || req.visibility.as_deref() == Some("private");
+    let meta = RepoMeta { private, ..RepoMeta::default() };
+    let first = Commit::new(None, files, "initial commit".into(), now());
+    let mut repos = sim.repos_mut();
+    if repos.contains_key(&id) {
+        return Err(HubError::conflict("You already created this model repo"));
+    }
+    repos.insert(id.clone(), Repo::new(id.clone(), meta, first));
+    tracing::info!(repo.id = %id, private, "repository created");
+    Ok(Json(json!({ "id": id, "name": id, "url": url })).into_response())
+}
+
+#[derive(Deserialize)]
+pub(in crate::sim) struct DeleteRepo {
+    name: String,
+    organization: Option<String>,
+}
+
+/// `DELETE /api/repos/delete`.
+pub(in crate::sim) async fn delete_repo(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Json(req): Json<DeleteRepo>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let account = caller.ok_or_else(HubError::auth_required)?;
+    let namespace = req.organization.clone().unwrap_or_else(|| account.user.clone());
+    can_write(&namespace, caller)?;
+    let id = format!("{namespace}/{}", req.name);
+    match sim.repos_mut().remove(&id) {
+        Some(_) => Ok(StatusCode::OK.into_response()),
+        None => Err(HubError::repo_not_found(&id, true)),
+    }
+}
+
+/// `PUT /api/models/{ns}/{name}/settings`: `private`/`visibility`, `gated`.
+pub(in crate::sim) async fn settings(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    can_write(&ns, caller)?;
+    let id = format!("{ns}/{name}");
+    let mut repos = sim.repos_mut();
+    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    if let Some(p) = body.get("private").and_then(Value::as_bool) {
+        repo.meta.private = p;
+    }
+    if let Some(v) = body.get("visibility").and_then(Value::as_str) {
+        repo.meta.private = v != "public";
+    }
+    if let Some(g) = body.get("gated") {
+        repo.meta.gated =
+            serde_json::from_value(g.clone()).map_err(|e| HubError::bad_request(format!("gated: {e}")))?;
+    }
+    tracing::info!(repo.id = %id, private = repo.meta.private, "settings updated");
+    Ok(Json(json!({ "private": repo.meta.private, "gated": repo.meta.gated.to_json() })).into_response())
+}
+
+/// `POST /api/validate-yaml`: the simulator accepts every card.
+pub(in crate::sim) async fn validate_yaml(Json(_body): Json<Value>) -> Response {
+    Json(json!({ "errors": [], "warnings": [] })).into_response()
+}
+
+/// `POST /api/models/{ns}/{name}/discussions` with `pullRequest: true`: opens `refs/pr/N` at `main`'s head
+/// (what `upload_folder(create_pr=True)` does before committing to that ref).
+pub(in crate::sim) async fn create_discussion(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    writable_repo(&sim.repos(), &id, caller)?;
+    if !body["pullRequest"].as_bool().unwrap_or(false) {
+        return Err(HubError::bad_request("the simulator only opens pull requests"));
+    }
+    let title = body["title"].as_str().unwrap_or("Pull request").to_owned();
+    let mut repos = sim.repos_mut();
+    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let head = head_for(repo, "main")?.sha.clone();
+    let num = repo.pull_requests.len() as u64 + 1;
+    repo.pull_requests.push(PullRequest { num, title, open: true });
+    repo.refs.insert(format!("refs/pr/{num}"), head);
+    Ok(Json(discussion_json(&sim, repo, num)).into_response())
+}
+
+/// `GET /api/models/{ns}/{name}/discussions/{num}`.
+pub(in crate::sim) async fn get_discussion(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, num)): Path<(String, String, u64)>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let id = format!("{ns}/{name}");
+    let repos = sim.repos();
+    let repo = crate::sim::read::visible_repo(&repos, &id, caller)?;
+    if !repo.pull_requests.iter().any(|p| p.num == num) {
+        return Err(HubError::not_found(format!("no discussion #{num}")));
+    }
+    Ok(Json(discussion_json(&sim, repo, num)).into_response())
+}
+
+fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
+    let pr = repo.pull_requests.iter().find(|p| p.num == num);
+    let head = repo.refs.get(&format!("refs/pr/{num}")).cloned().unwrap_or_default();
+    let base = repo.refs.get("main").cloned().unwrap_or_default();
+    json!({
+        "num": num,
+        "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
+        "status": if pr.is_some_and(|p| p.open) { "open" } else { "closed" },
+        "isPullRequest": true,
+        "createdAt": now(),
+        "author": { "name": repo.namespace() },
+        "repo": { "name": repo.id, "type": "model" },
+        "events": [],
+        "changes": { "base": base, "mergeCommitId": null },
+        "filesWithConflicts": [],
+        "headRef": head,
+        "url": format!("{}/{}/discussions/{num}", sim.base_url, repo.id),
+    })
+}
