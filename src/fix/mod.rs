@@ -1,18 +1,24 @@
 //! Repairing bundles: in place or into a new directory, with the manifest; invalid shards are never rewritten.
 
+mod report;
+mod sidecars;
+
+use sidecars::{copy_sidecars, remove_stale_temps};
+
+pub use report::{BundleFix, FixEvent, FixReport, FixTotals, ShardFix};
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
 use thiserror::Error;
 
-use crate::bundle::{Bundle, SHARD_SUFFIX, is_hf_cache_blob};
+use crate::bundle::{Bundle, is_hf_cache_blob};
 use crate::io_error::PathIoError;
-use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestShard, SkippedShard, round_seconds};
+use crate::manifest::{Manifest, ManifestError, ManifestShard, SkippedShard, round_seconds};
 use crate::safetensors::plan::{LayoutPlan, plan};
 use crate::safetensors::read::{ShardHeader, read_shard_header};
-use crate::safetensors::rewrite::{ShardHashes, TEMP_SUFFIX, hash_unchanged, rewrite};
+use crate::safetensors::rewrite::{ShardHashes, hash_unchanged, rewrite};
 use crate::safetensors::{Alignment, Method, Verdict, classify};
 
 /// Where repaired shards go.
@@ -33,89 +39,6 @@ pub struct FixOptions {
     pub alignment: Alignment,
     /// Plan and report only; write nothing.
     pub dry_run: bool,
-}
-
-/// Progress events, for a progress bar.
-#[derive(Debug, Clone, Copy)]
-pub enum FixEvent<'a> {
-    /// Payload bytes the whole run will stream.
-    Total(u64),
-    /// A shard starts.
-    Shard(&'a Path),
-    /// Payload bytes just processed.
-    Bytes(u64),
-}
-
-/// What happened to one shard.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShardFix {
-    /// The source shard.
-    pub path: String,
-    /// Where the result is (null for a dry run or a failure).
-    pub output: Option<String>,
-    /// The source's verdict.
-    pub verdict: Verdict,
-    /// How it was (or would be) rewritten; null when invalid.
-    pub method: Option<Method>,
-    /// The source's `N`.
-    pub header_len_before: Option<u64>,
-    /// The new `N`.
-    pub header_len_after: Option<u64>,
-    /// Spaces added to the header.
-    pub padding_bytes: u64,
-    /// Misaligned tensors in the source.
-    pub misaligned_tensors_before: u64,
-    /// Their bytes.
-    pub misaligned_bytes_before: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-    /// Wall time.
-    pub seconds: f64,
-    /// Why it was skipped or failed; null on success.
-    pub error: Option<String>,
-}
-
-/// What happened to one bundle.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BundleFix {
-    /// The source directory.
-    pub dir: String,
-    /// Where the bundle was written.
-    pub output_dir: String,
-    /// Each shard.
-    pub shards: Vec<ShardFix>,
-    /// Other files copied with `--out`.
-    pub copied_files: Vec<String>,
-    /// The manifest written, if any.
-    pub manifest: Option<String>,
-}
-
-/// Totals over a fix run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct FixTotals {
-    /// Shards rewritten (or that would be, in a dry run).
-    pub rewritten: u64,
-    /// Shards already aligned.
-    pub unchanged: u64,
-    /// Invalid shards, left alone.
-    pub invalid: u64,
-    /// Shards whose rewrite failed; their originals are intact.
-    pub failed: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-}
-
-/// The whole fix run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FixReport {
-    /// Whether this was a dry run.
-    pub dry_run: bool,
-    /// Target alignment.
-    pub alignment: Alignment,
-    /// Each bundle.
-    pub bundles: Vec<BundleFix>,
-    /// Totals.
-    pub totals: FixTotals,
 }
 
 /// Why a fix refused to start or had to stop.
@@ -402,57 +325,7 @@ fn manifest_entry(
     }
 }
 
-/// Copies every file of the bundle that is not a shard (config, tokenizer, index, licence…), recursively,
-/// following symlinks so a cache snapshot yields real files.
-fn copy_sidecars(src: &Path, dst: &Path) -> Result<Vec<String>, FixError> {
-    let mut copied = Vec::new();
-    copy_tree(src, dst, Path::new(""), &mut copied)?;
-    Ok(copied)
-}
-
-fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Result<(), FixError> {
-    let dir = src.join(rel);
-    let mut entries: Vec<_> =
-        std::fs::read_dir(&dir).map_err(io_error(&dir, "read directory"))?.filter_map(Result::ok).collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.ends_with(SHARD_SUFFIX) || name == MANIFEST_FILE {
-            continue;
-        }
-        let from = entry.path();
-        let rel_path = rel.join(&name);
-        let meta = std::fs::metadata(&from).map_err(io_error(&from, "stat"))?;
-        if meta.is_dir() && !entry.file_type().is_ok_and(|t| t.is_symlink()) {
-            let target = dst.join(&rel_path);
-            std::fs::create_dir_all(&target).map_err(io_error(&target, "create directory"))?;
-            copy_tree(src, dst, &rel_path, copied)?;
-        } else if meta.is_file() {
-            let to = dst.join(&rel_path);
-            std::fs::copy(&from, &to).map_err(io_error(&to, "copy"))?;
-            copied.push(rel_path.display().to_string());
-        }
-    }
-    Ok(())
-}
-
-fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> FixError {
+pub(super) fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> FixError {
     let at = PathIoError::at(path, op);
     move |source| FixError::Io(at(source))
-}
-
-/// Removes temporary files a killed run left behind, but never one a live process may still be writing.
-fn remove_stale_temps(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_prefix('.').and_then(|n| n.strip_suffix(TEMP_SUFFIX)) else { continue };
-        // Names are `.{shard}.{pid}.{random}.hubalign.tmp`.
-        let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_none_or(|pid| !Path::new("/proc").exists() || Path::new(&format!("/proc/{pid}")).exists());
-        if !alive {
-            tracing::info!(file = %entry.path().display(), "removing a temporary file left by an interrupted run");
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
