@@ -14,6 +14,7 @@
 pub mod bundle;
 pub mod fix;
 pub mod hashing;
+pub mod hub;
 pub mod io_error;
 pub mod manifest;
 pub mod safetensors;

@@ -103,12 +103,14 @@ pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<Layou
         .map(|t| Placement { src_begin: t.begin, dst_begin: t.begin, len: t.byte_len() })
         .collect();
     match classify(header, target).verdict {
+        // Aligned already: every tensor is, and the data starts on the target (not necessarily on the widest
+        // dtype, which a tensor at a compensating relative offset does not need).
         Verdict::Aligned => Ok(LayoutPlan {
             method: Method::Unchanged,
             header: raw_json.to_vec(),
             padding_bytes: 0,
             placements: identity,
-            data_alignment,
+            data_alignment: target.get(),
         }),
         Verdict::HeaderPad => {
             let (header, padding_bytes) = pad(raw_json.to_vec(), data_alignment)?;

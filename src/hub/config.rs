@@ -1,0 +1,88 @@
+//! Where the Hub is and who we are, following the Hub's own conventions: `HF_ENDPOINT`, `HF_TOKEN`,
+//! `HF_TOKEN_PATH`, and the token file under `HF_HOME` (`~/.cache/huggingface/token`).
+
+use std::path::PathBuf;
+
+/// The public Hub.
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+
+/// A secret that never shows in `Debug` or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token string.
+    pub fn new(secret: impl Into<String>) -> Token {
+        Token(secret.into())
+    }
+
+    /// The secret, for an `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(***)")
+    }
+}
+
+/// Endpoint and credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubConfig {
+    /// Base URL, without a trailing slash.
+    pub endpoint: String,
+    /// The token, if any.
+    pub token: Option<Token>,
+}
+
+impl HubConfig {
+    /// Resolves the endpoint and token: explicit values first, then the environment, then the token file.
+    pub fn resolve(endpoint: Option<String>, token: Option<String>) -> HubConfig {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let endpoint = endpoint.or_else(|| env("HF_ENDPOINT")).unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let token = token
+            .or_else(|| env("HF_TOKEN"))
+            .or_else(|| env("HUGGING_FACE_HUB_TOKEN"))
+            .or_else(|| token_file().and_then(|p| std::fs::read_to_string(p).ok()))
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+            .map(Token);
+        HubConfig { endpoint: endpoint.trim_end_matches('/').to_owned(), token }
+    }
+}
+
+/// `HF_TOKEN_PATH`, else `$HF_HOME/token`, else `$XDG_CACHE_HOME/huggingface/token`, else `~/.cache/huggingface/token`.
+fn token_file() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HF_TOKEN_PATH") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(home) = std::env::var_os("HF_HOME") {
+        return Some(PathBuf::from(home).join("token"));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("huggingface").join("token"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_never_print() {
+        let t = Token::new("hf_secret");
+        assert_eq!(format!("{t:?}"), "Token(***)");
+        let c = HubConfig { endpoint: "x".into(), token: Some(t) };
+        assert!(!format!("{c:?}").contains("hf_secret"));
+    }
+
+    #[test]
+    fn explicit_values_win_and_slashes_are_trimmed() {
+        let c = HubConfig::resolve(Some("http://127.0.0.1:9/".into()), Some(" hf_x \n".into()));
+        assert_eq!(c.endpoint, "http://127.0.0.1:9");
+        assert_eq!(c.token.as_ref().map(Token::expose), Some("hf_x"));
+    }
+}

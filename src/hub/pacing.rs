@@ -1,0 +1,147 @@
+//! Per-bucket pacing from the Hub's `RateLimit` headers: slow down before the quota runs out, and after a 429
+//! send nothing into the closed window.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use reqwest::header::HeaderMap;
+
+/// The Hub's rate-limit buckets that a crawler uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bucket {
+    /// `/api/…`.
+    Api,
+    /// `/…/resolve/…`.
+    Resolvers,
+}
+
+/// What a `RateLimit` header said: requests left and seconds to the reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Requests left in the window.
+    pub remaining: u64,
+    /// Seconds until the window resets.
+    pub reset_seconds: u64,
+}
+
+/// Parses `RateLimit: "api";r=12;t=55` (draft-ietf-httpapi-ratelimit-headers, as the Hub sends it).
+pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimit> {
+    let value = headers.get("ratelimit")?.to_str().ok()?;
+    let mut remaining = None;
+    let mut reset = None;
+    for part in value.split(';').map(str::trim) {
+        if let Some(r) = part.strip_prefix("r=") {
+            remaining = r.parse().ok();
+        } else if let Some(t) = part.strip_prefix("t=") {
+            reset = t.parse().ok();
+        }
+    }
+    Some(RateLimit { remaining: remaining?, reset_seconds: reset? })
+}
+
+/// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used).
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Requests we may still send before the reset, as last reported and counted down since.
+    remaining: Option<u64>,
+    /// When the current window ends.
+    reset_at: Option<Instant>,
+}
+
+/// One bucket's pacer.
+#[derive(Debug, Default)]
+pub struct Pacer {
+    state: Mutex<State>,
+}
+
+/// Slack after a reset, so a request does not land in the old window because of clock skew.
+const RESET_MARGIN: Duration = Duration::from_millis(50);
+
+impl Pacer {
+    /// How long to wait before sending, reserving a slot if none is needed. Call until it returns zero.
+    pub fn reserve(&self, now: Instant) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(0), Some(reset)) = (s.remaining, s.reset_at) {
+            if now < reset + RESET_MARGIN {
+                return reset + RESET_MARGIN - now;
+            }
+            // A new window: its quota is unknown until the next response says.
+            s.remaining = None;
+            s.reset_at = None;
+        }
+        if let Some(r) = s.remaining.as_mut() {
+            *r -= 1;
+        }
+        Duration::ZERO
+    }
+
+    /// Learns the bucket's state from a response.
+    pub fn observe(&self, headers: &HeaderMap, now: Instant) {
+        let Some(limit) = parse_rate_limit(headers) else { return };
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let reset_at = now + Duration::from_secs(limit.reset_seconds);
+        // Requests already in flight were counted down locally; never trust a larger figure from an older response.
+        s.remaining = Some(match (s.remaining, s.reset_at) {
+            (Some(mine), Some(old)) if old + Duration::from_secs(1) >= reset_at => mine.min(limit.remaining),
+            _ => limit.remaining,
+        });
+        s.reset_at = Some(reset_at);
+    }
+
+    /// After a 429: nothing more until `wait` has passed.
+    pub fn refused(&self, wait: Duration, now: Instant) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.remaining = Some(0);
+        s.reset_at = Some(now + wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(rate: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit", HeaderValue::from_str(rate).unwrap());
+        h
+    }
+
+    #[test]
+    fn parses_the_hubs_header() {
+        assert_eq!(
+            parse_rate_limit(&headers("\"api\";r=12;t=55")),
+            Some(RateLimit { remaining: 12, reset_seconds: 55 })
+        );
+        assert_eq!(parse_rate_limit(&headers("garbage")), None);
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(parse_retry_after(&h), Some(7));
+    }
+
+    #[test]
+    fn waits_when_the_quota_is_spent_and_not_before() {
+        let p = Pacer::default();
+        let t0 = Instant::now();
+        assert_eq!(p.reserve(t0), Duration::ZERO, "unknown quota: go");
+        p.observe(&headers("\"api\";r=2;t=10"), t0);
+        assert_eq!(p.reserve(t0), Duration::ZERO);
+        assert_eq!(p.reserve(t0), Duration::ZERO);
+        let wait = p.reserve(t0);
+        assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(11), "{wait:?}");
+        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO, "a new window");
+    }
+
+    #[test]
+    fn a_429_closes_the_window() {
+        let p = Pacer::default();
+        let t0 = Instant::now();
+        p.refused(Duration::from_secs(3), t0);
+        assert!(p.reserve(t0 + Duration::from_secs(1)) >= Duration::from_secs(2));
+        assert_eq!(p.reserve(t0 + Duration::from_secs(4)), Duration::ZERO);
+    }
+}

@@ -1,0 +1,92 @@
+//! Reading a remote shard's header with one range request (two only when the header is longer than the
+//! first read).
+
+use super::pacing::Bucket;
+use super::{Fetched, HubClient, HubError};
+use crate::safetensors::{HeaderError, header};
+
+/// Bytes asked for by the first request: most MLX headers fit.
+pub const DEFAULT_PROBE_BYTES: u64 = 64 * 1024;
+
+/// What a probe brought back.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    /// The file's first bytes: at least the whole header when it parsed.
+    pub prefix: Vec<u8>,
+    /// The file's size, from `Content-Range`.
+    pub size: u64,
+    /// The parsed header, or why it is invalid.
+    pub header: Result<header::Header, HeaderError>,
+    /// Resolver requests it took (1, or 2 for a long header).
+    pub requests: u32,
+}
+
+/// Total size from `Content-Range: bytes a-b/TOTAL`, or the length of a plain 200.
+fn total_size(fetched: &Fetched) -> Option<u64> {
+    if let Some(range) = fetched.headers.get(reqwest::header::CONTENT_RANGE).and_then(|v| v.to_str().ok()) {
+        return range.rsplit('/').next().and_then(|t| t.trim().parse().ok());
+    }
+    fetched.headers.get(reqwest::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
+}
+
+fn range_header(start: u64, end_inclusive: u64) -> [(&'static str, String); 1] {
+    [("range", format!("bytes={start}-{end_inclusive}"))]
+}
+
+impl HubClient {
+    /// The resolve URL of a file at a commit.
+    pub fn resolve_url(&self, repo: &str, revision: &str, path: &str) -> String {
+        let rev: String = form_urlencoded::byte_serialize(revision.as_bytes()).collect();
+        let path: Vec<String> = path
+            .split('/')
+            .map(|seg| form_urlencoded::byte_serialize(seg.as_bytes()).collect::<String>().replace('+', "%20"))
+            .collect();
+        format!("{}/{repo}/resolve/{rev}/{}", self.endpoint(), path.join("/"))
+    }
+
+    /// Reads a shard's header: `bytes=0-(probe-1)`, following the redirect to storage, and a second, exact
+    /// request only when the header is longer than what arrived. A server that ignores the range is read only
+    /// as far as needed.
+    pub async fn probe_header(&self, repo: &str, sha: &str, path: &str, probe_bytes: u64) -> Result<Probed, HubError> {
+        let url = self.resolve_url(repo, sha, path);
+        let probe_bytes = probe_bytes.max(8);
+        let first =
+            self.get(Bucket::Resolvers, &url, &range_header(0, probe_bytes - 1), Some(probe_bytes as usize)).await?;
+        let size = total_size(&first).ok_or_else(|| HubError::Malformed {
+            url: url.clone(),
+            detail: "no Content-Range or Content-Length on the probe".into(),
+        })?;
+        let mut prefix = first.body.to_vec();
+        let mut requests = 1;
+        let mut parsed = header::parse(&prefix, size);
+        if let Err(HeaderError::Incomplete { needed, .. }) = parsed {
+            let have = prefix.len() as u64;
+            let rest = self
+                .get(Bucket::Resolvers, &url, &range_header(have, needed - 1), Some((needed - have) as usize))
+                .await?;
+            requests += 1;
+            if rest.body.len() as u64 != needed - have {
+                let detail = format!("asked for {} header bytes, got {}", needed - have, rest.body.len());
+                return Err(HubError::Malformed { url, detail });
+            }
+            prefix.extend_from_slice(&rest.body);
+            parsed = header::parse(&prefix, size);
+        }
+        Ok(Probed { prefix, size, header: parsed, requests })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::{HubConfig, retry::RetryPolicy};
+
+    #[test]
+    fn resolve_urls_encode_revision_and_segments() {
+        let c = HubClient::new(HubConfig { endpoint: "http://h".into(), token: None }, RetryPolicy::default()).unwrap();
+        assert_eq!(
+            c.resolve_url("a/b", "refs/pr/1", "sub dir/m.safetensors"),
+            "http://h/a/b/resolve/refs%2Fpr%2F1/sub%20dir/m.safetensors"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! Which failures are worth another try, and how long to wait: jittered exponential backoff with a cap.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+/// Retry settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Delay before the second attempt; doubled each time.
+    pub base_delay: Duration,
+    /// No single wait is longer than this.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 8 attempts, 250 ms doubling to at most 10 s: at most about 35 s of waiting per request.
+    fn default() -> Self {
+        RetryPolicy { max_attempts: 8, base_delay: Duration::from_millis(250), max_delay: Duration::from_secs(10) }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempt + 1` (`attempt` ≥ 1): "full jitter", uniformly in `[d/2, d]` where `d`
+    /// doubles from the base up to the cap, so concurrent workers spread out.
+    pub fn delay(&self, attempt: u32, jitter_unit: f64) -> Duration {
+        let doubled = self.base_delay.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let d = doubled.min(self.max_delay);
+        d.mul_f64(0.5 + 0.5 * jitter_unit.clamp(0.0, 1.0))
+    }
+}
+
+/// Statuses that a later attempt may not see: timeouts, rate limits (handled by pacing) and server errors.
+pub fn is_transient_status(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// Network-level failures worth retrying: connects, timeouts, bodies cut short.
+pub fn is_transient_error(e: &reqwest::Error) -> bool {
+    e.is_connect() || e.is_timeout() || e.is_body() || e.is_request() || e.is_decode()
+}
+
+/// A cheap jitter source: the low bits of the clock, mixed; good enough to spread retries.
+pub fn jitter_unit() -> f64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let mut z = u64::from(nanos).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_statuses() {
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert!(is_transient_status(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        for s in [200, 206, 400, 401, 403, 404, 409, 412, 416] {
+            assert!(!is_transient_status(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+    }
+
+    #[test]
+    fn delays_double_within_bounds_and_cap() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay(1, 1.0), Duration::from_millis(250));
+        assert_eq!(p.delay(1, 0.0), Duration::from_millis(125));
+        assert_eq!(p.delay(3, 1.0), Duration::from_secs(1));
+        assert_eq!(p.delay(30, 1.0), Duration::from_secs(10));
+        let total: Duration = (1..p.max_attempts).map(|a| p.delay(a, 1.0)).sum();
+        assert!(total < Duration::from_secs(40), "worst case {total:?}");
+        let u = jitter_unit();
+        assert!((0.0..1.0).contains(&u));
+    }
+}
