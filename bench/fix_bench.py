@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark `hubalign fix` against `cp` of the same shard, on the same disk, in the same run.
 
-    cargo build --release --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3]
+    cargo build --release --bins --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3]
 
 For each layout (`pad`: header padding suffices; `relayout`: tensors must be reordered) it writes a synthetic
 MLX-layout shard, warms the page cache with one read, then alternates `cp SRC DST`, `cp SRC DST && sync DST`
@@ -69,7 +69,7 @@ def main():
     args = ap.parse_args()
     for tool in (BIN, SYNTH):
         if not tool.exists():
-            sys.exit(f"{tool} missing: run `cargo build --release --examples` first")
+            sys.exit(f"{tool} missing: run `cargo build --release --bins --examples` first")
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"| layout | shard | cp | cp + sync | fix (fsynced) | fix / cp | fix / (cp + sync) | fix peak RSS |")
     print(f"|---|---|---|---|---|---|---|---|")

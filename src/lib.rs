@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod bundle;
 pub mod fix;
 pub mod hashing;
@@ -20,4 +21,5 @@ pub mod manifest;
 pub mod safetensors;
 pub mod scan;
 pub mod sim;
+pub mod store;
 pub mod time;

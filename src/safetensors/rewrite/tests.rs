@@ -1,5 +1,6 @@
 use super::*;
 use crate::hashing::sha256_hex;
+use crate::safetensors::Method;
 use crate::safetensors::plan::plan;
 use crate::safetensors::synth::{SynthTensor, write_mlx_style};
 use crate::safetensors::{Dtype, Verdict, header};

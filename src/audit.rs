@@ -1,0 +1,221 @@
+//! The crawler: list MLX repos, probe the header of every shard of each repo whose commit changed, and record
+//! what loaders would copy. Resumable: a repo is recorded in one transaction once all its shards are probed,
+//! and a later run skips every repo already audited at its listed commit.
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use thiserror::Error;
+use tracing::Instrument;
+
+use crate::hub::listing::{ListQuery, ListedRepo};
+use crate::hub::{Access, HubClient, HubError};
+use crate::safetensors::{Alignment, classify};
+use crate::store::{RepoOutcome, RepoState, RunStats, ShardRow, Store, StoreError};
+
+/// How to crawl.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// What to list.
+    pub query: ListQuery,
+    /// Repos probed at once.
+    pub concurrency: usize,
+    /// Bytes asked for by each shard's first range request.
+    pub probe_bytes: u64,
+    /// Probe every listed repo, even those audited at their current commit.
+    pub force: bool,
+    /// Data-section alignment the verdicts are judged against.
+    pub alignment: Alignment,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            query: ListQuery::default(),
+            concurrency: 8,
+            probe_bytes: crate::hub::probe::DEFAULT_PROBE_BYTES,
+            force: false,
+            alignment: Alignment::DEFAULT,
+        }
+    }
+}
+
+/// Progress, for a progress bar.
+#[derive(Debug, Clone)]
+pub enum AuditEvent {
+    /// A listing page arrived: repos listed so far, and how many of them need probing.
+    Listed {
+        /// Repos listed so far.
+        repos: u64,
+        /// Of those, repos to probe.
+        pending: u64,
+    },
+    /// A repo was recorded.
+    Recorded {
+        /// `namespace/name`.
+        repo: String,
+        /// Its state.
+        state: RepoState,
+        /// Shards probed.
+        shards: u64,
+    },
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditSummary {
+    /// The run's id in the store.
+    pub run_id: i64,
+    /// Its counters.
+    pub stats: RunStats,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// Listing failed after retries: without the listing there is nothing to audit.
+    #[error("listing repositories: {0}")]
+    Listing(#[source] HubError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs one audit. `events` is called from this task only.
+pub async fn audit(
+    client: &HubClient,
+    store: &Store,
+    opts: &AuditOptions,
+    events: &mut (dyn FnMut(AuditEvent) + Send),
+) -> Result<AuditSummary, AuditError> {
+    store.interrupt_stale_runs().await?;
+    let query_text = opts.query.first_url("");
+    let run = store.start_run(client.endpoint(), &query_text).await?;
+    let mut stats = RunStats::default();
+    let result = crawl(client, store, opts, run, &mut stats, events).await;
+    let net = client.stats.snapshot();
+    stats.api_requests = net.api_requests;
+    stats.resolver_requests = net.resolver_requests;
+    stats.bytes_read = net.bytes_read;
+    stats.rate_limited = net.rate_limited;
+    stats.retries = net.retries;
+    match &result {
+        Ok(()) => store.finish_run(run, "finished", &stats, None).await?,
+        Err(e) => store.finish_run(run, "failed", &stats, Some(&e.to_string())).await?,
+    }
+    result.map(|()| AuditSummary { run_id: run, stats })
+}
+
+async fn crawl(
+    client: &HubClient,
+    store: &Store,
+    opts: &AuditOptions,
+    run: i64,
+    stats: &mut RunStats,
+    events: &mut (dyn FnMut(AuditEvent) + Send),
+) -> Result<(), AuditError> {
+    let mut pending: Vec<ListedRepo> = Vec::new();
+    let mut next = Some(opts.query.first_url(client.endpoint()));
+    while let Some(url) = next.take() {
+        let mut page = client.list_page(&url).await.map_err(AuditError::Listing)?;
+        if let Some(limit) = opts.query.limit {
+            page.repos.truncate(limit.saturating_sub(stats.repos_listed as usize));
+        }
+        let flags = store.record_listing(run, &page.repos, opts.force).await?;
+        stats.repos_listed += page.repos.len() as u64;
+        pending.extend(page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r));
+        events(AuditEvent::Listed { repos: stats.repos_listed, pending: pending.len() as u64 });
+        if opts.query.limit.is_none_or(|l| (stats.repos_listed as usize) < l) {
+            next = page.next;
+        }
+    }
+    let mut outcomes = futures_util::stream::iter(pending)
+        .map(|repo| {
+            let span = tracing::info_span!("repo", repo.id = %repo.id, repo.sha = repo.sha.as_deref().unwrap_or(""));
+            audit_repo(client, repo, opts).instrument(span)
+        })
+        .buffer_unordered(opts.concurrency.max(1));
+    // Each outcome is recorded as it arrives, after its requests are done: no network call inside a transaction.
+    while let Some(outcome) = outcomes.next().await {
+        store.record_repo(run, &outcome).await?;
+        stats.repos_probed += 1;
+        stats.shards_probed += outcome.shards.len() as u64;
+        if outcome.state == RepoState::Error {
+            stats.errors += 1;
+        }
+        events(AuditEvent::Recorded {
+            repo: outcome.id.clone(),
+            state: outcome.state,
+            shards: outcome.shards.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Probes every shard of one repo at its listed commit.
+pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOptions) -> RepoOutcome {
+    let sha = repo.sha.clone().unwrap_or_else(|| "main".to_owned());
+    let outcome = |state, shards, error| RepoOutcome { id: repo.id.clone(), sha: sha.clone(), state, shards, error };
+    if repo.disabled {
+        return outcome(RepoState::Disabled, Vec::new(), None);
+    }
+    let mut shards = Vec::new();
+    for path in repo.shard_paths() {
+        match client.probe_header(&repo.id, &sha, &path, opts.probe_bytes).await {
+            Ok(probed) => shards.push(shard_row(&repo.id, &sha, &path, probed, opts.alignment)),
+            Err(e) => {
+                let state = match e.access() {
+                    Some(Access::Gated) => RepoState::Gated,
+                    Some(Access::Disabled) => RepoState::Disabled,
+                    Some(Access::Vanished) => RepoState::Vanished,
+                    Some(Access::Moved) => RepoState::Moved,
+                    None => RepoState::Error,
+                };
+                if state == RepoState::Error {
+                    tracing::warn!(repo.id = %repo.id, shard.file = %path, error = %e, "probe failed");
+                } else {
+                    tracing::info!(repo.id = %repo.id, state = state.as_str(), "repository not auditable");
+                }
+                let error = (!state.is_final() || state == RepoState::Vanished).then(|| format!("{path}: {e}"));
+                return outcome(state, Vec::new(), error);
+            }
+        }
+    }
+    outcome(RepoState::Ok, shards, None)
+}
+
+fn shard_row(repo: &str, sha: &str, path: &str, probed: crate::hub::probe::Probed, alignment: Alignment) -> ShardRow {
+    let base = ShardRow {
+        repo: repo.to_owned(),
+        path: path.to_owned(),
+        sha: sha.to_owned(),
+        size: probed.size as i64,
+        header_len: None,
+        data_start: None,
+        data_start_mod8: None,
+        tensors: None,
+        misaligned_tensors: None,
+        misaligned_bytes: None,
+        verdict: "invalid".into(),
+        error: None,
+        writer: None,
+    };
+    match probed.header {
+        Ok(h) => {
+            let a = classify(&h, alignment);
+            tracing::debug!(shard.file = %path, verdict = a.verdict.as_str(), bytes = a.misaligned_bytes, "probed");
+            ShardRow {
+                header_len: Some(a.header_len as i64),
+                data_start: Some(a.data_start as i64),
+                data_start_mod8: Some(a.data_start_mod8 as i64),
+                tensors: Some(a.tensors as i64),
+                misaligned_tensors: Some(a.misaligned_tensors as i64),
+                misaligned_bytes: Some(a.misaligned_bytes as i64),
+                verdict: a.verdict.as_str().into(),
+                writer: a.writer,
+                ..base
+            }
+        }
+        Err(e) => ShardRow { error: Some(e.to_string()), ..base },
+    }
+}

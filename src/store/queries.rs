@@ -1,0 +1,183 @@
+//! The read side of the store: the rows reports are built from.
+
+use serde::Serialize;
+
+use super::records::ShardRow;
+use super::{Store, StoreError, sql};
+
+/// One publisher (namespace) in `report --by-publisher`.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct PublisherRow {
+    /// The namespace.
+    pub namespace: String,
+    /// Repos audited (state `ok`).
+    pub repos_audited: i64,
+    /// Repos with at least one tensor a copying loader duplicates.
+    pub repos_affected: i64,
+    /// Shards already aligned.
+    pub shards_aligned: i64,
+    /// Shards fixed by header padding.
+    pub shards_header_pad: i64,
+    /// Shards that need a reorder.
+    pub shards_relayout: i64,
+    /// Shards that break the format.
+    pub shards_invalid: i64,
+    /// Misaligned tensors.
+    pub misaligned_tensors: i64,
+    /// Bytes a copying loader duplicates.
+    pub misaligned_bytes: i64,
+}
+
+/// One writer (`__metadata__.format`) in `report --by-writer`.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct WriterRow {
+    /// The writer, or `(none)`.
+    pub writer: String,
+    /// Shards it wrote.
+    pub shards: i64,
+    /// Of those, shards with misaligned tensors.
+    pub shards_affected: i64,
+    /// Misaligned tensors.
+    pub misaligned_tensors: i64,
+    /// Bytes a copying loader duplicates.
+    pub misaligned_bytes: i64,
+}
+
+/// A repo the repack worker should take (`report --affected`).
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct AffectedRepo {
+    /// `namespace/name`.
+    pub repo: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The commit audited.
+    pub sha: String,
+    /// Shards needing header padding.
+    pub shards_header_pad: i64,
+    /// Shards needing a reorder.
+    pub shards_relayout: i64,
+    /// Invalid shards (which block a repack).
+    pub shards_invalid: i64,
+    /// Misaligned tensors.
+    pub misaligned_tensors: i64,
+    /// Bytes a copying loader duplicates.
+    pub misaligned_bytes: i64,
+}
+
+/// Repos per access state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct StateCount {
+    /// `ok`, `gated`, `disabled`, `vanished`, `moved`, `error` or `pending`.
+    pub state: String,
+    /// How many repos.
+    pub repos: i64,
+}
+
+/// An audit run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RunRow {
+    /// Its id.
+    pub id: i64,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended.
+    pub finished_at: Option<String>,
+    /// `running`, `finished`, `failed` or `interrupted`.
+    pub status: String,
+    /// Repos listed.
+    pub repos_listed: i64,
+    /// Repos probed.
+    pub repos_probed: i64,
+    /// Shards probed.
+    pub shards_probed: i64,
+    /// API requests.
+    pub api_requests: i64,
+    /// Resolver requests.
+    pub resolver_requests: i64,
+    /// Bytes read.
+    pub bytes_read: i64,
+    /// 429s received.
+    pub rate_limited: i64,
+    /// Repos that failed.
+    pub errors: i64,
+}
+
+impl Store {
+    /// Publishers, most bytes duplicated first.
+    pub async fn publishers(&self) -> Result<Vec<PublisherRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT namespace, COUNT(*) AS repos_audited, SUM(misaligned_bytes > 0) AS repos_affected,
+                SUM(shards_aligned) AS shards_aligned, SUM(shards_header_pad) AS shards_header_pad,
+                SUM(shards_relayout) AS shards_relayout, SUM(shards_invalid) AS shards_invalid,
+                SUM(misaligned_tensors) AS misaligned_tensors, SUM(misaligned_bytes) AS misaligned_bytes
+             FROM repo_sums GROUP BY namespace ORDER BY misaligned_bytes DESC, namespace",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("publishers"))
+    }
+
+    /// Writers, most bytes duplicated first.
+    pub async fn writers(&self) -> Result<Vec<WriterRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT COALESCE(s.writer, '(none)') AS writer, COUNT(*) AS shards,
+                SUM(COALESCE(s.misaligned_bytes, 0) > 0) AS shards_affected,
+                COALESCE(SUM(s.misaligned_tensors), 0) AS misaligned_tensors,
+                COALESCE(SUM(s.misaligned_bytes), 0) AS misaligned_bytes
+             FROM shards s JOIN repos r ON r.id = s.repo_id WHERE r.state = 'ok'
+             GROUP BY 1 ORDER BY misaligned_bytes DESC, writer",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("writers"))
+    }
+
+    /// Repos with tensors a copying loader duplicates, at least `min_bytes` of them, most first.
+    pub async fn affected(&self, min_bytes: i64) -> Result<Vec<AffectedRepo>, StoreError> {
+        sqlx::query_as(
+            "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
+             FROM repo_sums WHERE misaligned_bytes > 0 AND misaligned_bytes >= ? ORDER BY misaligned_bytes DESC, repo",
+        )
+        .bind(min_bytes)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("affected repos"))
+    }
+
+    /// Every shard of one repo, by path.
+    pub async fn repo_shards(&self, repo: &str) -> Result<Vec<ShardRow>, StoreError> {
+        sqlx::query_as("SELECT * FROM shards WHERE repo_id = ? ORDER BY path")
+            .bind(repo)
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("repo shards"))
+    }
+
+    /// Every shard, by repo and path.
+    pub async fn all_shards(&self) -> Result<Vec<ShardRow>, StoreError> {
+        sqlx::query_as("SELECT * FROM shards ORDER BY repo_id, path")
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("shards"))
+    }
+
+    /// Repos per state (`pending` for listed but never audited).
+    pub async fn states(&self) -> Result<Vec<StateCount>, StoreError> {
+        sqlx::query_as("SELECT state, COUNT(*) AS repos FROM repos GROUP BY state ORDER BY state")
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("states"))
+    }
+
+    /// The most recent runs, newest first.
+    pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,
+                resolver_requests, bytes_read, rate_limited, errors FROM audit_runs ORDER BY id DESC LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("runs"))
+    }
+}

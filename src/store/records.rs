@@ -1,0 +1,305 @@
+//! What the crawler records: runs, repos (with their access state), shards, and history.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{Store, StoreError, sql};
+use crate::hub::listing::ListedRepo;
+use crate::safetensors::Verdict;
+
+/// Counters of one run, stored with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RunStats {
+    /// Repos in the listing.
+    pub repos_listed: u64,
+    /// Repos probed.
+    pub repos_probed: u64,
+    /// Shards probed.
+    pub shards_probed: u64,
+    /// API requests sent.
+    pub api_requests: u64,
+    /// Resolver requests sent.
+    pub resolver_requests: u64,
+    /// Body bytes read.
+    pub bytes_read: u64,
+    /// 429s received.
+    pub rate_limited: u64,
+    /// Retried attempts.
+    pub retries: u64,
+    /// Repos that failed.
+    pub errors: u64,
+}
+
+/// A repo's access state after an audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepoState {
+    /// Audited.
+    Ok,
+    /// Gated and not granted to this token.
+    Gated,
+    /// Disabled by the Hub.
+    Disabled,
+    /// Gone (or private to someone else).
+    Vanished,
+    /// Its commit was replaced after the listing; the next run audits the new one.
+    Moved,
+    /// A failure that retries did not cure; the next run tries again.
+    Error,
+}
+
+impl RepoState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepoState::Ok => "ok",
+            RepoState::Gated => "gated",
+            RepoState::Disabled => "disabled",
+            RepoState::Vanished => "vanished",
+            RepoState::Moved => "moved",
+            RepoState::Error => "error",
+        }
+    }
+
+    /// Whether the audit of this commit is done (so it is not probed again until the commit changes).
+    pub fn is_final(self) -> bool {
+        !matches!(self, RepoState::Moved | RepoState::Error)
+    }
+}
+
+/// One shard's audit, as stored and as reported (`report --repo`, `report --shards`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ShardRow {
+    /// `namespace/name`.
+    #[sqlx(rename = "repo_id")]
+    pub repo: String,
+    /// Path in the repo.
+    pub path: String,
+    /// The commit audited.
+    pub sha: String,
+    /// File size.
+    pub size: i64,
+    /// `N`.
+    pub header_len: Option<i64>,
+    /// `8 + N`.
+    pub data_start: Option<i64>,
+    /// `(8 + N) % 8`.
+    pub data_start_mod8: Option<i64>,
+    /// Tensors.
+    pub tensors: Option<i64>,
+    /// Tensors a zero-copy loader must copy.
+    pub misaligned_tensors: Option<i64>,
+    /// Their bytes.
+    pub misaligned_bytes: Option<i64>,
+    /// `aligned`, `header_pad`, `relayout` or `invalid`.
+    pub verdict: String,
+    /// Why it is invalid.
+    pub error: Option<String>,
+    /// `__metadata__.format`.
+    pub writer: Option<String>,
+}
+
+/// What auditing one repo found, recorded in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoOutcome {
+    /// `namespace/name`.
+    pub id: String,
+    /// The commit audited.
+    pub sha: String,
+    /// Access state.
+    pub state: RepoState,
+    /// Its shards (empty unless `Ok`).
+    pub shards: Vec<ShardRow>,
+    /// The failure, for `Error` and `Moved`.
+    pub error: Option<String>,
+}
+
+impl RepoOutcome {
+    /// Bytes a copying loader duplicates over all shards.
+    pub fn misaligned_bytes(&self) -> i64 {
+        self.shards.iter().filter_map(|s| s.misaligned_bytes).sum()
+    }
+}
+
+impl Store {
+    /// Marks runs a killed process left `running` as `interrupted`.
+    pub async fn interrupt_stale_runs(&self) -> Result<(), StoreError> {
+        sqlx::query("UPDATE audit_runs SET status = 'interrupted', finished_at = ? WHERE status = 'running'")
+            .bind(crate::time::now_utc())
+            .execute(self.pool())
+            .await
+            .map_err(sql("interrupt stale runs"))?;
+        Ok(())
+    }
+
+    /// Records the start of a run.
+    pub async fn start_run(&self, endpoint: &str, query: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO audit_runs (started_at, status, endpoint, query) VALUES (?, 'running', ?, ?) RETURNING id",
+        )
+        .bind(crate::time::now_utc())
+        .bind(endpoint)
+        .bind(query)
+        .fetch_one(self.pool())
+        .await
+        .map_err(sql("start run"))?;
+        row.try_get::<i64, _>("id").map_err(sql("start run"))
+    }
+
+    /// Records the end of a run.
+    pub async fn finish_run(
+        &self,
+        run: i64,
+        status: &str,
+        stats: &RunStats,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE audit_runs SET finished_at = ?, status = ?, repos_listed = ?, repos_probed = ?, shards_probed = ?,
+             api_requests = ?, resolver_requests = ?, bytes_read = ?, rate_limited = ?, retries = ?, errors = ?, error = ?
+             WHERE id = ?",
+        )
+        .bind(crate::time::now_utc())
+        .bind(status)
+        .bind(stats.repos_listed as i64)
+        .bind(stats.repos_probed as i64)
+        .bind(stats.shards_probed as i64)
+        .bind(stats.api_requests as i64)
+        .bind(stats.resolver_requests as i64)
+        .bind(stats.bytes_read as i64)
+        .bind(stats.rate_limited as i64)
+        .bind(stats.retries as i64)
+        .bind(stats.errors as i64)
+        .bind(error)
+        .bind(run)
+        .execute(self.pool())
+        .await
+        .map_err(sql("finish run"))?;
+        Ok(())
+    }
+
+    /// Records a listing page in one transaction; returns, for each repo, whether it needs probing (its listed
+    /// commit is not the one last audited to completion, or `force`).
+    pub async fn record_listing(&self, run: i64, repos: &[ListedRepo], force: bool) -> Result<Vec<bool>, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
+        let mut pending = Vec::with_capacity(repos.len());
+        for r in repos {
+            let audited: Option<Option<String>> = sqlx::query_scalar("SELECT audited_sha FROM repos WHERE id = ?")
+                .bind(&r.id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("read repo"))?;
+            sqlx::query(
+                "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET listed_sha = excluded.listed_sha, last_modified = excluded.last_modified,
+                   private = excluded.private, gated = excluded.gated, disabled = excluded.disabled,
+                   last_listed_run = excluded.last_listed_run",
+            )
+            .bind(&r.id)
+            .bind(r.namespace())
+            .bind(&r.sha)
+            .bind(&r.last_modified)
+            .bind(r.private)
+            .bind(r.is_gated())
+            .bind(r.disabled)
+            .bind(run)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("record listing"))?;
+            pending.push(force || r.sha.is_none() || audited.flatten() != r.sha);
+        }
+        tx.commit().await.map_err(sql("commit listing"))?;
+        Ok(pending)
+    }
+
+    /// Records one repo's audit atomically: its shards replaced, its state and audited commit set, and a
+    /// history row when anything a report shows changed.
+    pub async fn record_repo(&self, run: i64, outcome: &RepoOutcome) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
+        let previous: Option<(Option<String>, String, i64)> = sqlx::query_as(
+            "SELECT audited_sha, state, COALESCE((SELECT SUM(misaligned_bytes) FROM shards WHERE repo_id = repos.id), 0)
+             FROM repos WHERE id = ?",
+        )
+        .bind(&outcome.id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql("read repo"))?;
+        let now = crate::time::now_utc();
+        if outcome.state.is_final() {
+            sqlx::query("DELETE FROM shards WHERE repo_id = ?")
+                .bind(&outcome.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("clear shards"))?;
+            for s in &outcome.shards {
+                sqlx::query(
+                    "INSERT INTO shards (repo_id, path, sha, size, header_len, data_start, data_start_mod8, tensors,
+                     misaligned_tensors, misaligned_bytes, verdict, writer, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(&s.repo)
+                .bind(&s.path)
+                .bind(&s.sha)
+                .bind(s.size)
+                .bind(s.header_len)
+                .bind(s.data_start)
+                .bind(s.data_start_mod8)
+                .bind(s.tensors)
+                .bind(s.misaligned_tensors)
+                .bind(s.misaligned_bytes)
+                .bind(&s.verdict)
+                .bind(&s.writer)
+                .bind(&s.error)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record shard"))?;
+            }
+        }
+        let audited_sha = outcome.state.is_final().then_some(outcome.sha.as_str());
+        sqlx::query(
+            "UPDATE repos SET audited_sha = COALESCE(?, audited_sha), state = ?, last_audited_run = ?, last_audited_at = ?,
+             last_error = ? WHERE id = ?",
+        )
+        .bind(audited_sha)
+        .bind(outcome.state.as_str())
+        .bind(run)
+        .bind(&now)
+        .bind(&outcome.error)
+        .bind(&outcome.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql("record repo"))?;
+        let bytes =
+            if outcome.state.is_final() { outcome.misaligned_bytes() } else { previous.as_ref().map_or(0, |p| p.2) };
+        let changed = match &previous {
+            None => true,
+            Some((sha, state, old_bytes)) => {
+                sha.as_deref() != audited_sha.or(sha.as_deref())
+                    || state != outcome.state.as_str()
+                    || (*old_bytes > 0) != (bytes > 0)
+            }
+        };
+        if changed {
+            sqlx::query("INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)")
+                .bind(&outcome.id)
+                .bind(run)
+                .bind(&now)
+                .bind(&outcome.sha)
+                .bind(outcome.state.as_str())
+                .bind(bytes > 0)
+                .bind(bytes)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record history"))?;
+        }
+        tx.commit().await.map_err(sql("commit repo"))?;
+        Ok(())
+    }
+}
+
+impl ShardRow {
+    /// The verdict as a type.
+    pub fn verdict(&self) -> Option<Verdict> {
+        self.verdict.parse().ok()
+    }
+}
