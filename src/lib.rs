@@ -18,6 +18,7 @@ pub mod hashing;
 pub mod hub;
 pub mod io_error;
 pub mod manifest;
+pub mod report;
 pub mod safetensors;
 pub mod scan;
 pub mod sim;

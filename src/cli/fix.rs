@@ -9,7 +9,7 @@ use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
 use hubalign::safetensors::Alignment;
 
 use super::Exit;
-use super::output::{Format, bytes, json_lines, progress, table};
+use super::output::{Format, bytes, csv, json_lines, progress, table};
 
 #[derive(Args)]
 pub struct FixArgs {
@@ -28,7 +28,7 @@ pub struct FixArgs {
     /// Say what would be done; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// `table` for people; `json` prints one object per bundle per line.
+    /// `table` for people; `json` prints one object per bundle per line; `csv` one row per shard.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
 }
@@ -53,6 +53,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
     bar.finish_and_clear();
     match args.format {
         Format::Json => json_lines(&report.bundles)?,
+        Format::Csv => csv(&report.bundles.iter().flat_map(|b| b.shards.clone()).collect::<Vec<_>>())?,
         Format::Table => print!("{}", render(&report)),
     }
     let t = &report.totals;

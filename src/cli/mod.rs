@@ -1,9 +1,12 @@
 //! Argument parsing, logging set-up and exit codes; one module per subcommand.
 
+mod audit;
 mod fix;
 mod output;
+mod report;
 mod scan;
 mod sim;
+mod store_args;
 
 use clap::{Parser, Subcommand};
 
@@ -75,6 +78,19 @@ enum Command {
     /// work against it by setting HF_ENDPOINT. Rate limits and faults are off unless flags turn them on;
     /// /_sim/counters reports what was served.
     Sim(sim::SimArgs),
+    /// Crawl the Hub's MLX repositories and record, per shard, what mmap loaders would copy.
+    ///
+    /// Lists repositories with full listings (a page of up to 1,000 repos with commit and file names per
+    /// request), then reads each changed repo's shard headers with one range request per shard (a second only
+    /// for headers longer than --probe-bytes). Requests are paced per rate-limit bucket from the Hub's
+    /// RateLimit headers; 429s are waited out; transient failures are retried with backoff. Gated, disabled
+    /// and vanished repos are recorded as such. Interrupted (Ctrl-C, kill -9) and run again, it resumes: repos
+    /// already audited at their listed commit are not probed again.
+    Audit(audit::AuditArgs),
+    /// Report what the audit store knows: by publisher, by writer, per repo, affected repos, every shard.
+    ///
+    /// JSON prints one object per row per line; the fields are those of the table, in full.
+    Report(report::ReportArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -92,6 +108,8 @@ pub fn run() -> std::process::ExitCode {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Audit(args) => audit::run(args),
+        Command::Report(args) => report::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -12,6 +12,8 @@ pub enum Format {
     Table,
     /// One JSON object per line.
     Json,
+    /// Comma-separated values with a header line (reports only).
+    Csv,
 }
 
 /// Prints each item as one JSON line.
@@ -22,6 +24,33 @@ pub fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::R
         out.write_all(b"\n")?;
     }
     Ok(())
+}
+
+/// Prints flat rows as CSV: a header from the first row's field names, values quoted when they must be.
+pub fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let mut header_done = false;
+    for row in rows {
+        let serde_json::Value::Object(fields) = serde_json::to_value(row)? else { anyhow::bail!("CSV needs flat rows") };
+        if !header_done {
+            writeln!(out, "{}", fields.keys().map(|k| csv_field(k)).collect::<Vec<_>>().join(","))?;
+            header_done = true;
+        }
+        let cells: Vec<String> = fields
+            .values()
+            .map(|v| match v {
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::String(s) => csv_field(s),
+                other => csv_field(&other.to_string()),
+            })
+            .collect();
+        writeln!(out, "{}", cells.join(","))?;
+    }
+    Ok(())
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
 }
 
 /// Decimal gigabytes and friends, as the Hub and the seeds count them.
@@ -67,6 +96,13 @@ mod tests {
     fn byte_counts() {
         assert_eq!(super::bytes(999), "999 B");
         assert_eq!(super::bytes(59_300_000_000), "59.30 GB");
+    }
+
+    #[test]
+    fn csv_quoting() {
+        assert_eq!(super::csv_field("plain"), "plain");
+        assert_eq!(super::csv_field("a,b"), "\"a,b\"");
+        assert_eq!(super::csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
 
     #[test]

@@ -9,14 +9,14 @@ use hubalign::safetensors::{Alignment, Verdict};
 use hubalign::scan::{ScanReport, scan};
 
 use super::Exit;
-use super::output::{Format, bytes, json_lines, progress, table};
+use super::output::{Format, bytes, csv, json_lines, progress, table};
 
 #[derive(Args)]
 pub struct ScanArgs {
     /// Files, bundle directories, trees of bundles or Hugging Face cache directories.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
-    /// `table` for people; `json` prints one object per shard per line.
+    /// `table` for people; `json` prints one object per shard per line; `csv` one row per shard.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Data-section alignment to audit against: a power of two up to 16384 (use 16384 for Apple-silicon pages).
@@ -35,6 +35,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     bar.finish_and_clear();
     match args.format {
         Format::Json => json_lines(&report.shards)?,
+        Format::Csv => csv(&report.shards)?,
         Format::Table => print!("{}", render(&report)),
     }
     Ok(match report.worst() {

@@ -175,7 +175,10 @@ impl HubClient {
                     }
                     format!("HTTP {}", fetched.status)
                 }
-                Err(e) => e,
+                Err(e) => {
+                    self.pacer(bucket).release();
+                    e
+                }
             };
             if attempts >= self.retry.max_attempts {
                 return Err(HubError::Exhausted { url: url.to_owned(), attempts, last: failure });

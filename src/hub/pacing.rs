@@ -39,6 +39,12 @@ pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimit> {
     Some(RateLimit { remaining: remaining?, reset_seconds: reset? })
 }
 
+/// The quota from `RateLimit-Policy: "fixed window";"api";q=500;w=300`.
+pub fn parse_policy_quota(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get("ratelimit-policy")?.to_str().ok()?;
+    value.split(';').map(str::trim).find_map(|p| p.strip_prefix("q=")).and_then(|q| q.parse().ok())
+}
+
 /// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used).
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<u64> {
     headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
@@ -50,6 +56,14 @@ struct State {
     remaining: Option<u64>,
     /// When the current window ends.
     reset_at: Option<Instant>,
+    /// The window's quota, from `RateLimit-Policy`: what a fresh window allows.
+    quota: Option<u64>,
+    /// A request is out to learn the bucket's state; the others wait for its answer.
+    probing: bool,
+    /// The server sends no `RateLimit` headers: nothing to pace by.
+    unlimited: bool,
+    /// Some answer carried `RateLimit`.
+    seen_limits: bool,
 }
 
 /// One bucket's pacer.
@@ -63,26 +77,57 @@ const RESET_MARGIN: Duration = Duration::from_millis(50);
 
 impl Pacer {
     /// How long to wait before sending, reserving a slot if none is needed. Call until it returns zero.
+    ///
+    /// While the bucket's state is unknown (the first request, or a window that reset with no quota known),
+    /// one request goes out and the rest wait for its `RateLimit` answer, so a crawl starting with many
+    /// workers does not burst into a quota it has not seen.
     pub fn reserve(&self, now: Instant) -> Duration {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.unlimited {
+            return Duration::ZERO;
+        }
         if let (Some(0), Some(reset)) = (s.remaining, s.reset_at) {
             if now < reset + RESET_MARGIN {
                 return reset + RESET_MARGIN - now;
             }
-            // A new window: its quota is unknown until the next response says.
-            s.remaining = None;
+            // A new window: the policy says how much it holds, if the Hub told us.
+            s.remaining = s.quota;
             s.reset_at = None;
         }
-        if let Some(r) = s.remaining.as_mut() {
-            *r -= 1;
+        match s.remaining {
+            // Spent, and the reset not known yet: the answers in flight will say when it is.
+            Some(0) => PROBE_WAIT,
+            Some(r) => {
+                s.remaining = Some(r.saturating_sub(1));
+                Duration::ZERO
+            }
+            None if s.probing => PROBE_WAIT,
+            None => {
+                s.probing = true;
+                Duration::ZERO
+            }
         }
-        Duration::ZERO
     }
 
     /// Learns the bucket's state from a response.
     pub fn observe(&self, headers: &HeaderMap, now: Instant) {
-        let Some(limit) = parse_rate_limit(headers) else { return };
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.probing = false;
+        let Some(limit) = parse_rate_limit(headers) else {
+            // A server that never sent limits is not paced; one that did keeps being, and an answer that says
+            // nothing leaves an unknown window unknown, so the next request finds out.
+            if !s.seen_limits {
+                s.unlimited = true;
+            } else if s.reset_at.is_none() {
+                s.remaining = None;
+            }
+            return;
+        };
+        s.unlimited = false;
+        s.seen_limits = true;
+        if let Some(q) = parse_policy_quota(headers) {
+            s.quota = Some(q);
+        }
         let reset_at = now + Duration::from_secs(limit.reset_seconds);
         // Requests already in flight were counted down locally; never trust a larger figure from an older response.
         s.remaining = Some(match (s.remaining, s.reset_at) {
@@ -92,13 +137,24 @@ impl Pacer {
         s.reset_at = Some(reset_at);
     }
 
+    /// After a request that taught nothing (a network failure): let another one find out.
+    pub fn release(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).probing = false;
+    }
+
     /// After a 429: nothing more until `wait` has passed.
     pub fn refused(&self, wait: Duration, now: Instant) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.probing = false;
+        s.unlimited = false;
+        s.seen_limits = true;
         s.remaining = Some(0);
         s.reset_at = Some(now + wait);
     }
 }
+
+/// How often waiting requests look again while one finds out the bucket's state.
+const PROBE_WAIT: Duration = Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {
@@ -127,13 +183,30 @@ mod tests {
     fn waits_when_the_quota_is_spent_and_not_before() {
         let p = Pacer::default();
         let t0 = Instant::now();
-        assert_eq!(p.reserve(t0), Duration::ZERO, "unknown quota: go");
-        p.observe(&headers("\"api\";r=2;t=10"), t0);
+        assert_eq!(p.reserve(t0), Duration::ZERO, "unknown quota: one request finds out");
+        assert_eq!(p.reserve(t0), PROBE_WAIT, "the others wait for its answer");
+        let mut h = headers("\"api\";r=2;t=10");
+        h.insert("ratelimit-policy", HeaderValue::from_static("\"fixed window\";\"api\";q=3;w=10"));
+        p.observe(&h, t0);
         assert_eq!(p.reserve(t0), Duration::ZERO);
         assert_eq!(p.reserve(t0), Duration::ZERO);
         let wait = p.reserve(t0);
         assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(11), "{wait:?}");
-        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO, "a new window");
+        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO, "a new window holds the quota, 3");
+        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO);
+        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO);
+        assert!(p.reserve(t0 + Duration::from_secs(11)) > Duration::ZERO, "and no more");
+    }
+
+    #[test]
+    fn servers_without_limits_are_not_paced() {
+        let p = Pacer::default();
+        let t0 = Instant::now();
+        assert_eq!(p.reserve(t0), Duration::ZERO);
+        p.observe(&HeaderMap::new(), t0);
+        for _ in 0..100 {
+            assert_eq!(p.reserve(t0), Duration::ZERO);
+        }
     }
 
     #[test]

@@ -1,0 +1,114 @@
+//! `hubalign audit`: crawl the Hub's MLX repositories into the store.
+
+use anyhow::Context;
+use clap::Args;
+use hubalign::audit::{AuditEvent, AuditOptions, audit};
+use hubalign::hub::listing::ListQuery;
+use hubalign::hub::retry::RetryPolicy;
+use hubalign::hub::{HubClient, HubConfig};
+use hubalign::safetensors::Alignment;
+
+use super::Exit;
+use super::output::{bytes, progress};
+use super::store_args::StoreArgs;
+
+#[derive(Args)]
+pub struct AuditArgs {
+    /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Hub token [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
+    #[arg(long, value_name = "TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Tag every listed repo must carry (repeatable).
+    #[arg(long = "filter", value_name = "TAG", default_value = "mlx")]
+    filters: Vec<String>,
+    /// Only this namespace.
+    #[arg(long, value_name = "NAMESPACE")]
+    author: Option<String>,
+    /// Only repos whose id contains this.
+    #[arg(long, value_name = "TEXT")]
+    search: Option<String>,
+    /// Stop after listing this many repos.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Repos probed at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    concurrency: usize,
+    /// Bytes asked for by each shard's first range request; a second, exact one follows only for longer headers.
+    #[arg(long, default_value_t = hubalign::hub::probe::DEFAULT_PROBE_BYTES, value_name = "BYTES")]
+    probe_bytes: u64,
+    /// Probe every listed repo, also those already audited at their current commit.
+    #[arg(long)]
+    force: bool,
+    /// Data-section alignment verdicts are judged against.
+    #[arg(long, default_value_t = Alignment::DEFAULT)]
+    alignment: Alignment,
+}
+
+pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let store = args.store.open().await?;
+        let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
+        let client = HubClient::new(config, RetryPolicy::default())?;
+        let opts = AuditOptions {
+            query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: args.search.clone(), limit: args.limit },
+            concurrency: args.concurrency,
+            probe_bytes: args.probe_bytes,
+            force: args.force,
+            alignment: args.alignment,
+        };
+        let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
+        let mut shards = 0u64;
+        let mut events = |event: AuditEvent| {
+            match event {
+                AuditEvent::Listed { pending, .. } => bar.set_length(pending),
+                AuditEvent::Recorded { shards: n, .. } => {
+                    shards += n;
+                    bar.inc(1);
+                }
+            }
+            let s = client.stats.snapshot();
+            bar.set_message(format!(
+                "{shards} shards, {} API + {} resolver requests, {} read",
+                s.api_requests,
+                s.resolver_requests,
+                bytes(s.bytes_read)
+            ));
+        };
+        let outcome = tokio::select! {
+            outcome = audit(&client, &store, &opts, &mut events) => Some(outcome),
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        bar.finish_and_clear();
+        let Some(outcome) = outcome else {
+            // Every repo recorded so far is complete (one transaction each); the next run resumes after them.
+            store.interrupt_stale_runs().await?;
+            eprintln!("interrupted: repos recorded so far are kept; run `hubalign audit` again to continue");
+            return Ok(Exit::Failure);
+        };
+        let summary = outcome?;
+        let s = summary.stats;
+        println!(
+            "audit run {}: listed {} repos, probed {} ({} shards) with {} API and {} resolver requests, {} read, \
+             {} rate-limited answers waited out, {} retries, {} repos failed.",
+            summary.run_id,
+            s.repos_listed,
+            s.repos_probed,
+            s.shards_probed,
+            s.api_requests,
+            s.resolver_requests,
+            bytes(s.bytes_read),
+            s.rate_limited,
+            s.retries,
+            s.errors
+        );
+        let states = store.states().await?;
+        let line: Vec<String> = states.iter().map(|c| format!("{} {}", c.repos, c.state)).collect();
+        println!("store: {}. See `hubalign report --by-publisher`.", line.join(", "));
+        Ok(if s.errors > 0 { Exit::Failure } else { Exit::Clean })
+    })
+}

@@ -1,0 +1,76 @@
+//! Reports over the audit store, as data: the binary prints them as a table, JSON lines or CSV.
+
+use serde::Serialize;
+
+use crate::store::queries::{AffectedRepo, PublisherRow, WriterRow};
+use crate::store::{ShardRow, Store, StoreError};
+
+/// One publisher in `report --by-publisher`: the stored sums plus what people read off them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Publisher {
+    /// The namespace.
+    pub namespace: String,
+    /// Repos audited.
+    pub repos_audited: i64,
+    /// Repos with tensors a copying loader duplicates.
+    pub repos_affected: i64,
+    /// `repos_affected / repos_audited`.
+    pub share_affected: f64,
+    /// Shards already aligned.
+    pub shards_aligned: i64,
+    /// Shards fixed by header padding.
+    pub shards_header_pad: i64,
+    /// Shards needing a reorder.
+    pub shards_relayout: i64,
+    /// Invalid shards.
+    pub shards_invalid: i64,
+    /// Misaligned tensors.
+    pub misaligned_tensors: i64,
+    /// Bytes a copying loader duplicates.
+    pub misaligned_bytes: i64,
+    /// The same, in decimal gigabytes.
+    pub gb_duplicated: f64,
+}
+
+impl From<PublisherRow> for Publisher {
+    fn from(r: PublisherRow) -> Publisher {
+        Publisher {
+            share_affected: if r.repos_audited > 0 { r.repos_affected as f64 / r.repos_audited as f64 } else { 0.0 },
+            gb_duplicated: r.misaligned_bytes as f64 / 1e9,
+            namespace: r.namespace,
+            repos_audited: r.repos_audited,
+            repos_affected: r.repos_affected,
+            shards_aligned: r.shards_aligned,
+            shards_header_pad: r.shards_header_pad,
+            shards_relayout: r.shards_relayout,
+            shards_invalid: r.shards_invalid,
+            misaligned_tensors: r.misaligned_tensors,
+            misaligned_bytes: r.misaligned_bytes,
+        }
+    }
+}
+
+/// Publishers, most gigabytes duplicated first.
+pub async fn by_publisher(store: &Store) -> Result<Vec<Publisher>, StoreError> {
+    Ok(store.publishers().await?.into_iter().map(Publisher::from).collect())
+}
+
+/// Writers (`__metadata__.format`), most bytes duplicated first.
+pub async fn by_writer(store: &Store) -> Result<Vec<WriterRow>, StoreError> {
+    store.writers().await
+}
+
+/// Affected repos with at least `min_gb` duplicated: what the repack worker takes.
+pub async fn affected(store: &Store, min_gb: f64) -> Result<Vec<AffectedRepo>, StoreError> {
+    store.affected((min_gb * 1e9).max(0.0) as i64).await
+}
+
+/// One repo's shards.
+pub async fn repo(store: &Store, id: &str) -> Result<Vec<ShardRow>, StoreError> {
+    store.repo_shards(id).await
+}
+
+/// Every shard in the store.
+pub async fn shards(store: &Store) -> Result<Vec<ShardRow>, StoreError> {
+    store.all_shards().await
+}
