@@ -55,7 +55,12 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
         let client = HubClient::new(config, RetryPolicy::default())?;
         let opts = AuditOptions {
-            query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: args.search.clone(), limit: args.limit },
+            query: ListQuery {
+                filters: args.filters.clone(),
+                author: args.author.clone(),
+                search: args.search.clone(),
+                limit: args.limit,
+            },
             concurrency: args.concurrency,
             probe_bytes: args.probe_bytes,
             force: args.force,

@@ -31,7 +31,9 @@ pub fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut header_done = false;
     for row in rows {
-        let serde_json::Value::Object(fields) = serde_json::to_value(row)? else { anyhow::bail!("CSV needs flat rows") };
+        let serde_json::Value::Object(fields) = serde_json::to_value(row)? else {
+            anyhow::bail!("CSV needs flat rows")
+        };
         if !header_done {
             writeln!(out, "{}", fields.keys().map(|k| csv_field(k)).collect::<Vec<_>>().join(","))?;
             header_done = true;

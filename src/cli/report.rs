@@ -130,7 +130,11 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
 }
 
 fn shard_table(rows: &[hubalign::store::ShardRow]) -> String {
-    let mut t = vec![["repo", "shard", "verdict", "size", "N", "start%8", "tensors", "misaligned", "duplicated", "writer"].map(String::from).to_vec()];
+    let mut t = vec![
+        ["repo", "shard", "verdict", "size", "N", "start%8", "tensors", "misaligned", "duplicated", "writer"]
+            .map(String::from)
+            .to_vec(),
+    ];
     let opt = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
     for r in rows {
         t.push(vec![

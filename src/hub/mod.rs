@@ -70,11 +70,16 @@ pub struct Fetched {
     pub url: String,
     /// The status.
     pub status: StatusCode,
-    /// The headers.
+    /// The final response's headers.
     pub headers: HeaderMap,
+    /// The Hub's own response's headers (the first of a redirect chain), which carry `RateLimit`.
+    pub hub_headers: HeaderMap,
     /// The body, or its first bytes when a cap was given.
     pub body: Bytes,
 }
+
+/// Redirects followed at most (the Hub sends one, to its storage).
+const MAX_REDIRECTS: usize = 5;
 
 /// At most this many 429s for one request before giving up (each one waits for the window to reset).
 const MAX_RATE_LIMITED: u32 = 50;
@@ -98,6 +103,9 @@ impl HubClient {
             .user_agent(concat!("hubalign/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(120))
+            // Redirects are followed by hand: the Hub's answer carries the rate-limit headers, the storage's
+            // does not, and the token must not travel to another origin.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| HubError::Malformed { url: config.endpoint.clone(), detail: format!("HTTP client: {e}") })?;
         Ok(HubClient {
@@ -147,15 +155,15 @@ impl HubClient {
                 Bucket::Api => self.stats.api_requests.fetch_add(1, Ordering::Relaxed),
                 Bucket::Resolvers => self.stats.resolver_requests.fetch_add(1, Ordering::Relaxed),
             };
-            let outcome = self.attempt(self.build(url, extra), cap).await;
+            let outcome = self.attempt(url, extra, cap).await;
             let failure = match outcome {
                 Ok(fetched) => {
-                    self.pacer(bucket).observe(&fetched.headers, Instant::now());
+                    self.pacer(bucket).observe(&fetched.hub_headers, Instant::now());
                     if fetched.status == StatusCode::TOO_MANY_REQUESTS {
                         self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
                         refusals += 1;
                         attempts -= 1;
-                        let wait = rate_limit_wait(&fetched.headers);
+                        let wait = rate_limit_wait(&fetched.hub_headers);
                         tracing::info!(bucket = ?bucket, wait_s = wait.as_secs(), "rate limited; waiting for the window to reset");
                         self.pacer(bucket).refused(wait, Instant::now());
                         if refusals > MAX_RATE_LIMITED {
@@ -192,7 +200,7 @@ impl HubClient {
 
     fn build(&self, url: &str, extra: &[(&'static str, String)]) -> RequestBuilder {
         let mut req = self.http.get(url);
-        if let Some(token) = &self.config.token {
+        if let Some(token) = self.config.token.as_ref().filter(|_| same_origin(url, &self.config.endpoint)) {
             req = req.bearer_auth(token.expose());
         }
         for (k, v) in extra {
@@ -203,24 +211,48 @@ impl HubClient {
         req
     }
 
-    /// One attempt. `Err` carries a transient failure's description; every answer, even an error status,
-    /// is `Ok` so the caller can read its headers.
-    async fn attempt(&self, req: RequestBuilder, cap: Option<usize>) -> Result<Fetched, String> {
-        let mut response = req.send().await.map_err(|e| describe(&e))?;
+    /// One attempt, following redirects with the same headers (a `Range` stays, the token stays on the Hub).
+    /// `Err` carries a transient failure's description; every answer, even an error status, is `Ok` so the
+    /// caller can read its headers.
+    async fn attempt(
+        &self,
+        url: &str,
+        extra: &[(&'static str, String)],
+        cap: Option<usize>,
+    ) -> Result<Fetched, String> {
+        let mut target = url.to_owned();
+        let mut hub_headers = None;
+        let mut response = None;
+        for _ in 0..=MAX_REDIRECTS {
+            let r = self.build(&target, extra).send().await.map_err(|e| describe(&e))?;
+            let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            match location.filter(|_| r.status().is_redirection()) {
+                Some(location) => {
+                    hub_headers.get_or_insert_with(|| r.headers().clone());
+                    target =
+                        r.url().join(&location).map_err(|e| format!("bad redirect to {location}: {e}"))?.to_string();
+                }
+                None => {
+                    response = Some(r);
+                    break;
+                }
+            }
+        }
+        let Some(mut response) = response else { return Err(format!("more than {MAX_REDIRECTS} redirects")) };
         let status = response.status();
-        let url = response.url().to_string();
         let headers = response.headers().clone();
+        let hub_headers = hub_headers.unwrap_or_else(|| headers.clone());
         let announced = response.content_length();
         let mut body = Vec::new();
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
                     body.extend_from_slice(&chunk);
-                    if cap.is_some_and(|c| body.len() >= c) {
+                    if let Some(cap) = cap.filter(|c| body.len() >= *c) {
                         // Enough: dropping the response closes the connection instead of reading on.
-                        body.truncate(cap.unwrap_or(body.len()));
+                        body.truncate(cap);
                         self.stats.bytes_read.fetch_add(body.len() as u64, Ordering::Relaxed);
-                        return Ok(Fetched { url, status, headers, body: body.into() });
+                        return Ok(Fetched { url: target, status, headers, hub_headers, body: body.into() });
                     }
                 }
                 Ok(None) => break,
@@ -233,7 +265,19 @@ impl HubClient {
         {
             return Err(format!("body of {} bytes where {n} were announced", body.len()));
         }
-        Ok(Fetched { url, status, headers, body: body.into() })
+        Ok(Fetched { url: target, status, headers, hub_headers, body: body.into() })
+    }
+}
+
+/// Whether two URLs share scheme, host and port.
+fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => {
+            a.scheme() == b.scheme()
+                && a.host_str() == b.host_str()
+                && a.port_or_known_default() == b.port_or_known_default()
+        }
+        _ => false,
     }
 }
 
@@ -269,5 +313,29 @@ fn status_error(url: &str, fetched: &Fetched) -> HubError {
         code: header("x-error-code"),
         message: header("x-error-message").or(body_message).unwrap_or_default(),
         request_id: header("x-request-id"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins() {
+        assert!(same_origin("http://127.0.0.1:80/a", "http://127.0.0.1/b"));
+        assert!(!same_origin("http://127.0.0.1:8080/a", "http://127.0.0.1:8081/a"), "storage on another port");
+        assert!(!same_origin("https://huggingface.co/x", "https://cdn-lfs.hf.co/x"));
+        assert!(!same_origin("not a url", "http://h"));
+    }
+
+    #[test]
+    fn waits_for_429s() {
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit", HeaderValue::from_static("\"api\";r=0;t=7"));
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(rate_limit_wait(&h), Duration::from_secs(7), "the window's reset when nothing is left");
+        h.insert("ratelimit", HeaderValue::from_static("\"api\";r=5;t=7"));
+        assert_eq!(rate_limit_wait(&h), Duration::from_secs(3));
+        assert_eq!(rate_limit_wait(&HeaderMap::new()), Duration::from_secs(1));
     }
 }

@@ -39,12 +39,6 @@ pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimit> {
     Some(RateLimit { remaining: remaining?, reset_seconds: reset? })
 }
 
-/// The quota from `RateLimit-Policy: "fixed window";"api";q=500;w=300`.
-pub fn parse_policy_quota(headers: &HeaderMap) -> Option<u64> {
-    let value = headers.get("ratelimit-policy")?.to_str().ok()?;
-    value.split(';').map(str::trim).find_map(|p| p.strip_prefix("q=")).and_then(|q| q.parse().ok())
-}
-
 /// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used).
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<u64> {
     headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
@@ -56,8 +50,6 @@ struct State {
     remaining: Option<u64>,
     /// When the current window ends.
     reset_at: Option<Instant>,
-    /// The window's quota, from `RateLimit-Policy`: what a fresh window allows.
-    quota: Option<u64>,
     /// A request is out to learn the bucket's state; the others wait for its answer.
     probing: bool,
     /// The server sends no `RateLimit` headers: nothing to pace by.
@@ -90,8 +82,9 @@ impl Pacer {
             if now < reset + RESET_MARGIN {
                 return reset + RESET_MARGIN - now;
             }
-            // A new window: the policy says how much it holds, if the Hub told us.
-            s.remaining = s.quota;
+            // A new window: unknown until an answer from inside it says. Answers still in flight from the old
+            // window can only lower the count, so this never sends more than the quota.
+            s.remaining = None;
             s.reset_at = None;
         }
         match s.remaining {
@@ -125,9 +118,6 @@ impl Pacer {
         };
         s.unlimited = false;
         s.seen_limits = true;
-        if let Some(q) = parse_policy_quota(headers) {
-            s.quota = Some(q);
-        }
         let reset_at = now + Duration::from_secs(limit.reset_seconds);
         // Requests already in flight were counted down locally; never trust a larger figure from an older response.
         s.remaining = Some(match (s.remaining, s.reset_at) {
@@ -185,17 +175,16 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(p.reserve(t0), Duration::ZERO, "unknown quota: one request finds out");
         assert_eq!(p.reserve(t0), PROBE_WAIT, "the others wait for its answer");
-        let mut h = headers("\"api\";r=2;t=10");
-        h.insert("ratelimit-policy", HeaderValue::from_static("\"fixed window\";\"api\";q=3;w=10"));
-        p.observe(&h, t0);
+        p.observe(&headers("\"api\";r=2;t=10"), t0);
         assert_eq!(p.reserve(t0), Duration::ZERO);
         assert_eq!(p.reserve(t0), Duration::ZERO);
         let wait = p.reserve(t0);
         assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(11), "{wait:?}");
-        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO, "a new window holds the quota, 3");
-        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO);
-        assert_eq!(p.reserve(t0 + Duration::from_secs(11)), Duration::ZERO);
-        assert!(p.reserve(t0 + Duration::from_secs(11)) > Duration::ZERO, "and no more");
+        let t1 = t0 + Duration::from_secs(11);
+        assert_eq!(p.reserve(t1), Duration::ZERO, "a new window: one request finds out");
+        assert_eq!(p.reserve(t1), PROBE_WAIT);
+        p.observe(&headers("\"api\";r=0;t=0"), t1);
+        assert_eq!(p.reserve(t1 + Duration::from_millis(60)), Duration::ZERO, "a stale answer only delays");
     }
 
     #[test]

@@ -73,6 +73,31 @@ pub struct StateCount {
     pub repos: i64,
 }
 
+/// A repository as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RepoRow {
+    /// `namespace/name`.
+    pub id: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The commit last listed.
+    pub listed_sha: Option<String>,
+    /// The commit last audited to completion.
+    pub audited_sha: Option<String>,
+    /// `pending`, `ok`, `gated`, `disabled`, `vanished`, `moved` or `error`.
+    pub state: String,
+    /// Private (seen through the token's own access).
+    pub private: bool,
+    /// Gated.
+    pub gated: bool,
+    /// Disabled.
+    pub disabled: bool,
+    /// When it was last audited.
+    pub last_audited_at: Option<String>,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
 /// An audit run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunRow {
@@ -167,6 +192,17 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .map_err(sql("states"))
+    }
+
+    /// Every repository, by id.
+    pub async fn repos(&self) -> Result<Vec<RepoRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT id, namespace, listed_sha, audited_sha, state, private, gated, disabled, last_audited_at, last_error
+             FROM repos ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("repos"))
     }
 
     /// The most recent runs, newest first.
