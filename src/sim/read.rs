@@ -151,6 +151,13 @@ pub fn visible_repo<'a>(
     Ok(repo)
 }
 
+/// The repo id, revision (default `main`) and path a route captured.
+fn route_target(segments: &[(String, String)]) -> (String, String, String) {
+    let get = |k: &str| segments.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let id = format!("{}/{}", get("ns").unwrap_or(""), get("name").unwrap_or(""));
+    (id, get("rev").unwrap_or("main").to_owned(), get("path").unwrap_or("").to_owned())
+}
+
 /// `GET /api/models/{ns}/{name}` and `…/revision/{rev}` (`blobs=true` adds sizes and LFS data).
 pub(super) async fn model_info(
     State(sim): State<Shared>,
@@ -159,13 +166,11 @@ pub(super) async fn model_info(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HubError> {
     let params = Params::parse(raw.as_deref().unwrap_or(""));
-    let get = |k: &str| segments.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let id = format!("{}/{}", get("ns").unwrap_or(""), get("name").unwrap_or(""));
-    let revision = get("rev").unwrap_or("main");
+    let (id, revision, _) = route_target(&segments);
     let caller = sim.accounts.caller(&headers)?;
     let repos = sim.repos();
     let repo = visible_repo(&repos, &id, caller)?;
-    let commit = repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))?;
+    let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
     let all = properties(repo, commit, params.flag("blobs"));
     let expand = params.all("expand");
     let chosen = if expand.is_empty() { all } else { pick(&all, &expand) };
@@ -217,17 +222,14 @@ pub(super) async fn tree(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HubError> {
     let params = Params::parse(raw.as_deref().unwrap_or(""));
-    let get = |k: &str| segments.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let id = format!("{}/{}", get("ns").unwrap_or(""), get("name").unwrap_or(""));
-    let revision = get("rev").unwrap_or("main");
-    let prefix = get("path").unwrap_or("");
+    let (id, revision, prefix) = route_target(&segments);
     let caller = sim.accounts.caller(&headers)?;
     let repos = sim.repos();
     let repo = visible_repo(&repos, &id, caller)?;
-    let commit = repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))?;
-    let items = tree_items(commit, prefix, params.flag("recursive"));
-    if !prefix.is_empty() && items.is_empty() && !commit.files.contains_key(prefix) {
-        return Err(HubError::entry_not_found(prefix, &commit.sha));
+    let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
+    let items = tree_items(commit, &prefix, params.flag("recursive"));
+    if !prefix.is_empty() && items.is_empty() && !commit.files.contains_key(&prefix) {
+        return Err(HubError::entry_not_found(&prefix, &commit.sha));
     }
     let page_size =
         params.number("limit").map_or(sim.config.tree_page_size, |l| (l as usize).clamp(1, sim.config.tree_page_size));

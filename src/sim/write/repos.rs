@@ -29,6 +29,18 @@ pub(in crate::sim) struct CreateRepo {
     visibility: Option<String>,
 }
 
+/// The namespace a create or delete names (`organization`, else the caller's own), if the caller may write
+/// there.
+fn writable_namespace(
+    organization: Option<&str>,
+    caller: Option<&crate::sim::auth::Account>,
+) -> Result<String, HubError> {
+    let account = caller.ok_or_else(HubError::auth_required)?;
+    let namespace = organization.map_or_else(|| account.user.clone(), str::to_owned);
+    can_write(&namespace, caller)?;
+    Ok(namespace)
+}
+
 /// `POST /api/repos/create`: 409 when it exists (with its `url`, as the Hub answers).
 pub(in crate::sim) async fn create_repo(
     State(sim): State<Shared>,
@@ -36,12 +48,10 @@ pub(in crate::sim) async fn create_repo(
     Json(req): Json<CreateRepo>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
-    let account = caller.ok_or_else(HubError::auth_required)?;
     if req.repo_type.as_deref().is_some_and(|t| t != "model") {
         return Err(HubError::bad_request("the simulator serves model repositories only"));
     }
-    let namespace = req.organization.clone().unwrap_or_else(|| account.user.clone());
-    can_write(&namespace, caller)?;
+    let namespace = writable_namespace(req.organization.as_deref(), caller)?;
     let id = format!("{namespace}/{}", req.name);
     let url = format!("{}/{id}", sim.base_url);
     if sim.repos().contains_key(&id) {
@@ -77,9 +87,7 @@ pub(in crate::sim) async fn delete_repo(
     Json(req): Json<DeleteRepo>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
-    let account = caller.ok_or_else(HubError::auth_required)?;
-    let namespace = req.organization.clone().unwrap_or_else(|| account.user.clone());
-    can_write(&namespace, caller)?;
+    let namespace = writable_namespace(req.organization.as_deref(), caller)?;
     let id = format!("{namespace}/{}", req.name);
     match sim.repos_mut().remove(&id) {
         Some(_) => Ok(StatusCode::OK.into_response()),
