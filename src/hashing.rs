@@ -23,6 +23,15 @@ pub fn sha256_hex(data: &[u8]) -> String {
     finish_hex(Sha256::new_with_prefix(data))
 }
 
+/// Git's blob id: `sha1("blob {len}\0" + content)`, what the Hub reports as a regular file's `oid`.
+pub fn git_blob_oid(content: &[u8]) -> String {
+    use sha1::Sha1;
+    let mut h = Sha1::new();
+    sha1::Digest::update(&mut h, format!("blob {}\0", content.len()).as_bytes());
+    sha1::Digest::update(&mut h, content);
+    to_hex(&sha1::Digest::finalize(h))
+}
+
 /// Hashes a stream that is the concatenation of spans of known lengths, giving one digest per span.
 ///
 /// Used for per-tensor hashes while the payload streams past: tensors are contiguous, so the stream splits at

@@ -8,7 +8,7 @@
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
 //! - [`sim`], a local Hugging Face Hub for tests, benchmarks and the offline demo.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod audit;
@@ -18,6 +18,7 @@ pub mod hashing;
 pub mod hub;
 pub mod io_error;
 pub mod manifest;
+pub mod repack;
 pub mod report;
 pub mod safetensors;
 pub mod scan;

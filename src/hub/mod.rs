@@ -11,6 +11,7 @@ pub mod listing;
 pub mod pacing;
 pub mod probe;
 pub mod retry;
+pub mod tree;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

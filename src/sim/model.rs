@@ -63,13 +63,7 @@ pub fn lfs_pointer(sha256: &str, size: u64) -> String {
     format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n")
 }
 
-/// Git's blob id: `sha1("blob {len}\0" + content)`.
-pub fn git_blob_oid(content: &[u8]) -> String {
-    let mut h = Sha1::new();
-    h.update(format!("blob {}\0", content.len()).as_bytes());
-    h.update(content);
-    to_hex(&h.finalize())
-}
+pub use crate::hashing::git_blob_oid;
 
 /// An immutable snapshot of a repository.
 #[derive(Debug, Clone)]

@@ -3,6 +3,7 @@
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
 
+pub mod jobs;
 pub mod queries;
 mod records;
 

@@ -1,0 +1,188 @@
+//! The repack worker's pipeline: download → re-lay → verify (structural, memory-mapped, MLX load) → publish
+//! an `-aligned` mirror with a model card and `MEI_ALIGN_MANIFEST.json`. Each step is recorded on the job;
+//! nothing is published that did not pass every required check.
+
+pub mod card;
+pub mod download;
+pub mod mlx;
+pub mod publish;
+pub mod verify;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hf_hub::HFClient;
+
+use crate::bundle::discover;
+use crate::fix::{Destination, FixOptions, fix};
+use crate::hub::HubClient;
+use crate::manifest::Manifest;
+use crate::safetensors::Alignment;
+use crate::store::jobs::{Job, JobOutcome, JobState};
+use crate::store::{Store, StoreError};
+
+/// Where the MLX load check must run before publishing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyDevice {
+    /// Apple-silicon Metal, on the macOS runner (the production default).
+    Metal,
+    /// The local CPU MLX check stands in, and the card says so.
+    Cpu,
+}
+
+impl VerifyDevice {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyDevice::Metal => "metal",
+            VerifyDevice::Cpu => "cpu",
+        }
+    }
+}
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct RepackOptions {
+    /// Mirrors go to `{target_namespace}/{name}-aligned`.
+    pub target_namespace: String,
+    /// Where bundles are downloaded and repaired (one directory per job, removed when done).
+    pub work_dir: PathBuf,
+    /// The Python with `mlx` that runs `deploy/verify_mlx.py`.
+    pub python: PathBuf,
+    /// The MLX check script.
+    pub mlx_script: PathBuf,
+    /// Data-section alignment.
+    pub alignment: Alignment,
+    /// This worker's name, for leases.
+    pub worker: String,
+    /// How long a step may take before another worker may take the job over.
+    pub lease: Duration,
+}
+
+/// What a worker needs.
+pub struct Repacker<'a> {
+    /// The crawler's client (trees, with their hashes).
+    pub hub: &'a HubClient,
+    /// hf-hub, for downloads and uploads.
+    pub hf: &'a HFClient,
+    /// The store.
+    pub store: &'a Store,
+    /// Options.
+    pub opts: &'a RepackOptions,
+}
+
+/// A step failed: the job says why, and whether trying again may help.
+struct StepError {
+    reason: String,
+    retry: bool,
+}
+
+fn permanent(reason: impl Into<String>) -> StepError {
+    StepError { reason: reason.into(), retry: false }
+}
+
+fn transient(reason: impl Into<String>) -> StepError {
+    StepError { reason: reason.into(), retry: true }
+}
+
+impl Repacker<'_> {
+    /// Runs a claimed job to its end (or to the Metal handoff) and records the outcome.
+    pub async fn run(&self, job: &Job) -> Result<JobState, StoreError> {
+        let dir = self.opts.work_dir.join(format!("job-{}", job.id));
+        let outcome = match self.steps(job, &dir).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, "repack failed");
+                JobOutcome::Failed { reason: e.reason, retry: e.retry }
+            }
+        };
+        if !matches!(outcome, JobOutcome::AwaitMetal) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        self.store.finish_job(job.id, &outcome).await
+    }
+
+    async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
+        match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(transient("the lease was lost to another worker")),
+            Err(e) => Err(transient(e.to_string())),
+        }
+    }
+
+    async fn steps(&self, job: &Job, dir: &std::path::Path) -> Result<JobOutcome, StepError> {
+        let source = dir.join("source");
+        let output = dir.join("aligned");
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(&source).map_err(|e| transient(format!("{}: {e}", source.display())))?;
+
+        self.step(job, JobState::Downloading).await?;
+        let tree =
+            download::download(self.hub, self.hf, &job.repo_id, &job.source_sha, &source).await.map_err(transient)?;
+        if !tree.iter().any(|f| f.path.ends_with(".safetensors")) {
+            return Ok(JobOutcome::Skipped { reason: "no safetensors files at this commit".into() });
+        }
+
+        self.step(job, JobState::Relaying).await?;
+        let bundles = discover(std::slice::from_ref(&source)).map_err(|e| permanent(e.to_string()))?;
+        if bundles.len() != 1 {
+            return Ok(JobOutcome::Skipped {
+                reason: format!("{} bundle directories in one repo; not repacked", bundles.len()),
+            });
+        }
+        let options = FixOptions {
+            destination: Destination::OutDir(output.clone()),
+            alignment: self.opts.alignment,
+            dry_run: false,
+        };
+        let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| transient(e.to_string()))?;
+        let t = &report.totals;
+        if t.invalid > 0 || t.failed > 0 {
+            let why: Vec<String> =
+                report.bundles.iter().flat_map(|b| &b.shards).filter_map(|s| s.error.clone()).collect();
+            return Err(permanent(format!(
+                "re-layout left {} invalid and {} failed shards: {}",
+                t.invalid,
+                t.failed,
+                why.join("; ")
+            )));
+        }
+        if t.rewritten == 0 {
+            return Ok(JobOutcome::Skipped { reason: "every shard is already aligned".into() });
+        }
+        let before_bytes: u64 = report.bundles.iter().flat_map(|b| &b.shards).map(|s| s.misaligned_bytes_before).sum();
+        let mut manifest = Manifest::read(&output)
+            .map_err(|e| permanent(e.to_string()))?
+            .ok_or_else(|| permanent("fix wrote no manifest"))?;
+        manifest.source_repo = Some(job.repo_id.clone());
+        manifest.source_revision = Some(job.source_sha.clone());
+        manifest.source_dir = format!("{}@{}", job.repo_id, job.source_sha);
+        manifest.write(&output).map_err(|e| transient(e.to_string()))?;
+
+        self.step(job, JobState::Verifying).await?;
+        verify::structural(&output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
+        let checks = verify::mmap(&output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
+        let device = if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal };
+        if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+            return Ok(JobOutcome::AwaitMetal);
+        }
+        let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
+        let record = mlx::check(&self.opts.python, &self.opts.mlx_script, &source, &output, mlx_device)
+            .map_err(|e| permanent(format!("MLX load check: {e}")))?;
+        let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+
+        self.step(job, JobState::Publishing).await?;
+        let target = publish::mirror_id(&job.repo_id, &self.opts.target_namespace);
+        let _ = self.store.set_job_target(job.id, &target).await;
+        let license = std::fs::read_to_string(source.join("README.md")).ok().and_then(|r| card::license_of(&r));
+        let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
+        std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
+            .map_err(|e| transient(e.to_string()))?;
+        match publish::publish(self.hf, &target, &output, &job.source_sha).await.map_err(transient)? {
+            publish::Published::Committed(commit) | publish::Published::AlreadyThere(commit) => {
+                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, "published");
+                Ok(JobOutcome::Published { target, commit })
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The repack queue: jobs created from the affected repos, claimed with a lease, advanced step by step.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{Store, StoreError, sql};
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for a worker.
+    Queued,
+    /// Fetching the bundle.
+    Downloading,
+    /// Rewriting shards.
+    Relaying,
+    /// Checking the result.
+    Verifying,
+    /// Waiting for the macOS runner's Metal load check.
+    AwaitingMetalVerify,
+    /// Uploading the mirror.
+    Publishing,
+    /// Done: the mirror is public.
+    Published,
+    /// Given up, with the reason.
+    Failed,
+    /// Not to be done (policy, opt-out, nothing to fix), with the reason.
+    Skipped,
+}
+
+impl JobState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Downloading => "downloading",
+            JobState::Relaying => "relaying",
+            JobState::Verifying => "verifying",
+            JobState::AwaitingMetalVerify => "awaiting_metal_verify",
+            JobState::Publishing => "publishing",
+            JobState::Published => "published",
+            JobState::Failed => "failed",
+            JobState::Skipped => "skipped",
+        }
+    }
+
+    /// Whether the job is over.
+    pub fn is_final(self) -> bool {
+        matches!(self, JobState::Published | JobState::Failed | JobState::Skipped)
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [
+            JobState::Queued,
+            JobState::Downloading,
+            JobState::Relaying,
+            JobState::Verifying,
+            JobState::AwaitingMetalVerify,
+            JobState::Publishing,
+            JobState::Published,
+            JobState::Failed,
+            JobState::Skipped,
+        ]
+        .into_iter()
+        .find(|j| j.as_str() == s)
+        .ok_or_else(|| format!("unknown job state `{s}`"))
+    }
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Job {
+    /// Its id.
+    pub id: i64,
+    /// The source repo.
+    pub repo_id: String,
+    /// The source commit.
+    pub source_sha: String,
+    /// Its state (see [`JobState`]).
+    pub state: String,
+    /// Why it failed or was skipped, or the last transient failure.
+    pub reason: Option<String>,
+    /// The mirror's repo id, once known.
+    pub target_repo: Option<String>,
+    /// The mirror commit that published it.
+    pub published_commit: Option<String>,
+    /// `metal` or `cpu`.
+    pub verify_device: String,
+    /// The MLX load check's record (JSON).
+    pub verification: Option<String>,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// The worker holding it.
+    pub lease_owner: Option<String>,
+    /// Until when (unix seconds).
+    pub lease_expires_at: Option<i64>,
+    /// Not to be claimed before (unix seconds): the backoff after a failure.
+    pub not_before: i64,
+    /// Bytes a copying loader duplicates in the source, from the audit.
+    pub misaligned_bytes: i64,
+}
+
+impl Job {
+    /// The state as a type.
+    pub fn state(&self) -> Option<JobState> {
+        self.state.parse().ok()
+    }
+}
+
+/// Which affected repos become jobs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnqueuePolicy {
+    /// Only repos duplicating at least this many bytes.
+    pub min_bytes: i64,
+    /// Only these namespaces (all when empty).
+    pub include: BTreeSet<String>,
+    /// Never these namespaces.
+    pub skip: BTreeSet<String>,
+    /// Owners (namespaces) or repos that asked not to be mirrored.
+    pub opt_out: BTreeSet<String>,
+    /// `metal` (wait for the macOS runner) or `cpu`.
+    pub verify_device: String,
+}
+
+/// How a job ended a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// The mirror is published.
+    Published {
+        /// The mirror repo.
+        target: String,
+        /// Its commit.
+        commit: String,
+    },
+    /// A failure; `retry` puts it back in the queue (with backoff) until its attempts run out.
+    Failed {
+        /// Why.
+        reason: String,
+        /// Whether another attempt may succeed.
+        retry: bool,
+    },
+    /// Nothing to do, and why.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// Waiting for the macOS runner's Metal check; the lease is released.
+    AwaitMetal,
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Backoff before attempt `n + 1`: 1, 2, 4 … minutes, at most an hour.
+pub fn backoff(attempts: i64) -> Duration {
+    Duration::from_secs(60u64.saturating_mul(1 << attempts.clamp(0, 6) as u32).min(3600))
+}
+
+impl Store {
+    /// Creates a job for every affected repo at its audited commit that has none yet; repos the policy
+    /// excludes get a `skipped` job saying why. Returns how many jobs were queued.
+    pub async fn enqueue_affected(&self, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
+        let affected = self.affected(policy.min_bytes).await?;
+        let now = crate::time::now_utc();
+        let mut queued = 0;
+        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
+        for repo in affected {
+            let excluded = if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
+                Some("the owner opted out")
+            } else if policy.skip.contains(&repo.namespace) {
+                Some("publisher skipped by policy")
+            } else if !policy.include.is_empty() && !policy.include.contains(&repo.namespace) {
+                Some("publisher not included by policy")
+            } else if repo.shards_invalid > 0 {
+                Some("the bundle has invalid shards")
+            } else {
+                None
+            };
+            let state = if excluded.is_some() { "skipped" } else { "queued" };
+            let inserted = sqlx::query(
+                "INSERT INTO jobs (repo_id, source_sha, state, reason, verify_device, misaligned_bytes, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (repo_id, source_sha) DO NOTHING",
+            )
+            .bind(&repo.repo)
+            .bind(&repo.sha)
+            .bind(state)
+            .bind(excluded)
+            .bind(&policy.verify_device)
+            .bind(repo.misaligned_bytes)
+            .bind(&now)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("enqueue"))?;
+            if inserted.rows_affected() == 1 && excluded.is_none() {
+                queued += 1;
+            }
+        }
+        tx.commit().await.map_err(sql("commit enqueue"))?;
+        Ok(queued)
+    }
+
+    /// Adds one job by hand (for `hubalign repack`), or returns the existing one for that commit.
+    pub async fn job_for(&self, repo: &str, sha: &str, verify_device: &str) -> Result<Job, StoreError> {
+        let now = crate::time::now_utc();
+        sqlx::query(
+            "INSERT INTO jobs (repo_id, source_sha, verify_device, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (repo_id, source_sha) DO NOTHING",
+        )
+        .bind(repo)
+        .bind(sha)
+        .bind(verify_device)
+        .bind(&now)
+        .bind(&now)
+        .execute(self.pool())
+        .await
+        .map_err(sql("add job"))?;
+        sqlx::query_as("SELECT * FROM jobs WHERE repo_id = ? AND source_sha = ?")
+            .bind(repo)
+            .bind(sha)
+            .fetch_one(self.pool())
+            .await
+            .map_err(sql("read job"))
+    }
+
+    /// Claims the most valuable claimable job for `worker` in one statement: a queued job past its backoff,
+    /// or one whose holder's lease ran out mid-step. Its attempt count goes up.
+    pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
+        let now = unix_now();
+        let job: Option<Job> = sqlx::query_as(
+            "UPDATE jobs SET lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, updated_at = ?3
+             WHERE id = (
+                SELECT id FROM jobs
+                WHERE attempts < max_attempts AND (?5 IS NULL OR id = ?5)
+                  AND COALESCE(lease_expires_at, 0) < ?4
+                  AND ((state = 'queued' AND not_before <= ?4)
+                       OR state IN ('downloading', 'relaying', 'verifying', 'publishing'))
+                ORDER BY misaligned_bytes DESC, id LIMIT 1)
+             RETURNING *",
+        )
+        .bind(worker)
+        .bind(now + lease.as_secs() as i64)
+        .bind(crate::time::now_utc())
+        .bind(now)
+        .bind(only)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(sql("claim job"))?;
+        if let Some(job) = &job {
+            self.job_event(job.id, "claimed", Some(&format!("{worker}, attempt {}", job.attempts))).await?;
+        }
+        Ok(job)
+    }
+
+    async fn job_event(&self, id: i64, state: &str, detail: Option<&str>) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO job_events (job_id, at, state, detail) VALUES (?, ?, ?, ?)")
+            .bind(id)
+            .bind(crate::time::now_utc())
+            .bind(state)
+            .bind(detail)
+            .execute(self.pool())
+            .await
+            .map_err(sql("job event"))?;
+        Ok(())
+    }
+
+    /// Moves a held job to its next step and renews the lease; `false` if the lease was lost to another
+    /// worker (which must then stop).
+    pub async fn advance_job(
+        &self,
+        id: i64,
+        worker: &str,
+        state: JobState,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET state = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_owner = ?",
+        )
+        .bind(state.as_str())
+        .bind(unix_now() + lease.as_secs() as i64)
+        .bind(crate::time::now_utc())
+        .bind(id)
+        .bind(worker)
+        .execute(self.pool())
+        .await
+        .map_err(sql("advance job"))?;
+        if done.rows_affected() == 1 {
+            self.job_event(id, state.as_str(), None).await?;
+        }
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records the mirror repo a job publishes to.
+    pub async fn set_job_target(&self, id: i64, target: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE jobs SET target_repo = ? WHERE id = ?")
+            .bind(target)
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(sql("job target"))?;
+        Ok(())
+    }
+
+    /// Records the MLX load check's result.
+    pub async fn set_job_verification(&self, id: i64, verification: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE jobs SET verification = ? WHERE id = ?")
+            .bind(verification)
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(sql("job verification"))?;
+        Ok(())
+    }
+
+    /// Ends a step: published, failed (back to the queue with backoff while attempts remain), skipped, or
+    /// handed to the macOS runner. The lease is released.
+    pub async fn finish_job(&self, id: i64, outcome: &JobOutcome) -> Result<JobState, StoreError> {
+        let row = sqlx::query("SELECT attempts, max_attempts FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(self.pool())
+            .await
+            .map_err(sql("read job"))?;
+        let attempts: i64 = row.try_get("attempts").map_err(sql("read job"))?;
+        let max: i64 = row.try_get("max_attempts").map_err(sql("read job"))?;
+        let (state, reason, commit, target, not_before) = match outcome {
+            JobOutcome::Published { target, commit } => {
+                (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
+            }
+            JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
+            JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
+            JobOutcome::Failed { reason, retry } if *retry && attempts < max => {
+                (JobState::Queued, Some(reason.as_str()), None, None, unix_now() + backoff(attempts).as_secs() as i64)
+            }
+            JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
+        };
+        sqlx::query(
+            "UPDATE jobs SET state = ?, reason = COALESCE(?, reason), published_commit = COALESCE(?, published_commit),
+             target_repo = COALESCE(?, target_repo), not_before = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
+             WHERE id = ?",
+        )
+        .bind(state.as_str())
+        .bind(reason)
+        .bind(commit)
+        .bind(target)
+        .bind(not_before)
+        .bind(crate::time::now_utc())
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(sql("finish job"))?;
+        self.job_event(id, state.as_str(), reason).await?;
+        Ok(state)
+    }
+
+    /// Every job, newest first.
+    pub async fn jobs(&self) -> Result<Vec<Job>, StoreError> {
+        sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(self.pool()).await.map_err(sql("jobs"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff(0), Duration::from_secs(60));
+        assert_eq!(backoff(2), Duration::from_secs(240));
+        assert_eq!(backoff(30), Duration::from_secs(3600));
+    }
+}
