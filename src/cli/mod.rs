@@ -3,6 +3,7 @@
 mod audit;
 mod fix;
 mod output;
+mod repack;
 mod report;
 mod scan;
 mod sim;
@@ -91,6 +92,16 @@ enum Command {
     ///
     /// JSON prints one object per row per line; the fields are those of the table, in full.
     Report(report::ReportArgs),
+    /// Repair one repository by hand and publish its `-aligned` mirror: the worker's pipeline for one job.
+    ///
+    /// Downloads the bundle at the commit (checking every file against the Hub's hash), re-lays every shard,
+    /// verifies the result (strict parse, alignment, every tensor hash-equal to the source, a memory-mapped
+    /// typed view of every tensor, and an MLX load of every shard compared bit for bit), and publishes
+    /// {target namespace}/{name}-aligned with a model card and MEI_ALIGN_MANIFEST.json: created private,
+    /// then made public. Running it again for the same commit does nothing.
+    Repack(repack::RepackArgs),
+    /// Run repack jobs: queue the audit's affected repos (by policy) and work through them.
+    Worker(repack::WorkerLoopArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -110,6 +121,8 @@ pub fn run() -> std::process::ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Report(args) => report::run(args),
+        Command::Repack(args) => repack::run_repack(args),
+        Command::Worker(args) => repack::run_worker(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -102,6 +102,13 @@ impl Repacker<'_> {
         self.store.finish_job(job.id, &outcome).await
     }
 
+    /// The source's licence as the Hub tags it (`license:…`), when its card does not say.
+    async fn source_license(&self, repo: &str) -> Option<String> {
+        let (ns, name) = repo.split_once('/')?;
+        let info = self.hf.model(ns, name).info().send().await.ok()?;
+        info.tags?.iter().find_map(|t| t.strip_prefix("license:").map(str::to_owned))
+    }
+
     async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
         match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
             Ok(true) => Ok(()),
@@ -174,7 +181,10 @@ impl Repacker<'_> {
         self.step(job, JobState::Publishing).await?;
         let target = publish::mirror_id(&job.repo_id, &self.opts.target_namespace);
         let _ = self.store.set_job_target(job.id, &target).await;
-        let license = std::fs::read_to_string(source.join("README.md")).ok().and_then(|r| card::license_of(&r));
+        let license = match std::fs::read_to_string(source.join("README.md")).ok().and_then(|r| card::license_of(&r)) {
+            Some(l) => Some(l),
+            None => self.source_license(&job.repo_id).await,
+        };
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;

@@ -31,6 +31,8 @@ pub async fn publish(hf: &HFClient, target: &str, dir: &Path, source_sha: &str) 
         && let Ok(existing) = serde_json::from_slice::<Manifest>(&bytes)
         && existing.source_revision.as_deref() == Some(source_sha)
     {
+        // A worker that died between the upload and making the mirror public left it private.
+        repo.update_settings().private(false).send().await.map_err(|e| format!("making {target} public: {e}"))?;
         let head = repo.info().send().await.map_err(|e| format!("{target}: {e}"))?;
         return Ok(Published::AlreadyThere(head.sha.unwrap_or_default()));
     }

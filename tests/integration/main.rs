@@ -1,11 +1,12 @@
 //! All integration tests in one binary (one link instead of many).
 
-mod audit;
+pub mod audit;
 mod cli_fix;
 mod cli_scan;
 mod docs;
 mod fixtures;
 mod interop;
 mod properties;
+mod repack;
 mod sim;
 mod support;

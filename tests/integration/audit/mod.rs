@@ -3,4 +3,4 @@
 
 mod crawl;
 mod faults;
-mod world;
+pub mod world;

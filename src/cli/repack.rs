@@ -1,0 +1,253 @@
+//! `hubalign repack` (one bundle by hand) and `hubalign worker` (the queue): the same pipeline.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use hf_hub::HFClient;
+use hubalign::hub::retry::RetryPolicy;
+use hubalign::hub::{HubClient, HubConfig};
+use hubalign::repack::{RepackOptions, Repacker, VerifyDevice};
+use hubalign::safetensors::Alignment;
+use hubalign::store::jobs::{EnqueuePolicy, JobState};
+
+use super::Exit;
+use super::store_args::StoreArgs;
+
+/// The MLX check script, shipped inside the binary so an installed worker needs no source tree.
+const VERIFY_MLX: &str = include_str!("../../deploy/verify_mlx.py");
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Device {
+    /// Wait for the macOS runner's Metal check (the production default).
+    Metal,
+    /// Accept the local CPU MLX check, and say so in the card.
+    Cpu,
+}
+
+/// Options `repack` and `worker` share.
+#[derive(Args)]
+pub struct WorkerArgs {
+    /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Hub token with write access [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Namespace the `-aligned` mirrors go to [default: the token's user].
+    #[arg(long, value_name = "NS")]
+    target_namespace: Option<String>,
+    /// Where the MLX load check runs before publishing: `metal` waits for the macOS runner; `cpu` accepts
+    /// the local CPU check.
+    #[arg(long, value_enum, default_value = "metal")]
+    verify_device: Device,
+    /// Directory for downloads and repaired bundles [default: a temporary directory].
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Python with `mlx` installed, for the MLX load check.
+    #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
+    python: PathBuf,
+    /// Data-section alignment of the mirrors.
+    #[arg(long, default_value_t = Alignment::DEFAULT)]
+    alignment: Alignment,
+    /// Seconds a step may take before another worker may take the job over (a crashed worker's job is
+    /// picked up again after this).
+    #[arg(long, default_value_t = 1800, value_name = "SECS")]
+    lease_secs: u64,
+}
+
+#[derive(Args)]
+pub struct RepackArgs {
+    /// The source repository, `namespace/name`.
+    #[arg(value_name = "REPO")]
+    repo: String,
+    /// The source commit [default: the head of `main`].
+    #[arg(long, value_name = "SHA")]
+    revision: Option<String>,
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+#[derive(Args)]
+pub struct WorkerLoopArgs {
+    #[command(flatten)]
+    worker: WorkerArgs,
+    /// Only repos a copying loader duplicates at least this many GB of.
+    #[arg(long, default_value_t = 0.0, value_name = "GB")]
+    min_gb: f64,
+    /// Only these publishers (repeatable; all when absent).
+    #[arg(long = "include", value_name = "NS")]
+    include: Vec<String>,
+    /// Never these publishers (repeatable).
+    #[arg(long = "skip", value_name = "NS")]
+    skip: Vec<String>,
+    /// A file of owners or repos that opted out, one per line (`#` starts a comment).
+    #[arg(long, value_name = "FILE")]
+    opt_out: Option<PathBuf>,
+    /// Run the jobs there are and exit, instead of polling for more.
+    #[arg(long)]
+    once: bool,
+}
+
+struct Setup {
+    hub: HubClient,
+    hf: HFClient,
+    store: hubalign::store::Store,
+    opts: RepackOptions,
+    device: VerifyDevice,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
+    let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
+    let Some(token) = config.token.clone() else {
+        bail!("publishing needs a token with write access: --token or HF_TOKEN")
+    };
+    let hf =
+        HFClient::builder().endpoint(config.endpoint.clone()).token(token.expose()).cache_enabled(false).build()?;
+    let target_namespace = match &args.target_namespace {
+        Some(ns) => ns.clone(),
+        None => {
+            hf.whoami()
+                .send()
+                .await
+                .context("asking the Hub who the token belongs to (or pass --target-namespace)")?
+                .username
+        }
+    };
+    let hub = HubClient::new(config, RetryPolicy::default())?;
+    let store = args.store.open().await?;
+    let (work_dir, scratch) = match &args.work_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new().prefix("hubalign-work-").tempdir()?;
+            (t.path().to_owned(), Some(t))
+        }
+    };
+    std::fs::create_dir_all(&work_dir).with_context(|| format!("creating {}", work_dir.display()))?;
+    let mlx_script = work_dir.join("verify_mlx.py");
+    std::fs::write(&mlx_script, VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
+    let device = match args.verify_device {
+        Device::Metal => VerifyDevice::Metal,
+        Device::Cpu => VerifyDevice::Cpu,
+    };
+    let opts = RepackOptions {
+        target_namespace,
+        work_dir,
+        python: args.python.clone(),
+        mlx_script,
+        alignment: args.alignment,
+        worker: format!("{}-{}", hostname(), std::process::id()),
+        lease: Duration::from_secs(args.lease_secs.max(1)),
+    };
+    Ok(Setup { hub, hf, store, opts, device, _scratch: scratch })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "worker".into())
+}
+
+fn exit_for(state: JobState) -> Exit {
+    match state {
+        JobState::Published | JobState::Skipped | JobState::AwaitingMetalVerify => Exit::Clean,
+        _ => Exit::Failure,
+    }
+}
+
+pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let s = setup(&args.worker).await?;
+        let (ns, name) =
+            args.repo.split_once('/').with_context(|| format!("{}: expected namespace/name", args.repo))?;
+        let sha = match &args.revision {
+            Some(sha) => sha.clone(),
+            None => {
+                s.hf.model(ns, name)
+                    .info()
+                    .send()
+                    .await?
+                    .sha
+                    .with_context(|| format!("{}: no head commit", args.repo))?
+            }
+        };
+        let job = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
+        if let Some(state) = job.state().filter(|st| st.is_final()) {
+            println!(
+                "{}@{}: already {} ({})",
+                args.repo,
+                sha,
+                state.as_str(),
+                job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-")
+            );
+            return Ok(exit_for(state));
+        }
+        let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
+            bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
+        };
+        let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
+        let state = repacker.run(&job).await?;
+        let done = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
+        println!(
+            "{}@{}: {}{}",
+            args.repo,
+            sha,
+            state.as_str(),
+            done.target_repo
+                .as_deref()
+                .map(|t| format!(" → {t}"))
+                .or(done.reason.as_deref().map(|r| format!(": {r}")))
+                .unwrap_or_default()
+        );
+        Ok(exit_for(state))
+    })
+}
+
+fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim().to_owned()).filter(|l| !l.is_empty()).collect())
+}
+
+pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let s = setup(&args.worker).await?;
+        let policy = EnqueuePolicy {
+            min_bytes: (args.min_gb * 1e9) as i64,
+            include: args.include.iter().cloned().collect(),
+            skip: args.skip.iter().cloned().collect(),
+            opt_out: args.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
+            verify_device: s.device.as_str().to_owned(),
+        };
+        let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
+        let mut failures = 0;
+        loop {
+            let queued = s.store.enqueue_affected(&policy).await?;
+            if queued > 0 {
+                tracing::info!(jobs = queued, "queued repack jobs from the audit");
+            }
+            let claimed = tokio::select! {
+                job = s.store.claim_job(&s.opts.worker, s.opts.lease, None) => job?,
+                _ = tokio::signal::ctrl_c() => return Ok(Exit::Clean),
+            };
+            match claimed {
+                Some(job) => {
+                    let state = repacker.run(&job).await?;
+                    println!("{}@{}: {}", job.repo_id, job.source_sha, state.as_str());
+                    failures += u32::from(state == JobState::Failed);
+                }
+                None if args.once => return Ok(if failures > 0 { Exit::Failure } else { Exit::Clean }),
+                None => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        _ = tokio::signal::ctrl_c() => return Ok(Exit::Clean),
+                    }
+                }
+            }
+        }
+    })
+}

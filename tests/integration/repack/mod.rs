@@ -1,0 +1,5 @@
+//! The repack worker against the simulator: audit → jobs → repack → verify (MLX on the CPU) → publish, judged
+//! by the official client; refusals; a worker killed at each step.
+
+mod pipeline;
+mod recovery;

@@ -1,0 +1,109 @@
+//! A whole cycle, and what the published mirrors look like to huggingface_hub.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::audit::world::{assert_ok, audit, audit_world, db};
+use crate::sim::world::{ALICE, CAROL, World};
+use crate::support::{fixture, hubalign, python, root, stdout};
+
+/// Runs `hubalign ARGS --endpoint E --token ALICE --db DB --target-namespace alice --verify-device cpu`.
+pub fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
+    let endpoint = world.endpoint();
+    hubalign()
+        .args(args)
+        .args(["--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
+        .arg("--python")
+        .arg(python())
+        .output()
+        .unwrap()
+}
+
+/// Jobs as `(repo, state, reason)`.
+pub fn jobs(world: &World, db: &Path) -> Vec<(String, String, Option<String>)> {
+    world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(db).await.unwrap();
+        store.jobs().await.unwrap().into_iter().map(|j| (j.repo_id, j.state, j.reason)).collect()
+    })
+}
+
+#[test]
+fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let out = worker_cmd(&world, &db, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+
+    let jobs = jobs(&world, &db);
+    let state = |repo: &str| jobs.iter().find(|j| j.0 == repo).map(|j| j.1.clone());
+    for repo in ["mlx-community/tiny-q4", "mlx-community/tiny-sharded", "lmstudio/tiny-q8", "lmstudio/tiny-mixed"] {
+        assert_eq!(state(repo).as_deref(), Some("published"), "{repo}: {jobs:?}");
+    }
+    assert_eq!(state("mlx-community/tiny-bf16"), None, "nothing duplicated, nothing to repack");
+    assert_eq!(state("bad-org/truncated-q4"), None, "an invalid shard duplicates nothing");
+
+    // Download each mirror with the official client (as someone else) and judge it against the source.
+    let sim = &world.hub.as_ref().unwrap().sim;
+    for (mirror, fixture_dir) in [
+        ("alice/tiny-q4-aligned", "mlx_lm/q4"),
+        ("alice/tiny-sharded-aligned", "mlx_lm/sharded"),
+        ("alice/tiny-mixed-aligned", "mlx_lm/mixed"),
+    ] {
+        assert!(!sim.repos()[mirror].meta.private, "{mirror} was made public");
+        let home = tempfile::tempdir().unwrap();
+        let fetch = Command::new(python())
+            .args([
+                "-c",
+                "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))",
+                mirror,
+            ])
+            .env("HF_ENDPOINT", world.endpoint())
+            .env("HF_TOKEN", CAROL)
+            .env("HF_HOME", home.path())
+            .output()
+            .unwrap();
+        assert!(fetch.status.success(), "{}", String::from_utf8_lossy(&fetch.stderr));
+        let snapshot = stdout(&fetch).trim().to_owned();
+        let check = Command::new(python())
+            .arg(root().join("tests/python/check_fixed.py"))
+            .args(["--original", fixture(fixture_dir).to_str().unwrap(), "--fixed", &snapshot, "--mlx-lm"])
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", stdout(&check), String::from_utf8_lossy(&check.stderr));
+        assert!(
+            check.status.success() && text.contains("check_fixed: OK") && text.contains("MEI_ALIGN_MANIFEST"),
+            "{mirror}: {text}"
+        );
+        let card = Command::new(python())
+            .args([
+                "-c",
+                "import sys, yaml; t = open(sys.argv[1]).read(); m = yaml.safe_load(t.split('---')[1]); \
+                 assert m['base_model'] == sys.argv[2], m; assert m['library_name'] == 'mlx'; \
+                 assert {'mlx', 'safetensors'} <= set(m['tags']); print(m.get('license'))",
+                &format!("{snapshot}/README.md"),
+                &format!("mlx-community/{}", mirror.trim_start_matches("alice/").trim_end_matches("-aligned"))
+                    .replace("mlx-community/tiny-mixed", "lmstudio/tiny-mixed"),
+            ])
+            .output()
+            .unwrap();
+        assert!(card.status.success(), "{mirror} card: {}", String::from_utf8_lossy(&card.stderr));
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(format!("{snapshot}/MEI_ALIGN_MANIFEST.json")).unwrap()).unwrap();
+        assert_eq!(
+            manifest["source_repo"].as_str().unwrap().rsplit('/').next(),
+            mirror.trim_start_matches("alice/").strip_suffix("-aligned")
+        );
+        assert_eq!(manifest["source_revision"].as_str().unwrap().len(), 40);
+    }
+    let readme = sim.repos()["alice/tiny-q4-aligned"].head().unwrap().files.contains_key("README.md");
+    assert!(readme);
+
+    // Running the worker again changes nothing.
+    let commits = sim.repos()["alice/tiny-q4-aligned"].commits.len();
+    let again = worker_cmd(&world, &db, &["worker", "--once"]);
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(sim.repos()["alice/tiny-q4-aligned"].commits.len(), commits, "no new commit");
+}

@@ -1,0 +1,105 @@
+//! Refusals and crashes: a corrupted download, a failing check, a worker killed at each step.
+
+use std::time::{Duration, Instant};
+
+use super::pipeline::{jobs, worker_cmd};
+use crate::audit::world::{assert_ok, audit, audit_world, db};
+use crate::support::{hubalign, python, stdout};
+
+#[test]
+fn a_corrupted_download_is_refused_and_nothing_is_published() {
+    // Without Xet the storage serves the directory's file as it is, so corrupting it corrupts the download.
+    let world = audit_world(0, |c| c.xet = false);
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let shard = sim.config.root.join("models/lmstudio/tiny-q8/model.safetensors");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    std::fs::write(&shard, bytes).unwrap();
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let jobs = jobs(&world, &db);
+    let reason = jobs[0].2.clone().unwrap_or_default();
+    assert!(reason.contains("does not match the Hub's hash"), "{reason}");
+    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
+}
+
+#[test]
+fn a_failing_check_is_not_published_and_the_job_says_why() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let endpoint = world.endpoint();
+    let out = hubalign()
+        .args(["repack", "lmstudio/tiny-mixed", "--endpoint", endpoint.as_str(), "--token", crate::sim::world::ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+        .args(["--python", "/bin/false"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let jobs = jobs(&world, &db);
+    assert_eq!(jobs[0].1, "failed");
+    assert!(jobs[0].2.as_deref().unwrap_or("").starts_with("MLX load check"), "{jobs:?}");
+    assert!(!world.hub.as_ref().unwrap().sim.repos().contains_key("alice/tiny-mixed-aligned"));
+}
+
+#[test]
+fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
+    let world = audit_world(0, |c| c.faults.latency = Duration::from_millis(150));
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let endpoint = world.endpoint();
+    for step in ["downloading", "verifying", "publishing"] {
+        let mut child = hubalign()
+            .args([
+                "repack",
+                "mlx-community/tiny-sharded",
+                "--endpoint",
+                endpoint.as_str(),
+                "--token",
+                crate::sim::world::ALICE,
+            ])
+            .args([
+                "--db",
+                db.to_str().unwrap(),
+                "--target-namespace",
+                "alice",
+                "--verify-device",
+                "cpu",
+                "--lease-secs",
+                "1",
+            ])
+            .arg("--python")
+            .arg(python())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = jobs(&world, &db);
+            if now.first().is_some_and(|j| j.1 == step) {
+                break;
+            }
+            assert!(now.first().is_none_or(|j| j.1 != "published"), "finished before the kill at {step}");
+            assert!(child.try_wait().unwrap().is_none(), "the worker stopped before {step}: {now:?}");
+            assert!(Instant::now() < deadline, "never reached {step}: {now:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The dead worker's lease (1 s, kept in whole seconds) runs out.
+        std::thread::sleep(Duration::from_millis(2100));
+    }
+    let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(jobs(&world, &db)[0].1, "published");
+    let repos = sim.repos();
+    let mirrors: Vec<&String> = repos.keys().filter(|k| k.ends_with("-aligned")).collect();
+    assert_eq!(mirrors, ["alice/tiny-sharded-aligned"]);
+    let mirror = &repos["alice/tiny-sharded-aligned"];
+    let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
+    assert_eq!(uploads, 1, "one upload commit, whatever the kills");
+    assert!(!mirror.meta.private);
+}
