@@ -3,3 +3,4 @@
 
 mod pipeline;
 mod recovery;
+mod upload_share;
