@@ -20,7 +20,7 @@ fn a_header_padded_bundle_republishes_with_little_upload() {
         .find(|w| {
             let specs: [(&str, Dtype, &[u64]); 2] =
                 [(w.as_str(), Dtype::U32, &[32768, 1024]), ("norm", Dtype::BF16, &[64])];
-            (8 + mlx_header(&specs, Some("mlx")).len()) % 8 != 0
+            !(8 + mlx_header(&specs, Some("mlx")).len()).is_multiple_of(8)
         })
         .unwrap();
     let specs: [(&str, Dtype, &[u64]); 2] = [(name.as_str(), Dtype::U32, &[32768, 1024]), ("norm", Dtype::BF16, &[64])];
