@@ -98,8 +98,9 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
         );
         assert_eq!(manifest["source_revision"].as_str().unwrap().len(), 40);
     }
-    let readme = sim.repos()["alice/tiny-q4-aligned"].head().unwrap().files.contains_key("README.md");
-    assert!(readme);
+    let meta = sim.repos()["alice/tiny-q4-aligned"].meta.clone();
+    assert_eq!(meta.library_name.as_deref(), Some("mlx"), "the card makes the mirror an MLX repo");
+    assert_eq!(meta.license.as_deref(), Some("mit"), "the source's licence is carried over");
 
     // Running the worker again changes nothing.
     let commits = sim.repos()["alice/tiny-q4-aligned"].commits.len();
