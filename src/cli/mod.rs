@@ -101,7 +101,16 @@ enum Command {
     /// then made public. Running it again for the same commit does nothing.
     Repack(repack::RepackArgs),
     /// Run repack jobs: queue the audit's affected repos (by policy) and work through them.
+    ///
+    /// With --runner-listen it also serves the macOS runners' API, through which jobs waiting for the Metal
+    /// check are handed out and their results come back.
     Worker(repack::WorkerLoopArgs),
+    /// The macOS runner: claim jobs waiting for the Metal load check from the service, run it, post the result.
+    ///
+    /// Fetches each claimed job's staged source and output shards, runs the same MLX check the worker runs
+    /// (deploy/verify_mlx.py, built in) on the Metal GPU, and posts its record: a pass sends the job on to be
+    /// published, a failure fails it. deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
+    VerifyRunner(repack::RunnerArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -123,6 +132,7 @@ pub fn run() -> std::process::ExitCode {
         Command::Report(args) => report::run(args),
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
+        Command::VerifyRunner(args) => repack::run_runner(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

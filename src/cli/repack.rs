@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use hf_hub::HFClient;
 use hubalign::hub::retry::RetryPolicy;
 use hubalign::hub::{HubClient, HubConfig};
+use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
 use hubalign::store::jobs::{EnqueuePolicy, JobState};
@@ -45,7 +46,8 @@ pub struct WorkerArgs {
     /// the local CPU check.
     #[arg(long, value_enum, default_value = "metal")]
     verify_device: Device,
-    /// Directory for downloads and repaired bundles [default: a temporary directory].
+    /// Directory for downloads and repaired bundles; jobs waiting for the Metal check keep their files here
+    /// [default: beside the database, `hubalign.work/`].
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
     /// Python with `mlx` installed, for the MLX load check.
@@ -91,6 +93,35 @@ pub struct WorkerLoopArgs {
     /// Run the jobs there are and exit, instead of polling for more.
     #[arg(long)]
     once: bool,
+    /// Serve the macOS runners' API (claim a job waiting for the Metal check, fetch its shards, post the
+    /// result) on this address.
+    #[arg(long, value_name = "ADDR", requires = "runner_token")]
+    runner_listen: Option<std::net::SocketAddr>,
+    /// The token runners must present.
+    #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    runner_token: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RunnerArgs {
+    /// The service that serves the runner API (`hubalign worker --runner-listen`).
+    #[arg(long, value_name = "URL")]
+    service: String,
+    /// The runner token.
+    #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    token: String,
+    /// Python with `mlx` installed.
+    #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
+    python: PathBuf,
+    /// `gpu` (Metal, on Apple silicon) or `cpu` (standing in for it, in tests).
+    #[arg(long, default_value = "gpu", value_parser = ["gpu", "cpu"])]
+    device: String,
+    /// This runner's name in the jobs' history.
+    #[arg(long, default_value = "macos-runner")]
+    name: String,
+    /// Check the jobs there are and exit, instead of polling for more.
+    #[arg(long)]
+    once: bool,
 }
 
 struct Setup {
@@ -99,7 +130,6 @@ struct Setup {
     store: hubalign::store::Store,
     opts: RepackOptions,
     device: VerifyDevice,
-    _scratch: Option<tempfile::TempDir>,
 }
 
 async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
@@ -121,13 +151,7 @@ async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     };
     let hub = HubClient::new(config, RetryPolicy::default())?;
     let store = args.store.open().await?;
-    let (work_dir, scratch) = match &args.work_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new().prefix("hubalign-work-").tempdir()?;
-            (t.path().to_owned(), Some(t))
-        }
-    };
+    let work_dir = args.work_dir.clone().unwrap_or_else(|| args.store.default_work_dir());
     std::fs::create_dir_all(&work_dir).with_context(|| format!("creating {}", work_dir.display()))?;
     let mlx_script = work_dir.join("verify_mlx.py");
     std::fs::write(&mlx_script, VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
@@ -144,7 +168,7 @@ async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         worker: format!("{}-{}", hostname(), std::process::id()),
         lease: Duration::from_secs(args.lease_secs.max(1)),
     };
-    Ok(Setup { hub, hf, store, opts, device, _scratch: scratch })
+    Ok(Setup { hub, hf, store, opts, device })
 }
 
 fn hostname() -> String {
@@ -223,6 +247,21 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             opt_out: args.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
             verify_device: s.device.as_str().to_owned(),
         };
+        if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
+            let api = std::sync::Arc::new(RunnerApi {
+                store: s.store.clone(),
+                work_dir: s.opts.work_dir.clone(),
+                token,
+                lease: s.opts.lease,
+            });
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+            println!("runner API on http://{}", listener.local_addr()?);
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, runner::router(api)).await {
+                    tracing::error!(error = %e, "runner API stopped");
+                }
+            });
+        }
         let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
         let mut failures = 0;
         loop {
@@ -247,6 +286,31 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
                         _ = tokio::signal::ctrl_c() => return Ok(Exit::Clean),
                     }
                 }
+            }
+        }
+    })
+}
+
+pub fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;
+        let script = work.path().join("verify_mlx.py");
+        std::fs::write(&script, VERIFY_MLX)?;
+        let service = args.service.trim_end_matches('/');
+        let mut failed = 0;
+        loop {
+            let outcome =
+                runner::run_once(service, &args.token, &args.name, &args.python, &script, &args.device, work.path())
+                    .await
+                    .map_err(|e| anyhow::anyhow!(e))?;
+            match outcome {
+                Some((job, passed)) => {
+                    println!("job {job}: Metal check {}", if passed { "passed" } else { "failed" });
+                    failed += u32::from(!passed);
+                }
+                None if args.once => return Ok(if failed > 0 { Exit::Failure } else { Exit::Clean }),
+                None => tokio::time::sleep(Duration::from_secs(60)).await,
             }
         }
     })

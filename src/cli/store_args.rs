@@ -15,6 +15,15 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
+    /// machine never share staged files.
+    pub fn default_work_dir(&self) -> PathBuf {
+        match &self.db {
+            Some(db) => db.with_extension("work"),
+            None => default_db_path().with_extension("work"),
+        }
+    }
+
     /// Opens the store, applying migrations.
     pub async fn open(&self) -> anyhow::Result<Store> {
         if let Some(path) = &self.db {

@@ -6,6 +6,7 @@ pub mod card;
 pub mod download;
 pub mod mlx;
 pub mod publish;
+pub mod runner;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -96,6 +97,7 @@ impl Repacker<'_> {
                 JobOutcome::Failed { reason: e.reason, retry: e.retry }
             }
         };
+        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it.
         if !matches!(outcome, JobOutcome::AwaitMetal) {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -120,6 +122,15 @@ impl Repacker<'_> {
     async fn steps(&self, job: &Job, dir: &std::path::Path) -> Result<JobOutcome, StepError> {
         let source = dir.join("source");
         let output = dir.join("aligned");
+        // Back from the macOS runner: the staged bundle passed the Metal check; publish it.
+        if job.state() == Some(JobState::Publishing)
+            && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
+            && output.join(crate::manifest::MANIFEST_FILE).exists()
+        {
+            // The checks ran in the worker that staged the bundle, but this one has not seen the files.
+            let checked = local_checks(&output)?;
+            return self.publish_staged(job, &source, &output, record, checked).await;
+        }
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(&source).map_err(|e| transient(format!("{}: {e}", source.display())))?;
 
@@ -157,7 +168,6 @@ impl Repacker<'_> {
         if t.rewritten == 0 {
             return Ok(JobOutcome::Skipped { reason: "every shard is already aligned".into() });
         }
-        let before_bytes: u64 = report.bundles.iter().flat_map(|b| &b.shards).map(|s| s.misaligned_bytes_before).sum();
         let mut manifest = Manifest::read(&output)
             .map_err(|e| permanent(e.to_string()))?
             .ok_or_else(|| permanent("fix wrote no manifest"))?;
@@ -167,8 +177,7 @@ impl Repacker<'_> {
         manifest.write(&output).map_err(|e| transient(e.to_string()))?;
 
         self.step(job, JobState::Verifying).await?;
-        verify::structural(&output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
-        let checks = verify::mmap(&output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
+        let checked = local_checks(&output)?;
         let device = if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal };
         if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             return Ok(JobOutcome::AwaitMetal);
@@ -177,8 +186,21 @@ impl Repacker<'_> {
         let record = mlx::check(&self.opts.python, &self.opts.mlx_script, &source, &output, mlx_device)
             .map_err(|e| permanent(format!("MLX load check: {e}")))?;
         let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+        self.publish_staged(job, &source, &output, record, checked).await
+    }
 
+    /// Publishes a verified, staged bundle, with a card written from the manifest, the local checks' counts
+    /// and the MLX record.
+    async fn publish_staged(
+        &self,
+        job: &Job,
+        source: &std::path::Path,
+        output: &std::path::Path,
+        record: serde_json::Value,
+        (manifest, checks): (Manifest, verify::LocalChecks),
+    ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
+        let before_bytes = misaligned_bytes(source, self.opts.alignment);
         let target = publish::mirror_id(&job.repo_id, &self.opts.target_namespace);
         let _ = self.store.set_job_target(job.id, &target).await;
         let license = match std::fs::read_to_string(source.join("README.md")).ok().and_then(|r| card::license_of(&r)) {
@@ -188,11 +210,27 @@ impl Repacker<'_> {
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
-        match publish::publish(self.hf, &target, &output, &job.source_sha).await.map_err(transient)? {
+        match publish::publish(self.hf, &target, output, &job.source_sha).await.map_err(transient)? {
             publish::Published::Committed(commit) | publish::Published::AlreadyThere(commit) => {
                 tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, "published");
                 Ok(JobOutcome::Published { target, commit })
             }
         }
     }
+}
+
+/// The structural and memory-map checks of a staged bundle.
+fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChecks), StepError> {
+    let manifest = Manifest::read(output)
+        .map_err(|e| permanent(e.to_string()))?
+        .ok_or_else(|| permanent("no manifest in the staged bundle"))?;
+    verify::structural(output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
+    let checks = verify::mmap(output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
+    Ok((manifest, checks))
+}
+
+/// Bytes a copying loader duplicates in the source bundle.
+fn misaligned_bytes(source: &std::path::Path, alignment: Alignment) -> u64 {
+    let Ok(bundles) = discover(&[source.to_owned()]) else { return 0 };
+    crate::scan::scan(&bundles, alignment, &mut |_| {}).totals.misaligned_bytes
 }

@@ -362,6 +362,63 @@ impl Store {
         Ok(state)
     }
 
+    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease.
+    pub async fn claim_metal_job(&self, runner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+        let now = unix_now();
+        let job: Option<Job> = sqlx::query_as(
+            "UPDATE jobs SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3
+             WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < ?4
+                         ORDER BY id LIMIT 1)
+             RETURNING *",
+        )
+        .bind(runner)
+        .bind(now + lease.as_secs() as i64)
+        .bind(crate::time::now_utc())
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(sql("claim metal job"))?;
+        if let Some(job) = &job {
+            self.job_event(job.id, "metal_claimed", Some(runner)).await?;
+        }
+        Ok(job)
+    }
+
+    /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
+    /// failure fails it for good. `false` if the runner no longer holds the job.
+    pub async fn metal_result(&self, id: i64, runner: &str, passed: bool, record: &str) -> Result<bool, StoreError> {
+        let held = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM jobs WHERE id = ? AND lease_owner = ? AND state = 'awaiting_metal_verify'",
+        )
+        .bind(id)
+        .bind(runner)
+        .fetch_one(self.pool())
+        .await
+        .map_err(sql("read job"))?;
+        if held == 0 {
+            return Ok(false);
+        }
+        self.set_job_verification(id, record).await?;
+        if passed {
+            sqlx::query("UPDATE jobs SET state = 'publishing', lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?")
+                .bind(crate::time::now_utc())
+                .bind(id)
+                .execute(self.pool())
+                .await
+                .map_err(sql("metal result"))?;
+            self.job_event(id, "publishing", Some("Metal check passed")).await?;
+        } else {
+            let reason = format!("Metal load check failed: {record}");
+            self.finish_job(id, &JobOutcome::Failed { reason, retry: false }).await?;
+        }
+        Ok(true)
+    }
+
+    /// One job by id.
+    pub async fn job(&self, id: i64) -> Result<Option<Job>, StoreError> {
+        sqlx::query_as("SELECT * FROM jobs WHERE id = ?").bind(id).fetch_optional(self.pool()).await.map_err(sql("job"))
+    }
+
     /// Every job, newest first.
     pub async fn jobs(&self) -> Result<Vec<Job>, StoreError> {
         sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(self.pool()).await.map_err(sql("jobs"))

@@ -5,7 +5,7 @@ use crate::support::{root, run, stdout};
 #[test]
 fn readme_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    for sub in ["scan", "fix", "sim", "audit", "report", "repack", "worker"] {
+    for sub in ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner"] {
         let help = stdout(&run(&[sub, "--help"]));
         let flags: Vec<&str> = help
             .split_whitespace()
@@ -19,4 +19,19 @@ fn readme_documents_every_flag() {
         }
     }
     assert!(readme.contains("--log-json"));
+}
+
+#[test]
+fn the_metal_runner_workflow_is_valid_yaml_that_runs_the_runner_on_apple_silicon() {
+    let check = "import sys, yaml; w = yaml.safe_load(open(sys.argv[1])); job = w['jobs']['verify']; \
+                 assert job['runs-on'] == 'macos-14', job; \
+                 runs = ' '.join(s.get('run', '') for s in job['steps']); \
+                 assert 'hubalign verify-runner' in runs and '--device gpu' in runs, runs; \
+                 assert 'HUBALIGN_RUNNER_TOKEN' in str(job['steps']), 'the token comes from a secret'";
+    let out = std::process::Command::new(crate::support::python())
+        .args(["-c", check])
+        .arg(root().join("deploy/metal-verify.yml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

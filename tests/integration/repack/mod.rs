@@ -3,4 +3,5 @@
 
 mod pipeline;
 mod recovery;
+mod runner;
 mod upload_share;

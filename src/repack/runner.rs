@@ -1,0 +1,204 @@
+//! The macOS runner protocol: a job waiting for the Metal check is claimed over HTTP with a token, the runner
+//! fetches the staged source and output shards, runs `verify_mlx.py` on the Metal GPU, and posts the record.
+//!
+//! - `POST /api/verifier/claim` → 200 `{"job_id", "repo", "sha", "files"}`, or 204 when nothing waits.
+//! - `GET /api/verifier/jobs/{id}/{source|aligned}/{file}` → the staged shard.
+//! - `POST /api/verifier/jobs/{id}/result` with the script's JSON record → 200, or 409 if the lease was lost.
+//!
+//! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
+//! runner in the job's history.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use crate::store::Store;
+
+/// What the service side needs.
+#[derive(Debug)]
+pub struct RunnerApi {
+    /// The store with the jobs.
+    pub store: Store,
+    /// The workers' work directory, where jobs stage their files.
+    pub work_dir: PathBuf,
+    /// The runners' token.
+    pub token: String,
+    /// How long a runner may take.
+    pub lease: Duration,
+}
+
+/// A claimed job, as the runner receives it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claim {
+    /// The job.
+    pub job_id: i64,
+    /// The source repo.
+    pub repo: String,
+    /// The source commit.
+    pub sha: String,
+    /// The shard file names, the same in `source` and `aligned`.
+    pub files: Vec<String>,
+}
+
+/// Compares secrets without leaking, through timing, how much of a guess was right.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The runner's name if it presented the token.
+fn authorized(api: &RunnerApi, headers: &HeaderMap) -> Option<String> {
+    let sent = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if api.token.is_empty() || !constant_time_eq(sent.as_bytes(), api.token.as_bytes()) {
+        return None;
+    }
+    Some(headers.get("x-runner").and_then(|v| v.to_str().ok()).unwrap_or("macos-runner").chars().take(64).collect())
+}
+
+fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, "runner token required").into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+}
+
+/// The routes, to mount in the service.
+pub fn router(api: Arc<RunnerApi>) -> axum::Router {
+    axum::Router::new()
+        .route("/api/verifier/claim", post(claim))
+        .route("/api/verifier/jobs/{id}/{side}/{file}", get(file))
+        .route("/api/verifier/jobs/{id}/result", post(result))
+        .with_state(api)
+}
+
+fn staged(api: &RunnerApi, id: i64) -> PathBuf {
+    api.work_dir.join(format!("job-{id}"))
+}
+
+async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Response {
+    let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
+    let job = match api.store.claim_metal_job(&runner, api.lease).await {
+        Ok(Some(job)) => job,
+        Ok(None) => return StatusCode::NO_CONTENT.into_response(),
+        Err(e) => return internal(e),
+    };
+    let mut files: Vec<String> = std::fs::read_dir(staged(&api, job.id).join("aligned"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".safetensors"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    Json(Claim { job_id: job.id, repo: job.repo_id, sha: job.source_sha, files }).into_response()
+}
+
+async fn file(
+    State(api): State<Arc<RunnerApi>>,
+    headers: HeaderMap,
+    UrlPath((id, side, name)): UrlPath<(i64, String, String)>,
+) -> Response {
+    if authorized(&api, &headers).is_none() {
+        return unauthorized();
+    }
+    if !matches!(side.as_str(), "source" | "aligned")
+        || !super::download::is_safe_repo_path(&name)
+        || name.contains('/')
+    {
+        return (StatusCode::BAD_REQUEST, "no such staged file").into_response();
+    }
+    match tokio::fs::File::open(staged(&api, id).join(side).join(&name)).await {
+        Ok(f) => Body::from_stream(tokio_util::io::ReaderStream::new(f)).into_response(),
+        Err(_) => (StatusCode::NOT_FOUND, "no such staged file").into_response(),
+    }
+}
+
+async fn result(
+    State(api): State<Arc<RunnerApi>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<i64>,
+    Json(record): Json<serde_json::Value>,
+) -> Response {
+    let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
+    let passed = record["ok"] == true;
+    match api.store.metal_result(id, &runner, passed, &record.to_string()).await {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => (StatusCode::CONFLICT, "this runner does not hold the job").into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+/// The runner's side: claims one job, fetches its shards, runs the check, posts the record. Returns the job
+/// and whether it passed, or `None` when nothing waits.
+pub async fn run_once(
+    service: &str,
+    token: &str,
+    runner: &str,
+    python: &Path,
+    script: &Path,
+    device: &str,
+    work: &Path,
+) -> Result<Option<(i64, bool)>, String> {
+    let http = reqwest::Client::new();
+    let auth = |r: reqwest::RequestBuilder| r.bearer_auth(token).header("x-runner", runner);
+    let response =
+        auth(http.post(format!("{service}/api/verifier/claim"))).send().await.map_err(|e| format!("claim: {e}"))?;
+    if response.status() == reqwest::StatusCode::NO_CONTENT {
+        return Ok(None);
+    }
+    if !response.status().is_success() {
+        return Err(format!("claim: HTTP {}", response.status()));
+    }
+    let claim: Claim = response.json().await.map_err(|e| format!("claim: {e}"))?;
+    let dir = work.join(format!("runner-job-{}", claim.job_id));
+    for side in ["source", "aligned"] {
+        std::fs::create_dir_all(dir.join(side)).map_err(|e| e.to_string())?;
+        for name in &claim.files {
+            let url = format!("{service}/api/verifier/jobs/{}/{side}/{name}", claim.job_id);
+            let r = auth(http.get(&url)).send().await.map_err(|e| format!("{url}: {e}"))?;
+            if !r.status().is_success() {
+                return Err(format!("{url}: HTTP {}", r.status()));
+            }
+            let bytes = r.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+            std::fs::write(dir.join(side).join(name), bytes).map_err(|e| e.to_string())?;
+        }
+    }
+    let record = match super::mlx::check(python, script, &dir.join("source"), &dir.join("aligned"), device) {
+        Ok(record) => record,
+        Err(e) => serde_json::json!({ "ok": false, "device": device, "error": e }),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let passed = record["ok"] == true;
+    let posted = auth(http.post(format!("{service}/api/verifier/jobs/{}/result", claim.job_id)))
+        .json(&record)
+        .send()
+        .await
+        .map_err(|e| format!("result: {e}"))?;
+    if !posted.status().is_success() {
+        return Err(format!("result: HTTP {}", posted.status()));
+    }
+    Ok(Some((claim.job_id, passed)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn constant_time_comparison() {
+        assert!(super::constant_time_eq(b"secret", b"secret"));
+        assert!(!super::constant_time_eq(b"secret", b"secreT"));
+        assert!(!super::constant_time_eq(b"secret", b"secret2"));
+    }
+}
