@@ -18,6 +18,9 @@ pub struct SimArgs {
     /// `private`, `gated`, `grantedUsers`, `disabled`, `downloads`, `likes`, `tags`, `library_name`, `license`.
     #[arg(long, value_name = "DIR")]
     root: PathBuf,
+    /// Where uploads and the Xet CAS are kept [default: DIR/.hubsim-store].
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8088)]
     port: u16,
@@ -66,6 +69,7 @@ impl SimArgs {
     fn config(&self) -> SimConfig {
         let mut config = SimConfig::new(self.root.clone());
         config.listen = SocketAddr::new(self.bind, self.port);
+        config.store = self.store.clone();
         config.tokens = self.tokens.clone();
         config.page_size = self.page_size.max(1);
         config.tree_page_size = self.tree_page_size.max(1);

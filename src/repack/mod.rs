@@ -112,6 +112,7 @@ impl Repacker<'_> {
     }
 
     async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
+        tracing::info!(job.id = job.id, repo.id = %job.repo_id, step = state.as_str(), "step");
         match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(transient("the lease was lost to another worker")),

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Benchmark a whole-bundle repack on the simulator: each step against its physical baseline.
+
+    cargo build --release --bins --examples && bash tests/python/setup-venv.sh && python3 bench/repack_bench.py [--shard-mib 1024 --shards 2]
+
+Writes an MLX-layout bundle (pseudo-random payloads whose data starts off 8 bytes, so header padding fixes
+it), serves it with `hubalign sim` (Xet on: the bundle is ingested into the embedded CAS), audits it, and
+runs `hubalign repack --verify-device cpu` with JSON logs, whose `step` lines time each step. In the same
+run it measures the baselines: the simulator's raw transfer rate for the same bytes (a plain ranged-free GET
+of each shard through the storage redirect, and a plain PUT of each shard to its Git LFS upload URL), and
+`cp` of the bundle on the same disk. Bytes come from the simulator's counters.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target/release/hubalign"
+SYNTH = ROOT / "target/release/examples/synth_shard"
+PY = ROOT / "target/py-venv/bin/python"
+TOKEN = "hf_bench"
+
+
+def ts(line):
+    return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shard-mib", type=int, default=1024)
+    ap.add_argument("--shards", type=int, default=2)
+    args = ap.parse_args()
+    for tool in (BIN, SYNTH, PY):
+        if not tool.exists():
+            sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
+    world = ROOT / f"target/bench/repack-world-{args.shards}x{args.shard_mib}"
+    repo = world / "models/bench-org/big-q4"
+    if not repo.exists():
+        repo.mkdir(parents=True)
+        for i in range(args.shards):
+            name = f"model-{i + 1:05d}-of-{args.shards:05d}.safetensors"
+            subprocess.run([SYNTH, repo / name, str(args.shard_mib), "pad"], check=True)
+        (repo / "config.json").write_text('{"model_type": "llama"}')
+        (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
+    shards = sorted(repo.glob("*.safetensors"))
+    size = sum(p.stat().st_size for p in shards)
+    store = Path(tempfile.mkdtemp(prefix="hubsim-store-"))
+    started = time.perf_counter()
+    sim = subprocess.Popen([BIN, "sim", "--root", world, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench"],
+                           stdout=subprocess.PIPE, text=True)
+    url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
+    ingest_s = time.perf_counter() - started
+    work = Path(tempfile.mkdtemp(prefix="hubalign-bench-"))
+    try:
+        db = work / "store.db"
+        subprocess.run([BIN, "audit", "--endpoint", url, "--token", TOKEN, "--db", db], check=True, stdout=subprocess.DEVNULL)
+        urllib.request.urlopen(urllib.request.Request(f"{url}/_sim/counters/reset", method="POST")).read()
+        t0 = time.time()
+        run = subprocess.run([BIN, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
+                              "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY],
+                             capture_output=True, text=True, env=dict(os.environ, RUST_LOG="hubalign=info"))
+        t_end = time.time()
+        if run.returncode != 0:
+            sys.exit(f"repack failed:\n{run.stdout}\n{run.stderr[-4000:]}")
+        counters = json.load(urllib.request.urlopen(f"{url}/_sim/counters"))
+        steps = [json.loads(l) for l in run.stderr.splitlines() if l.startswith("{")]
+        marks = [(l["fields"]["step"], ts(l)) for l in steps if l.get("fields", {}).get("message") == "step"]
+        marks.append(("end", t_end))
+        marks.insert(0, ("start", t0))
+        durations = {a[0]: b[1] - a[1] for a, b in zip(marks[1:], marks[2:])}
+
+        # Baselines, same run: the simulator's raw transfer of the same bytes, and cp on the same disk.
+        t = time.perf_counter()
+        for p in shards:
+            with urllib.request.urlopen(f"{url}/bench-org/big-q4/resolve/main/{p.name}") as r:
+                while r.read(1 << 22):
+                    pass
+        raw_down = time.perf_counter() - t
+        oids = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in shards}
+        storage = re.search(r"http://[0-9.:]+", urllib.request.urlopen(
+            urllib.request.Request(f"{url}/bench-org/big-q4/resolve/main/{shards[0].name}", method="HEAD")).url).group(0)
+        host, port = storage.removeprefix("http://").split(":")
+        t = time.perf_counter()
+        for p in shards:
+            conn = http.client.HTTPConnection(host, int(port))
+            with open(p, "rb") as f:
+                conn.request("PUT", f"/_lfs/upload/{oids[p]}", body=f, headers={"Content-Length": str(p.stat().st_size)})
+            conn.getresponse().read()
+        raw_up = time.perf_counter() - t
+        t = time.perf_counter()
+        shutil.copytree(repo, work / "cp", ignore=shutil.ignore_patterns(".*"))
+        subprocess.run(["sync"], check=True)
+        cp_s = time.perf_counter() - t
+    finally:
+        sim.terminate()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
+
+    gb = size / 1e9
+    up = counters["xet_bytes_received"] + counters["lfs_bytes_received"]
+    print(f"bundle: {args.shards} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
+    print("| step | wall time | bytes moved | baseline (same run) | step / baseline |")
+    print("|---|---|---|---|---|")
+    rows = [
+        ("download", durations.get("downloading"), counters["bytes_served"], "raw GET of the shards", raw_down),
+        ("re-lay", durations.get("relaying"), size, "cp + sync of the bundle", cp_s),
+        ("verify (structural, mmap, MLX CPU)", durations.get("verifying"), size, "cp + sync of the bundle", cp_s),
+        ("publish (upload, commit, settings)", durations.get("publishing"), up, "raw PUT of the shards", raw_up),
+    ]
+    for name, seconds, moved, base_name, base in rows:
+        print(f"| {name} | {seconds:.1f} s | {moved / 1e9:.2f} GB | {base_name}: {base:.1f} s | {seconds / base:.2f}x |")
+    total = sum(d for d in durations.values())
+    print(f"| whole repack | {total:.1f} s | | | |")
+    print(f"\nbytes uploaded for the header-padded republish: {up / 1e6:.1f} MB, {100 * up / size:.2f}% of the bundle")
+
+
+if __name__ == "__main__":
+    main()
