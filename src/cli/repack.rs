@@ -56,6 +56,10 @@ pub struct WorkerArgs {
     /// Data-section alignment of the mirrors.
     #[arg(long, default_value_t = Alignment::DEFAULT)]
     alignment: Alignment,
+    /// Open a pull request on the source repo with the repaired files instead of publishing a mirror (never
+    /// two for the same commit; a closed one is taken as "no").
+    #[arg(long)]
+    pr: bool,
     /// Seconds a step may take before another worker may take the job over (a crashed worker's job is
     /// picked up again after this).
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
@@ -139,16 +143,8 @@ async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     };
     let hf =
         HFClient::builder().endpoint(config.endpoint.clone()).token(token.expose()).cache_enabled(false).build()?;
-    let target_namespace = match &args.target_namespace {
-        Some(ns) => ns.clone(),
-        None => {
-            hf.whoami()
-                .send()
-                .await
-                .context("asking the Hub who the token belongs to (or pass --target-namespace)")?
-                .username
-        }
-    };
+    let user = hf.whoami().send().await.context("asking the Hub who the token belongs to")?.username;
+    let target_namespace = args.target_namespace.clone().unwrap_or_else(|| user.clone());
     let hub = HubClient::new(config, RetryPolicy::default())?;
     let store = args.store.open().await?;
     let work_dir = args.work_dir.clone().unwrap_or_else(|| args.store.default_work_dir());
@@ -167,6 +163,8 @@ async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         alignment: args.alignment,
         worker: format!("{}-{}", hostname(), std::process::id()),
         lease: Duration::from_secs(args.lease_secs.max(1)),
+        pull_request: args.pr,
+        bot_user: user,
     };
     Ok(Setup { hub, hf, store, opts, device })
 }

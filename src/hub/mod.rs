@@ -6,6 +6,7 @@
 //! audit's budget is one. Those three are written here on reqwest.
 
 pub mod config;
+pub mod discussions;
 pub mod error;
 pub mod listing;
 pub mod pacing;

@@ -6,6 +6,7 @@ pub mod card;
 pub mod download;
 pub mod mlx;
 pub mod publish;
+pub mod pull_request;
 pub mod runner;
 pub mod verify;
 
@@ -58,6 +59,10 @@ pub struct RepackOptions {
     pub worker: String,
     /// How long a step may take before another worker may take the job over.
     pub lease: Duration,
+    /// Propose the repair as a pull request on the source repo instead of publishing a mirror.
+    pub pull_request: bool,
+    /// The token's user: the author the pull-request de-duplication looks for.
+    pub bot_user: String,
 }
 
 /// What a worker needs.
@@ -201,6 +206,19 @@ impl Repacker<'_> {
         (manifest, checks): (Manifest, verify::LocalChecks),
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
+        if self.opts.pull_request {
+            let proposal =
+                pull_request::propose(self.hub, self.hf, &self.opts.bot_user, &job.repo_id, &job.source_sha, output)
+                    .await
+                    .map_err(transient)?;
+            return Ok(match proposal {
+                pull_request::Proposal::Opened { num, commit } => {
+                    tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
+                    JobOutcome::Published { target: format!("{}/discussions/{num}", job.repo_id), commit }
+                }
+                pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
+            });
+        }
         let before_bytes = misaligned_bytes(source, self.opts.alignment);
         let target = publish::mirror_id(&job.repo_id, &self.opts.target_namespace);
         let _ = self.store.set_job_target(job.id, &target).await;

@@ -160,6 +160,10 @@ pub struct PullRequest {
     pub title: String,
     /// Whether it is still open.
     pub open: bool,
+    /// Who opened it.
+    pub author: String,
+    /// The `main` commit it was built on.
+    pub base: String,
 }
 
 /// A model repository.

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{caller, head_for, now, store_bytes, writable_repo};
+use super::{caller, head_for, now, proposable_repo, store_bytes, writable_repo};
 use crate::sim::Shared;
 use crate::sim::error::HubError;
 use crate::sim::ingest::is_lfs_path;
@@ -26,7 +26,7 @@ pub(in crate::sim) async fn preupload(
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
     let repos = sim.repos();
-    let repo = writable_repo(&repos, &id, caller)?;
+    let repo = proposable_repo(&repos, &id, caller)?;
     let head = head_for(repo, &revision).or_else(|_| head_for(repo, "main"))?;
     let files = body["files"].as_array().cloned().unwrap_or_default();
     let answers: Vec<Value> = files
@@ -70,8 +70,13 @@ pub(in crate::sim) async fn commit(
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    writable_repo(&sim.repos(), &id, caller)?;
     let create_pr = query.create_pr.as_deref().is_some_and(|v| matches!(v, "1" | "true" | "True"));
+    // Anyone signed in may open or add to a pull request; branches are the owner's.
+    if create_pr || revision.starts_with("refs/pr/") {
+        proposable_repo(&sim.repos(), &id, caller)?;
+    } else {
+        writable_repo(&sim.repos(), &id, caller)?;
+    }
     let lines = parse_commit_body(&body)?;
     let mut summary = String::from("Upload files");
     let mut parent_commit = None;
@@ -143,6 +148,7 @@ pub(in crate::sim) async fn commit(
             Op::DeleteFolder { path } => files.retain(|p, _| !p.starts_with(&format!("{path}/"))),
         }
     }
+    let head_sha = head.sha.clone();
     let commit = Commit::new(Some(head.sha.clone()), files, summary.clone(), now());
     let sha = commit.sha.clone();
     // As on the Hub, the card's front matter sets the library, licence and tags (a main-branch card only).
@@ -153,7 +159,8 @@ pub(in crate::sim) async fn commit(
     let mut body = json!({ "success": true, "commitOid": sha, "commitUrl": format!("{}/{id}/commit/{sha}", sim.base_url), "hookOutput": "" });
     if create_pr {
         let num = repo.pull_requests.len() as u64 + 1;
-        repo.pull_requests.push(PullRequest { num, title: summary, open: true });
+        let author = caller.map(|a| a.user.clone()).unwrap_or_default();
+        repo.pull_requests.push(PullRequest { num, title: summary, open: true, author, base: head_sha.clone() });
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
         let pr_url = format!("{}/{id}/discussions/{num}", sim.base_url);
         // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::{caller, writable_repo};
+use super::{caller, proposable_repo};
 use crate::hashing::finish_hex;
 use crate::sim::error::HubError;
 use crate::sim::{Shared, Sim};
@@ -30,7 +30,7 @@ pub(in crate::sim) async fn lfs_batch(
     let caller = caller(&sim, &headers)?;
     let name = name_git.strip_suffix(".git").unwrap_or(&name_git);
     let id = format!("{ns}/{name}");
-    writable_repo(&sim.repos(), &id, caller)?;
+    proposable_repo(&sim.repos(), &id, caller)?;
     let transfers: Vec<&str> = body["transfers"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())

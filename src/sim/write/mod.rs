@@ -11,7 +11,10 @@ mod repos;
 
 pub(super) use commit::{commit, preupload};
 pub(super) use lfs::{lfs_batch, lfs_complete, lfs_upload_basic, lfs_upload_part, lfs_verify};
-pub(super) use repos::{create_discussion, create_repo, delete_repo, get_discussion, settings, validate_yaml};
+pub(super) use repos::{
+    create_discussion, create_repo, delete_repo, get_discussion, list_discussions, set_discussion_status, settings,
+    validate_yaml,
+};
 
 use std::collections::BTreeMap;
 
@@ -51,14 +54,27 @@ pub(super) fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit,
     repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))
 }
 
+/// A repo the caller may commit to: its namespace is the caller's.
 pub(super) fn writable_repo<'a>(
     repos: &'a BTreeMap<String, Repo>,
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {
     let ns = id.split_once('/').map_or(id, |(ns, _)| ns);
+    let repo = proposable_repo(repos, id, caller)?;
+    can_write(ns, caller)?;
+    Ok(repo)
+}
+
+/// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
+/// (Clients do not say a preupload, LFS batch or Xet write token is for a PR, so those accept this too.)
+pub(super) fn proposable_repo<'a>(
+    repos: &'a BTreeMap<String, Repo>,
+    id: &str,
+    caller: Option<&Account>,
+) -> Result<&'a Repo, HubError> {
     let repo = repos.get(id).ok_or_else(|| HubError::repo_not_found(id, caller.is_some()))?;
     can_see(repo, caller)?;
-    can_write(ns, caller)?;
+    caller.ok_or_else(HubError::auth_required)?;
     Ok(repo)
 }

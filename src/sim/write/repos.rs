@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{caller, head_for, now, store_bytes, writable_repo};
+use super::{caller, head_for, now, proposable_repo, store_bytes};
 use crate::sim::auth::can_write;
 use crate::sim::error::HubError;
 use crate::sim::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
@@ -136,7 +136,7 @@ pub(in crate::sim) async fn create_discussion(
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    writable_repo(&sim.repos(), &id, caller)?;
+    proposable_repo(&sim.repos(), &id, caller)?;
     if !body["pullRequest"].as_bool().unwrap_or(false) {
         return Err(HubError::bad_request("the simulator only opens pull requests"));
     }
@@ -145,7 +145,8 @@ pub(in crate::sim) async fn create_discussion(
     let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
     let head = head_for(repo, "main")?.sha.clone();
     let num = repo.pull_requests.len() as u64 + 1;
-    repo.pull_requests.push(PullRequest { num, title, open: true });
+    let author = caller.map(|a| a.user.clone()).unwrap_or_default();
+    repo.pull_requests.push(PullRequest { num, title, open: true, author, base: head.clone() });
     repo.refs.insert(format!("refs/pr/{num}"), head);
     Ok(Json(discussion_json(&sim, repo, num)).into_response())
 }
@@ -169,14 +170,14 @@ pub(in crate::sim) async fn get_discussion(
 fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
     let pr = repo.pull_requests.iter().find(|p| p.num == num);
     let head = repo.refs.get(&format!("refs/pr/{num}")).cloned().unwrap_or_default();
-    let base = repo.refs.get("main").cloned().unwrap_or_default();
+    let base = pr.map(|p| p.base.clone()).unwrap_or_default();
     json!({
         "num": num,
         "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
         "status": if pr.is_some_and(|p| p.open) { "open" } else { "closed" },
         "isPullRequest": true,
         "createdAt": now(),
-        "author": { "name": repo.namespace() },
+        "author": { "name": pr.map(|p| p.author.clone()).unwrap_or_default() },
         "repo": { "name": repo.id, "type": "model" },
         "events": [],
         "changes": { "base": base, "mergeCommitId": null },
@@ -184,4 +185,41 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
         "headRef": head,
         "url": format!("{}/{}/discussions/{num}", sim.base_url, repo.id),
     })
+}
+
+/// `GET /api/models/{ns}/{name}/discussions`: pull requests, newest first (the simulator has no other kind).
+pub(in crate::sim) async fn list_discussions(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    let repos = sim.repos();
+    let repo = crate::sim::read::visible_repo(&repos, &format!("{ns}/{name}"), caller)?;
+    let items: Vec<Value> = repo.pull_requests.iter().rev().map(|p| discussion_json(&sim, repo, p.num)).collect();
+    let closed = repo.pull_requests.iter().filter(|p| !p.open).count();
+    Ok(Json(json!({ "discussions": items, "count": items.len(), "start": 0, "numClosedDiscussions": closed }))
+        .into_response())
+}
+
+/// `POST /api/models/{ns}/{name}/discussions/{num}/status` with `{"status": "open" | "closed"}`: the owner
+/// closes or reopens a pull request.
+pub(in crate::sim) async fn set_discussion_status(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, num)): Path<(String, String, u64)>,
+    Json(body): Json<Value>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    can_write(&ns, caller)?;
+    let id = format!("{ns}/{name}");
+    let mut repos = sim.repos_mut();
+    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let pr = repo
+        .pull_requests
+        .iter_mut()
+        .find(|p| p.num == num)
+        .ok_or_else(|| HubError::not_found(format!("no discussion #{num}")))?;
+    pr.open = body["status"].as_str() != Some("closed");
+    Ok(Json(json!({ "status": if pr.open { "open" } else { "closed" } })).into_response())
 }

@@ -2,6 +2,7 @@
 //! by the official client; refusals; a worker killed at each step.
 
 mod pipeline;
+mod pull_request;
 mod recovery;
 mod runner;
 mod upload_share;

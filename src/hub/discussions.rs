@@ -1,0 +1,85 @@
+//! A repo's pull requests, for the repack worker's de-duplication (hf-hub 1.0 has no discussions API).
+
+use serde::Deserialize;
+
+use super::pacing::Bucket;
+use super::{HubClient, HubError};
+
+/// A pull request as the de-duplication needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestInfo {
+    /// Its number (`refs/pr/{num}`).
+    pub num: u64,
+    /// Its title.
+    pub title: String,
+    /// `open`, `closed`, `merged` or `draft`.
+    pub status: String,
+    /// Who opened it.
+    pub author: String,
+    /// The commit it was built on.
+    pub base: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Listing {
+    #[serde(default)]
+    discussions: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Item {
+    num: u64,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    is_pull_request: bool,
+    #[serde(default)]
+    author: Option<Author>,
+    #[serde(default)]
+    changes: Option<Changes>,
+}
+
+#[derive(Deserialize)]
+struct Author {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Changes {
+    #[serde(default)]
+    base: Option<String>,
+}
+
+impl HubClient {
+    /// The repo's pull requests titled `title` by `author`, with the commit each was built on.
+    pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
+        let url =
+            format!("{}/api/models/{repo}/discussions?type=pull_request&status=all&author={author}", self.endpoint());
+        let fetched = self.get(Bucket::Api, &url, &[], None).await?;
+        let listing: Listing = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussions: {e}") })?;
+        let mut out = Vec::new();
+        for item in listing.discussions.into_iter().filter(|d| d.is_pull_request && d.title == title) {
+            if item.author.as_ref().is_none_or(|a| a.name != author) {
+                continue;
+            }
+            // The listing does not say what a PR was built on; its page does.
+            let detail_url = format!("{}/api/models/{repo}/discussions/{}", self.endpoint(), item.num);
+            let detail = self.get(Bucket::Api, &detail_url, &[], None).await?;
+            let full: Item = serde_json::from_slice(&detail.body)
+                .map_err(|e| HubError::Malformed { url: detail_url.clone(), detail: format!("discussion: {e}") })?;
+            out.push(PullRequestInfo {
+                num: item.num,
+                title: item.title,
+                status: item.status,
+                author: author.to_owned(),
+                base: full.changes.and_then(|c| c.base),
+            });
+        }
+        Ok(out)
+    }
+}

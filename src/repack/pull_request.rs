@@ -1,0 +1,87 @@
+//! `--pr` mode: propose the repaired files to the source repo as a pull request instead of a mirror, the
+//! way the Hub's safetensors conversion bot does: a fixed title, one bot account, never two PRs for the same
+//! head commit, and a closed PR taken as the owner's "no".
+
+use std::path::Path;
+
+use hf_hub::HFClient;
+use hf_hub::repository::CommitOperation;
+
+use crate::hub::HubClient;
+
+/// The title, which is also the de-duplication key.
+pub const PR_TITLE: &str = "Align safetensors so memory-mapping loaders map tensors instead of copying them";
+
+const DESCRIPTION: &str = "This is an automated pull request by hubalign.\n\n\
+Memory-mapping loaders (the osaurus MLX fork with `MLX_SAFETENSORS_MMAP=1`, Mei, vmlx) can hand out a tensor \
+without copying it only when its file offset is a multiple of its element width. These shards miss that for \
+most tensors, so such loaders copy them into anonymous memory at load. This PR re-lays the shards: every \
+tensor's bytes are unchanged (only header padding and, where needed, the order of tensors change), which \
+`MEI_ALIGN_MANIFEST.json` lets you check tensor by tensor. Every shard was loaded with MLX and compared bit for \
+bit with the original before this PR was opened. Stock MLX loads both versions the same way.\n\n\
+Feel free to ignore or close this PR; a closed PR is never reopened.";
+
+/// What proposing did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proposal {
+    /// A new pull request.
+    Opened {
+        /// Its number.
+        num: u64,
+        /// Its commit.
+        commit: String,
+    },
+    /// Nothing to do, and why (already open, or declined).
+    Declined(String),
+}
+
+async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<Option<String>, String> {
+    let prs = hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| e.to_string())?;
+    Ok(prs.into_iter().find(|p| p.base.as_deref() == Some(head) || p.status == "closed").map(|p| {
+        match p.status.as_str() {
+            "closed" => format!("the owner closed #{}: not proposing again", p.num),
+            status => format!("#{} is already {status} for this commit", p.num),
+        }
+    }))
+}
+
+/// Opens the pull request on `repo` with every file of `dir` but the model card, unless one by `bot` for this
+/// head exists, or the owner closed one. Checked again just before committing, for concurrent workers.
+pub async fn propose(
+    hub: &HubClient,
+    hf: &HFClient,
+    bot: &str,
+    repo: &str,
+    head: &str,
+    dir: &Path,
+) -> Result<Proposal, String> {
+    if let Some(why) = previous(hub, repo, bot, head).await? {
+        return Ok(Proposal::Declined(why));
+    }
+    let mut operations = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in names.into_iter().filter(|n| n != "README.md" && !n.starts_with('.')) {
+        operations.push(CommitOperation::add_file(name.clone(), dir.join(&name)));
+    }
+    if let Some(why) = previous(hub, repo, bot, head).await? {
+        return Ok(Proposal::Declined(why));
+    }
+    let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
+    let info = hf
+        .model(ns, name)
+        .create_commit()
+        .operations(operations)
+        .commit_message(PR_TITLE)
+        .commit_description(DESCRIPTION)
+        .parent_commit(head)
+        .create_pr(true)
+        .send()
+        .await
+        .map_err(|e| format!("opening a pull request on {repo}: {e}"))?;
+    Ok(Proposal::Opened { num: info.pr_num.unwrap_or(0), commit: info.commit_oid.unwrap_or_default() })
+}
