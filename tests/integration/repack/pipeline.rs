@@ -108,3 +108,38 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(sim.repos()["alice/tiny-q4-aligned"].commits.len(), commits, "no new commit");
 }
+
+#[test]
+fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    assert_ok(&audit(&world, &db, &["--author", "lmstudio"]));
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let uploads = |sim: &hubalign::sim::Sim| {
+        let repos = sim.repos();
+        repos["alice/tiny-q8-aligned"]
+            .commits
+            .values()
+            .filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json"))
+            .count()
+    };
+    assert_eq!(uploads(sim), 1);
+
+    // The publisher pushes a new commit (another shard); the audit sees it, the worker republishes.
+    let repo = sim.config.root.join("models/lmstudio/tiny-q8");
+    std::fs::copy(fixture("mlx/padfixable.safetensors"), repo.join("extra.safetensors")).unwrap();
+    assert_eq!(world.runtime.block_on(sim.rescan()).unwrap(), ["lmstudio/tiny-q8"]);
+    assert_ok(&audit(&world, &db, &["--author", "lmstudio"]));
+    let out = worker_cmd(&world, &db, &["worker", "--once", "--include", "lmstudio"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(uploads(sim), 2, "a new commit on the same mirror");
+    assert_eq!(
+        sim.repos().keys().filter(|k| k.ends_with("-aligned")).count(),
+        2,
+        "tiny-q8 and tiny-mixed, no second tiny-q8 mirror"
+    );
+    let head = sim.repos()["alice/tiny-q8-aligned"].head().unwrap().files.clone();
+    assert!(head.contains_key("extra.safetensors"));
+}
