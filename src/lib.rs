@@ -22,6 +22,7 @@ pub mod repack;
 pub mod report;
 pub mod safetensors;
 pub mod scan;
+pub mod serve;
 pub mod sim;
 pub mod store;
 pub mod time;

@@ -6,6 +6,7 @@ mod output;
 mod repack;
 mod report;
 mod scan;
+mod serve;
 mod sim;
 mod store_args;
 
@@ -111,6 +112,14 @@ enum Command {
     /// (deploy/verify_mlx.py, built in) on the Metal GPU, and posts its record: a pass sends the job on to be
     /// published, a failure fails it. deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
     VerifyRunner(repack::RunnerArgs),
+    /// Run the service: the scheduled audit, repack workers, the dashboard, the JSON API and /metrics.
+    ///
+    /// One audit at a time, every --interval seconds; an interrupted one is resumed by the next (stored
+    /// repos are not probed again). After each audit the affected repos are queued by policy and the
+    /// workers take them. The dashboard shows the affected namespaces with a chart, drill-downs to repos,
+    /// shards and jobs; /api/* serves the report schemas as JSON; with --runner-token the macOS runners'
+    /// API is served too. SIGTERM or Ctrl-C stops it after the jobs in hand.
+    Serve(serve::ServeArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -133,6 +142,7 @@ pub fn run() -> std::process::ExitCode {
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),
+        Command::Serve(args) => serve::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

@@ -128,15 +128,15 @@ pub struct RunnerArgs {
     once: bool,
 }
 
-struct Setup {
-    hub: HubClient,
-    hf: HFClient,
-    store: hubalign::store::Store,
-    opts: RepackOptions,
-    device: VerifyDevice,
+pub(super) struct Setup {
+    pub(super) hub: HubClient,
+    pub(super) hf: HFClient,
+    pub(super) store: hubalign::store::Store,
+    pub(super) opts: RepackOptions,
+    pub(super) device: VerifyDevice,
 }
 
-async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
+pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
     let Some(token) = config.token.clone() else {
         bail!("publishing needs a token with write access: --token or HF_TOKEN")
@@ -229,7 +229,7 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     })
 }
 
-fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
+pub(super) fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim().to_owned()).filter(|l| !l.is_empty()).collect())
 }

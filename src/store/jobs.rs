@@ -419,6 +419,23 @@ impl Store {
         sqlx::query_as("SELECT * FROM jobs WHERE id = ?").bind(id).fetch_optional(self.pool()).await.map_err(sql("job"))
     }
 
+    /// Jobs per state.
+    pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("job counts"))
+    }
+
+    /// A repo's jobs, newest first.
+    pub async fn repo_jobs(&self, repo: &str) -> Result<Vec<Job>, StoreError> {
+        sqlx::query_as("SELECT * FROM jobs WHERE repo_id = ? ORDER BY id DESC")
+            .bind(repo)
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("repo jobs"))
+    }
+
     /// Every job, newest first.
     pub async fn jobs(&self) -> Result<Vec<Job>, StoreError> {
         sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(self.pool()).await.map_err(sql("jobs"))

@@ -98,6 +98,29 @@ pub struct RepoRow {
     pub last_error: Option<String>,
 }
 
+/// Store-wide figures for the dashboard's overview and `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Totals {
+    /// Repos audited (state `ok`).
+    pub repos_audited: i64,
+    /// Of those, repos with duplicated bytes.
+    pub repos_affected: i64,
+    /// Shards audited.
+    pub shards: i64,
+    /// Shards per verdict.
+    pub shards_aligned: i64,
+    /// Shards fixed by header padding.
+    pub shards_header_pad: i64,
+    /// Shards needing a reorder.
+    pub shards_relayout: i64,
+    /// Invalid shards.
+    pub shards_invalid: i64,
+    /// Bytes a copying loader duplicates, Hub-wide.
+    pub misaligned_bytes: i64,
+    /// Mirrors published.
+    pub mirrors_published: i64,
+}
+
 /// An audit run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunRow {
@@ -192,6 +215,41 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .map_err(sql("states"))
+    }
+
+    /// Store-wide figures.
+    pub async fn totals(&self) -> Result<Totals, StoreError> {
+        sqlx::query_as(
+            "SELECT COUNT(*) AS repos_audited, COALESCE(SUM(misaligned_bytes > 0), 0) AS repos_affected,
+                COALESCE(SUM(shards_aligned + shards_header_pad + shards_relayout + shards_invalid), 0) AS shards,
+                COALESCE(SUM(shards_aligned), 0) AS shards_aligned, COALESCE(SUM(shards_header_pad), 0) AS shards_header_pad,
+                COALESCE(SUM(shards_relayout), 0) AS shards_relayout, COALESCE(SUM(shards_invalid), 0) AS shards_invalid,
+                COALESCE(SUM(misaligned_bytes), 0) AS misaligned_bytes,
+                (SELECT COUNT(*) FROM jobs WHERE state = 'published') AS mirrors_published
+             FROM repo_sums",
+        )
+        .fetch_one(self.pool())
+        .await
+        .map_err(sql("totals"))
+    }
+
+    /// One namespace's audited repos, most bytes duplicated first, a page at a time.
+    pub async fn namespace_repos(
+        &self,
+        namespace: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<AffectedRepo>, StoreError> {
+        sqlx::query_as(
+            "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
+             FROM repo_sums WHERE namespace = ? ORDER BY misaligned_bytes DESC, repo LIMIT ? OFFSET ?",
+        )
+        .bind(namespace)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("namespace repos"))
     }
 
     /// Every repository, by id.

@@ -8,5 +8,6 @@ mod fixtures;
 mod interop;
 mod properties;
 mod repack;
+mod serve;
 mod sim;
 mod support;

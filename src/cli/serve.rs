@@ -1,0 +1,89 @@
+//! `hubalign serve`: the scheduled audit, the repack workers, the dashboard and the APIs in one process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use hubalign::audit::AuditOptions;
+use hubalign::hub::listing::ListQuery;
+use hubalign::serve::{ServeConfig, serve};
+use hubalign::store::jobs::EnqueuePolicy;
+
+use super::Exit;
+use super::repack::{WorkerArgs, read_opt_out, setup};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    worker: WorkerArgs,
+    /// Address of the dashboard, the JSON API and /metrics.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+    /// Seconds from the start of one audit to the start of the next.
+    #[arg(long, default_value_t = 86_400, value_name = "SECS")]
+    interval: u64,
+    /// Repack workers.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    workers: usize,
+    /// Tag every audited repo must carry (repeatable).
+    #[arg(long = "filter", value_name = "TAG", default_value = "mlx")]
+    filters: Vec<String>,
+    /// Only this namespace.
+    #[arg(long, value_name = "NAMESPACE")]
+    author: Option<String>,
+    /// Repos probed at once by the audit.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    concurrency: usize,
+    /// Only repos a copying loader duplicates at least this many GB of become jobs.
+    #[arg(long, default_value_t = 0.0, value_name = "GB")]
+    min_gb: f64,
+    /// Only these publishers become jobs (repeatable; all when absent).
+    #[arg(long = "include", value_name = "NS")]
+    include: Vec<String>,
+    /// Never these publishers (repeatable).
+    #[arg(long = "skip", value_name = "NS")]
+    skip: Vec<String>,
+    /// A file of owners or repos that opted out, one per line.
+    #[arg(long, value_name = "FILE")]
+    opt_out: Option<PathBuf>,
+    /// The macOS runners' token; without it their API is not served.
+    #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    runner_token: Option<String>,
+}
+
+pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let s = setup(&args.worker).await?;
+        let config = ServeConfig {
+            listen: args.listen,
+            interval: Duration::from_secs(args.interval.max(1)),
+            workers: args.workers,
+            audit: AuditOptions {
+                query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: None, limit: None },
+                concurrency: args.concurrency,
+                ..AuditOptions::default()
+            },
+            policy: EnqueuePolicy {
+                min_bytes: (args.min_gb * 1e9) as i64,
+                include: args.include.iter().cloned().collect(),
+                skip: args.skip.iter().cloned().collect(),
+                opt_out: args.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
+                verify_device: s.device.as_str().to_owned(),
+            },
+            repack: s.opts.clone(),
+            runner_token: args.runner_token.clone(),
+        };
+        println!("hubalign serve: http://{}/ (audit every {} s, {} workers)", args.listen, args.interval, args.workers);
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        };
+        serve(config, Arc::new(s.hub), Arc::new(s.hf), s.store, shutdown).await.map_err(|e| anyhow::anyhow!(e))?;
+        Ok(Exit::Clean)
+    })
+}

@@ -1,0 +1,172 @@
+//! `hubalign serve`: one process that audits on a schedule, runs repack workers, and serves the dashboard,
+//! the JSON API, `/metrics`, and the macOS runners' API.
+
+mod api;
+mod pages;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use hf_hub::HFClient;
+
+use crate::audit::{AuditOptions, audit};
+use crate::hub::HubClient;
+use crate::repack::runner::{RunnerApi, router as runner_router};
+use crate::repack::{RepackOptions, Repacker};
+use crate::store::Store;
+use crate::store::jobs::EnqueuePolicy;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    store: Store,
+    templates: Arc<minijinja::Environment<'static>>,
+    next_run: Arc<Mutex<String>>,
+    hub_url: String,
+}
+
+/// How the service runs.
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: std::net::SocketAddr,
+    /// Time between the starts of two audits.
+    pub interval: Duration,
+    /// Repack workers.
+    pub workers: usize,
+    /// The audit's options.
+    pub audit: AuditOptions,
+    /// The workers' options.
+    pub repack: RepackOptions,
+    /// Which affected repos become jobs.
+    pub policy: EnqueuePolicy,
+    /// The macOS runners' token; their API is not served without one.
+    pub runner_token: Option<String>,
+}
+
+/// Builds the router: dashboard, JSON API, health, metrics, and (with a token) the runners' API.
+pub fn router(
+    store: Store,
+    hub_url: String,
+    next_run: Arc<Mutex<String>>,
+    runner: Option<Arc<RunnerApi>>,
+) -> Result<Router, minijinja::Error> {
+    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url };
+    let app = Router::new()
+        .route("/", get(pages::overview))
+        .route("/ns/{namespace}", get(pages::namespace))
+        .route("/repo/{ns}/{name}", get(pages::repo))
+        .route("/healthz", get(api::healthz))
+        .route("/metrics", get(api::metrics))
+        .route("/api/publishers", get(api::publishers))
+        .route("/api/repos", get(api::repos))
+        .route("/api/repos/{ns}/{name}/shards", get(api::repo_shards))
+        .route("/api/runs", get(api::runs))
+        .route("/api/jobs", get(api::jobs))
+        .with_state(state);
+    Ok(match runner {
+        Some(api) => app.merge(runner_router(api)),
+        None => app,
+    })
+}
+
+/// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit (one at a time; an
+/// interrupted one is resumed by the next, since stored repos are not probed again) and the workers, which
+/// finish the job in hand before stopping.
+pub async fn serve(
+    config: ServeConfig,
+    hub: Arc<HubClient>,
+    hf: Arc<HFClient>,
+    store: Store,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let next_run = Arc::new(Mutex::new(String::new()));
+    let runner = config.runner_token.clone().map(|token| {
+        Arc::new(RunnerApi {
+            store: store.clone(),
+            work_dir: config.repack.work_dir.clone(),
+            token,
+            lease: config.repack.lease,
+        })
+    });
+    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), runner).map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    tracing::info!(url = %format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?), "serving");
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut server_stop = stop.clone();
+    tasks.spawn(async move {
+        let graceful = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(graceful).await {
+            tracing::error!(error = %e, "server stopped");
+        }
+    });
+    {
+        let (hub, store, mut stop, opts, policy, interval) =
+            (hub.clone(), store.clone(), stop.clone(), config.audit.clone(), config.policy.clone(), config.interval);
+        tasks.spawn(async move {
+            loop {
+                let started = tokio::time::Instant::now();
+                let mut events = |_| {};
+                match audit(&hub, &store, &opts, &mut events).await {
+                    Ok(summary) => {
+                        tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
+                }
+                if let Err(e) = store.enqueue_affected(&policy).await {
+                    tracing::warn!(error = %e, "queueing repack jobs failed");
+                }
+                let next = started + interval;
+                let at = std::time::SystemTime::now() + next.saturating_duration_since(tokio::time::Instant::now());
+                if let Ok(mut n) = next_run.lock() {
+                    *n = crate::time::format_utc(at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        });
+    }
+    for n in 0..config.workers {
+        let (hub, hf, store, mut stop) = (hub.clone(), hf.clone(), store.clone(), stop.clone());
+        let mut opts = config.repack.clone();
+        opts.worker = format!("{}-w{n}", opts.worker);
+        tasks.spawn(async move {
+            let repacker = Repacker { hub: &hub, hf: &hf, store: &store, opts: &opts };
+            loop {
+                if *stop.borrow() {
+                    return;
+                }
+                match store.claim_job(&opts.worker, opts.lease, None).await {
+                    Ok(Some(job)) => {
+                        if let Err(e) = repacker.run(&job).await {
+                            tracing::warn!(error = %e, "recording a job failed");
+                        }
+                    }
+                    Ok(None) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                            _ = stop.wait_for(|s| *s) => return,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming a job failed");
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                }
+            }
+        });
+    }
+    shutdown.await;
+    tracing::info!("shutting down: finishing jobs in hand");
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! The dashboard: server-rendered HTML from `templates/dashboard/`, every value escaped, no external assets.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment, context};
+use serde::Deserialize;
+
+use super::AppState;
+
+/// Repos per page on a namespace's page.
+const PAGE: i64 = 100;
+
+/// The templates, compiled once, HTML-escaped whatever their names.
+pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.add_template("base.html.j2", include_str!("../../templates/dashboard/base.html.j2"))?;
+    env.add_template("overview.html.j2", include_str!("../../templates/dashboard/overview.html.j2"))?;
+    env.add_template("namespace.html.j2", include_str!("../../templates/dashboard/namespace.html.j2"))?;
+    env.add_template("repo.html.j2", include_str!("../../templates/dashboard/repo.html.j2"))?;
+    Ok(env)
+}
+
+fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Response {
+    match state.templates.get_template(name).and_then(|t| t.render(ctx)) {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering {name}: {e}")).into_response(),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+}
+
+fn gb(bytes: i64) -> String {
+    format!("{:.2} GB", bytes as f64 / 1e9)
+}
+
+#[derive(Deserialize)]
+pub(super) struct SortQuery {
+    sort: Option<String>,
+}
+
+/// `/`: figures, the chart of the top namespaces, the sortable table of affected namespaces.
+pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
+    let (totals, mut publishers, runs, jobs) = match tokio::try_join!(
+        state.store.totals(),
+        crate::report::by_publisher(&state.store),
+        state.store.runs(1),
+        state.store.jobs()
+    ) {
+        Ok(all) => all,
+        Err(e) => return internal(e),
+    };
+    let mirrors =
+        |ns: &str| jobs.iter().filter(|j| j.state == "published" && j.repo_id.split('/').next() == Some(ns)).count();
+    match q.sort.as_deref() {
+        Some("namespace") => publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace)),
+        Some("affected") => publishers.sort_by_key(|p| std::cmp::Reverse(p.repos_affected)),
+        Some("relayout") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_relayout)),
+        Some("header_pad") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_header_pad)),
+        _ => {}
+    }
+    let top = publishers.iter().filter(|p| p.misaligned_bytes > 0).take(10).collect::<Vec<_>>();
+    let max = top.iter().map(|p| p.misaligned_bytes).max().unwrap_or(1).max(1);
+    let chart: Vec<_> = top
+        .iter()
+        .map(|p| context! { namespace => p.namespace.clone(), bytes => p.misaligned_bytes, width => (p.misaligned_bytes * 400 / max).max(1), label => gb(p.misaligned_bytes) })
+        .collect();
+    let rows: Vec<_> = publishers
+        .iter()
+        .filter(|p| p.repos_affected > 0)
+        .map(|p| {
+            context! {
+                namespace => p.namespace.clone(), repos_affected => p.repos_affected, repos_audited => p.repos_audited,
+                shards_aligned => p.shards_aligned, shards_header_pad => p.shards_header_pad, shards_relayout => p.shards_relayout,
+                shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => gb(p.misaligned_bytes),
+                mirrors => mirrors(&p.namespace),
+            }
+        })
+        .collect();
+    let columns = [
+        ("namespace", "namespace"),
+        ("affected", "repos affected / audited"),
+        ("aligned", "aligned"),
+        ("header_pad", "header_pad"),
+        ("relayout", "relayout"),
+        ("invalid", "invalid"),
+        ("bytes", "duplicated"),
+        ("mirrors", "mirrors"),
+    ]
+    .map(|(key, title)| context! { key, title });
+    let share = if totals.repos_audited > 0 {
+        format!("{:.0}%", 100.0 * totals.repos_affected as f64 / totals.repos_audited as f64)
+    } else {
+        "-".into()
+    };
+    let next_run = state.next_run.lock().map(|n| n.clone()).unwrap_or_default();
+    render(
+        &state,
+        "overview.html.j2",
+        context! {
+            totals => Serde(&totals), share_affected => share, gb_duplicated => gb(totals.misaligned_bytes), chart, publishers => rows, columns,
+            last_run => runs.first().map(|r| format!("{} ({})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status)),
+            next_run,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub(super) struct PageQuery {
+    page: Option<i64>,
+}
+
+/// `/ns/{namespace}`: its repos, a page at a time.
+pub(super) async fn namespace(
+    State(state): State<AppState>,
+    Path(namespace): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let page = q.page.unwrap_or(0).max(0);
+    let repos = match state.store.namespace_repos(&namespace, PAGE + 1, page * PAGE).await {
+        Ok(r) => r,
+        Err(e) => return internal(e),
+    };
+    let more = repos.len() as i64 > PAGE;
+    let rows: Vec<_> = repos
+        .iter()
+        .take(PAGE as usize)
+        .map(|r| {
+            context! { repo => r.repo.clone(), sha => r.sha.clone(), shards_header_pad => r.shards_header_pad, shards_relayout => r.shards_relayout,
+                       shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => gb(r.misaligned_bytes) }
+        })
+        .collect();
+    render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more })
+}
+
+/// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
+pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
+    let id = format!("{ns}/{name}");
+    let (shards, jobs) = match tokio::try_join!(state.store.repo_shards(&id), state.store.repo_jobs(&id)) {
+        Ok(all) => all,
+        Err(e) => return internal(e),
+    };
+    if shards.is_empty() && jobs.is_empty() {
+        return (StatusCode::NOT_FOUND, "no such audited repository").into_response();
+    }
+    let mirror = jobs.iter().find(|j| j.state == "published").and_then(|j| j.target_repo.clone());
+    render(
+        &state,
+        "repo.html.j2",
+        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), mirror, hub => state.hub_url.clone() },
+    )
+}
