@@ -1,6 +1,7 @@
 //! Argument parsing, logging set-up and exit codes; one module per subcommand.
 
 mod audit;
+mod config_file;
 mod fix;
 mod output;
 mod repack;
@@ -124,7 +125,14 @@ enum Command {
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
 pub fn run() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv = match config_file::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return std::process::ExitCode::from(Exit::Usage as u8);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -15,6 +15,10 @@ use super::repack::{WorkerArgs, read_opt_out, setup};
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// A TOML file whose keys are these long flags without the dashes (see deploy/hubalign.toml); flags
+    /// and environment variables win over it.
+    #[arg(long, env = "HUBALIGN_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     worker: WorkerArgs,
     /// Address of the dashboard, the JSON API and /metrics.

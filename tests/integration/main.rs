@@ -3,6 +3,7 @@
 pub mod audit;
 mod cli_fix;
 mod cli_scan;
+mod deploy;
 mod docs;
 mod fixtures;
 mod interop;

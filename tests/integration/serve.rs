@@ -39,15 +39,25 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
         c.quotas = vec![(Bucket::Api, Quota { requests: 20, window: Duration::from_secs(1) })];
         c.faults = FaultConfig { error_rate: 0.03, truncate_rate: 0.0, seed: 3, latency: Duration::ZERO };
     });
-    let (_dir, db) = db();
+    let (dir, db) = db();
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let endpoint = world.endpoint();
+    // The schedule and the workers come from a config file, as in deploy/hubalign.toml.
+    let config = dir.path().join("hubalign.toml");
+    let listen = format!("127.0.0.1:{port}");
+    std::fs::write(
+        &config,
+        format!(
+            "interval = 3\nworkers = 2\nlisten = \"{listen}\"\ntarget-namespace = \"alice\"\nverify-device = \"cpu\"\n"
+        ),
+    )
+    .unwrap();
     let _service = Service(
         hubalign()
             .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
-            .args(["--target-namespace", "alice", "--verify-device", "cpu", "--interval", "3", "--workers", "2"])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--config")
+            .arg(&config)
             .arg("--python")
             .arg(python())
             .stdout(Stdio::null())

@@ -1,0 +1,146 @@
+//! `deploy/` is checked as far as this machine allows: Kubernetes manifests against the API schema,
+//! systemd units with `systemd-analyze verify`, and the Dockerfile by a lint of what it must guarantee.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::root;
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn kubernetes_validate(file: &Path) -> Output {
+    let bin = crate::support::python().with_file_name("kubernetes-validate");
+    Command::new(&bin).arg("--strict").arg(file).output().unwrap_or_else(|e| panic!("{}: {e}", bin.display()))
+}
+
+#[test]
+fn kubernetes_manifests_match_the_api_schema() {
+    let manifest = root().join("deploy/k8s/hubalign.yaml");
+    let out = kubernetes_validate(&manifest);
+    assert!(out.status.success(), "{}", text(&out));
+    for resource in ["deployment/hubalign", "cronjob/hubalign-audit", "persistentvolumeclaim/hubalign-data"] {
+        assert!(text(&out).contains(&format!("passed for resource {resource}")), "{resource}: {}", text(&out));
+    }
+    // The validator must be able to fail: a misspelt field is caught.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    let yaml = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&broken, yaml.replacen("replicas: 1", "replicaz: 1", 1)).unwrap();
+    let out = kubernetes_validate(&broken);
+    assert!(!out.status.success() && text(&out).contains("replicaz"), "{}", text(&out));
+}
+
+/// A root with the host's system units and the built binary at the path the units name.
+fn systemd_root() -> (tempfile::TempDir, PathBuf) {
+    let analyze = Command::new("systemd-analyze").arg("--version").output();
+    assert!(analyze.is_ok_and(|o| o.status.success()), "systemd-analyze is needed (.ci/run installs `systemd`)");
+    let dir = tempfile::tempdir().unwrap();
+    let units = dir.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&units).unwrap();
+    std::fs::create_dir_all(dir.path().join("usr/local/bin")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_hubalign"), dir.path().join("usr/local/bin/hubalign")).unwrap();
+    std::fs::create_dir_all(dir.path().join("usr/lib/systemd")).unwrap();
+    let status = Command::new("cp")
+        .args(["-a", "/usr/lib/systemd/system"])
+        .arg(dir.path().join("usr/lib/systemd/"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for entry in std::fs::read_dir(root().join("deploy/systemd")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, units.join(path.file_name().unwrap())).unwrap();
+    }
+    (dir, units)
+}
+
+fn systemd_verify(root_dir: &Path, units: &[PathBuf]) -> Output {
+    Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(format!("--root={}", root_dir.display()))
+        .args(units)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn systemd_units_verify_without_a_warning() {
+    let (dir, units_dir) = systemd_root();
+    let units: Vec<PathBuf> = ["hubalign.service", "hubalign-audit.service", "hubalign-audit.timer"]
+        .iter()
+        .map(|u| units_dir.join(u))
+        .collect();
+    let out = systemd_verify(dir.path(), &units);
+    assert!(out.status.success() && text(&out).trim().is_empty(), "{}", text(&out));
+    // A bad setting is reported, so the empty output above means something.
+    let timer = units_dir.join("hubalign-audit.timer");
+    let unit = std::fs::read_to_string(&timer).unwrap();
+    std::fs::write(&timer, unit.replace("OnCalendar=daily", "OnCalendar=dialy")).unwrap();
+    let out = systemd_verify(dir.path(), &[timer]);
+    assert!(text(&out).contains("dialy"), "{}", text(&out));
+}
+
+/// The Dockerfile's instructions, continuation lines joined, comments dropped.
+fn dockerfile_instructions() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        match line.strip_suffix('\\') {
+            Some(head) => current.push_str(head),
+            None => {
+                current.push_str(line);
+                let (op, args) = current.split_once(' ').unwrap_or((&current, ""));
+                out.push((op.to_ascii_uppercase(), args.trim().to_owned()));
+                current.clear();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_container_is_multi_stage_non_root_and_ships_only_the_binary() {
+    let instructions = dockerfile_instructions();
+    let known = ["FROM", "RUN", "COPY", "WORKDIR", "USER", "ENV", "EXPOSE", "VOLUME", "ENTRYPOINT", "CMD"];
+    for (op, _) in &instructions {
+        assert!(known.contains(&op.as_str()), "unexpected instruction {op} (ADD fetches URLs; use COPY)");
+    }
+    let stages: Vec<usize> =
+        instructions.iter().enumerate().filter(|(_, (op, _))| op == "FROM").map(|(i, _)| i).collect();
+    assert!(stages.len() >= 2, "multi-stage build expected");
+    for &i in &stages {
+        let image = instructions[i].1.split_whitespace().next().unwrap();
+        let tag = image.split_once(':').map(|(_, t)| t);
+        assert!(tag.is_some_and(|t| t != "latest"), "base image {image} must be pinned to a tag");
+    }
+    let last = &instructions[*stages.last().unwrap()..];
+    let user = last.iter().rev().find(|(op, _)| op == "USER").map(|(_, a)| a.as_str());
+    assert!(user.is_some_and(|u| !u.starts_with("root") && !u.starts_with("0")), "final stage runs as {user:?}");
+    let from_build: Vec<&str> =
+        last.iter().filter(|(op, a)| op == "COPY" && a.starts_with("--from")).map(|(_, a)| a.as_str()).collect();
+    assert_eq!(from_build, ["--from=build /src/target/release/hubalign /usr/local/bin/hubalign"]);
+    assert!(last.iter().any(|(op, a)| op == "ENTRYPOINT" && a.contains("/usr/local/bin/hubalign")));
+    // Every file the build copies from the context exists, so the build cannot fail on a stale path.
+    for (_, args) in instructions.iter().filter(|(op, a)| op == "COPY" && !a.starts_with("--from")) {
+        let parts: Vec<&str> = args.split_whitespace().collect();
+        for source in &parts[..parts.len() - 1] {
+            assert!(root().join(source).exists(), "COPY {source}: not in the repository");
+        }
+    }
+    // The image's default config is the checked example, and its keys are valid (see cli::config_file).
+    assert!(instructions.iter().any(|(op, a)| op == "COPY" && a.starts_with("deploy/hubalign.toml ")));
+}
+
+#[test]
+fn the_deploy_readme_covers_scopes_rate_budget_disk_and_every_file() {
+    let readme = std::fs::read_to_string(root().join("deploy/README.md")).unwrap();
+    for needle in ["write", "per day", "disk", "dockerfile", "hubalign.service", "hubalign-audit.timer"] {
+        assert!(readme.to_lowercase().contains(needle), "deploy/README.md does not mention {needle}");
+    }
+    for entry in std::fs::read_dir(root().join("deploy")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(name == "README.md" || readme.contains(&name), "deploy/README.md does not mention {name}");
+    }
+}
