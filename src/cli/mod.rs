@@ -2,6 +2,7 @@
 
 mod audit;
 mod config_file;
+mod demo;
 mod fix;
 mod output;
 mod repack;
@@ -121,6 +122,14 @@ enum Command {
     /// shards and jobs; /api/* serves the report schemas as JSON; with --runner-token the macOS runners'
     /// API is served too. SIGTERM or Ctrl-C stops it after the jobs in hand.
     Serve(serve::ServeArgs),
+    /// The whole mission offline: a simulated Hub, the service against it, and the dashboard.
+    ///
+    /// Lays out a simulated Hub with small MLX bundles made by the real writers (tests/fixtures: several
+    /// namespaces; some aligned, some needing header padding, one needing a reorder, one malformed, one
+    /// gated), starts `serve` against it with SQLite in --data-dir, waits for the first audit and
+    /// republishing (MLX load check on the CPU), prints `report --by-publisher` and the dashboard's address,
+    /// and keeps serving until Ctrl-C. Run it again and it reuses the data directory.
+    Demo(demo::DemoArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -151,6 +160,7 @@ pub fn run() -> std::process::ExitCode {
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),
         Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {e:#}");

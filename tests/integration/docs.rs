@@ -5,7 +5,7 @@ use crate::support::{root, run, stdout};
 #[test]
 fn readme_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    for sub in ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner", "serve"] {
+    for sub in ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"] {
         let help = stdout(&run(&[sub, "--help"]));
         let flags: Vec<&str> = help
             .split_whitespace()

@@ -124,3 +124,52 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     assert!(repo_page.contains("tiny-q4-aligned"), "the repo page links its mirror");
     assert_eq!(get(&format!("{base}/healthz")), "ok\n");
 }
+
+#[test]
+fn the_demo_audits_republishes_reports_and_keeps_serving() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = hubalign()
+        .args(["demo", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .arg("--python")
+        .arg(python())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let service = Service(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut printed = String::new();
+    while !printed.contains("Dashboard: ") {
+        let line = rx.recv_timeout(Duration::from_secs(180)).expect("the demo did not finish its first cycle");
+        printed.push_str(&line);
+        printed.push('\n');
+    }
+    // The by-publisher report: padding and reorder cases affected, the aligned and malformed ones not.
+    let row =
+        |ns: &str| printed.lines().find(|l| l.starts_with(ns)).unwrap_or_else(|| panic!("{ns}: {printed}")).to_owned();
+    assert!(row("mlx-community").split_whitespace().nth(2).is_some_and(|n| n != "0"), "{printed}");
+    let lmstudio: Vec<String> = row("lmstudio-community").split_whitespace().map(str::to_owned).collect();
+    assert_eq!(lmstudio[6], "1", "one shard needs a reorder: {printed}");
+    let tinyorg: Vec<String> = row("tinyorg").split_whitespace().map(str::to_owned).collect();
+    assert_eq!((tinyorg[2].as_str(), tinyorg[7].as_str()), ("0", "1"), "aligned + malformed: {printed}");
+    assert!(printed.contains(&format!("http://127.0.0.1:{port}/")));
+    // Still serving: every affected repo has a published mirror, and the dashboard answers.
+    let jobs: Vec<serde_json::Value> =
+        serde_json::from_str(&get(&format!("http://127.0.0.1:{port}/api/jobs"))).unwrap();
+    assert_eq!(jobs.len(), 4, "{jobs:?}");
+    for j in &jobs {
+        assert_eq!(j["state"], "published", "{j}");
+        assert!(j["target_repo"].as_str().is_some_and(|t| t.starts_with("hubalign-demo/") && t.ends_with("-aligned")));
+    }
+    assert!(get(&format!("http://127.0.0.1:{port}/")).contains("mlx-community"));
+    drop(service);
+}
