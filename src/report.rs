@@ -74,3 +74,15 @@ pub async fn repo(store: &Store, id: &str) -> Result<Vec<ShardRow>, StoreError> 
 pub async fn shards(store: &Store) -> Result<Vec<ShardRow>, StoreError> {
     store.all_shards().await
 }
+
+/// Decimal gigabytes and friends (`180.99 kB`, `59.30 GB`), as the Hub and the seeds count them.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.2} {}", UNITS[unit]) }
+}

@@ -57,14 +57,7 @@ fn csv_field(s: &str) -> String {
 
 /// Decimal gigabytes and friends, as the Hub and the seeds count them.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1000.0 && unit < UNITS.len() - 1 {
-        value /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{value:.2} {}", UNITS[unit]) }
+    hubalign::report::human_bytes(n)
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.

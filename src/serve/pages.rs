@@ -34,8 +34,8 @@ fn internal(e: impl std::fmt::Display) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
 }
 
-fn gb(bytes: i64) -> String {
-    format!("{:.2} GB", bytes as f64 / 1e9)
+fn size_label(bytes: i64) -> String {
+    crate::report::human_bytes(bytes.max(0) as u64)
 }
 
 #[derive(Deserialize)]
@@ -67,7 +67,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
     let max = top.iter().map(|p| p.misaligned_bytes).max().unwrap_or(1).max(1);
     let chart: Vec<_> = top
         .iter()
-        .map(|p| context! { namespace => p.namespace.clone(), bytes => p.misaligned_bytes, width => (p.misaligned_bytes * 400 / max).max(1), label => gb(p.misaligned_bytes) })
+        .map(|p| context! { namespace => p.namespace.clone(), bytes => p.misaligned_bytes, width => (p.misaligned_bytes * 400 / max).max(1), label => size_label(p.misaligned_bytes) })
         .collect();
     let rows: Vec<_> = publishers
         .iter()
@@ -76,7 +76,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
             context! {
                 namespace => p.namespace.clone(), repos_affected => p.repos_affected, repos_audited => p.repos_audited,
                 shards_aligned => p.shards_aligned, shards_header_pad => p.shards_header_pad, shards_relayout => p.shards_relayout,
-                shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => gb(p.misaligned_bytes),
+                shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => size_label(p.misaligned_bytes),
                 mirrors => mirrors(&p.namespace),
             }
         })
@@ -102,7 +102,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
         &state,
         "overview.html.j2",
         context! {
-            totals => Serde(&totals), share_affected => share, gb_duplicated => gb(totals.misaligned_bytes), chart, publishers => rows, columns,
+            totals => Serde(&totals), share_affected => share, gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
             last_run => runs.first().map(|r| format!("{} ({})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status)),
             next_run,
         },
@@ -131,7 +131,7 @@ pub(super) async fn namespace(
         .take(PAGE as usize)
         .map(|r| {
             context! { repo => r.repo.clone(), sha => r.sha.clone(), shards_header_pad => r.shards_header_pad, shards_relayout => r.shards_relayout,
-                       shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => gb(r.misaligned_bytes) }
+                       shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => size_label(r.misaligned_bytes) }
         })
         .collect();
     render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more })

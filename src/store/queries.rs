@@ -217,6 +217,12 @@ impl Store {
             .map_err(sql("states"))
     }
 
+    /// One trivial query: the database is open and answering (for health checks).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(self.pool()).await.map_err(sql("ping"))?;
+        Ok(())
+    }
+
     /// Store-wide figures.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
         sqlx::query_as(

@@ -171,5 +171,84 @@ fn the_demo_audits_republishes_reports_and_keeps_serving() {
         assert!(j["target_repo"].as_str().is_some_and(|t| t.starts_with("hubalign-demo/") && t.ends_with("-aligned")));
     }
     assert!(get(&format!("http://127.0.0.1:{port}/")).contains("mlx-community"));
+    check_pages_in_a_browser(port);
     drop(service);
+}
+
+/// Runs headless Chromium on `url`: the rendered DOM, or a screenshot at `png`. Panics on any console message.
+fn chromium(url: &str, png: Option<&std::path::Path>) -> String {
+    let mut cmd = std::process::Command::new("chromium");
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]);
+    cmd.arg("--window-size=1280,1000");
+    match png {
+        Some(path) => cmd.arg(format!("--screenshot={}", path.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out = cmd.arg(url).output().expect("chromium is needed for the dashboard tests (.ci/run installs it)");
+    assert!(out.status.success(), "chromium {url}: {}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let console: Vec<&str> = stderr.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(console.is_empty(), "{url}: the browser console shows {console:#?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Attribute values `name="…"` in order of appearance in `dom`, for elements whose tag starts with `tag`.
+fn attrs<'a>(dom: &'a str, tag: &str, name: &str) -> Vec<&'a str> {
+    let needle = format!("{name}=\"");
+    dom.split(tag)
+        .skip(1)
+        .filter_map(|el| {
+            let el = el.split('>').next()?;
+            let start = el.find(&needle)? + needle.len();
+            el[start..].split('"').next()
+        })
+        .collect()
+}
+
+/// Loads the overview, a namespace and a repo page in Chromium, checks what it rendered against the API
+/// (which reads the store), and saves a screenshot of each under target/test-artifacts/.
+fn check_pages_in_a_browser(port: u16) {
+    let base = format!("http://127.0.0.1:{port}");
+    let publishers: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/publishers"))).unwrap();
+    let affected: Vec<&serde_json::Value> = publishers.iter().filter(|p| p["repos_affected"] != 0).collect();
+
+    let overview = chromium(&format!("{base}/"), None);
+    let rows = attrs(&overview, "<tr ", "data-namespace");
+    let expected: Vec<&str> = affected.iter().map(|p| p["namespace"].as_str().unwrap()).collect();
+    assert_eq!(rows, expected, "the namespaces table");
+    let bars: Vec<(&str, &str)> = attrs(&overview, "<rect ", "data-namespace")
+        .into_iter()
+        .zip(attrs(&overview, "<rect ", "data-bytes"))
+        .collect();
+    let expected_bars: Vec<(&str, String)> =
+        affected.iter().map(|p| (p["namespace"].as_str().unwrap(), p["misaligned_bytes"].to_string())).collect();
+    assert_eq!(bars.len(), expected_bars.len(), "one bar per affected namespace: {bars:?}");
+    for ((ns, bytes), (want_ns, want_bytes)) in bars.iter().zip(&expected_bars) {
+        assert_eq!((*ns, *bytes), (*want_ns, want_bytes.as_str()), "the chart");
+    }
+    let audited: i64 = publishers.iter().map(|p| p["repos_audited"].as_i64().unwrap()).sum();
+    assert!(overview.contains(&format!("<b id=\"repos-audited\">{audited}</b>")), "repos audited: {audited}");
+
+    let namespace = chromium(&format!("{base}/ns/mlx-community"), None);
+    let repos: Vec<serde_json::Value> =
+        serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community"))).unwrap();
+    assert!(!repos.is_empty());
+    for r in &repos {
+        assert!(namespace.contains(r["repo"].as_str().unwrap()), "{r} missing from the namespace page");
+    }
+    let repo = chromium(&format!("{base}/repo/mlx-community/Tiny-Llama-4bit"), None);
+    assert!(repo.contains("hubalign-demo/Tiny-Llama-4bit-aligned</a>"), "the mirror link");
+    assert!(repo.contains("<td>model.safetensors</td><td>header_pad</td>"), "the shard row");
+
+    let artifacts = crate::support::root().join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    for (page, path) in
+        [("overview", "/"), ("namespace", "/ns/mlx-community"), ("repo", "/repo/mlx-community/Tiny-Llama-4bit")]
+    {
+        let png = artifacts.join(format!("dashboard-{page}.png"));
+        let _ = std::fs::remove_file(&png);
+        chromium(&format!("{base}{path}"), Some(&png));
+        let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{}: {} bytes", png.display(), bytes.len());
+    }
 }
