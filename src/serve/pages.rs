@@ -154,3 +154,23 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
         context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), mirror, hub => state.hub_url.clone() },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_from_the_hub_are_escaped_on_every_page() {
+        let env = templates().unwrap();
+        let hostile = r#"<script>alert("x")</script>"#;
+        let row = context! { repo => hostile, sha => hostile, shards_header_pad => 1, shards_relayout => 0,
+        shards_invalid => 0, misaligned_tensors => 1, gb => "1 B" };
+        let html = env
+            .get_template("namespace.html.j2")
+            .unwrap()
+            .render(context! { namespace => hostile, repos => vec![row], page => 0, more => false })
+            .unwrap();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;&#x2f;script&gt;"), "{html}");
+    }
+}
