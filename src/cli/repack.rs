@@ -78,14 +78,13 @@ pub struct RepackArgs {
     worker: WorkerArgs,
 }
 
+/// Which affected repos become jobs: shared by `worker` and `serve`.
 #[derive(Args)]
-pub struct WorkerLoopArgs {
-    #[command(flatten)]
-    worker: WorkerArgs,
-    /// Only repos a copying loader duplicates at least this many GB of.
+pub struct PolicyArgs {
+    /// Only repos a copying loader duplicates at least this many GB of become jobs.
     #[arg(long, default_value_t = 0.0, value_name = "GB")]
     min_gb: f64,
-    /// Only these publishers (repeatable; all when absent).
+    /// Only these publishers become jobs (repeatable; all when absent).
     #[arg(long = "include", value_name = "NS")]
     include: Vec<String>,
     /// Never these publishers (repeatable).
@@ -94,6 +93,27 @@ pub struct WorkerLoopArgs {
     /// A file of owners or repos that opted out, one per line (`#` starts a comment).
     #[arg(long, value_name = "FILE")]
     opt_out: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    /// The policy, with the opt-out file read.
+    pub(super) fn policy(&self, device: VerifyDevice) -> anyhow::Result<EnqueuePolicy> {
+        Ok(EnqueuePolicy {
+            min_bytes: (self.min_gb * 1e9) as i64,
+            include: self.include.iter().cloned().collect(),
+            skip: self.skip.iter().cloned().collect(),
+            opt_out: self.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
+            verify_device: device.as_str().to_owned(),
+        })
+    }
+}
+
+#[derive(Args)]
+pub struct WorkerLoopArgs {
+    #[command(flatten)]
+    worker: WorkerArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// Run the jobs there are and exit, instead of polling for more.
     #[arg(long)]
     once: bool,
@@ -229,7 +249,7 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     })
 }
 
-pub(super) fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
+fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim().to_owned()).filter(|l| !l.is_empty()).collect())
 }
@@ -238,13 +258,7 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
-        let policy = EnqueuePolicy {
-            min_bytes: (args.min_gb * 1e9) as i64,
-            include: args.include.iter().cloned().collect(),
-            skip: args.skip.iter().cloned().collect(),
-            opt_out: args.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
-            verify_device: s.device.as_str().to_owned(),
-        };
+        let policy = args.policy.policy(s.device)?;
         if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
             let api = std::sync::Arc::new(RunnerApi {
                 store: s.store.clone(),

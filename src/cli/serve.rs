@@ -8,10 +8,9 @@ use clap::Args;
 use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
 use hubalign::serve::{ServeConfig, serve};
-use hubalign::store::jobs::EnqueuePolicy;
 
 use super::Exit;
-use super::repack::{WorkerArgs, read_opt_out, setup};
+use super::repack::{PolicyArgs, WorkerArgs, setup};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -39,18 +38,8 @@ pub struct ServeArgs {
     /// Repos probed at once by the audit.
     #[arg(long, default_value_t = 8, value_name = "N")]
     concurrency: usize,
-    /// Only repos a copying loader duplicates at least this many GB of become jobs.
-    #[arg(long, default_value_t = 0.0, value_name = "GB")]
-    min_gb: f64,
-    /// Only these publishers become jobs (repeatable; all when absent).
-    #[arg(long = "include", value_name = "NS")]
-    include: Vec<String>,
-    /// Never these publishers (repeatable).
-    #[arg(long = "skip", value_name = "NS")]
-    skip: Vec<String>,
-    /// A file of owners or repos that opted out, one per line.
-    #[arg(long, value_name = "FILE")]
-    opt_out: Option<PathBuf>,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// The macOS runners' token; without it their API is not served.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
@@ -69,13 +58,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 concurrency: args.concurrency,
                 ..AuditOptions::default()
             },
-            policy: EnqueuePolicy {
-                min_bytes: (args.min_gb * 1e9) as i64,
-                include: args.include.iter().cloned().collect(),
-                skip: args.skip.iter().cloned().collect(),
-                opt_out: args.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
-                verify_device: s.device.as_str().to_owned(),
-            },
+            policy: args.policy.policy(s.device)?,
             repack: s.opts.clone(),
             runner_token: args.runner_token.clone(),
         };
