@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
+use hubalign::serve::schedule::Schedule;
 use hubalign::serve::{ServeConfig, serve};
 
 use super::Exit;
@@ -21,13 +22,17 @@ pub struct ServeArgs {
     #[command(flatten)]
     worker: WorkerArgs,
     /// Address of the dashboard, the JSON API and /metrics.
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    #[arg(long, env = "HUBALIGN_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: std::net::SocketAddr,
-    /// Seconds from the start of one audit to the start of the next.
-    #[arg(long, default_value_t = 86_400, value_name = "SECS")]
+    /// Seconds from the start of one audit to the start of the next; the first starts at once.
+    #[arg(long, env = "HUBALIGN_INTERVAL", default_value_t = 86_400, value_name = "SECS")]
     interval: u64,
+    /// Audit at the times of this cron expression instead, in UTC: five fields (`0 3 * * *`), six with
+    /// seconds first, or `@daily`/`@hourly`; the first audit waits for the first of them.
+    #[arg(long, env = "HUBALIGN_CRON", value_name = "EXPR", conflicts_with = "interval")]
+    cron: Option<String>,
     /// Repack workers.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, env = "HUBALIGN_WORKERS", default_value_t = 1, value_name = "N")]
     workers: usize,
     /// Tag every audited repo must carry (repeatable).
     #[arg(long = "filter", value_name = "TAG", default_value = "mlx")]
@@ -43,15 +48,23 @@ pub struct ServeArgs {
     /// The macOS runners' token; without it their API is not served.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
+    /// The administrators' token: enables `POST /api/admin/audit` (audit now) and
+    /// `POST /api/admin/jobs/{id}/retry`, answered only with `Authorization: Bearer <token>`.
+    #[arg(long, env = "HUBALIGN_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        let schedule = match &args.cron {
+            Some(expr) => Schedule::cron(expr)?,
+            None => Schedule::Every(Duration::from_secs(args.interval.max(1))),
+        };
         let s = setup(&args.worker).await?;
         let config = ServeConfig {
             listen: args.listen,
-            interval: Duration::from_secs(args.interval.max(1)),
+            schedule,
             workers: args.workers,
             audit: AuditOptions {
                 query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: None, limit: None },
@@ -61,8 +74,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             policy: args.policy.policy(s.device)?,
             repack: s.opts.clone(),
             runner_token: args.runner_token.clone(),
+            admin_token: args.admin_token.clone(),
         };
-        println!("hubalign serve: http://{}/ (audit every {} s, {} workers)", args.listen, args.interval, args.workers);
+        println!("hubalign serve: http://{}/ (audit {}, {} workers)", args.listen, config.schedule.describe(), args.workers);
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {

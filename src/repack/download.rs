@@ -16,20 +16,41 @@ pub fn is_safe_repo_path(path: &str) -> bool {
         && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)))
 }
 
+/// What a download fetched.
+#[derive(Debug, Clone)]
+pub struct Downloaded {
+    /// The repo's files at the commit.
+    pub tree: Vec<TreeFile>,
+    /// Bytes fetched by this attempt.
+    pub bytes: u64,
+    /// Files an earlier attempt had already fetched and verified, kept rather than fetched again.
+    pub reused: usize,
+}
+
 /// Downloads `repo` at `sha` into `dir` (hf-hub's parallel snapshot download) and checks each file's
-/// sha256 (LFS) or git blob id against the tree; returns the tree.
-pub async fn download(
-    hub: &HubClient,
-    hf: &HFClient,
-    repo: &str,
-    sha: &str,
-    dir: &Path,
-) -> Result<Vec<TreeFile>, String> {
-    let files = hub.tree(repo, sha).await.map_err(|e| e.to_string())?;
-    if let Some(bad) = files.iter().find(|f| !is_safe_repo_path(&f.path)) {
+/// sha256 (LFS) or git blob id against the tree. Resumes an interrupted attempt file by file: what is in
+/// `dir` and matches its hash is kept, anything partial or corrupt is removed and fetched again.
+pub async fn download(hub: &HubClient, hf: &HFClient, repo: &str, sha: &str, dir: &Path) -> Result<Downloaded, String> {
+    let tree = hub.tree(repo, sha).await.map_err(|e| e.to_string())?;
+    if let Some(bad) = tree.iter().find(|f| !is_safe_repo_path(&f.path)) {
         return Err(format!("refusing file path {:?} from the Hub: it would leave the work directory", bad.path));
     }
     let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
+    let mut kept = vec![false; tree.len()];
+    for (f, kept) in tree.iter().zip(&mut kept) {
+        let path = dir.join(&f.path);
+        let _ = std::fs::remove_file(format!("{}.incomplete", path.display()));
+        if path.exists() {
+            *kept = check_file(&path, f).is_ok();
+            if !*kept {
+                std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+    }
+    let reused = kept.iter().filter(|k| **k).count();
+    if reused > 0 {
+        tracing::info!(repo.id = %repo, files = reused, "resuming a download: keeping verified files");
+    }
     hf.model(ns, name)
         .snapshot_download()
         .revision(sha.to_owned())
@@ -37,10 +58,14 @@ pub async fn download(
         .send()
         .await
         .map_err(|e| format!("download of {repo}@{sha}: {e}"))?;
-    for f in &files {
-        check_file(&dir.join(&f.path), f)?;
+    let mut bytes = 0;
+    for (f, kept) in tree.iter().zip(&kept) {
+        if !kept {
+            check_file(&dir.join(&f.path), f)?;
+            bytes += f.size;
+        }
     }
-    Ok(files)
+    Ok(Downloaded { tree, bytes, reused })
 }
 
 /// Size and hash of a downloaded file against its tree entry.

@@ -102,8 +102,9 @@ impl Repacker<'_> {
                 JobOutcome::Failed { reason: e.reason, retry: e.retry }
             }
         };
-        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it.
-        if !matches!(outcome, JobOutcome::AwaitMetal) {
+        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it;
+        // one that will be tried again keeps its downloads.
+        if !matches!(outcome, JobOutcome::AwaitMetal | JobOutcome::Failed { retry: true, .. }) {
             let _ = std::fs::remove_dir_all(&dir);
         }
         self.store.finish_job(job.id, &outcome).await
@@ -137,13 +138,17 @@ impl Repacker<'_> {
             let checked = local_checks(&output)?;
             return self.publish_staged(job, &source, &output, record, checked).await;
         }
-        let _ = std::fs::remove_dir_all(dir);
+        // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
+        let _ = std::fs::remove_dir_all(&output);
         std::fs::create_dir_all(&source).map_err(|e| transient(format!("{}: {e}", source.display())))?;
 
         self.step(job, JobState::Downloading).await?;
-        let tree =
+        let fetched =
             download::download(self.hub, self.hf, &job.repo_id, &job.source_sha, &source).await.map_err(transient)?;
-        if !tree.iter().any(|f| f.path.ends_with(".safetensors")) {
+        if let Err(e) = self.store.add_job_bytes(job.id, fetched.bytes, 0).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
+        }
+        if !fetched.tree.iter().any(|f| f.path.ends_with(".safetensors")) {
             return Ok(JobOutcome::Skipped { reason: "no safetensors files at this commit".into() });
         }
 
@@ -229,12 +234,17 @@ impl Repacker<'_> {
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
-        match publish::publish(self.hf, &target, output, &job.source_sha).await.map_err(transient)? {
-            publish::Published::Committed(commit) | publish::Published::AlreadyThere(commit) => {
-                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, "published");
-                Ok(JobOutcome::Published { target, commit })
+        let commit = match publish::publish(self.hf, &target, output, &job.source_sha).await.map_err(transient)? {
+            publish::Published::Committed { commit, bytes_uploaded } => {
+                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
+                if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
+                    tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
+                }
+                commit
             }
-        }
+            publish::Published::AlreadyThere(commit) => commit,
+        };
+        Ok(JobOutcome::Published { target, commit })
     }
 }
 

@@ -53,14 +53,19 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The runner's name if it presented the token.
-fn authorized(api: &RunnerApi, headers: &HeaderMap) -> Option<String> {
+/// Whether the request carries `Authorization: Bearer <token>` (an empty token never matches).
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let sent = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if api.token.is_empty() || !constant_time_eq(sent.as_bytes(), api.token.as_bytes()) {
+    !token.is_empty() && constant_time_eq(sent.as_bytes(), token.as_bytes())
+}
+
+/// The runner's name if it presented the token.
+fn authorized(api: &RunnerApi, headers: &HeaderMap) -> Option<String> {
+    if !bearer_matches(headers, &api.token) {
         return None;
     }
     Some(headers.get("x-runner").and_then(|v| v.to_str().ok()).unwrap_or("macos-runner").chars().take(64).collect())

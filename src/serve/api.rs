@@ -58,11 +58,16 @@ pub(super) async fn jobs(State(state): State<AppState>) -> Response {
 
 /// `GET /metrics`: Prometheus text from the store.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    let (totals, runs, jobs) =
-        match tokio::try_join!(state.store.totals(), state.store.runs(1), state.store.job_counts()) {
-            Ok(all) => all,
-            Err(e) => return internal(e),
-        };
+    let (totals, runs, run_counts, jobs, (down, up)) = match tokio::try_join!(
+        state.store.totals(),
+        state.store.runs(1),
+        state.store.run_counts(),
+        state.store.job_counts(),
+        state.store.job_bytes()
+    ) {
+        Ok(all) => all,
+        Err(e) => return internal(e),
+    };
     let mut out = String::new();
     let mut metric = |name: &str, help: &str, kind: &str, samples: &[(String, i64)]| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
@@ -100,6 +105,18 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "Repack jobs by state.",
         "gauge",
         &jobs.iter().map(|(s, n)| (format!("{{state=\"{s}\"}}"), *n)).collect::<Vec<_>>(),
+    );
+    metric(
+        "hubalign_audit_runs",
+        "Audit runs by how they ended.",
+        "gauge",
+        &run_counts.iter().map(|(s, n)| (format!("{{status=\"{s}\"}}"), *n)).collect::<Vec<_>>(),
+    );
+    metric(
+        "hubalign_job_bytes_total",
+        "Bytes repack jobs moved: down (downloads) and up (uploads after Xet deduplication).",
+        "counter",
+        &[("{direction=\"down\"}".to_owned(), down), ("{direction=\"up\"}".to_owned(), up)],
     );
     if let Some(r) = runs.first() {
         metric("hubalign_audit_run", "Id of the latest audit run.", "gauge", &[(String::new(), r.id)]);

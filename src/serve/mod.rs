@@ -1,11 +1,13 @@
 //! `hubalign serve`: one process that audits on a schedule, runs repack workers, and serves the dashboard,
 //! the JSON API, `/metrics`, and the macOS runners' API.
 
+mod admin;
 mod api;
 mod pages;
+pub mod schedule;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::routing::get;
@@ -17,6 +19,8 @@ use crate::repack::runner::{RunnerApi, router as runner_router};
 use crate::repack::{RepackOptions, Repacker};
 use crate::store::Store;
 use crate::store::jobs::EnqueuePolicy;
+use admin::AdminApi;
+use schedule::Schedule;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -31,8 +35,8 @@ pub struct AppState {
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: std::net::SocketAddr,
-    /// Time between the starts of two audits.
-    pub interval: Duration,
+    /// When audits start.
+    pub schedule: Schedule,
     /// Repack workers.
     pub workers: usize,
     /// The audit's options.
@@ -43,14 +47,18 @@ pub struct ServeConfig {
     pub policy: EnqueuePolicy,
     /// The macOS runners' token; their API is not served without one.
     pub runner_token: Option<String>,
+    /// The administrators' token; the endpoints that change state are not served without one.
+    pub admin_token: Option<String>,
 }
 
-/// Builds the router: dashboard, JSON API, health, metrics, and (with a token) the runners' API.
+/// Builds the router: dashboard, JSON API, health, metrics, and (each with its token) the runners' and the
+/// administrators' APIs.
 pub fn router(
     store: Store,
     hub_url: String,
     next_run: Arc<Mutex<String>>,
     runner: Option<Arc<RunnerApi>>,
+    admin: Option<AdminApi>,
 ) -> Result<Router, minijinja::Error> {
     let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url };
     let app = Router::new()
@@ -65,15 +73,19 @@ pub fn router(
         .route("/api/runs", get(api::runs))
         .route("/api/jobs", get(api::jobs))
         .with_state(state);
-    Ok(match runner {
+    let app = match runner {
         Some(api) => app.merge(runner_router(api)),
+        None => app,
+    };
+    Ok(match admin {
+        Some(api) => app.merge(admin::router(api)),
         None => app,
     })
 }
 
-/// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit (one at a time; an
-/// interrupted one is resumed by the next, since stored repos are not probed again) and the workers, which
-/// finish the job in hand before stopping.
+/// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit (one at a time; one
+/// stopped by the shutdown is marked interrupted and resumed by the next, since stored repos are not probed
+/// again) and the workers, which finish the job in hand before stopping.
 pub async fn serve(
     config: ServeConfig,
     hub: Arc<HubClient>,
@@ -91,7 +103,14 @@ pub async fn serve(
             lease: config.repack.lease,
         })
     });
-    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), runner).map_err(|e| e.to_string())?;
+    let audit_now = Arc::new(tokio::sync::Notify::new());
+    let admin = config.admin_token.as_deref().map(|token| AdminApi {
+        store: store.clone(),
+        token: token.into(),
+        audit_now: audit_now.clone(),
+    });
+    let app =
+        router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), runner, admin).map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
@@ -107,13 +126,41 @@ pub async fn serve(
         }
     });
     {
-        let (hub, store, mut stop, opts, policy, interval) =
-            (hub.clone(), store.clone(), stop.clone(), config.audit.clone(), config.policy.clone(), config.interval);
+        let (hub, store, mut stop, opts, policy, schedule) = (
+            hub.clone(),
+            store.clone(),
+            stop.clone(),
+            config.audit.clone(),
+            config.policy.clone(),
+            config.schedule.clone(),
+        );
         tasks.spawn(async move {
+            let now = SystemTime::now();
+            let mut next = if schedule.audits_at_start() { now } else { schedule.next(now, now) };
             loop {
-                let started = tokio::time::Instant::now();
+                if let Ok(mut n) = next_run.lock() {
+                    *n = crate::time::format_utc(next.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+                }
+                let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = audit_now.notified() => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                let started = SystemTime::now();
                 let mut events = |_| {};
-                match audit(&hub, &store, &opts, &mut events).await {
+                let outcome = tokio::select! {
+                    outcome = audit(&hub, &store, &opts, &mut events) => Some(outcome),
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                let Some(outcome) = outcome else {
+                    // Each repo recorded so far is complete; the next start resumes after them.
+                    if let Err(e) = store.interrupt_stale_runs().await {
+                        tracing::warn!(error = %e, "marking the audit interrupted failed");
+                    }
+                    return;
+                };
+                match outcome {
                     Ok(summary) => {
                         tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished")
                     }
@@ -122,15 +169,7 @@ pub async fn serve(
                 if let Err(e) = store.enqueue_affected(&policy).await {
                     tracing::warn!(error = %e, "queueing repack jobs failed");
                 }
-                let next = started + interval;
-                let at = std::time::SystemTime::now() + next.saturating_duration_since(tokio::time::Instant::now());
-                if let Ok(mut n) = next_run.lock() {
-                    *n = crate::time::format_utc(at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep_until(next) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
+                next = schedule.next(started, SystemTime::now());
             }
         });
     }

@@ -45,17 +45,15 @@ pub(super) struct SortQuery {
 
 /// `/`: figures, the chart of the top namespaces, the sortable table of affected namespaces.
 pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
-    let (totals, mut publishers, runs, jobs) = match tokio::try_join!(
+    let (totals, mut publishers, runs, mirrors) = match tokio::try_join!(
         state.store.totals(),
         crate::report::by_publisher(&state.store),
         state.store.runs(1),
-        state.store.jobs()
+        state.store.mirrors_by_namespace()
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
     };
-    let mirrors =
-        |ns: &str| jobs.iter().filter(|j| j.state == "published" && j.repo_id.split('/').next() == Some(ns)).count();
     match q.sort.as_deref() {
         Some("namespace") => publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace)),
         Some("affected") => publishers.sort_by_key(|p| std::cmp::Reverse(p.repos_affected)),
@@ -77,7 +75,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
                 namespace => p.namespace.clone(), repos_affected => p.repos_affected, repos_audited => p.repos_audited,
                 shards_aligned => p.shards_aligned, shards_header_pad => p.shards_header_pad, shards_relayout => p.shards_relayout,
                 shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => size_label(p.misaligned_bytes),
-                mirrors => mirrors(&p.namespace),
+                mirrors => mirrors.get(&p.namespace).copied().unwrap_or(0),
             }
         })
         .collect();

@@ -107,6 +107,10 @@ pub struct Job {
     pub not_before: i64,
     /// Bytes a copying loader duplicates in the source, from the audit.
     pub misaligned_bytes: i64,
+    /// Bytes downloaded, over all attempts.
+    pub bytes_downloaded: i64,
+    /// Bytes uploaded, over all attempts.
+    pub bytes_uploaded: i64,
 }
 
 impl Job {
@@ -425,6 +429,60 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .map_err(sql("job counts"))
+    }
+
+    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry);
+    /// `None` if there is no such job, `Some(false)` if it is not failed or skipped.
+    pub async fn retry_job(&self, id: i64) -> Result<Option<bool>, StoreError> {
+        let Some(job) = self.job(id).await? else { return Ok(None) };
+        let done = sqlx::query(
+            "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL, lease_expires_at = NULL,
+             updated_at = ? WHERE id = ? AND state IN ('failed', 'skipped')",
+        )
+        .bind(crate::time::now_utc())
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(sql("retry job"))?;
+        if done.rows_affected() == 0 {
+            return Ok(Some(false));
+        }
+        self.job_event(id, "queued", Some(&format!("retried by an administrator after {}", job.state))).await?;
+        Ok(Some(true))
+    }
+
+    /// Adds what a step moved over the network to the job's totals.
+    pub async fn add_job_bytes(&self, id: i64, downloaded: u64, uploaded: u64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE jobs SET bytes_downloaded = bytes_downloaded + ?, bytes_uploaded = bytes_uploaded + ? WHERE id = ?",
+        )
+        .bind(downloaded as i64)
+        .bind(uploaded as i64)
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(sql("job bytes"))?;
+        Ok(())
+    }
+
+    /// Bytes all jobs downloaded and uploaded.
+    pub async fn job_bytes(&self) -> Result<(i64, i64), StoreError> {
+        sqlx::query_as("SELECT COALESCE(SUM(bytes_downloaded), 0), COALESCE(SUM(bytes_uploaded), 0) FROM jobs")
+            .fetch_one(self.pool())
+            .await
+            .map_err(sql("job bytes"))
+    }
+
+    /// Mirrors published per source namespace.
+    pub async fn mirrors_by_namespace(&self) -> Result<std::collections::HashMap<String, i64>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT substr(repo_id, 1, instr(repo_id, '/') - 1) AS namespace, COUNT(*) FROM jobs
+             WHERE state = 'published' GROUP BY namespace",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("mirrors by namespace"))?;
+        Ok(rows.into_iter().collect())
     }
 
     /// A repo's jobs, newest first.

@@ -269,6 +269,14 @@ impl Store {
         .map_err(sql("repos"))
     }
 
+    /// Runs per status.
+    pub async fn run_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        sqlx::query_as("SELECT status, COUNT(*) FROM audit_runs GROUP BY status ORDER BY status")
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("run counts"))
+    }
+
     /// The most recent runs, newest first.
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
         sqlx::query_as(

@@ -129,9 +129,117 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
             p.namespace
         );
     }
+    let store_jobs =
+        world.runtime.block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap() });
+    let (down, up) = store_jobs.iter().fold((0, 0), |(d, u), j| (d + j.bytes_downloaded, u + j.bytes_uploaded));
+    for j in store_jobs.iter().filter(|j| j.state == "published") {
+        assert!(j.bytes_downloaded > 0 && j.bytes_uploaded > 0, "{} moved no bytes: {j:?}", j.repo_id);
+    }
+    assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"down\"}} {down}")), "{metrics}");
+    assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"up\"}} {up}")), "{metrics}");
+    assert!(metrics.contains("hubalign_audit_runs{status=\"finished\"}"), "{metrics}");
+    // Without an admin token, nothing that changes state is served.
+    assert_eq!(post(&format!("{base}/api/admin/audit"), None).0, 404);
     let repo_page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
     assert!(repo_page.contains("tiny-q4-aligned"), "the repo page links its mirror");
     assert_eq!(get(&format!("{base}/healthz")), "ok\n");
+}
+
+/// A POST with an optional bearer token: status and body.
+fn post(url: &str, token: Option<&str>) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut request = reqwest::Client::new().post(url);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let answer = request.send().await.unwrap();
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    })
+}
+
+#[test]
+fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    // A failed job for the administrator to retry.
+    let failed = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        let job = store.job_for("alice/broken", &"0".repeat(40), "cpu").await.unwrap();
+        let outcome = hubalign::store::jobs::JobOutcome::Failed { reason: "test".into(), retry: false };
+        store.finish_job(job.id, &outcome).await.unwrap();
+        job.id
+    });
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let endpoint = world.endpoint();
+    let _service = Service(
+        hubalign()
+            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--cron", "*/2 * * * * *", "--workers", "0"])
+            .env("HUBALIGN_ADMIN_TOKEN", "s3cret-admin")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(Instant::now() < deadline, "two cron-scheduled audits did not finish");
+        let Some(runs) = try_get(&format!("{base}/api/runs")) else { continue };
+        let runs: Vec<serde_json::Value> = serde_json::from_str(&runs).unwrap_or_default();
+        if runs.iter().filter(|r| r["status"] == "finished").count() >= 2 {
+            break runs;
+        }
+    };
+    for r in &runs {
+        let started = r["started_at"].as_str().unwrap();
+        let second: u32 = started[17..19].parse().unwrap();
+        assert_eq!(second % 2, 0, "run started off the cron schedule: {started}");
+    }
+    let url = format!("{base}/api/admin/jobs/{failed}/retry");
+    assert_eq!(post(&url, None).0, 401);
+    assert_eq!(post(&url, Some("s3cret-admiN")).0, 401);
+    assert_eq!(post(&url, Some("s3cret-admin-")).0, 401);
+    let (status, body) = post(&url, Some("s3cret-admin"));
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("queued"), Some(0)));
+    assert_eq!(post(&url, Some("s3cret-admin")).0, 409, "only failed or skipped jobs are retried");
+    assert_eq!(post(&format!("{base}/api/admin/jobs/99999/retry"), Some("s3cret-admin")).0, 404);
+    drop(_service);
+
+    // Once a year: no audit at start; an administrator's request runs one now.
+    let (_dir, db) = crate::audit::world::db();
+    let _service = Service(
+        hubalign()
+            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--cron", "0 0 1 1 *", "--workers", "0"])
+            .args(["--admin-token", "s3cret-admin"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while try_get(&format!("{base}/healthz")).is_none() {
+        assert!(Instant::now() < deadline, "the service did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(&format!("{base}/api/runs")), "[]", "no audit before its cron time");
+    assert!(get(&format!("{base}/")).contains("-01-01T00:00:00Z"), "the overview shows the next cron time");
+    assert_eq!(post(&format!("{base}/api/admin/audit"), None).0, 401);
+    assert_eq!(post(&format!("{base}/api/admin/audit"), Some("s3cret-admin")).0, 202);
+    loop {
+        let runs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+        if runs.iter().any(|r| r["status"] == "finished") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the requested audit did not finish: {runs:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

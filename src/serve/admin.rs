@@ -1,0 +1,66 @@
+//! The endpoints that change state, served only when `serve` has an admin token and answered only to a
+//! request bearing it (compared in constant time, never logged).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use tokio::sync::Notify;
+
+use crate::repack::runner::bearer_matches;
+use crate::store::Store;
+
+/// What the admin endpoints act on.
+#[derive(Clone)]
+pub struct AdminApi {
+    /// The store.
+    pub store: Store,
+    /// The admin token.
+    pub token: Arc<str>,
+    /// Wakes the scheduler for an audit now.
+    pub audit_now: Arc<Notify>,
+}
+
+/// The routes, to mount in the service.
+pub fn router(api: AdminApi) -> axum::Router {
+    axum::Router::new()
+        .route("/api/admin/audit", post(audit_now))
+        .route("/api/admin/jobs/{id}/retry", post(retry_job))
+        .with_state(api)
+}
+
+fn refused() -> Response {
+    (StatusCode::UNAUTHORIZED, [("www-authenticate", "Bearer")], "admin token required\n").into_response()
+}
+
+/// `POST /api/admin/audit`: start an audit now (after the one running, if any; never two at once).
+async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response {
+    if !bearer_matches(&headers, &api.token) {
+        return refused();
+    }
+    api.audit_now.notify_one();
+    tracing::info!("audit requested by an administrator");
+    (StatusCode::ACCEPTED, "audit requested\n").into_response()
+}
+
+/// `POST /api/admin/jobs/{id}/retry`: put a failed or skipped job back in the queue.
+async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, Path(id): Path<i64>) -> Response {
+    if !bearer_matches(&headers, &api.token) {
+        return refused();
+    }
+    match api.store.retry_job(id).await {
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no job {id}\n")).into_response(),
+        Ok(Some(false)) => (StatusCode::CONFLICT, format!("job {id} is neither failed nor skipped\n")).into_response(),
+        Ok(Some(true)) => match api.store.job(id).await {
+            Ok(job) => {
+                tracing::info!(job.id = id, "job requeued by an administrator");
+                Json(job).into_response()
+            }
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
