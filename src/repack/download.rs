@@ -30,10 +30,16 @@ pub struct Downloaded {
 /// Downloads `repo` at `sha` into `dir` (hf-hub's parallel snapshot download) and checks each file's
 /// sha256 (LFS) or git blob id against the tree. Resumes an interrupted attempt file by file: what is in
 /// `dir` and matches its hash is kept, anything partial or corrupt is removed and fetched again.
-pub async fn download(hub: &HubClient, hf: &HFClient, repo: &str, sha: &str, dir: &Path) -> Result<Downloaded, String> {
+pub async fn download(
+    hub: &HubClient,
+    hf: &HFClient,
+    repo: &str,
+    sha: &str,
+    dir: &Path,
+) -> Result<Downloaded, Refused> {
     let tree = hub.tree(repo, sha).await.map_err(|e| e.to_string())?;
     if let Some(bad) = tree.iter().find(|f| !is_safe_repo_path(&f.path)) {
-        return Err(format!("refusing file path {:?} from the Hub: it would leave the work directory", bad.path));
+        return Err(format!("refusing file path {:?} from the Hub: it would leave the work directory", bad.path).into());
     }
     let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
     let mut kept = vec![false; tree.len()];
@@ -58,14 +64,28 @@ pub async fn download(hub: &HubClient, hf: &HFClient, repo: &str, sha: &str, dir
         .send()
         .await
         .map_err(|e| format!("download of {repo}@{sha}: {e}"))?;
-    let mut bytes = 0;
+    let bytes = tree.iter().zip(&kept).filter(|(_, kept)| !**kept).map(|(f, _)| f.size).sum();
     for (f, kept) in tree.iter().zip(&kept) {
         if !kept {
-            check_file(&dir.join(&f.path), f)?;
-            bytes += f.size;
+            check_file(&dir.join(&f.path), f).map_err(|reason| Refused { reason, bytes })?;
         }
     }
     Ok(Downloaded { tree, bytes, reused })
+}
+
+/// A download that arrived but did not match the Hub's hashes: why, and what it cost.
+#[derive(Debug)]
+pub struct Refused {
+    /// Which file and why.
+    pub reason: String,
+    /// Bytes fetched before the refusal.
+    pub bytes: u64,
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Refused {
+        Refused { reason, bytes: 0 }
+    }
 }
 
 /// Size and hash of a downloaded file against its tree entry.

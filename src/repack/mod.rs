@@ -5,6 +5,7 @@
 pub mod card;
 pub mod download;
 pub mod mlx;
+pub mod prime;
 pub mod publish;
 pub mod pull_request;
 pub mod runner;
@@ -118,6 +119,12 @@ impl Repacker<'_> {
     }
 
     async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
+        // The crash tests kill a worker between a step's work and the record of the next step; debug builds
+        // can be told to linger there so that the kill lands in that window every time.
+        #[cfg(debug_assertions)]
+        if let Some(ms) = std::env::var("HUBALIGN_DEBUG_STEP_PAUSE_MS").ok().and_then(|v| v.parse().ok()) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         tracing::info!(job.id = job.id, repo.id = %job.repo_id, step = state.as_str(), "step");
         match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
             Ok(true) => Ok(()),
@@ -143,11 +150,12 @@ impl Repacker<'_> {
         std::fs::create_dir_all(&source).map_err(|e| transient(format!("{}: {e}", source.display())))?;
 
         self.step(job, JobState::Downloading).await?;
-        let fetched =
-            download::download(self.hub, self.hf, &job.repo_id, &job.source_sha, &source).await.map_err(transient)?;
-        if let Err(e) = self.store.add_job_bytes(job.id, fetched.bytes, 0).await {
+        let fetched = download::download(self.hub, self.hf, &job.repo_id, &job.source_sha, &source).await;
+        let bytes = fetched.as_ref().map_or_else(|refused| refused.bytes, |done| done.bytes);
+        if let Err(e) = self.store.add_job_bytes(job.id, bytes, 0).await {
             tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
         }
+        let fetched = fetched.map_err(|refused| transient(refused.reason))?;
         if !fetched.tree.iter().any(|f| f.path.ends_with(".safetensors")) {
             return Ok(JobOutcome::Skipped { reason: "no safetensors files at this commit".into() });
         }
@@ -234,7 +242,10 @@ impl Repacker<'_> {
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
-        let commit = match publish::publish(self.hf, &target, output, &job.source_sha).await.map_err(transient)? {
+        // The source shards whose chunks the padded ones share, for the upload's deduplication.
+        let sources: Vec<std::path::PathBuf> = manifest_shards(output).into_iter().map(|f| source.join(f)).collect();
+        let mirror = publish::Mirror { hf: self.hf, hub: self.hub, target: &target, sources: &sources };
+        let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(transient)? {
             publish::Published::Committed { commit, bytes_uploaded } => {
                 tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
                 if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
@@ -256,6 +267,11 @@ fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChec
     verify::structural(output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
     let checks = verify::mmap(output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
     Ok((manifest, checks))
+}
+
+/// The shard files a staged bundle's manifest lists.
+fn manifest_shards(output: &std::path::Path) -> Vec<String> {
+    Manifest::read(output).ok().flatten().map(|m| m.shards.into_iter().map(|s| s.file).collect()).unwrap_or_default()
 }
 
 /// Bytes a copying loader duplicates in the source bundle.

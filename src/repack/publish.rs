@@ -2,13 +2,15 @@
 //! header-padded shard uploads little more than what changed).
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hf_hub::progress::{Progress, ProgressEvent, ProgressHandler, UploadEvent};
 use hf_hub::{HFClient, RepoTypeModel};
 
+use super::prime::prime;
+use crate::hub::HubClient;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 
 /// What publishing did.
@@ -31,9 +33,22 @@ pub fn mirror_id(source: &str, target_namespace: &str) -> String {
     format!("{target_namespace}/{name}-aligned")
 }
 
+/// Where a bundle is published and what its upload may deduplicate against.
+pub struct Mirror<'a> {
+    /// hf-hub, for the repo and the commit.
+    pub hf: &'a HFClient,
+    /// The crawler's client, for the Xet token that priming needs.
+    pub hub: &'a HubClient,
+    /// `namespace/name` of the mirror.
+    pub target: &'a str,
+    /// The source shards the staged ones were made from.
+    pub sources: &'a [PathBuf],
+}
+
 /// Uploads `dir` to the mirror: created private, committed, then made public. If the mirror's manifest already
 /// names this source commit, nothing is done; if it names an older one, a new commit goes to the same repo.
-pub async fn publish(hf: &HFClient, target: &str, dir: &Path, source_sha: &str) -> Result<Published, String> {
+pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, String> {
+    let (hf, target) = (mirror.hf, mirror.target);
     let (ns, name) = target.split_once('/').ok_or_else(|| format!("{target}: not namespace/name"))?;
     let repo = hf.model(ns, name);
     if let Ok(bytes) = repo.download_file_to_bytes().filename(MANIFEST_FILE.to_owned()).send().await
@@ -53,6 +68,10 @@ pub async fn publish(hf: &HFClient, target: &str, dir: &Path, source_sha: &str) 
         .send()
         .await
         .map_err(|e| format!("creating {target}: {e}"))?;
+    match prime(mirror.hub, target, mirror.sources).await {
+        Ok(p) => tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication"),
+        Err(e) => tracing::warn!(repo.id = %target, error = %e, "priming Xet deduplication failed; uploading without"),
+    }
     let meter = UploadMeter::default();
     let commit = repo
         .upload_folder()

@@ -138,7 +138,11 @@ pub(super) async fn namespace(
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
 pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
-    let (shards, jobs) = match tokio::try_join!(state.store.repo_shards(&id), state.store.repo_jobs(&id)) {
+    let (shards, jobs, events) = match tokio::try_join!(
+        state.store.repo_shards(&id),
+        state.store.repo_jobs(&id),
+        state.store.repo_job_events(&id)
+    ) {
         Ok(all) => all,
         Err(e) => return internal(e),
     };
@@ -149,7 +153,7 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
     render(
         &state,
         "repo.html.j2",
-        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), mirror, hub => state.hub_url.clone() },
+        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror, hub => state.hub_url.clone() },
     )
 }
 

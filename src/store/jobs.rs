@@ -120,6 +120,19 @@ impl Job {
     }
 }
 
+/// One step in a job's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct JobEvent {
+    /// The job.
+    pub job_id: i64,
+    /// When.
+    pub at: String,
+    /// The state entered, or what happened (`claimed`, `metal_claimed`).
+    pub state: String,
+    /// Who or why.
+    pub detail: Option<String>,
+}
+
 /// Which affected repos become jobs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnqueuePolicy {
@@ -238,7 +251,8 @@ impl Store {
     }
 
     /// Claims the most valuable claimable job for `worker` in one statement: a queued job past its backoff,
-    /// or one whose holder's lease ran out mid-step. Its attempt count goes up.
+    /// or one whose holder's lease ran out mid-step. Its attempt count goes up. A job asked for by id (a
+    /// repack by hand) is taken whatever its backoff.
     pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
         let job: Option<Job> = sqlx::query_as(
@@ -247,7 +261,7 @@ impl Store {
                 SELECT id FROM jobs
                 WHERE attempts < max_attempts AND (?5 IS NULL OR id = ?5)
                   AND COALESCE(lease_expires_at, 0) < ?4
-                  AND ((state = 'queued' AND not_before <= ?4)
+                  AND ((state = 'queued' AND (not_before <= ?4 OR ?5 IS NOT NULL))
                        OR state IN ('downloading', 'relaying', 'verifying', 'publishing'))
                 ORDER BY misaligned_bytes DESC, id LIMIT 1)
              RETURNING *",
@@ -483,6 +497,18 @@ impl Store {
         .await
         .map_err(sql("mirrors by namespace"))?;
         Ok(rows.into_iter().collect())
+    }
+
+    /// The history of every job of a repo, oldest first.
+    pub async fn repo_job_events(&self, repo: &str) -> Result<Vec<JobEvent>, StoreError> {
+        sqlx::query_as(
+            "SELECT e.job_id, e.at, e.state, e.detail FROM job_events e JOIN jobs j ON j.id = e.job_id
+             WHERE j.repo_id = ? ORDER BY e.id",
+        )
+        .bind(repo)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("job events"))
     }
 
     /// A repo's jobs, newest first.

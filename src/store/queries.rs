@@ -154,11 +154,9 @@ impl Store {
     /// Publishers, most bytes duplicated first.
     pub async fn publishers(&self) -> Result<Vec<PublisherRow>, StoreError> {
         sqlx::query_as(
-            "SELECT namespace, COUNT(*) AS repos_audited, SUM(misaligned_bytes > 0) AS repos_affected,
-                SUM(shards_aligned) AS shards_aligned, SUM(shards_header_pad) AS shards_header_pad,
-                SUM(shards_relayout) AS shards_relayout, SUM(shards_invalid) AS shards_invalid,
-                SUM(misaligned_tensors) AS misaligned_tensors, SUM(misaligned_bytes) AS misaligned_bytes
-             FROM repo_sums GROUP BY namespace ORDER BY misaligned_bytes DESC, namespace",
+            "SELECT namespace, repos_audited, repos_affected, shards_aligned, shards_header_pad, shards_relayout,
+                shards_invalid, misaligned_tensors, misaligned_bytes
+             FROM namespace_sums ORDER BY misaligned_bytes DESC, namespace",
         )
         .fetch_all(self.pool())
         .await
@@ -226,13 +224,13 @@ impl Store {
     /// Store-wide figures.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
         sqlx::query_as(
-            "SELECT COUNT(*) AS repos_audited, COALESCE(SUM(misaligned_bytes > 0), 0) AS repos_affected,
+            "SELECT COALESCE(SUM(repos_audited), 0) AS repos_audited, COALESCE(SUM(repos_affected), 0) AS repos_affected,
                 COALESCE(SUM(shards_aligned + shards_header_pad + shards_relayout + shards_invalid), 0) AS shards,
                 COALESCE(SUM(shards_aligned), 0) AS shards_aligned, COALESCE(SUM(shards_header_pad), 0) AS shards_header_pad,
                 COALESCE(SUM(shards_relayout), 0) AS shards_relayout, COALESCE(SUM(shards_invalid), 0) AS shards_invalid,
                 COALESCE(SUM(misaligned_bytes), 0) AS misaligned_bytes,
                 (SELECT COUNT(*) FROM jobs WHERE state = 'published') AS mirrors_published
-             FROM repo_sums",
+             FROM namespace_sums",
         )
         .fetch_one(self.pool())
         .await
@@ -287,5 +285,97 @@ impl Store {
         .fetch_all(self.pool())
         .await
         .map_err(sql("runs"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::listing::ListedRepo;
+    use crate::store::{RepoOutcome, RepoState};
+
+    fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
+        ShardRow {
+            repo: repo.into(),
+            path: path.into(),
+            sha: "s".into(),
+            size: 100,
+            header_len: Some(10),
+            data_start: Some(18),
+            data_start_mod8: Some(2),
+            tensors: Some(3),
+            misaligned_tensors: Some(bad),
+            misaligned_bytes: Some(bad * 1000),
+            verdict: verdict.into(),
+            error: None,
+            writer: None,
+        }
+    }
+
+    /// Rows as (key, integer columns).
+    async fn rows(store: &Store, query: String) -> Vec<(String, Vec<i64>)> {
+        use sqlx::Row;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(query)).fetch_all(store.pool()).await.unwrap();
+        rows.iter().map(|r| (r.get(0), (1..r.len()).map(|i| r.get::<i64, _>(i)).collect())).collect()
+    }
+
+    const SUMS: &str =
+        "shards_aligned, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes";
+
+    /// The trigger-kept tables always equal the aggregates they stand for, whatever audits did.
+    #[tokio::test]
+    async fn trigger_kept_sums_match_the_live_aggregates() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        let run = store.start_run("test", "{}").await.unwrap();
+        let states = [RepoState::Ok, RepoState::Ok, RepoState::Ok, RepoState::Error, RepoState::Vanished];
+        let verdicts = ["aligned", "header_pad", "relayout", "invalid"];
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for round in 0..6 {
+            let listed: Vec<ListedRepo> = (0..30)
+                .map(|i| {
+                    let repo = serde_json::json!({"id": format!("ns{}/r{i}", i % 4), "sha": format!("{round}")});
+                    serde_json::from_value(repo).unwrap()
+                })
+                .collect();
+            store.record_listing(run, &listed, false).await.unwrap();
+            for r in &listed {
+                if next(3) == 0 {
+                    continue;
+                }
+                let state = states[next(states.len() as u64) as usize];
+                let mut shards = Vec::new();
+                for k in 0..next(4) {
+                    let verdict = verdicts[next(4) as usize];
+                    shards.push(shard(&r.id, &format!("m{k}.safetensors"), verdict, next(3) as i64));
+                }
+                let outcome = RepoOutcome { id: r.id.clone(), sha: format!("{round}"), state, shards, error: None };
+                store.record_repo(run, &outcome).await.unwrap();
+            }
+            let kept = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
+            let live = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
+            assert_eq!(kept, live, "round {round}");
+            let by_ns = rows(
+                &store,
+                format!(
+                    "SELECT namespace, repos_audited, repos_affected, {SUMS} FROM namespace_sums ORDER BY namespace"
+                ),
+            )
+            .await;
+            let grouped = rows(
+                &store,
+                "SELECT namespace, COUNT(*), SUM(misaligned_bytes > 0), SUM(shards_aligned), SUM(shards_header_pad),
+                   SUM(shards_relayout), SUM(shards_invalid), SUM(misaligned_tensors), SUM(misaligned_bytes)
+                 FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
+                    .to_owned(),
+            )
+            .await;
+            assert_eq!(by_ns, grouped, "round {round}");
+        }
+        assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
     }
 }

@@ -142,6 +142,14 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     assert_eq!(post(&format!("{base}/api/admin/audit"), None).0, 404);
     let repo_page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
     assert!(repo_page.contains("tiny-q4-aligned"), "the repo page links its mirror");
+    let q4 = store_jobs.iter().find(|j| j.repo_id == "mlx-community/tiny-q4").expect("a job for tiny-q4");
+    for step in ["claimed", "downloading", "relaying", "verifying", "publishing", "published"] {
+        assert!(
+            repo_page.contains(&format!("<tr><td>{}</td><td>", q4.id))
+                && repo_page.contains(&format!("<td>{step}</td>")),
+            "the job history shows {step}"
+        );
+    }
     assert_eq!(get(&format!("{base}/healthz")), "ok\n");
 }
 

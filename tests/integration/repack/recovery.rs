@@ -26,6 +26,45 @@ fn a_corrupted_download_is_refused_and_nothing_is_published() {
 }
 
 #[test]
+fn a_failed_download_resumes_with_the_files_it_had_verified() {
+    // Without Xet the storage serves the directory's file as it is, so corrupting it corrupts the download.
+    let world = audit_world(0, |c| c.xet = false);
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let shard = sim.config.root.join("models/mlx-community/tiny-sharded/model-00002-of-00004.safetensors");
+    let good = std::fs::read(&shard).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xFF;
+    std::fs::write(&shard, bad).unwrap();
+    let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let first = sim.counters.snapshot();
+    let storage_per_shard = first.requests["storage"] / 4;
+    assert!(storage_per_shard > 0, "all four shards fetched from the storage: {first:?}");
+
+    std::fs::write(&shard, good).unwrap();
+    sim.counters.reset();
+    let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let second = sim.counters.snapshot();
+    assert_eq!(second.requests["storage"], storage_per_shard, "only the refused shard is fetched again: {second:?}");
+    assert_eq!(second.requests.get("resolve"), Some(&1), "no other file is fetched again: {second:?}");
+    let job = world
+        .runtime
+        .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
+    assert_eq!(job.state, "published");
+    let bundle: i64 = std::fs::read_dir(sim.config.root.join("models/mlx-community/tiny-sharded"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != ".hubsim.json")
+        .map(|e| e.metadata().unwrap().len() as i64)
+        .sum();
+    let refetched = std::fs::metadata(&shard).unwrap().len() as i64;
+    assert_eq!(job.bytes_downloaded, bundle + refetched, "the bundle once, then the refused shard again");
+}
+
+#[test]
 fn a_failing_check_is_not_published_and_the_job_says_why() {
     let world = audit_world(0, |_| {});
     let (_dir, db) = db();
@@ -50,7 +89,7 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
     assert_ok(&audit(&world, &db, &[]));
     let sim = &world.hub.as_ref().unwrap().sim;
     let endpoint = world.endpoint();
-    for step in ["downloading", "verifying", "publishing"] {
+    for step in ["downloading", "relaying", "verifying", "publishing"] {
         let mut child = hubalign()
             .args([
                 "repack",
@@ -72,6 +111,8 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
             ])
             .arg("--python")
             .arg(python())
+            // Each step's work is done before the worker lingers, so the kill lands after it.
+            .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

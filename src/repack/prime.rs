@@ -1,0 +1,113 @@
+//! Priming Xet deduplication before a mirror's upload.
+//!
+//! An uploader asks the CAS which stored chunks it may reference only for a sample of its chunks: the first
+//! chunk of each file, and chunks whose hash is 0 mod 1,024 (about one per 64 MiB). Padding a header
+//! changes a shard's first chunk, so on its own the upload sends everything up to its first sampled chunk:
+//! tens of MB per shard. The worker holds the source shards, whose first chunks are always in the sample, so
+//! it asks the CAS that same question for each of them, with the mirror's write token, and stores each
+//! answer (a shard file listing the source's chunks) in the Xet shard cache that the upload session reads
+//! when it starts. The upload then references the source's chunks from its first unchanged chunk on.
+
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+use xet_client::cas_types::Key;
+use xet_core_structures::merklehash::MerkleHash;
+use xet_core_structures::metadata_shard::shard_format::current_timestamp;
+use xet_core_structures::metadata_shard::streaming_shard::MDBMinimalShard;
+use xet_core_structures::metadata_shard::{MDBShardFile, MDBShardInfo, get_shard_file_cache};
+use xet_data::deduplication::Chunker;
+use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
+use xet_runtime::core::XetContext;
+
+use crate::hub::HubClient;
+use crate::hub::pacing::Bucket;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct XetToken {
+    access_token: String,
+    cas_url: String,
+}
+
+/// What priming found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Primed {
+    /// Source files asked about.
+    pub asked: usize,
+    /// Of those, files the CAS knew (their chunk lists are now cached for the upload).
+    pub found: usize,
+}
+
+/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`. Failures only cost
+/// deduplication, so they are returned for the log, never raised into the job.
+pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
+    let url = format!("{}/api/models/{target}/xet-write-token/main", hub.endpoint());
+    let answer = hub.get(Bucket::Api, &url, &[], None).await.map_err(|e| e.to_string())?;
+    let token: XetToken =
+        serde_json::from_slice(&answer.body).map_err(|e| format!("{target}: Xet write token: {e}"))?;
+    let ctx = XetContext::default().map_err(|e| format!("Xet context: {e}"))?;
+    // The same path hf-hub's upload session computes for this CAS.
+    let session = SessionContext {
+        endpoint: token.cas_url.clone(),
+        auth: None,
+        custom_headers: None,
+        repo_paths: vec![String::new()],
+        session_id: None,
+        cache_root: None,
+    };
+    let cache_dir = TranslatorConfig::new(&ctx, session).map_err(|e| format!("Xet cache: {e}"))?.shard_cache_directory;
+    std::fs::create_dir_all(&cache_dir).map_err(|e| format!("{}: {e}", cache_dir.display()))?;
+    let http = reqwest::Client::builder().build().map_err(|e| e.to_string())?;
+    let mut primed = Primed::default();
+    for source in sources {
+        primed.asked += 1;
+        let hash = first_chunk_hash(source).map_err(|e| format!("{}: {e}", source.display()))?;
+        let key = Key { prefix: ctx.config.data.default_prefix.clone(), hash };
+        let response = http
+            .get(format!("{}/v1/chunks/{key}", token.cas_url))
+            .bearer_auth(&token.access_token)
+            .send()
+            .await
+            .map_err(|e| format!("global dedup query: {e}"))?;
+        if !response.status().is_success() {
+            continue;
+        }
+        let shard = response.bytes().await.map_err(|e| format!("global dedup shard: {e}"))?;
+        let shard = with_expiry(&shard).map_err(|e| format!("global dedup shard: {e}"))?;
+        MDBShardFile::write_out_from_reader(&cache_dir, &mut Cursor::new(&shard), &get_shard_file_cache(&ctx.common))
+            .map_err(|e| format!("caching a dedup shard in {}: {e}", cache_dir.display()))?;
+        primed.found += 1;
+    }
+    Ok(primed)
+}
+
+/// The shard, stamped to expire in a day if it carries no expiry: the session's scan of its cache skips
+/// shards whose expiry has passed, and an unstamped shard reads as expired at time 0. (The uploader's own
+/// global-dedup answers skip that scan.)
+fn with_expiry(shard: &[u8]) -> Result<Vec<u8>, String> {
+    let footer = MDBShardInfo::load_from_reader(&mut Cursor::new(shard)).map_err(|e| e.to_string())?;
+    if footer.metadata.shard_key_expiry > current_timestamp() + 3600 {
+        return Ok(shard.to_vec());
+    }
+    let minimal = MDBMinimalShard::from_reader(&mut Cursor::new(shard), false, true).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(shard.len());
+    let expiry = SystemTime::now() + Duration::from_secs(86_400);
+    minimal
+        .serialize_xorb_subset_with_expiry(&mut out, Some(expiry), Some(current_timestamp()), |_| true)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// The Xet hash of a file's first content-defined chunk (at most 128 KiB in).
+fn first_chunk_hash(path: &Path) -> std::io::Result<MerkleHash> {
+    let mut head = Vec::with_capacity(256 << 10);
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    file.take(256 << 10).read_to_end(&mut head)?;
+    let mut chunker = Chunker::default();
+    let chunks = chunker.next_block(&head, head.len() as u64 == len);
+    chunks.first().map(|c| c.hash).ok_or_else(|| std::io::Error::other("empty file"))
+}
