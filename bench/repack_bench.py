@@ -123,7 +123,7 @@ def main():
         print(f"| {name} | {seconds:.1f} s | {moved / 1e9:.2f} GB | {base_name}: {base:.1f} s | {seconds / base:.2f}x |")
     total = sum(d for d in durations.values())
     print(f"| whole repack | {total:.1f} s | | | |")
-    print(f"\nbytes uploaded for the header-padded republish: {up / 1e6:.1f} MB, {100 * up / size:.2f}% of the bundle")
+    print(f"\nbytes uploaded for the header-padded republish: {up:,} bytes, {100 * up / size:.4f}% of the bundle")
 
 
 if __name__ == "__main__":
