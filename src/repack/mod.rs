@@ -103,12 +103,13 @@ impl Repacker<'_> {
                 JobOutcome::Failed { reason: e.reason, retry: e.retry }
             }
         };
+        let state = self.store.finish_job(job.id, &outcome).await?;
         // A job waiting for the Metal check keeps its staged files for the runner and the publish after it;
         // one that will be tried again keeps its downloads.
-        if !matches!(outcome, JobOutcome::AwaitMetal | JobOutcome::Failed { retry: true, .. }) {
+        if !matches!(state, JobState::AwaitingMetalVerify | JobState::Queued) {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        self.store.finish_job(job.id, &outcome).await
+        Ok(state)
     }
 
     /// The source's licence as the Hub tags it (`license:…`), when its card does not say.

@@ -60,7 +60,7 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result
     };
     let cache_dir = TranslatorConfig::new(&ctx, session).map_err(|e| format!("Xet cache: {e}"))?.shard_cache_directory;
     std::fs::create_dir_all(&cache_dir).map_err(|e| format!("{}: {e}", cache_dir.display()))?;
-    let http = reqwest::Client::builder().build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().map_err(|e| e.to_string())?;
     let mut primed = Primed::default();
     for source in sources {
         primed.asked += 1;

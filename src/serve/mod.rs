@@ -1,5 +1,5 @@
 //! `hubalign serve`: one process that audits on a schedule, runs repack workers, and serves the dashboard,
-//! the JSON API, `/metrics`, and the macOS runners' API.
+//! the JSON API, `/metrics`, the macOS runners' API and the administrators' endpoints.
 
 mod admin;
 mod api;

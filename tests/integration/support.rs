@@ -18,6 +18,8 @@ pub fn fixture(rel: &str) -> PathBuf {
 pub fn hubalign() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubalign"));
     cmd.env_remove("RUST_LOG");
+    // Xet's shard cache (which uploads and dedup priming write) stays in the build tree, not the user's home.
+    cmd.env("HF_XET_CACHE", root().join("target/test-xet-cache"));
     // Logs of the binary under test, when debugging a test: DEBUG_CHILD_LOG=hubalign=info cargo test …
     if let Ok(filter) = std::env::var("DEBUG_CHILD_LOG") {
         cmd.env("RUST_LOG", filter);
