@@ -6,17 +6,23 @@ use super::pipeline::{jobs, worker_cmd};
 use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::support::{hubalign, python, stdout};
 
+/// Flips the last byte of a file the simulator serves; returns the original bytes. (Without Xet the storage
+/// serves the directory's file as it is, so corrupting it corrupts the download.)
+fn corrupt(shard: &std::path::Path) -> Vec<u8> {
+    let good = std::fs::read(shard).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xFF;
+    std::fs::write(shard, bad).unwrap();
+    good
+}
+
 #[test]
 fn a_corrupted_download_is_refused_and_nothing_is_published() {
-    // Without Xet the storage serves the directory's file as it is, so corrupting it corrupts the download.
     let world = audit_world(0, |c| c.xet = false);
     let (_dir, db) = db();
     let sim = &world.hub.as_ref().unwrap().sim;
-    let shard = sim.config.root.join("models/lmstudio/tiny-q8/model.safetensors");
-    let mut bytes = std::fs::read(&shard).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xFF;
-    std::fs::write(&shard, bytes).unwrap();
+    corrupt(&sim.config.root.join("models/lmstudio/tiny-q8/model.safetensors"));
     let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
     assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
     let jobs = jobs(&world, &db);
@@ -27,16 +33,11 @@ fn a_corrupted_download_is_refused_and_nothing_is_published() {
 
 #[test]
 fn a_failed_download_resumes_with_the_files_it_had_verified() {
-    // Without Xet the storage serves the directory's file as it is, so corrupting it corrupts the download.
     let world = audit_world(0, |c| c.xet = false);
     let (_dir, db) = db();
     let sim = &world.hub.as_ref().unwrap().sim;
     let shard = sim.config.root.join("models/mlx-community/tiny-sharded/model-00002-of-00004.safetensors");
-    let good = std::fs::read(&shard).unwrap();
-    let mut bad = good.clone();
-    let last = bad.len() - 1;
-    bad[last] ^= 0xFF;
-    std::fs::write(&shard, bad).unwrap();
+    let good = corrupt(&shard);
     let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
     assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
     let first = sim.counters.snapshot();
