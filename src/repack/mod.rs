@@ -220,11 +220,16 @@ impl Repacker<'_> {
         (manifest, checks): (Manifest, verify::LocalChecks),
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
+        // The source shards whose chunks the padded ones share, for the upload's deduplication.
+        let sources: Vec<std::path::PathBuf> = manifest_shards(output).into_iter().map(|f| source.join(f)).collect();
         if self.opts.pull_request {
-            let proposal =
-                pull_request::propose(self.hub, self.hf, &self.opts.bot_user, &job.repo_id, &job.source_sha, output)
-                    .await
-                    .map_err(transient)?;
+            let target = pull_request::Target {
+                repo: &job.repo_id,
+                head: &job.source_sha,
+                bot: &self.opts.bot_user,
+                sources: &sources,
+            };
+            let proposal = pull_request::propose(self.hub, self.hf, &target, output).await.map_err(transient)?;
             return Ok(match proposal {
                 pull_request::Proposal::Opened { num, commit } => {
                     tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
@@ -243,8 +248,6 @@ impl Repacker<'_> {
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
-        // The source shards whose chunks the padded ones share, for the upload's deduplication.
-        let sources: Vec<std::path::PathBuf> = manifest_shards(output).into_iter().map(|f| source.join(f)).collect();
         let mirror = publish::Mirror { hf: self.hf, hub: self.hub, target: &target, sources: &sources };
         let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(transient)? {
             publish::Published::Committed { commit, bytes_uploaded } => {

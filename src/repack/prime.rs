@@ -41,9 +41,22 @@ pub struct Primed {
     pub found: usize,
 }
 
-/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`. Failures only cost
-/// deduplication, so they are returned for the log, never raised into the job.
-pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
+/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`. A failure only costs
+/// deduplication, so it is logged, never raised into the job.
+pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
+    match try_prime(hub, target, sources).await {
+        Ok(p) => {
+            tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication");
+            p
+        }
+        Err(e) => {
+            tracing::warn!(repo.id = %target, error = %e, "priming Xet deduplication failed; uploading without");
+            Primed { asked: sources.len(), found: 0 }
+        }
+    }
+}
+
+async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
     let url = format!("{}/api/models/{target}/xet-write-token/main", hub.endpoint());
     let answer = hub.get(Bucket::Api, &url, &[], None).await.map_err(|e| e.to_string())?;
     let token: XetToken =

@@ -68,10 +68,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         .send()
         .await
         .map_err(|e| format!("creating {target}: {e}"))?;
-    match prime(mirror.hub, target, mirror.sources).await {
-        Ok(p) => tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication"),
-        Err(e) => tracing::warn!(repo.id = %target, error = %e, "priming Xet deduplication failed; uploading without"),
-    }
+    prime(mirror.hub, target, mirror.sources).await;
     let meter = UploadMeter::default();
     let commit = repo
         .upload_folder()

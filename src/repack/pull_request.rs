@@ -2,11 +2,12 @@
 //! way the Hub's safetensors conversion bot does: a fixed title, one bot account, never two PRs for the same
 //! head commit, and a closed PR taken as the owner's "no".
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use hf_hub::HFClient;
 use hf_hub::repository::CommitOperation;
 
+use super::prime::prime;
 use crate::hub::HubClient;
 
 /// The title, which is also the de-duplication key.
@@ -45,16 +46,23 @@ async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<
     }))
 }
 
-/// Opens the pull request on `repo` with every file of `dir` but the model card, unless one by `bot` for this
-/// head exists, or the owner closed one. Checked again just before committing, for concurrent workers.
-pub async fn propose(
-    hub: &HubClient,
-    hf: &HFClient,
-    bot: &str,
-    repo: &str,
-    head: &str,
-    dir: &Path,
-) -> Result<Proposal, String> {
+/// Where a pull request goes: the source repo at the audited head, from the bot's account.
+pub struct Target<'a> {
+    /// `namespace/name`.
+    pub repo: &'a str,
+    /// The commit the repair was made from.
+    pub head: &'a str,
+    /// The token's user, the author the de-duplication looks for.
+    pub bot: &'a str,
+    /// The source shards, for the upload's deduplication.
+    pub sources: &'a [PathBuf],
+}
+
+/// Opens the pull request on the source repo with every file of `dir` but the model card, unless one by the
+/// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
+/// workers.
+pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, String> {
+    let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
@@ -71,6 +79,7 @@ pub async fn propose(
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
+    prime(hub, repo, sources).await;
     let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
     let info = hf
         .model(ns, name)

@@ -18,8 +18,11 @@ pub fn fixture(rel: &str) -> PathBuf {
 pub fn hubalign() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubalign"));
     cmd.env_remove("RUST_LOG");
-    // Xet's shard cache (which uploads and dedup priming write) stays in the build tree, not the user's home.
-    cmd.env("HF_XET_CACHE", root().join("target/test-xet-cache"));
+    // Each run gets an empty Xet shard cache of its own, in the build tree rather than the user's home, so no
+    // run deduplicates against what an earlier one cached (simulators reuse ports, and the cache is per port).
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cmd.env("HF_XET_CACHE", root().join(format!("target/test-xet-cache/{}-{run}", std::process::id())));
     // Logs of the binary under test, when debugging a test: DEBUG_CHILD_LOG=hubalign=info cargo test …
     if let Ok(filter) = std::env::var("DEBUG_CHILD_LOG") {
         cmd.env("RUST_LOG", filter);
