@@ -3,9 +3,11 @@
 use hubalign::safetensors::Dtype;
 use hubalign::safetensors::synth::{mlx_header, write_mlx_style_stream};
 
+use std::path::PathBuf;
+
 use super::pipeline::worker_cmd;
 use crate::audit::world::{assert_ok, audit, db};
-use crate::sim::world::start_on;
+use crate::sim::world::{World, start_on};
 
 /// A simulated Hub holding `big-org/big-q4`: a 128 MiB shard whose data starts off an 8-byte boundary while
 /// every relative offset is aligned (header padding fixes it). Returns the Hub's directory and the shard size.
@@ -30,28 +32,49 @@ fn header_padded_bundle() -> (tempfile::TempDir, u64) {
     (root, size)
 }
 
-#[test]
-fn a_header_padded_bundle_republishes_with_little_upload() {
+/// A header-padded republish by `repack big-org/big-q4 EXTRA…`, which must succeed: the world, its store
+/// (directory and file), the bundle's size, and the bytes the simulator received for uploads.
+struct Republished {
+    world: World,
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    size: u64,
+    uploaded: u64,
+}
+
+fn republish(extra: &[&str]) -> Republished {
     let (root, size) = header_padded_bundle();
     let world = start_on(root, |_| {});
-    let (_dir, db) = db();
+    let (dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let sim = &world.hub.as_ref().unwrap().sim;
     sim.counters.reset();
-    let out = worker_cmd(&world, &db, &["repack", "big-org/big-q4"]);
+    let args: Vec<&str> = ["repack", "big-org/big-q4"].iter().chain(extra).copied().collect();
+    let out = worker_cmd(&world, &db, &args);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let c = sim.counters.snapshot();
     let uploaded = c.xet_bytes_received + c.lfs_bytes_received;
     let share = uploaded as f64 / size as f64;
-    eprintln!("republishing a header-padded {size}-byte bundle uploaded {uploaded} bytes ({:.2}%)", share * 100.0);
+    eprintln!(
+        "repack {extra:?} of a header-padded {size}-byte bundle uploaded {uploaded} bytes ({:.2}%)",
+        share * 100.0
+    );
     // On its own the uploader would find the source's chunks only from the first chunk whose hash is 0 mod
     // 1024 (41.8% of the way into this shard); the worker primes its cache with the source's chunk list, so
     // only the changed first chunk, the small files and the Xet metadata go up.
     assert!(share <= 0.01, "uploaded {:.2}% of the bundle, over the 1% target", share * 100.0);
+    Republished { world, _dir: dir, db, size, uploaded }
+}
+
+#[test]
+fn a_header_padded_bundle_republishes_with_little_upload() {
+    let r = republish(&[]);
+    let (size, uploaded) = (r.size, r.uploaded);
     // What the worker recorded for /metrics, from hf-hub's transfer counts, against the simulator's count.
-    let job = world
+    let job = r
+        .world
         .runtime
-        .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
+        .block_on(async { hubalign::store::Store::open(&r.db).await.unwrap().jobs().await.unwrap().remove(0) });
     eprintln!("the job recorded {} bytes up, {} down", job.bytes_uploaded, job.bytes_downloaded);
     assert_eq!(job.bytes_downloaded as u64, size + 2, "the shard and config.json");
     let recorded = job.bytes_uploaded as f64;
@@ -63,21 +86,6 @@ fn a_header_padded_bundle_republishes_with_little_upload() {
 
 #[test]
 fn a_header_padded_pull_request_uploads_little_too() {
-    let (root, size) = header_padded_bundle();
-    let world = start_on(root, |_| {});
-    let (_dir, db) = db();
-    assert_ok(&audit(&world, &db, &[]));
-    let sim = &world.hub.as_ref().unwrap().sim;
-    sim.counters.reset();
-    let out = worker_cmd(&world, &db, &["repack", "big-org/big-q4", "--pr"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(super::pipeline::jobs(&world, &db)[0].1, "published", "the pull request is opened");
-    let c = sim.counters.snapshot();
-    let uploaded = c.xet_bytes_received + c.lfs_bytes_received;
-    let share = uploaded as f64 / size as f64;
-    eprintln!(
-        "a pull request with a header-padded {size}-byte bundle uploaded {uploaded} bytes ({:.2}%)",
-        share * 100.0
-    );
-    assert!(share <= 0.01, "uploaded {:.2}% of the bundle, over the 1% target", share * 100.0);
+    let r = republish(&["--pr"]);
+    assert_eq!(super::pipeline::jobs(&r.world, &r.db)[0].1, "published", "the pull request is opened");
 }
