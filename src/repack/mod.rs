@@ -221,7 +221,7 @@ impl Repacker<'_> {
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
-        let sources: Vec<std::path::PathBuf> = manifest_shards(output).into_iter().map(|f| source.join(f)).collect();
+        let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();
         if self.opts.pull_request {
             let target = pull_request::Target {
                 repo: &job.repo_id,
@@ -271,11 +271,6 @@ fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChec
     verify::structural(output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
     let checks = verify::mmap(output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
     Ok((manifest, checks))
-}
-
-/// The shard files a staged bundle's manifest lists.
-fn manifest_shards(output: &std::path::Path) -> Vec<String> {
-    Manifest::read(output).ok().flatten().map(|m| m.shards.into_iter().map(|s| s.file).collect()).unwrap_or_default()
 }
 
 /// Bytes a copying loader duplicates in the source bundle.
