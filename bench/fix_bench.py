@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Benchmark `hubalign fix` against `cp` of the same shard, on the same disk, in the same run.
 
-    cargo build --release --bins --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3]
+    cargo build --release --bins --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3] [--other BIN]
 
 For each layout (`pad`: header padding suffices; `relayout`: tensors must be reordered) it writes a synthetic
 MLX-layout shard, warms the page cache with one read, then alternates `cp SRC DST`, `cp SRC DST && sync DST`
 and `hubalign fix SRC --out DIR` (which fsyncs its result), REPS times each, and reports median wall time,
-throughput and peak RSS (from wait4). A second, smaller shard shows whether fix's peak RSS depends on shard
-size. Prints a Markdown table for BENCHMARKS.md.
+throughput and peak RSS (from wait4). The first fix of each shard has every digest in its manifest checked
+against hashlib's. A second, smaller shard shows whether fix's peak RSS depends on shard size. With `--other
+BIN`, another build's `fix` is timed in the same loop, for before/after comparisons on a noisy disk. Prints
+Markdown tables for BENCHMARKS.md.
 """
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -36,7 +40,45 @@ def timed(argv):
     return elapsed, usage.ru_maxrss / 1024
 
 
-def bench_layout(work, kind, size_mib, reps):
+def file_digests(path):
+    """(file sha256, payload sha256, {tensor: sha256}) of a shard, with hashlib."""
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+        header = f.read(int.from_bytes(prefix, "little"))
+        whole, payload = hashlib.sha256(prefix + header), hashlib.sha256()
+        while block := f.read(1 << 24):
+            whole.update(block)
+            payload.update(block)
+    tensors = {}
+    with open(path, "rb") as f:
+        start = 8 + len(header)
+        for name, info in json.loads(header).items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            f.seek(start + begin)
+            h, left = hashlib.sha256(), end - begin
+            while left:
+                block = f.read(min(left, 1 << 24))
+                h.update(block)
+                left -= len(block)
+            tensors[name] = h.hexdigest()
+    return whole.hexdigest(), payload.hexdigest(), tensors
+
+
+def check_digests(src, out):
+    """Every digest fix wrote in its manifest must be what hashlib computes from the files."""
+    shard = json.loads((out / "MEI_ALIGN_MANIFEST.json").read_text())["shards"][0]
+    src_file, src_payload, src_tensors = file_digests(src)
+    new_file, new_payload, new_tensors = file_digests(out / src.name)
+    expected = (src_file, src_payload, new_file, new_payload, new_tensors)
+    got = (shard["src_file_sha256"], shard["src_payload_sha256"], shard["file_sha256"], shard["payload_sha256"],
+           shard["tensor_sha256"])
+    if got != expected or src_tensors != new_tensors:
+        sys.exit(f"{src}: the manifest's digests differ from hashlib's")
+
+
+def bench_layout(work, kind, size_mib, reps, other):
     src = work / f"{kind}-{size_mib}.safetensors"
     if not src.exists():
         subprocess.run([SYNTH, src, str(size_mib), kind], check=True)
@@ -44,8 +86,9 @@ def bench_layout(work, kind, size_mib, reps):
     with open(src, "rb") as f:  # warm the page cache so every contender reads from memory
         while f.read(1 << 24):
             pass
-    results = {"cp": [], "cp+sync": [], "fix": []}
+    results = {"cp": [], "cp+sync": [], "fix": [], "other": []}
     rss = []
+    checked = False
     for _ in range(reps):
         dst = work / "cp-out.safetensors"
         results["cp"].append(timed(["cp", src, dst])[0])
@@ -56,8 +99,15 @@ def bench_layout(work, kind, size_mib, reps):
         seconds, peak = timed([BIN, "fix", src, "--out", out])
         results["fix"].append(seconds)
         rss.append(peak)
+        if not checked:
+            # In a process of its own: fork copies this one's RSS into every later child's ru_maxrss.
+            subprocess.run([sys.executable, __file__, "--check", src, out], check=True)
+            checked = True
         shutil.rmtree(out)
-    med = {k: statistics.median(v) for k, v in results.items()}
+        if other:
+            results["other"].append(timed([other, "fix", src, "--out", out])[0])
+            shutil.rmtree(out)
+    med = {k: statistics.median(v) for k, v in results.items() if v}
     return size, med, max(rss)
 
 
@@ -67,7 +117,11 @@ def main():
     ap.add_argument("--small-mib", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--work", type=Path, default=ROOT / "target/bench")
+    ap.add_argument("--other", type=Path, help="another hubalign binary to time in the same loop (A/B)")
+    ap.add_argument("--check", nargs=2, type=Path, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.check:
+        return check_digests(*args.check)
     for tool in (BIN, SYNTH):
         if not tool.exists():
             sys.exit(f"{tool} missing: run `cargo build --release --bins --examples` first")
@@ -81,17 +135,19 @@ def main():
     with open(probe, "rb") as f:  # from the page cache, as fix reads it below
         while f.read(1 << 24):
             pass
-    # One hasher per core at once, as fix runs them.
-    runs = [subprocess.Popen([SHA_RATE, probe], stdout=subprocess.PIPE, text=True) for _ in range(cores)]
-    rates = [float(r.communicate()[0].split()[0]) for r in runs]
-    aggregate = sum(rates)
-    print(f"SHA-256, {cores} cores hashing at once: {aggregate:.2f} GB/s in all; "
-          f"four digests per byte bound fix at {aggregate / 4:.2f} GB/s\n")
+    # One lane per core at once, as fix runs them: two digests in step each, and for comparison one.
+    def aggregate(*flags):
+        runs = [subprocess.Popen([SHA_RATE, *flags, probe], stdout=subprocess.PIPE, text=True) for _ in range(cores)]
+        return sum(float(r.communicate()[0].split()[0]) for r in runs)
+    single, paired = aggregate(), aggregate("--pair")
+    print(f"SHA-256 with {cores} cores hashing at once: {single:.2f} GB/s one digest per core, {paired:.2f} GB/s "
+          f"two in step per core; four digests per byte bound fix at {paired / 4:.2f} GB/s\n")
     print("| layout | shard | cp | cp + sync | fix (fsynced) | fix / cp | fix / (cp + sync) | fix peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
+    others = []
     for kind in ("pad", "relayout"):
         for size_mib in (args.size_mib, args.small_mib):
-            size, med, rss = bench_layout(args.work, kind, size_mib, args.reps)
+            size, med, rss = bench_layout(args.work, kind, size_mib, args.reps, args.other)
             gb = size / 1e9
             rate = {k: gb / v for k, v in med.items()}
             print(
@@ -101,6 +157,14 @@ def main():
                 f"| {rate['fix'] / rate['cp']:.2f}x | {rate['fix'] / rate['cp+sync']:.2f}x | {rss:.1f} MiB |",
                 flush=True,
             )
+            if args.other:
+                others.append((kind, size_mib, med["fix"], med["other"]))
+    if others:
+        print(f"\nThe same loop also timed `{args.other}`:\n")
+        print("| layout | shard | fix (this build) | other build | this build's speed-up |")
+        print("|---|---|---|---|---|")
+        for kind, size_mib, this, other in others:
+            print(f"| {kind} | {size_mib} MiB | {this:.2f} s | {other:.2f} s | {other / this:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
-//! SHA-256 helpers: hex digests, and one digest per consecutive span of a byte stream.
+//! SHA-256 helpers: hex digests, digests fed in pairs, and one digest per consecutive span of a byte stream.
 
 use sha2::{Digest, Sha256};
+
+#[cfg(target_arch = "x86_64")]
+mod sha_ni;
+mod stream;
+
+pub use stream::{PairKernel, Sha256Stream, update_both, update_both_with};
 
 /// Lower-case hex of a byte string.
 pub fn to_hex(bytes: &[u8]) -> String {
@@ -40,7 +46,7 @@ pub fn git_blob_oid(content: &[u8]) -> String {
 pub struct SpanHasher {
     lens: Vec<u64>,
     digests: Vec<String>,
-    current: Sha256,
+    current: Sha256Stream,
     left_in_current: u64,
 }
 
@@ -51,17 +57,32 @@ impl SpanHasher {
             digests: Vec::with_capacity(lens.len()),
             left_in_current: lens.first().copied().unwrap_or(0),
             lens,
-            current: Sha256::new(),
+            current: Sha256Stream::default(),
         };
         h.close_empty_spans();
         h
     }
 
     /// Feeds the next bytes of the stream.
-    pub fn update(&mut self, mut data: &[u8]) {
+    pub fn update(&mut self, data: &[u8]) {
+        self.update_span_by_span(data, |current, span| current.update(span));
+    }
+
+    /// Feeds the next bytes of the stream to this and, in step with it, all of them to `whole`.
+    pub fn update_with(&mut self, data: &[u8], whole: &mut Sha256Stream) {
+        let mut fed = 0;
+        self.update_span_by_span(data, |current, span| {
+            update_both(current, span, whole, span);
+            fed += span.len();
+        });
+        // Bytes past the last span still belong to the whole stream.
+        whole.update(&data[fed..]);
+    }
+
+    fn update_span_by_span(&mut self, mut data: &[u8], mut feed: impl FnMut(&mut Sha256Stream, &[u8])) {
         while !data.is_empty() && self.digests.len() < self.lens.len() {
             let take = self.left_in_current.min(data.len() as u64) as usize;
-            self.current.update(&data[..take]);
+            feed(&mut self.current, &data[..take]);
             self.left_in_current -= take as u64;
             data = &data[take..];
             self.close_empty_spans();
@@ -71,7 +92,7 @@ impl SpanHasher {
     fn close_empty_spans(&mut self) {
         while self.left_in_current == 0 && self.digests.len() < self.lens.len() {
             let done = std::mem::take(&mut self.current);
-            self.digests.push(finish_hex(done));
+            self.digests.push(done.finish_hex());
             self.left_in_current = self.lens.get(self.digests.len()).copied().unwrap_or(0);
         }
     }
@@ -111,8 +132,18 @@ mod tests {
             data.chunks(chunk).for_each(|c| h.update(c));
             assert_eq!(h.finish().as_ref(), Some(&expected), "chunk {chunk}");
         }
-        let mut short = SpanHasher::new(lens);
+        let mut short = SpanHasher::new(lens.clone());
         short.update(&data[..50]);
         assert_eq!(short.finish(), None);
+
+        // Fed in step with a whole-stream digest, bytes past the last span included.
+        let mut trailing = data.clone();
+        trailing.extend_from_slice(b"after the spans");
+        for chunk in [1, 7, 64, 1000] {
+            let (mut h, mut whole) = (SpanHasher::new(lens.clone()), Sha256Stream::with_prefix(b"head"));
+            trailing.chunks(chunk).for_each(|c| h.update_with(c, &mut whole));
+            assert_eq!(h.finish().as_ref(), Some(&expected), "chunk {chunk}");
+            assert_eq!(whole.finish_hex(), sha256_hex(&[&b"head"[..], &trailing].concat()), "chunk {chunk}");
+        }
     }
 }
