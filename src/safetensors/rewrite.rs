@@ -201,27 +201,49 @@ fn plan_moves(shard: &ShardHeader, plan: &LayoutPlan) -> Vec<(u64, u64, u64)> {
     moves
 }
 
-/// Bytes copied between two flushes of the copy to disk.
+/// Bytes copied between two requests to flush the copy to disk.
 const FLUSH_BYTES: u64 = 64 << 20;
 
-/// Copies each range with `io::copy`, which Linux serves with copy_file_range between files, flushing each
-/// 64 MiB to disk as it lands. This thread only copies, so its waits for the disk overlap the hashing on the
-/// other threads, and the final fsync finds little left to write (a 2 GiB `fix`: 3.53 s → 2.99 s here).
+/// Copies each range with `io::copy`, which Linux serves with copy_file_range between files, and has a
+/// thread of its own flush what has landed each 64 MiB. The flushes keep the disk busy while the copy and the
+/// hashing go on, so the final fsync finds little left to write, and the copy never waits for the disk. On
+/// a 2 GiB shard here, flushing in line between pieces finished the copy after 2.4–2.7 s, after the
+/// hashing; flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`.
 fn copy_moves(mut from: File, mut to: File, moves: &[(u64, u64, u64)]) -> io::Result<()> {
+    let flush_to = to.try_clone()?;
+    std::thread::scope(|scope| {
+        // One request waiting at most: a flush that starts later covers everything copied before it.
+        let (request, requests) = std::sync::mpsc::sync_channel::<()>(1);
+        let flusher = scope.spawn(move || -> io::Result<()> {
+            for () in requests {
+                flush_to.sync_data()?;
+            }
+            Ok(())
+        });
+        let copied = copy_ranges(&mut from, &mut to, moves, &mut || {
+            let _ = request.try_send(());
+        });
+        drop(request);
+        let flushed = flusher.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        copied.and(flushed)
+    })
+}
+
+fn copy_ranges(from: &mut File, to: &mut File, moves: &[(u64, u64, u64)], flush: &mut dyn FnMut()) -> io::Result<()> {
     for &(src, dst, len) in moves {
         from.seek(SeekFrom::Start(src))?;
         to.seek(SeekFrom::Start(dst))?;
         let mut done = 0;
         while done < len {
             let piece = FLUSH_BYTES.min(len - done);
-            let copied = io::copy(&mut (&mut from).take(piece), &mut to)?;
+            let copied = io::copy(&mut (&mut *from).take(piece), to)?;
             if copied != piece {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("source ended {} bytes early", len - done - copied),
                 ));
             }
-            to.sync_data()?;
+            flush();
             done += piece;
         }
     }
