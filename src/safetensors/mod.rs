@@ -1,6 +1,7 @@
 //! The safetensors format: strict parsing, alignment classification, layout planning and re-layout.
 
 pub mod classify;
+pub mod direct;
 pub mod dtype;
 pub mod error;
 pub mod header;

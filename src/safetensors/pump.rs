@@ -3,10 +3,12 @@
 //! SHA-256 runs at ~2 GB/s per core with SHA-NI, slower than the disks this runs on, and a rewrite needs up to
 //! four digests of every byte. So the calling thread only reads and writes, and the digests are split into
 //! two lanes that each hash every chunk on a thread of their own. A lane of two digests feeds them in step
-//! ([`update_both`]), which interleaves their compressions on one core.
+//! ([`update_both`]), which interleaves their compressions on one core. An optional writer gets every chunk
+//! too, on a thread of its own.
 
 use std::io::{self, Read};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::hashing::{Sha256Stream, SpanHasher, update_both};
@@ -71,30 +73,41 @@ impl Digest {
 pub enum PumpError {
     /// Reading the input.
     Read(io::Error),
-    /// The sink (writing the output).
-    Sink(io::Error),
+    /// The writer (writing the output).
+    Write(io::Error),
 }
 
-/// Reads up to `len` bytes from `reader` chunk by chunk. Each chunk goes to `sink` (with its offset) on this
-/// thread and to every digest of both lanes on two scoped threads. Returns the lanes and the bytes read,
-/// which is less than `len` only if the reader ended early.
+/// What a pump's writer does with each chunk, in order, on a thread of its own.
+pub type Writer<'w> = &'w mut (dyn FnMut(&[u8]) -> io::Result<()> + Send);
+
+type Chunk = Arc<Vec<u8>>;
+
+/// Reads up to `len` bytes from `reader` chunk by chunk. Each chunk goes to every digest of both lanes and to
+/// `writer`, each on a scoped thread of its own, so this thread only reads. Returns the lanes and the bytes
+/// read, which is less than `len` only if the reader ended early. A failing writer stops the pump.
 pub fn pump(
     reader: &mut dyn Read,
     len: u64,
     lanes: [Vec<Digest>; 2],
-    sink: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+    writer: Option<Writer<'_>>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<([Vec<Digest>; 2], u64), PumpError> {
+    let consumers = lanes.len() + usize::from(writer.is_some());
+    let write_failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(2 * MAX_BUFFERS);
+        // Each buffer comes back once per consumer: with room for all of them, no consumer waits to return one.
+        let (back_tx, back_rx) = sync_channel::<Chunk>(consumers * MAX_BUFFERS);
         let mut senders = Vec::new();
-        let mut handles = Vec::new();
-        for mut lane in lanes {
-            let (tx, rx) = sync_channel::<Arc<Vec<u8>>>(2);
-            let back = back_tx.clone();
+        let mut subscribe = || {
+            let (tx, rx) = sync_channel::<Chunk>(2);
             senders.push(tx);
-            handles.push(scope.spawn(move || {
-                for chunk in rx {
+            (rx, back_tx.clone())
+        };
+        let mut lane_threads = Vec::new();
+        for mut lane in lanes {
+            let (chunks, back) = subscribe();
+            lane_threads.push(scope.spawn(move || {
+                for chunk in chunks {
                     Digest::update_lane(&mut lane, &chunk);
                     // The reader may have finished; a buffer nobody takes back is simply freed.
                     let _ = back.send(chunk);
@@ -102,52 +115,71 @@ pub fn pump(
                 lane
             }));
         }
+        let writer_thread = writer.map(|write| {
+            let (chunks, back) = subscribe();
+            let failed = &write_failed;
+            scope.spawn(move || {
+                let mut result = Ok(());
+                for chunk in chunks {
+                    // After a failure the chunks still go back, so the reader never waits for a buffer.
+                    if result.is_ok() {
+                        result = write(&chunk);
+                        failed.store(result.is_err(), Ordering::Relaxed);
+                    }
+                    let _ = back.send(chunk);
+                }
+                result
+            })
+        });
         drop(back_tx);
-        let result = feed(reader, len, &senders, &back_rx, sink, progress);
+        let fed = feed(reader, len, &senders, &back_rx, &write_failed, progress);
         drop(senders);
-        let mut done = handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let join = |h: std::thread::ScopedJoinHandle<'_, _>| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let mut done = lane_threads.into_iter().map(join);
         let lanes = [done.next().unwrap_or_default(), done.next().unwrap_or_default()];
-        result.map(|read| (lanes, read))
+        let written = writer_thread.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let read = fed.map_err(PumpError::Read)?;
+        written.transpose().map_err(PumpError::Write)?;
+        Ok((lanes, read))
     })
 }
 
 fn feed(
     reader: &mut dyn Read,
     len: u64,
-    senders: &[SyncSender<Arc<Vec<u8>>>],
-    returned: &Receiver<Arc<Vec<u8>>>,
-    sink: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+    senders: &[SyncSender<Chunk>],
+    returned: &Receiver<Chunk>,
+    write_failed: &AtomicBool,
     progress: &mut dyn FnMut(u64),
-) -> Result<u64, PumpError> {
+) -> io::Result<u64> {
     let mut allocated = 0;
     let mut offset = 0u64;
-    while offset < len {
+    while offset < len && !write_failed.load(Ordering::Relaxed) {
         let mut buf = next_buffer(returned, &mut allocated);
         let want = (len - offset).min(CHUNK_BYTES as u64) as usize;
         buf.resize(want, 0);
-        let n = read_full(reader, &mut buf).map_err(PumpError::Read)?;
+        let n = read_full(reader, &mut buf)?;
         if n == 0 {
             break;
         }
         buf.truncate(n);
         let chunk = Arc::new(buf);
         for tx in senders {
-            // A lane only hangs up by panicking, which `pump` re-raises when joining it.
+            // A consumer only hangs up by panicking, which `pump` re-raises when joining it.
             let _ = tx.send(Arc::clone(&chunk));
         }
-        sink(offset, &chunk).map_err(PumpError::Sink)?;
         offset += n as u64;
         progress(n as u64);
     }
     Ok(offset)
 }
 
-/// A buffer both lanes are done with, or a new one while fewer than [`MAX_BUFFERS`] exist.
-fn next_buffer(returned: &Receiver<Arc<Vec<u8>>>, allocated: &mut usize) -> Vec<u8> {
+/// A buffer every consumer is done with, or a new one while fewer than [`MAX_BUFFERS`] exist.
+fn next_buffer(returned: &Receiver<Chunk>, allocated: &mut usize) -> Vec<u8> {
     loop {
         let back = if *allocated < MAX_BUFFERS { returned.try_recv().ok() } else { returned.recv().ok() };
         match back {
-            // Each buffer comes back once per lane; the last copy back is the one we can reuse.
+            // Each buffer comes back once per consumer; the last copy back is the one we can reuse.
             Some(chunk) => {
                 if let Ok(buf) = Arc::try_unwrap(chunk) {
                     return buf;
@@ -193,11 +225,10 @@ mod tests {
             &mut &data[..],
             data.len() as u64,
             lanes,
-            &mut |off, chunk| {
-                assert_eq!(off, copy.len() as u64);
+            Some(&mut |chunk| {
                 copy.extend_from_slice(chunk);
                 Ok(())
-            },
+            }),
             &mut |n| seen += n,
         )
         .unwrap();
@@ -215,23 +246,30 @@ mod tests {
     }
 
     #[test]
-    fn a_failing_sink_stops_the_pump() {
-        let data = vec![1u8; 2 * CHUNK_BYTES];
+    fn a_failing_writer_stops_the_pump() {
+        let data = vec![1u8; 64 * CHUNK_BYTES];
+        let (mut calls, mut read_chunks) = (0, 0);
         let err = pump(
             &mut &data[..],
             data.len() as u64,
-            [vec![], vec![]],
-            &mut |_, _| Err(io::Error::other("disk full")),
-            &mut |_| {},
+            [vec![Digest::whole_with_prefix(b"")], vec![]],
+            Some(&mut |_| {
+                calls += 1;
+                Err(io::Error::other("disk full"))
+            }),
+            &mut |_| read_chunks += 1,
         )
         .unwrap_err();
-        assert!(matches!(err, PumpError::Sink(e) if e.to_string() == "disk full"));
+        assert!(matches!(err, PumpError::Write(e) if e.to_string() == "disk full"));
+        // The writer was tried once, and the reader stopped within the chunks already in flight.
+        assert_eq!(calls, 1);
+        assert!(read_chunks <= 2 * MAX_BUFFERS, "read {read_chunks} of 64 chunks after the failure");
     }
 
     #[test]
     fn a_short_reader_reports_how_much_it_gave() {
         let data = [1u8; 100];
-        let (_, read) = pump(&mut &data[..], 1000, [vec![], vec![]], &mut |_, _| Ok(()), &mut |_| {}).unwrap();
+        let (_, read) = pump(&mut &data[..], 1000, [vec![], vec![]], None, &mut |_| {}).unwrap();
         assert_eq!(read, 100);
     }
 }

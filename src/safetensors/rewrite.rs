@@ -9,9 +9,10 @@ use std::time::Instant;
 use thiserror::Error;
 
 use super::classify::{Alignment, classify};
+use super::direct::DirectWriter;
 use super::header::LEN_PREFIX;
 use super::plan::LayoutPlan;
-use super::pump::{Digest, PumpError, pump};
+use super::pump::{Digest, PumpError, Writer, pump};
 use super::read::{ShardHeader, read_shard_header};
 use crate::hashing::SpanHasher;
 use crate::io_error::PathIoError;
@@ -89,23 +90,33 @@ pub fn rewrite(
     let mut prefix = plan.header_len().to_le_bytes().to_vec();
     prefix.extend_from_slice(&plan.header);
     let out = temp.as_file_mut();
-    out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
 
-    // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of its
-    // own, in the new order, while this thread reads the source front to back for the hashes.
-    let moves = plan_moves(shard, plan);
-    let copy_from = File::open(src).map_err(io_error(src, "open"))?;
-    let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
-    let sequential = plan.keeps_payload();
-    let new_file = sequential.then(|| Digest::whole_with_prefix(&prefix));
-    let (source, new_file) = std::thread::scope(|scope| {
-        let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
-        let hashed = stream_source(src, shard, new_file, progress);
-        let copied = copier.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        let hashed = hashed?;
-        copied.map_err(io_error(&temp_path, "write"))?;
-        Ok::<_, RewriteError>(hashed)
-    })?;
+    let (source, new_file) = if plan.keeps_payload() {
+        // The result is the new prefix and then the payload as it is: written from the very buffers the
+        // hashing reads, past the page cache (see `direct`).
+        let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
+        let mut writer = DirectWriter::new(&temp_path, buffered, &prefix, true);
+        let new_file = Some(Digest::whole_with_prefix(&prefix));
+        let hashed =
+            stream_source(src, shard, new_file, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
+        writer.finish().map_err(io_error(&temp_path, "write"))?;
+        hashed
+    } else {
+        out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
+        // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
+        // its own, in the new order, while this thread reads the source front to back for the hashes.
+        let moves = plan_moves(shard, plan);
+        let copy_from = File::open(src).map_err(io_error(src, "open"))?;
+        let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
+        std::thread::scope(|scope| {
+            let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
+            let hashed = stream_source(src, shard, None, None, progress);
+            let copied = copier.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let hashed = hashed?;
+            copied.map_err(io_error(&temp_path, "write"))?;
+            Ok::<_, RewriteError>(hashed)
+        })?
+    };
 
     let (new_file_sha256, new_payload_sha256) = match new_file {
         Some(hex) => (hex, source.src_payload_sha256.clone()),
@@ -134,7 +145,7 @@ fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> RewriteE
 
 /// Hashes a shard that needs no rewrite, giving the same record a rewrite would.
 pub fn hash_unchanged(src: &Path, shard: &ShardHeader, progress: Progress<'_>) -> Result<ShardHashes, RewriteError> {
-    let (hashes, _) = stream_source(src, shard, None, progress)?;
+    let (hashes, _) = stream_source(src, shard, None, None, progress)?;
     Ok(ShardHashes {
         new_file_sha256: hashes.src_file_sha256.clone(),
         new_payload_sha256: hashes.src_payload_sha256.clone(),
@@ -143,12 +154,13 @@ pub fn hash_unchanged(src: &Path, shard: &ShardHeader, progress: Progress<'_>) -
 }
 
 /// Reads the source once, front to back, hashing the file, the payload and each tensor (and, when given, the
-/// new file, whose prefix it already holds). The `new_*` fields of the result are left empty; the new file's
-/// digest comes back beside it.
+/// new file, whose prefix it already holds), and handing the payload to `writer` (writing the file named with
+/// it) when given. The `new_*` fields of the result are left empty; the new file's digest comes back beside it.
 fn stream_source(
     src: &Path,
     shard: &ShardHeader,
     new_file: Option<Digest>,
+    writer: Option<(&Path, Writer<'_>)>,
     progress: Progress<'_>,
 ) -> Result<(ShardHashes, Option<String>), RewriteError> {
     let header = &shard.header;
@@ -166,10 +178,11 @@ fn stream_source(
         [Some(Digest::Spans(spans)), new_file].into_iter().flatten().collect(),
     ];
     file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;
-    let ([a, b], read) =
-        pump(&mut file, header.data_len(), lanes, &mut |_, _| Ok(()), progress).map_err(|e| match e {
-            PumpError::Read(source) | PumpError::Sink(source) => io_error(src, "read")(source),
-        })?;
+    let (written, writer) = writer.unzip();
+    let ([a, b], read) = pump(&mut file, header.data_len(), lanes, writer, progress).map_err(|e| match e {
+        PumpError::Read(source) => io_error(src, "read")(source),
+        PumpError::Write(source) => io_error(written.unwrap_or(src), "write")(source),
+    })?;
     let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
     let mut b = b.into_iter();
     let tensor_sha256 = b.next().and_then(Digest::into_spans).filter(|_| read == header.data_len());
@@ -269,8 +282,8 @@ fn read_back(
     let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
     out.seek(SeekFrom::Start(plan.data_start())).map_err(ReadBack::Io)?;
     let lanes = [vec![Digest::whole_with_prefix(prefix), Digest::whole_with_prefix(b"")], vec![Digest::Spans(spans)]];
-    let ([a, b], _) = pump(out, data_len, lanes, &mut |_, _| Ok(()), &mut |_| {}).map_err(|e| match e {
-        PumpError::Read(e) | PumpError::Sink(e) => ReadBack::Io(e),
+    let ([a, b], _) = pump(out, data_len, lanes, None, &mut |_| {}).map_err(|e| match e {
+        PumpError::Read(e) | PumpError::Write(e) => ReadBack::Io(e),
     })?;
     let short = || ReadBack::Mismatch("result is shorter than planned".into());
     let digests = b.into_iter().next().and_then(Digest::into_spans).ok_or_else(short)?;
