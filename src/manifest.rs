@@ -149,7 +149,11 @@ impl Manifest {
             serde_json::Serializer::with_formatter(&mut json, serde_json::ser::PrettyFormatter::with_indent(b" "));
         self.serialize(&mut ser).map_err(|e| io_err(io::Error::other(e)))?;
         json.push(b'\n');
-        let mut temp = tempfile::Builder::new().prefix(".manifest.").tempfile_in(dir).map_err(io_err)?;
+        let mut builder = tempfile::Builder::new();
+        // As any new file, not the 0600 of a temporary one: the manifest ships with the model.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let mut temp = builder.prefix(".manifest.").tempfile_in(dir).map_err(io_err)?;
         temp.write_all(&json).and_then(|()| temp.as_file().sync_all()).map_err(io_err)?;
         temp.persist(&path).map_err(|e| io_err(e.error))?;
         Ok(path)
@@ -159,4 +163,28 @@ impl Manifest {
 /// Rounds seconds to the two decimals Mei records.
 pub fn round_seconds(seconds: f64) -> f64 {
     (seconds * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_manifest_is_created_like_any_new_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let manifest: Manifest = serde_json::from_str(
+            r#"{"tool": "t", "generated_utc": "2026-11-29T00:00:00Z", "source_dir": ".", "target_alignment": 8,
+                "shards": []}"#,
+        )
+        .unwrap();
+        let path = manifest.write(dir.path()).unwrap();
+        // Whatever this process's umask, a plain new file gets the same mode, and a temporary one 0600.
+        let reference = dir.path().join("reference");
+        std::fs::write(&reference, b"").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), mode(&reference));
+        assert_eq!(Manifest::read(dir.path()).unwrap(), Some(manifest));
+    }
 }

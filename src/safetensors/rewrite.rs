@@ -85,6 +85,10 @@ pub fn rewrite(
         .tempfile_in(dir)
         .map_err(io_error(dir, "create temporary file"))?;
     let temp_path = temp.path().to_owned();
+    // Temporary files are private (0600); the result keeps the source's mode, or an in-place fix would lock
+    // everyone else out of a shared model directory.
+    let source_mode = std::fs::metadata(src).map_err(io_error(src, "stat"))?.permissions();
+    temp.as_file().set_permissions(source_mode).map_err(io_error(&temp_path, "set permissions"))?;
 
     let header = &shard.header;
     let mut prefix = plan.header_len().to_le_bytes().to_vec();

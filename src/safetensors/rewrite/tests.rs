@@ -113,3 +113,24 @@ fn a_failed_write_leaves_the_destination_alone() {
     assert!(err.to_string().contains("changed size"), "{err}");
     assert_eq!(std::fs::read(&src).unwrap(), b"short");
 }
+
+#[cfg(unix)]
+#[test]
+fn the_result_keeps_the_source_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let padded_only = vec![SynthTensor::filled("w", Dtype::U32, &[6]), SynthTensor::filled("b", Dtype::U8, &[3])];
+    for (tensors, in_place) in
+        [(hostile(), false), (hostile(), true), (padded_only.clone(), false), (padded_only, true)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("model.safetensors");
+        std::fs::write(&src, write_mlx_style(&tensors, Some("mlx"))).unwrap();
+        std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let shard = read_shard_header(&src).unwrap();
+        let p = plan(&shard.header, &shard.raw_json, Alignment::DEFAULT).unwrap();
+        let dst = if in_place { src.clone() } else { dir.path().join("out.safetensors") };
+        rewrite(&src, &shard, &p, &dst, &mut |_| {}).unwrap();
+        let mode = std::fs::metadata(&dst).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640, "{:?}, in place: {in_place}", p.method);
+    }
+}
