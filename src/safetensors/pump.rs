@@ -1,8 +1,8 @@
 //! Moving a byte stream while hashing it on the other cores.
 //!
 //! SHA-256 runs at ~2 GB/s per core with SHA-NI, slower than the disks this runs on, and a rewrite needs up to
-//! four digests of every byte. So the calling thread only reads and writes, and the digests are split into
-//! two lanes that each hash every chunk on a thread of their own. A lane of two digests feeds them in step
+//! four digests of every byte. So the calling thread only reads, and the digests are split into two lanes
+//! that each hash every chunk on a thread of their own. A lane of two digests feeds them in step
 //! ([`update_both`]), which interleaves their compressions on one core. An optional writer gets every chunk
 //! too, on a thread of its own.
 
@@ -10,6 +10,7 @@ use std::io::{self, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::ScopedJoinHandle;
 
 use crate::hashing::{Sha256Stream, SpanHasher, update_both};
 
@@ -134,14 +135,18 @@ pub fn pump(
         drop(back_tx);
         let fed = feed(reader, len, &senders, &back_rx, &write_failed, progress);
         drop(senders);
-        let join = |h: std::thread::ScopedJoinHandle<'_, _>| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         let mut done = lane_threads.into_iter().map(join);
         let lanes = [done.next().unwrap_or_default(), done.next().unwrap_or_default()];
-        let written = writer_thread.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let written = writer_thread.map(join);
         let read = fed.map_err(PumpError::Read)?;
         written.transpose().map_err(PumpError::Write)?;
         Ok((lanes, read))
     })
+}
+
+/// A consumer's result; its panic, if it panicked, carries on here.
+fn join<T>(thread: ScopedJoinHandle<'_, T>) -> T {
+    thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 fn feed(

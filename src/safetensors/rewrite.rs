@@ -206,13 +206,10 @@ fn stream_source(
     Ok((hashes, new_file_sha256))
 }
 
-/// Byte ranges to copy, `(source offset, destination offset, length)`, in destination order so the result
-/// grows front to back with no holes: one range when the payload keeps its order, one per tensor otherwise.
+/// Byte ranges to copy, `(source offset, destination offset, length)`, one per tensor, in destination order
+/// so the result grows front to back with no holes.
 fn plan_moves(shard: &ShardHeader, plan: &LayoutPlan) -> Vec<(u64, u64, u64)> {
     let (from, to) = (shard.header.data_start(), plan.data_start());
-    if plan.keeps_payload() {
-        return vec![(from, to, shard.header.data_len())];
-    }
     let mut moves: Vec<_> = plan.placements.iter().map(|p| (from + p.src_begin, to + p.dst_begin, p.len)).collect();
     moves.sort_by_key(|m| m.1);
     moves
@@ -223,9 +220,10 @@ const FLUSH_BYTES: u64 = 64 << 20;
 
 /// Copies each range with `io::copy`, which Linux serves with copy_file_range between files, and has a
 /// thread of its own flush what has landed each 64 MiB. The flushes keep the disk busy while the copy and the
-/// hashing go on, so the final fsync finds little left to write, and the copy never waits for the disk. On
-/// a 2 GiB shard here, flushing in line between pieces finished the copy after 2.4–2.7 s, after the
-/// hashing; flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`.
+/// hashing go on, so the final fsync finds little left to write, and the copy never waits for the disk.
+/// Copying a 2 GiB shard here, flushing in line between pieces finished after 2.4–2.7 s, after the hashing;
+/// flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`. (Writing a re-laid result past the page
+/// cache, as `header_pad` results are, was tried: the read-back then comes from the disk, and took longer.)
 fn copy_moves(mut from: File, mut to: File, moves: &[(u64, u64, u64)]) -> io::Result<()> {
     let flush_to = to.try_clone()?;
     std::thread::scope(|scope| {
