@@ -99,7 +99,8 @@ pub fn rewrite(
         // The result is the new prefix and then the payload as it is: written from the very buffers the
         // hashing reads, past the page cache (see `direct`).
         let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
-        let mut writer = DirectWriter::new(&temp_path, buffered, &prefix, true);
+        let mut writer = DirectWriter::new(&temp_path, buffered, true);
+        writer.write(&prefix).map_err(io_error(&temp_path, "write"))?;
         let new_file = Some(Digest::whole_with_prefix(&prefix));
         let hashed =
             stream_source(src, shard, new_file, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
