@@ -405,25 +405,28 @@ impl Store {
     /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
     /// failure fails it for good. `false` if the runner no longer holds the job.
     pub async fn metal_result(&self, id: i64, runner: &str, passed: bool, record: &str) -> Result<bool, StoreError> {
-        let held = sqlx::query_scalar::<_, i64>(
-            "SELECT COUNT(*) FROM jobs WHERE id = ? AND lease_owner = ? AND state = 'awaiting_metal_verify'",
+        // Checked and recorded in one statement: a lease that lapses and goes to another runner between a
+        // check and the write would otherwise let two results in. A failure keeps the lease until the
+        // job is failed just below, so no runner claims it in between.
+        let taken = sqlx::query(
+            "UPDATE jobs SET verification = ?1, updated_at = ?2,
+                state = CASE WHEN ?3 THEN 'publishing' ELSE state END,
+                lease_owner = CASE WHEN ?3 THEN NULL ELSE lease_owner END,
+                lease_expires_at = CASE WHEN ?3 THEN NULL ELSE lease_expires_at END
+             WHERE id = ?4 AND lease_owner = ?5 AND state = 'awaiting_metal_verify'",
         )
+        .bind(record)
+        .bind(crate::time::now_utc())
+        .bind(passed)
         .bind(id)
         .bind(runner)
-        .fetch_one(self.pool())
+        .execute(self.pool())
         .await
-        .map_err(sql("read job"))?;
-        if held == 0 {
+        .map_err(sql("metal result"))?;
+        if taken.rows_affected() == 0 {
             return Ok(false);
         }
-        self.set_job_verification(id, record).await?;
         if passed {
-            sqlx::query("UPDATE jobs SET state = 'publishing', lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?")
-                .bind(crate::time::now_utc())
-                .bind(id)
-                .execute(self.pool())
-                .await
-                .map_err(sql("metal result"))?;
             self.job_event(id, "publishing", Some("Metal check passed")).await?;
         } else {
             let reason = format!("Metal load check failed: {record}");
@@ -535,5 +538,32 @@ mod tests {
         assert_eq!(backoff(0), Duration::from_secs(60));
         assert_eq!(backoff(2), Duration::from_secs(240));
         assert_eq!(backoff(30), Duration::from_secs(3600));
+    }
+
+    #[tokio::test]
+    async fn only_the_runner_holding_a_job_records_its_metal_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        let lease = Duration::from_secs(60);
+        for passed in [true, false] {
+            let job = store.job_for(&format!("ns/passed-{passed}"), "sha", "metal").await.unwrap();
+            store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
+            store.finish_job(job.id, &JobOutcome::AwaitMetal).await.unwrap();
+            store.claim_metal_job("runner-a", lease).await.unwrap().unwrap();
+            // runner-a's lease runs out, and runner-b takes the job over.
+            sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = ?")
+                .bind(job.id)
+                .execute(store.pool())
+                .await
+                .unwrap();
+            assert_eq!(store.claim_metal_job("runner-b", lease).await.unwrap().map(|j| j.id), Some(job.id));
+            assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
+            let record = format!(r#"{{"ok": {passed}}}"#);
+            assert!(store.metal_result(job.id, "runner-b", passed, &record).await.unwrap());
+            let after = store.job(job.id).await.unwrap().unwrap();
+            assert_eq!(after.state, if passed { "publishing" } else { "failed" });
+            assert_eq!(after.verification.as_deref(), Some(record.as_str()));
+            assert!(!store.metal_result(job.id, "runner-b", passed, "{}").await.unwrap(), "a second result");
+        }
     }
 }
