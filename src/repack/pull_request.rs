@@ -76,10 +76,11 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
     for name in names.into_iter().filter(|n| n != "README.md" && !n.starts_with('.')) {
         operations.push(CommitOperation::add_file(name.clone(), dir.join(&name)));
     }
+    prime(hub, repo, sources).await;
+    // Again after priming, the last step before the commit, for a worker that opened one meanwhile.
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
-    prime(hub, repo, sources).await;
     let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
     let info = hf
         .model(ns, name)
