@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{caller, head_for, now, proposable_repo, store_bytes, writable_repo};
+use super::{caller, head_for, now, proposable_repo, repo_mut, store_bytes, writable_repo};
 use crate::sim::Shared;
 use crate::sim::error::HubError;
 use crate::sim::ingest::is_lfs_path;
@@ -128,7 +128,7 @@ pub(in crate::sim) async fn commit(
         }
     }
     let mut repos = sim.repos_mut();
-    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let repo = repo_mut(&mut repos, &id)?;
     let target = if create_pr { "main" } else { revision.as_str() };
     let head = head_for(repo, target)?;
     if let Some(parent) = parent_commit.as_deref()

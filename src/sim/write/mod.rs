@@ -66,6 +66,11 @@ pub(super) fn writable_repo<'a>(
     Ok(repo)
 }
 
+/// A repo to change, by id, for a caller already checked to be signed in and allowed to.
+pub(super) fn repo_mut<'a>(repos: &'a mut BTreeMap<String, Repo>, id: &str) -> Result<&'a mut Repo, HubError> {
+    repos.get_mut(id).ok_or_else(|| HubError::repo_not_found(id, true))
+}
+
 /// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
 /// (Clients do not say a preupload, LFS batch or Xet write token is for a PR, so those accept this too.)
 pub(super) fn proposable_repo<'a>(

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{caller, head_for, now, proposable_repo, store_bytes};
+use super::{caller, head_for, now, proposable_repo, repo_mut, store_bytes};
 use crate::sim::auth::can_write;
 use crate::sim::error::HubError;
 use crate::sim::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
@@ -106,7 +106,7 @@ pub(in crate::sim) async fn settings(
     can_write(&ns, caller)?;
     let id = format!("{ns}/{name}");
     let mut repos = sim.repos_mut();
-    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let repo = repo_mut(&mut repos, &id)?;
     if let Some(p) = body.get("private").and_then(Value::as_bool) {
         repo.meta.private = p;
     }
@@ -142,7 +142,7 @@ pub(in crate::sim) async fn create_discussion(
     }
     let title = body["title"].as_str().unwrap_or("Pull request").to_owned();
     let mut repos = sim.repos_mut();
-    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let repo = repo_mut(&mut repos, &id)?;
     let head = head_for(repo, "main")?.sha.clone();
     let num = repo.pull_requests.len() as u64 + 1;
     let author = caller.map(|a| a.user.clone()).unwrap_or_default();
@@ -214,7 +214,7 @@ pub(in crate::sim) async fn set_discussion_status(
     can_write(&ns, caller)?;
     let id = format!("{ns}/{name}");
     let mut repos = sim.repos_mut();
-    let repo = repos.get_mut(&id).ok_or_else(|| HubError::repo_not_found(&id, true))?;
+    let repo = repo_mut(&mut repos, &id)?;
     let pr = repo
         .pull_requests
         .iter_mut()
