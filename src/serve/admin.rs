@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::sync::Notify;
 
+use super::internal;
 use crate::repack::runner::bearer_matches;
 use crate::store::Store;
 
@@ -59,8 +60,8 @@ async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, Path(id): Pa
                 tracing::info!(job.id = id, "job requeued by an administrator");
                 Json(job).into_response()
             }
-            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            Err(e) => internal(e),
         },
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Err(e) => internal(e),
     }
 }

@@ -6,11 +6,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::AppState;
-
-fn internal(e: impl std::fmt::Display) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-}
+use super::{AppState, internal};
 
 /// `GET /healthz`: the store answers.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {

@@ -31,6 +31,12 @@ pub struct AppState {
     hub_url: String,
 }
 
+/// A 500 that says what failed.
+fn internal(e: impl std::fmt::Display) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+}
+
 /// How the service runs.
 pub struct ServeConfig {
     /// Where to listen.

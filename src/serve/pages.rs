@@ -7,7 +7,7 @@ use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment, context};
 use serde::Deserialize;
 
-use super::AppState;
+use super::{AppState, internal};
 
 /// Repos per page on a namespace's page.
 const PAGE: i64 = 100;
@@ -28,10 +28,6 @@ fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Response {
         Ok(html) => Html(html).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering {name}: {e}")).into_response(),
     }
-}
-
-fn internal(e: impl std::fmt::Display) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
 }
 
 fn size_label(bytes: i64) -> String {
