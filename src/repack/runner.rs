@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
 
 use crate::store::Store;
 
@@ -173,12 +174,17 @@ pub async fn run_once(
         std::fs::create_dir_all(dir.join(side)).map_err(|e| e.to_string())?;
         for name in &claim.files {
             let url = format!("{service}/api/verifier/jobs/{}/{side}/{name}", claim.job_id);
-            let r = auth(http.get(&url)).send().await.map_err(|e| format!("{url}: {e}"))?;
+            let mut r = auth(http.get(&url)).send().await.map_err(|e| format!("{url}: {e}"))?;
             if !r.status().is_success() {
                 return Err(format!("{url}: HTTP {}", r.status()));
             }
-            let bytes = r.bytes().await.map_err(|e| format!("{url}: {e}"))?;
-            std::fs::write(dir.join(side).join(name), bytes).map_err(|e| e.to_string())?;
+            // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
+            let path = dir.join(side).join(name);
+            let mut file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            while let Some(chunk) = r.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+                file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     let record = match super::mlx::check(python, script, &dir.join("source"), &dir.join("aligned"), device) {
