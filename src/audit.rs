@@ -2,12 +2,15 @@
 //! what loaders would copy. Resumable: a repo is recorded in one transaction once all its shards are probed,
 //! and a later run skips every repo already audited at its listed commit.
 
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use serde::Serialize;
 use thiserror::Error;
 use tracing::Instrument;
 
 use crate::hub::listing::{ListQuery, ListedRepo};
+use crate::hub::pages::Pagination;
 use crate::hub::{Access, HubClient, HubError};
 use crate::safetensors::{Alignment, classify};
 use crate::store::{RepoOutcome, RepoState, RunStats, ShardRow, Store, StoreError};
@@ -25,7 +28,12 @@ pub struct AuditOptions {
     pub force: bool,
     /// Data-section alignment the verdicts are judged against.
     pub alignment: Alignment,
+    /// The longest a run may take; one that reaches it ends `interrupted` and the next run resumes.
+    pub deadline: Duration,
 }
+
+/// How long a run may take unless told otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(6 * 3600);
 
 impl Default for AuditOptions {
     fn default() -> Self {
@@ -35,6 +43,7 @@ impl Default for AuditOptions {
             probe_bytes: crate::hub::probe::DEFAULT_PROBE_BYTES,
             force: false,
             alignment: Alignment::DEFAULT,
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }
@@ -67,6 +76,8 @@ pub struct AuditSummary {
     pub run_id: i64,
     /// Its counters.
     pub stats: RunStats,
+    /// Why it stopped before the end (a wait longer than allowed, the deadline); the next run resumes.
+    pub interrupted: Option<String>,
 }
 
 /// Why a run stopped.
@@ -81,7 +92,19 @@ pub enum AuditError {
     Store(#[from] StoreError),
 }
 
-/// Runs one audit. `events` is called from this task only.
+/// Why a crawl ended early without failing: the run is `interrupted` and the next one resumes.
+enum Stop {
+    Interrupted(String),
+    Failed(AuditError),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Stop {
+        Stop::Failed(e.into())
+    }
+}
+
+/// Runs one audit, at most `opts.deadline` long. `events` is called from this task only.
 pub async fn audit(
     client: &HubClient,
     store: &Store,
@@ -91,19 +114,60 @@ pub async fn audit(
     store.interrupt_stale_runs().await?;
     let query_text = opts.query.first_url("");
     let run = store.start_run(client.endpoint(), &query_text).await?;
+    #[cfg(debug_assertions)]
+    debug_panic();
     let mut stats = RunStats::default();
-    let result = crawl(client, store, opts, run, &mut stats, events).await;
+    let result = match tokio::time::timeout(opts.deadline, crawl(client, store, opts, run, &mut stats, events)).await {
+        Ok(result) => result,
+        Err(_) => Err(Stop::Interrupted(format!(
+            "the run's deadline of {} s was reached; the next run resumes after the repos recorded",
+            opts.deadline.as_secs()
+        ))),
+    };
     let net = client.stats.snapshot();
     stats.api_requests = net.api_requests;
     stats.resolver_requests = net.resolver_requests;
     stats.bytes_read = net.bytes_read;
     stats.rate_limited = net.rate_limited;
     stats.retries = net.retries;
-    match &result {
-        Ok(()) => store.finish_run(run, "finished", &stats, None).await?,
-        Err(e) => store.finish_run(run, "failed", &stats, Some(&e.to_string())).await?,
+    match result {
+        Ok(()) => {
+            store.finish_run(run, "finished", &stats, None).await?;
+            Ok(AuditSummary { run_id: run, stats, interrupted: None })
+        }
+        Err(Stop::Interrupted(reason)) => {
+            tracing::warn!(run = run, reason = %reason, "audit interrupted");
+            store.finish_run(run, "interrupted", &stats, Some(&reason)).await?;
+            Ok(AuditSummary { run_id: run, stats, interrupted: Some(reason) })
+        }
+        Err(Stop::Failed(e)) => {
+            store.finish_run(run, "failed", &stats, Some(&e.to_string())).await?;
+            Err(e)
+        }
     }
-    result.map(|()| AuditSummary { run_id: run, stats })
+}
+
+/// The tests of `serve`'s supervision make audits panic: debug builds panic in the first
+/// `HUBALIGN_DEBUG_PANIC_AUDITS` audits of the process.
+#[cfg(debug_assertions)]
+fn debug_panic() {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LEFT: OnceLock<AtomicI64> = OnceLock::new();
+    let left = LEFT.get_or_init(|| {
+        AtomicI64::new(std::env::var("HUBALIGN_DEBUG_PANIC_AUDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+    });
+    if left.fetch_sub(1, Ordering::SeqCst) > 0 {
+        panic!("HUBALIGN_DEBUG_PANIC_AUDITS: a panic the tests asked for");
+    }
+}
+
+/// A Hub error that ends the run as interrupted (the next run resumes), or as failed.
+fn stop_for(e: HubError, wrap: impl FnOnce(HubError) -> AuditError) -> Stop {
+    match e {
+        HubError::WaitTooLong { .. } => Stop::Interrupted(e.to_string()),
+        e => Stop::Failed(wrap(e)),
+    }
 }
 
 async fn crawl(
@@ -113,20 +177,27 @@ async fn crawl(
     run: i64,
     stats: &mut RunStats,
     events: &mut (dyn FnMut(AuditEvent) + Send),
-) -> Result<(), AuditError> {
+) -> Result<(), Stop> {
     let mut pending: Vec<ListedRepo> = Vec::new();
-    let mut next = Some(opts.query.first_url(client.endpoint()));
+    let first = opts.query.first_url(client.endpoint());
+    let mut pages = Pagination::new(client.endpoint(), &first);
+    let mut next = Some(first);
     while let Some(url) = next.take() {
-        let mut page = client.list_page(&url).await.map_err(AuditError::Listing)?;
+        let mut page = client.list_page(&url).await.map_err(|e| stop_for(e, AuditError::Listing))?;
         if let Some(limit) = opts.query.limit {
             page.repos.truncate(limit.saturating_sub(stats.repos_listed as usize));
         }
+        for bad in &page.invalid {
+            tracing::warn!(repo.id = %bad.id, reason = %bad.reason, "invalid listing entry; skipped");
+        }
+        store.record_invalid_listings(run, &page.invalid).await?;
         let flags = store.record_listing(run, &page.repos, opts.force).await?;
         stats.repos_listed += page.repos.len() as u64;
+        stats.invalid_listings += page.invalid.len() as u64;
         pending.extend(page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r));
         events(AuditEvent::Listed { repos: stats.repos_listed, pending: pending.len() as u64 });
         if opts.query.limit.is_none_or(|l| (stats.repos_listed as usize) < l) {
-            next = page.next;
+            next = pages.next(&url, &page.headers).map_err(|e| stop_for(e, AuditError::Listing))?;
         }
     }
     let mut outcomes = futures_util::stream::iter(pending)
@@ -137,6 +208,7 @@ async fn crawl(
         .buffer_unordered(opts.concurrency.max(1));
     // Each outcome is recorded as it arrives, after its requests are done: no network call inside a transaction.
     while let Some(outcome) = outcomes.next().await {
+        let outcome = outcome.map_err(|e| Stop::Interrupted(e.to_string()))?;
         store.record_repo(run, &outcome).await?;
         stats.repos_probed += 1;
         stats.shards_probed += outcome.shards.len() as u64;
@@ -152,17 +224,19 @@ async fn crawl(
     Ok(())
 }
 
-/// Probes every shard of one repo at its listed commit.
-pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOptions) -> RepoOutcome {
+/// Probes every shard of one repo at its listed commit. A wait longer than the client allows is returned as
+/// the error: it stops the run (which the next one resumes) rather than marking repo after repo as failed.
+pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOptions) -> Result<RepoOutcome, HubError> {
     let sha = repo.sha.clone().unwrap_or_else(|| "main".to_owned());
     let outcome = |state, shards, error| RepoOutcome { id: repo.id.clone(), sha: sha.clone(), state, shards, error };
     if repo.disabled {
-        return outcome(RepoState::Disabled, Vec::new(), None);
+        return Ok(outcome(RepoState::Disabled, Vec::new(), None));
     }
     let mut shards = Vec::new();
     for path in repo.shard_paths() {
         match client.probe_header(&repo.id, &sha, &path, opts.probe_bytes).await {
             Ok(probed) => shards.push(shard_row(&repo.id, &sha, &path, probed, opts.alignment)),
+            Err(e @ HubError::WaitTooLong { .. }) => return Err(e),
             Err(e) => {
                 let state = match e.access() {
                     Some(Access::Gated) => RepoState::Gated,
@@ -177,11 +251,11 @@ pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOption
                     tracing::info!(repo.id = %repo.id, state = state.as_str(), "repository not auditable");
                 }
                 let error = (!state.is_final() || state == RepoState::Vanished).then(|| format!("{path}: {e}"));
-                return outcome(state, Vec::new(), error);
+                return Ok(outcome(state, Vec::new(), error));
             }
         }
     }
-    outcome(RepoState::Ok, shards, None)
+    Ok(outcome(RepoState::Ok, shards, None))
 }
 
 fn shard_row(repo: &str, sha: &str, path: &str, probed: crate::hub::probe::Probed, alignment: Alignment) -> ShardRow {

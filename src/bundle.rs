@@ -11,6 +11,8 @@ use thiserror::Error;
 pub const SHARD_SUFFIX: &str = ".safetensors";
 /// File-name suffix of a sharded bundle's index.
 pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
+/// Largest index read: one naming a hundred thousand tensors is a few MB.
+pub const INDEX_CAP: u64 = 64 << 20;
 
 /// A directory's shards, with its index if it has one.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +73,8 @@ struct RawIndex {
 /// Turns files, bundle directories, trees of bundles and Hugging Face cache directories into bundles.
 ///
 /// Directories are walked recursively; symlinked files are followed (a cache's `snapshots/` are symlinks
-/// into `blobs/`), symlinked directories and hidden entries are not, so nothing is visited twice.
+/// into `blobs/`), symlinked directories and hidden entries are not, so nothing is visited twice. Nothing
+/// but a regular file is ever read: special files named like shards are listed for the scan to report.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<Bundle>, DiscoverError> {
     let mut by_dir: BTreeMap<PathBuf, (Vec<PathBuf>, bool)> = BTreeMap::new();
     for path in paths {
@@ -108,7 +111,9 @@ fn walk(dir: &Path, by_dir: &mut BTreeMap<PathBuf, (Vec<PathBuf>, bool)>) -> Res
         let file_type = entry.file_type().map_err(|source| DiscoverError::Io { path: path.clone(), source })?;
         if file_type.is_dir() {
             walk(&path, by_dir)?;
-        } else if is_shard_name(&path) && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        } else if is_shard_name(&path) && !std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+            // FIFOs, devices, sockets and dangling links with a shard's name are listed too: the scan reports
+            // each as unreadable (never reading it) rather than passing over it in silence.
             let slot = by_dir.entry(dir.to_owned()).or_default();
             slot.0.push(path);
             slot.1 = true;
@@ -138,7 +143,8 @@ fn read_index(dir: &Path) -> Result<Option<BundleIndex>, DiscoverError> {
         .collect();
     names.sort();
     let Some(path) = names.into_iter().next() else { return Ok(None) };
-    let bytes = std::fs::read(&path).map_err(|source| DiscoverError::Io { path: path.clone(), source })?;
+    let bytes = crate::safe_fs::read_capped(&path, INDEX_CAP)
+        .map_err(|e| DiscoverError::BadIndex { path: path.clone(), detail: e.to_string() })?;
     let raw: RawIndex = serde_json::from_slice(&bytes)
         .map_err(|e| DiscoverError::BadIndex { path: path.clone(), detail: e.to_string() })?;
     Ok(Some(BundleIndex { path, weight_map: raw.weight_map }))

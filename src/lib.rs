@@ -7,6 +7,7 @@
 //! - [`fix`], repairing bundles in place or into a new directory, with the manifest.
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
 //! - [`sim`], a local Hugging Face Hub for tests, benchmarks and the offline demo.
+//! - [`gate`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -14,12 +15,14 @@
 pub mod audit;
 pub mod bundle;
 pub mod fix;
+pub mod gate;
 pub mod hashing;
 pub mod hub;
 pub mod io_error;
 pub mod manifest;
 pub mod repack;
 pub mod report;
+pub mod safe_fs;
 pub mod safetensors;
 pub mod scan;
 pub mod serve;

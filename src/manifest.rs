@@ -128,8 +128,10 @@ pub enum ManifestError {
 impl Manifest {
     /// Reads `dir/MEI_ALIGN_MANIFEST.json` if there is one.
     pub fn read(dir: &Path) -> Result<Option<Manifest>, ManifestError> {
+        // A manifest of tens of thousands of tensors is a few MB; a larger file is not one this tool wrote.
+        const MANIFEST_CAP: u64 = 256 << 20;
         let path = dir.join(MANIFEST_FILE);
-        match std::fs::read(&path) {
+        match crate::safe_fs::read_capped(&path, MANIFEST_CAP) {
             Ok(bytes) => {
                 serde_json::from_slice(&bytes).map(Some).map_err(|source| ManifestError::Parse { path, source })
             }

@@ -1,6 +1,21 @@
 //! UTC timestamps without a calendar dependency.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How far ahead a clamped time may lie when `now + d` does not fit the platform's clock.
+const FAR_AHEADS: [Duration; 3] =
+    [Duration::from_secs(100 * 365 * 86_400), Duration::from_secs(365 * 86_400), Duration::from_secs(86_400)];
+
+/// `now + d`, or the farthest of 100 years, a year or a day ahead that the clock can hold: a duration from
+/// outside (a `Retry-After`, a flag) never makes the arithmetic panic.
+pub fn instant_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).or_else(|| FAR_AHEADS.iter().find_map(|f| now.checked_add(*f))).unwrap_or(now)
+}
+
+/// `t + d` for wall-clock times, clamped as [`instant_after`] does.
+pub fn system_after(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d).or_else(|| FAR_AHEADS.iter().find_map(|f| t.checked_add(*f))).unwrap_or(t)
+}
 
 /// Formats seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn format_utc(unix_seconds: u64) -> String {
@@ -32,6 +47,17 @@ pub fn now_utc() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn clamped_arithmetic_never_panics() {
+        let now = Instant::now();
+        assert!(instant_after(now, Duration::MAX) > now + Duration::from_secs(86_400));
+        assert_eq!(instant_after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        let t = SystemTime::now();
+        assert!(system_after(t, Duration::from_secs(u64::MAX)) > t);
+    }
+
     #[test]
     fn known_dates() {
         assert_eq!(super::format_utc(0), "1970-01-01T00:00:00Z");

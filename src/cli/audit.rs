@@ -1,8 +1,11 @@
 //! `hubalign audit`: crawl the Hub's MLX repositories into the store.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use clap::Args;
 use hubalign::audit::{AuditEvent, AuditOptions, audit};
+use hubalign::gate;
 use hubalign::hub::listing::ListQuery;
 use hubalign::hub::retry::RetryPolicy;
 use hubalign::hub::{HubClient, HubConfig};
@@ -46,6 +49,32 @@ pub struct AuditArgs {
     /// Data-section alignment verdicts are judged against.
     #[arg(long, default_value_t = Alignment::DEFAULT)]
     alignment: Alignment,
+    #[command(flatten)]
+    bounds: HubBounds,
+}
+
+/// How long the Hub may hold a run: shared by `audit`, `worker` and `serve`.
+#[derive(Args, Clone, Copy)]
+pub struct HubBounds {
+    /// The longest wait the Hub may ask for (`Retry-After`, a `RateLimit` reset); a longer one ends the run as
+    /// interrupted, naming the wait, and the next run resumes.
+    #[arg(long, env = "HUBALIGN_MAX_WAIT", default_value_t = hubalign::hub::DEFAULT_MAX_WAIT.as_secs(), value_name = "SECS")]
+    pub max_wait: u64,
+    /// The longest an audit may run; one that reaches it ends as interrupted and the next run resumes.
+    #[arg(long, env = "HUBALIGN_DEADLINE", default_value_t = hubalign::audit::DEFAULT_DEADLINE.as_secs(), value_name = "SECS")]
+    pub deadline: u64,
+}
+
+impl HubBounds {
+    /// The client, with the wait bound applied.
+    pub fn client(&self, config: HubConfig) -> anyhow::Result<HubClient> {
+        Ok(HubClient::new(config, RetryPolicy::default())?.with_max_wait(Duration::from_secs(self.max_wait)))
+    }
+
+    /// The audit's deadline.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_secs(self.deadline.max(1))
+    }
 }
 
 pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
@@ -53,7 +82,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let store = args.store.open().await?;
         let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
-        let client = HubClient::new(config, RetryPolicy::default())?;
+        let client = args.bounds.client(config)?;
         let opts = AuditOptions {
             query: ListQuery {
                 filters: args.filters.clone(),
@@ -65,6 +94,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             probe_bytes: args.probe_bytes,
             force: args.force,
             alignment: args.alignment,
+            deadline: args.bounds.deadline(),
         };
         let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
         let mut shards = 0u64;
@@ -97,9 +127,12 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         };
         let summary = outcome?;
         let s = summary.stats;
+        if let Some(reason) = &summary.interrupted {
+            eprintln!("interrupted: {}", gate::escape_control(reason));
+        }
         println!(
             "audit run {}: listed {} repos, probed {} ({} shards) with {} API and {} resolver requests, {} read, \
-             {} rate-limited answers waited out, {} retries, {} repos failed.",
+             {} rate-limited answers waited out, {} retries, {} repos failed, {} invalid listing entries skipped.",
             summary.run_id,
             s.repos_listed,
             s.repos_probed,
@@ -109,11 +142,12 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             bytes(s.bytes_read),
             s.rate_limited,
             s.retries,
-            s.errors
+            s.errors,
+            s.invalid_listings
         );
         let states = store.states().await?;
         let line: Vec<String> = states.iter().map(|c| format!("{} {}", c.repos, c.state)).collect();
         println!("store: {}. See `hubalign report --by-publisher`.", line.join(", "));
-        Ok(if s.errors > 0 { Exit::Failure } else { Exit::Clean })
+        Ok(if s.errors > 0 || summary.interrupted.is_some() { Exit::Failure } else { Exit::Clean })
     })
 }

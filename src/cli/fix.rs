@@ -69,6 +69,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
 }
 
 fn render(report: &FixReport) -> String {
+    let esc = hubalign::gate::escape_control;
     let mut rows = vec![
         ["shard", "verdict", "method", "padding", "misaligned before", "written", "result"].map(String::from).to_vec(),
     ];
@@ -91,15 +92,15 @@ fn render(report: &FixReport) -> String {
     let mut out = table(&rows);
     for s in report.bundles.iter().flat_map(|b| &b.shards) {
         if let Some(e) = &s.error {
-            out.push_str(&format!("{}: {e}\n", s.path));
+            out.push_str(&format!("{}: {}\n", esc(&s.path), esc(e)));
         }
     }
     for b in &report.bundles {
         if let Some(m) = &b.manifest {
-            out.push_str(&format!("manifest: {m}\n"));
+            out.push_str(&format!("manifest: {}\n", esc(m)));
         }
         if !b.copied_files.is_empty() {
-            out.push_str(&format!("copied into {}: {}\n", b.output_dir, b.copied_files.join(", ")));
+            out.push_str(&format!("copied into {}: {}\n", esc(&b.output_dir), esc(&b.copied_files.join(", "))));
         }
     }
     let t = &report.totals;

@@ -163,7 +163,8 @@ pub fn run() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args),
     };
     let code = result.unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
+        // Errors quote what the Hub and local files said: escaped, so none of it drives the terminal.
+        eprintln!("error: {}", hubalign::gate::escape_control(&format!("{e:#}")));
         Exit::Failure
     });
     std::process::ExitCode::from(code as u8)
@@ -171,7 +172,9 @@ pub fn run() -> std::process::ExitCode {
 
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a terminal: a log file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if json {
         builder.json().init();
     } else {

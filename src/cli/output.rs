@@ -2,6 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 
+use hubalign::gate;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -52,7 +53,9 @@ pub fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
 }
 
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+    // Control characters are escaped like everywhere else text from outside is shown; a row stays one line.
+    let s = gate::escape_control(s).into_owned();
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
 }
 
 /// Decimal gigabytes and friends, as the Hub and the seeds count them.
@@ -73,12 +76,15 @@ pub fn progress(len: u64, template: &str) -> ProgressBar {
 
 /// Renders rows as space-separated columns, the first row being the heading.
 pub fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|r| r.iter().map(|c| gate::escape_control(c).into_owned()).collect()).collect();
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|c| rows.iter().map(|r| r.get(c).map_or(0, |s| s.chars().count())).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for row in rows {
         let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        // Cells were escaped before measuring, below; nothing from outside reaches the terminal raw.
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
@@ -98,6 +104,13 @@ mod tests {
         assert_eq!(super::csv_field("plain"), "plain");
         assert_eq!(super::csv_field("a,b"), "\"a,b\"");
         assert_eq!(super::csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_tables_and_csv() {
+        let t = super::table(&[vec!["id".into()], vec!["evil/\u{1b}[2J\nforged  row".into()]]);
+        assert_eq!(t, "id\nevil/\\u{1b}[2J\\u{a}forged  row\n");
+        assert_eq!(super::csv_field("a\nb"), "a\\u{a}b");
     }
 
     #[test]

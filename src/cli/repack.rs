@@ -7,14 +7,18 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use hf_hub::HFClient;
-use hubalign::hub::retry::RetryPolicy;
+use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
+use hubalign::repack::lifecycle::reconcile_mirrors;
+use hubalign::repack::policy::PrivateMirrors;
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
+use hubalign::serve::listener::{self, Limits};
 use hubalign::store::jobs::{EnqueuePolicy, JobState};
 
 use super::Exit;
+use super::audit::HubBounds;
 use super::store_args::StoreArgs;
 
 /// The MLX check script, shipped inside the binary so an installed worker needs no source tree.
@@ -64,6 +68,15 @@ pub struct WorkerArgs {
     /// picked up again after this).
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     lease_secs: u64,
+    /// The largest bundle a job downloads; a larger one is refused with the reason.
+    #[arg(long, default_value_t = 1000.0, value_name = "GB")]
+    max_bundle_gb: f64,
+    /// Also mirror private sources of the target namespace itself, as private mirrors there (never public,
+    /// never for another owner's private repos, never for gated ones).
+    #[arg(long)]
+    private_mirrors: bool,
+    #[command(flatten)]
+    pub(super) bounds: HubBounds,
 }
 
 #[derive(Args)]
@@ -97,13 +110,18 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     /// The policy, with the opt-out file read.
-    pub(super) fn policy(&self, device: VerifyDevice) -> anyhow::Result<EnqueuePolicy> {
+    pub(super) fn policy(
+        &self,
+        device: VerifyDevice,
+        private_mirrors: &PrivateMirrors,
+    ) -> anyhow::Result<EnqueuePolicy> {
         Ok(EnqueuePolicy {
             min_bytes: (self.min_gb * 1e9) as i64,
             include: self.include.iter().cloned().collect(),
             skip: self.skip.iter().cloned().collect(),
             opt_out: self.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
             verify_device: device.as_str().to_owned(),
+            private_mirrors: private_mirrors.clone(),
         })
     }
 }
@@ -163,9 +181,10 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     };
     let hf =
         HFClient::builder().endpoint(config.endpoint.clone()).token(token.expose()).cache_enabled(false).build()?;
-    let user = hf.whoami().send().await.context("asking the Hub who the token belongs to")?.username;
+    let hub = args.bounds.client(config)?;
+    let user = hub.whoami().await.context("asking the Hub who the token belongs to")?;
     let target_namespace = args.target_namespace.clone().unwrap_or_else(|| user.clone());
-    let hub = HubClient::new(config, RetryPolicy::default())?;
+    gate::check_namespace(&target_namespace)?;
     let store = args.store.open().await?;
     let work_dir = args.work_dir.clone().unwrap_or_else(|| args.store.default_work_dir());
     std::fs::create_dir_all(&work_dir).with_context(|| format!("creating {}", work_dir.display()))?;
@@ -176,7 +195,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         Device::Cpu => VerifyDevice::Cpu,
     };
     let opts = RepackOptions {
-        target_namespace,
+        target_namespace: target_namespace.clone(),
         work_dir,
         python: args.python.clone(),
         mlx_script,
@@ -185,6 +204,8 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         lease: Duration::from_secs(args.lease_secs.max(1)),
         pull_request: args.pr,
         bot_user: user,
+        max_bundle_bytes: (args.max_bundle_gb.max(0.0) * 1e9) as u64,
+        private_mirrors: PrivateMirrors(args.private_mirrors.then(|| target_namespace.clone())),
     };
     Ok(Setup { hub, hf, store, opts, device })
 }
@@ -203,18 +224,18 @@ fn exit_for(state: JobState) -> Exit {
 pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        gate::check_repo_id(&args.repo)?;
+        if let Some(rev) = &args.revision {
+            gate::check_revision(rev)?;
+        }
         let s = setup(&args.worker).await?;
-        let (ns, name) =
-            args.repo.split_once('/').with_context(|| format!("{}: expected namespace/name", args.repo))?;
         let sha = match &args.revision {
             Some(sha) => sha.clone(),
             None => {
-                s.hf.model(ns, name)
-                    .info()
-                    .send()
-                    .await?
-                    .sha
-                    .with_context(|| format!("{}: no head commit", args.repo))?
+                let sha = s.hub.model_info(&args.repo).await?.sha;
+                let sha = sha.with_context(|| format!("{}: no head commit", args.repo))?;
+                gate::check_commit(&sha)?;
+                sha
             }
         };
         let job = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
@@ -224,7 +245,7 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
                 args.repo,
                 sha,
                 state.as_str(),
-                job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-")
+                gate::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
             );
             return Ok(exit_for(state));
         }
@@ -242,7 +263,7 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             done.target_repo
                 .as_deref()
                 .map(|t| format!(" → {t}"))
-                .or(done.reason.as_deref().map(|r| format!(": {r}")))
+                .or(done.reason.as_deref().map(|r| format!(": {}", gate::escape_control(r))))
                 .unwrap_or_default()
         );
         Ok(exit_for(state))
@@ -258,7 +279,7 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
-        let policy = args.policy.policy(s.device)?;
+        let policy = args.policy.policy(s.device, &s.opts.private_mirrors)?;
         if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
             let api = std::sync::Arc::new(RunnerApi {
                 store: s.store.clone(),
@@ -269,7 +290,8 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
             println!("runner API on http://{}", listener.local_addr()?);
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, runner::router(api)).await {
+                let forever = std::future::pending::<()>();
+                if let Err(e) = listener::serve(listener, runner::router(api), Limits::default(), forever).await {
                     tracing::error!(error = %e, "runner API stopped");
                 }
             });
@@ -280,6 +302,9 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             let queued = s.store.enqueue_affected(&policy).await?;
             if queued > 0 {
                 tracing::info!(jobs = queued, "queued repack jobs from the audit");
+            }
+            for hidden in reconcile_mirrors(&s.hub, &s.hf, &s.store).await? {
+                println!("{}: {}", hidden.target, hidden.reason);
             }
             let claimed = tokio::select! {
                 job = s.store.claim_job(&s.opts.worker, s.opts.lease, None) => job?,

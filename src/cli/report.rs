@@ -152,7 +152,13 @@ fn shard_table(rows: &[hubalign::store::ShardRow]) -> String {
     }
     let mut out = table(&t);
     for r in rows.iter().filter(|r| r.error.is_some()) {
-        out.push_str(&format!("invalid: {}/{}: {}\n", r.repo, r.path, r.error.as_deref().unwrap_or_default()));
+        let esc = hubalign::gate::escape_control;
+        out.push_str(&format!(
+            "invalid: {}/{}: {}\n",
+            esc(&r.repo),
+            esc(&r.path),
+            esc(r.error.as_deref().unwrap_or_default())
+        ));
     }
     out
 }

@@ -46,6 +46,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
 }
 
 fn render(report: &ScanReport) -> String {
+    let esc = hubalign::gate::escape_control;
     let mut rows = vec![
         ["shard", "verdict", "N", "start%8", "tensors", "misaligned", "copied at load", "writer"]
             .map(String::from)
@@ -66,11 +67,11 @@ fn render(report: &ScanReport) -> String {
     }
     let mut out = table(&rows);
     for s in report.shards.iter().filter(|s| s.error.is_some()) {
-        out.push_str(&format!("invalid: {}: {}\n", s.path, s.error.as_deref().unwrap_or_default()));
+        out.push_str(&format!("invalid: {}: {}\n", esc(&s.path), esc(s.error.as_deref().unwrap_or_default())));
     }
     for b in &report.bundles {
         for p in &b.index_problems {
-            out.push_str(&format!("index: {}: {p}\n", b.dir));
+            out.push_str(&format!("index: {}: {}\n", esc(&b.dir), esc(p)));
         }
     }
     let t = &report.totals;

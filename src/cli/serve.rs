@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
+use hubalign::serve::listener::Limits;
 use hubalign::serve::schedule::Schedule;
 use hubalign::serve::{ServeConfig, serve};
 
@@ -48,6 +49,14 @@ pub struct ServeArgs {
     /// The macOS runners' token; without it their API is not served.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
+    /// Most connections the dashboard's listener keeps open; at the limit, the one that has waited longest
+    /// without sending a request is closed to make room.
+    #[arg(long, env = "HUBALIGN_MAX_CONNECTIONS", default_value_t = 1024, value_name = "N")]
+    max_connections: usize,
+    /// Seconds a connection may take to send a complete request (after opening, or after its last answer)
+    /// before it is closed.
+    #[arg(long, env = "HUBALIGN_HEADER_TIMEOUT", default_value_t = 10, value_name = "SECS")]
+    header_timeout: u64,
     /// The administrators' token: enables `POST /api/admin/audit` (audit now) and
     /// `POST /api/admin/jobs/{id}/retry`, answered only with `Authorization: Bearer <token>`.
     #[arg(long, env = "HUBALIGN_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
@@ -64,14 +73,20 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
         let s = setup(&args.worker).await?;
         let config = ServeConfig {
             listen: args.listen,
+            limits: Limits {
+                max_connections: args.max_connections.max(1),
+                header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+                ..Limits::default()
+            },
             schedule,
             workers: args.workers,
             audit: AuditOptions {
                 query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: None, limit: None },
                 concurrency: args.concurrency,
+                deadline: args.worker.bounds.deadline(),
                 ..AuditOptions::default()
             },
-            policy: args.policy.policy(s.device)?,
+            policy: args.policy.policy(s.device, &s.opts.private_mirrors)?,
             repack: s.opts.clone(),
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),

@@ -57,6 +57,14 @@ pub enum FixError {
         /// The directory.
         path: PathBuf,
     },
+    /// `--out` lies inside the source bundle: the copy would copy itself.
+    #[error("{}: --out is inside the bundle {}; choose a directory outside it", path.display(), source_dir.display())]
+    OutInsideSource {
+        /// The output directory.
+        path: PathBuf,
+        /// The bundle directory.
+        source_dir: PathBuf,
+    },
     /// In-place on a Hugging Face cache blob would break its content-hash name.
     #[error("{}: is a Hugging Face cache blob, named by its content hash; rewriting it in place would corrupt the cache (use --out DIR)", path.display())]
     CacheBlob {
@@ -127,6 +135,11 @@ fn preflight(bundles: &[Bundle], opts: &FixOptions) -> Result<(), FixError> {
             if same(out, &bundles[0].dir) {
                 return Err(FixError::OutIsSource { path: out.clone() });
             }
+            if let Ok(source_dir) = std::fs::canonicalize(&bundles[0].dir)
+                && resolve_lexically(out).starts_with(&source_dir)
+            {
+                return Err(FixError::OutInsideSource { path: out.clone(), source_dir });
+            }
         }
         Destination::InPlace if !opts.dry_run => {
             for path in bundles.iter().flat_map(|b| &b.shards) {
@@ -141,6 +154,29 @@ fn preflight(bundles: &[Bundle], opts: &FixOptions) -> Result<(), FixError> {
         Destination::InPlace => {}
     }
     Ok(())
+}
+
+/// `path` made absolute, each existing prefix canonicalized (symlinks resolved, as the kernel would) and the
+/// components that do not exist yet appended as written, so a directory still to be created can be placed.
+fn resolve_lexically(path: &Path) -> PathBuf {
+    let absolute =
+        if path.is_absolute() { path.to_owned() } else { std::env::current_dir().unwrap_or_default().join(path) };
+    let mut out = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => {
+                out.push(other);
+                if let Ok(real) = std::fs::canonicalize(&out) {
+                    out = real;
+                }
+            }
+        }
+    }
+    out
 }
 
 struct Planned {

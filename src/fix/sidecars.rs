@@ -5,10 +5,12 @@ use std::path::Path;
 use super::{FixError, io_error};
 use crate::bundle::SHARD_SUFFIX;
 use crate::manifest::MANIFEST_FILE;
+use crate::safe_fs;
 use crate::safetensors::rewrite::TEMP_SUFFIX;
 
 /// Copies every file of the bundle that is not a shard (config, tokenizer, index, licence…), recursively,
-/// following symlinks so a cache snapshot yields real files.
+/// following symlinks in the source so a cache snapshot yields real files, but never one in the output: a
+/// symlink already there is replaced, never written through. Only regular files are read.
 pub(super) fn copy_sidecars(src: &Path, dst: &Path) -> Result<Vec<String>, FixError> {
     let mut copied = Vec::new();
     copy_tree(src, dst, Path::new(""), &mut copied)?;
@@ -30,12 +32,17 @@ fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Re
         let meta = std::fs::metadata(&from).map_err(io_error(&from, "stat"))?;
         if meta.is_dir() && !entry.file_type().is_ok_and(|t| t.is_symlink()) {
             let target = dst.join(&rel_path);
-            std::fs::create_dir_all(&target).map_err(io_error(&target, "create directory"))?;
+            safe_fs::create_dirs_nofollow(dst, &rel_path).map_err(io_error(&target, "create directory"))?;
             copy_tree(src, dst, &rel_path, copied)?;
         } else if meta.is_file() {
             let to = dst.join(&rel_path);
-            std::fs::copy(&from, &to).map_err(io_error(&to, "copy"))?;
+            let mut reader = safe_fs::open_regular(&from).map_err(io_error(&from, "open"))?;
+            let mut writer = safe_fs::create_nofollow(&to).map_err(io_error(&to, "create"))?;
+            std::io::copy(&mut reader, &mut writer).map_err(io_error(&to, "copy"))?;
+            writer.set_permissions(meta.permissions()).map_err(io_error(&to, "set permissions"))?;
             copied.push(rel_path.display().to_string());
+        } else {
+            tracing::warn!(file = %from.display(), kind = safe_fs::kind_of(&meta), "not a regular file; not copied");
         }
     }
     Ok(())

@@ -3,7 +3,8 @@
 use serde::Deserialize;
 
 use super::pacing::Bucket;
-use super::{HubClient, HubError};
+use super::{BodyLimit, HubClient, HubError, INFO_CAP};
+use crate::gate;
 
 /// A pull request as the de-duplication needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +58,13 @@ struct Changes {
 impl HubClient {
     /// The repo's pull requests titled `title` by `author`, with the commit each was built on.
     pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
-        let url =
-            format!("{}/api/models/{repo}/discussions?type=pull_request&status=all&author={author}", self.endpoint());
-        let fetched = self.get(Bucket::Api, &url, &[], None).await?;
+        let url = format!(
+            "{}/api/models/{}/discussions?type=pull_request&status=all&author={}",
+            self.endpoint(),
+            gate::encode_path(repo),
+            gate::encode_segment(author)
+        );
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let listing: Listing = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussions: {e}") })?;
         let mut out = Vec::new();
@@ -68,8 +73,9 @@ impl HubClient {
                 continue;
             }
             // The listing does not say what a PR was built on; its page does.
-            let detail_url = format!("{}/api/models/{repo}/discussions/{}", self.endpoint(), item.num);
-            let detail = self.get(Bucket::Api, &detail_url, &[], None).await?;
+            let detail_url =
+                format!("{}/api/models/{}/discussions/{}", self.endpoint(), gate::encode_path(repo), item.num);
+            let detail = self.get(Bucket::Api, &detail_url, &[], BodyLimit::Whole(INFO_CAP)).await?;
             let full: Item = serde_json::from_slice(&detail.body)
                 .map_err(|e| HubError::Malformed { url: detail_url.clone(), detail: format!("discussion: {e}") })?;
             out.push(PullRequestInfo {

@@ -31,6 +31,26 @@ pub enum HubError {
         /// The last failure.
         last: String,
     },
+    /// A body was longer than the cap for its kind; it was not read further.
+    #[error("{url}: the answer is larger than the {cap}-byte cap for it; not read further")]
+    TooLarge {
+        /// The URL.
+        url: String,
+        /// The cap, in bytes.
+        cap: u64,
+    },
+    /// The Hub asked to wait (`Retry-After`, a `RateLimit` reset) longer than allowed.
+    #[error(
+        "{url}: the Hub asked to wait {seconds} s, longer than the {max_seconds} s allowed (--max-wait); stopped here, the next run resumes"
+    )]
+    WaitTooLong {
+        /// The URL.
+        url: String,
+        /// The wait the Hub named, in seconds.
+        seconds: u64,
+        /// The most this client waits.
+        max_seconds: u64,
+    },
     /// The answer was not what the protocol promises.
     #[error("{url}: {detail}")]
     Malformed {

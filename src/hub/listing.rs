@@ -3,7 +3,8 @@
 use serde::Deserialize;
 
 use super::pacing::Bucket;
-use super::{HubClient, HubError};
+use super::{BodyLimit, HubClient, HubError, LISTING_PAGE_CAP};
+use crate::gate;
 
 /// The Hub's largest page.
 pub const MAX_PAGE: usize = 1000;
@@ -80,17 +81,44 @@ impl ListedRepo {
     }
 }
 
+/// A listing entry that breaks the gate's rules: recorded as `invalid_listing`, never probed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidListing {
+    /// The id as listed, control characters escaped and cut to [`INVALID_ID_LEN`] characters.
+    pub id: String,
+    /// The part of that id before its first `/`.
+    pub namespace: String,
+    /// Which rule it breaks.
+    pub reason: String,
+}
+
+/// How much of an invalid entry's id is kept.
+pub const INVALID_ID_LEN: usize = 200;
+
+impl InvalidListing {
+    fn new(raw_id: &str, reason: String) -> InvalidListing {
+        let mut id: String = gate::escape_control(raw_id).chars().take(INVALID_ID_LEN).collect();
+        if id.is_empty() {
+            id = "(no id)".into();
+        }
+        let namespace = id.split_once('/').map_or(id.as_str(), |(ns, _)| ns).to_owned();
+        InvalidListing { id, namespace, reason }
+    }
+}
+
 /// One page and where the next one is.
 #[derive(Debug, Clone)]
 pub struct Page {
-    /// The repos.
+    /// The entries that passed the gate.
     pub repos: Vec<ListedRepo>,
-    /// The `Link: <…>; rel="next"` URL.
-    pub next: Option<String>,
+    /// The entries that did not, with why.
+    pub invalid: Vec<InvalidListing>,
+    /// The response's headers, for the `Link` to the next page.
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl ListQuery {
-    /// The first page's URL; later pages come from `Link` headers, used as given.
+    /// The first page's URL; later pages come from `Link` headers, checked by [`super::pages::Pagination`].
     pub fn first_url(&self, endpoint: &str) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         for f in &self.filters {
@@ -108,25 +136,52 @@ impl ListQuery {
     }
 }
 
-/// The `rel="next"` target of a `Link` header.
-pub fn next_link(headers: &reqwest::header::HeaderMap) -> Option<String> {
-    let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
-    link.split(',').find(|part| part.contains("rel=\"next\"")).and_then(|part| {
-        let start = part.find('<')? + 1;
-        let end = part.find('>')?;
-        Some(part[start..end].trim().to_owned())
-    })
+impl ListedRepo {
+    /// Checks the id, the commit and every file path against the gate's rules.
+    pub fn check(&self) -> Result<(), gate::Invalid> {
+        gate::check_repo_id(&self.id)?;
+        if let Some(sha) = &self.sha {
+            gate::check_commit(sha)?;
+        }
+        self.siblings.iter().try_for_each(|s| gate::check_repo_path(&s.rfilename))
+    }
+}
+
+/// Splits a listing page's items into entries that pass the gate and entries that do not. An item that is
+/// not even a repo object is invalid too; the page as a whole must be a JSON array.
+pub fn sort_entries(items: Vec<serde_json::Value>) -> (Vec<ListedRepo>, Vec<InvalidListing>) {
+    let mut repos = Vec::new();
+    let mut invalid = Vec::new();
+    for item in items {
+        let raw_id = item.get("id").and_then(|v| v.as_str()).unwrap_or("").to_owned();
+        match serde_json::from_value::<ListedRepo>(item) {
+            Ok(mut repo) => match repo.check() {
+                Ok(()) => {
+                    repo.last_modified =
+                        repo.last_modified.filter(|t| t.len() <= 40 && t.bytes().all(|b| b.is_ascii_graphic()));
+                    repos.push(repo);
+                }
+                Err(e) => invalid.push(InvalidListing::new(&raw_id, e.to_string())),
+            },
+            Err(e) => invalid.push(InvalidListing::new(
+                &raw_id,
+                format!("not a repo entry: {}", gate::escape_control(&e.to_string())),
+            )),
+        }
+    }
+    (repos, invalid)
 }
 
 impl HubClient {
-    /// Fetches one listing page.
+    /// Fetches one listing page, at most [`LISTING_PAGE_CAP`] bytes.
     pub async fn list_page(&self, url: &str) -> Result<Page, HubError> {
-        let fetched = self.get(Bucket::Api, url, &[], None).await?;
-        let repos: Vec<ListedRepo> = serde_json::from_slice(&fetched.body).map_err(|e| HubError::Malformed {
+        let fetched = self.get(Bucket::Api, url, &[], BodyLimit::Whole(LISTING_PAGE_CAP)).await?;
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&fetched.body).map_err(|e| HubError::Malformed {
             url: url.to_owned(),
             detail: format!("listing is not a list of models: {e}"),
         })?;
-        Ok(Page { repos, next: next_link(&fetched.headers) })
+        let (repos, invalid) = sort_entries(items);
+        Ok(Page { repos, invalid, headers: fetched.headers })
     }
 }
 
@@ -135,14 +190,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_links() {
+    fn urls() {
         let q = ListQuery { author: Some("mlx-community".into()), limit: Some(20), ..ListQuery::default() };
         assert_eq!(q.first_url("http://h"), "http://h/api/models?filter=mlx&author=mlx-community&full=true&limit=20");
-        let mut h = reqwest::header::HeaderMap::new();
-        h.insert("link", "<http://h/api/models?cursor=abc>; rel=\"next\"".parse().unwrap());
-        assert_eq!(next_link(&h).as_deref(), Some("http://h/api/models?cursor=abc"));
-        h.insert("link", "<http://h/x>; rel=\"prev\"".parse().unwrap());
-        assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn entries_that_break_the_rules_are_set_aside_with_the_reason() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let items = serde_json::json!([
+            {"id": "ok/fine", "sha": sha, "siblings": [{"rfilename": "model.safetensors"}]},
+            {"id": "evil/\u{1b}[2Jx\nforged row", "sha": sha},
+            {"id": "ok/badpath", "sha": sha, "siblings": [{"rfilename": "../../etc/passwd"}]},
+            {"id": "ok/badsha", "sha": "../../../x"},
+            {"id": 7},
+            "not an object",
+        ]);
+        let serde_json::Value::Array(items) = items else { unreachable!() };
+        let (repos, invalid) = sort_entries(items);
+        assert_eq!(repos.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["ok/fine"]);
+        assert_eq!(invalid.len(), 5);
+        assert_eq!(invalid[0].id, "evil/\\u{1b}[2Jx\\u{a}forged row");
+        assert_eq!(invalid[0].namespace, "evil");
+        assert!(invalid[1].reason.contains("file path"), "{:?}", invalid[1]);
+        assert!(invalid[2].reason.contains("commit"), "{:?}", invalid[2]);
+        assert_eq!(invalid[3].id, "(no id)");
+        for i in &invalid {
+            assert!(!i.id.contains(['\u{1b}', '\n']) && !i.reason.contains(['\u{1b}', '\n']), "{i:?}");
+        }
     }
 
     #[test]

@@ -8,8 +8,10 @@
 pub mod config;
 pub mod discussions;
 pub mod error;
+pub mod info;
 pub mod listing;
 pub mod pacing;
+pub mod pages;
 pub mod probe;
 pub mod retry;
 pub mod tree;
@@ -26,6 +28,7 @@ pub use self::config::{HubConfig, Token};
 pub use self::error::{Access, HubError};
 use self::pacing::{Bucket, Pacer, parse_rate_limit, parse_retry_after};
 use self::retry::{RetryPolicy, is_transient_error, is_transient_status, jitter_unit};
+use crate::gate;
 
 /// Requests and bytes, counted as they happen.
 #[derive(Debug, Default)]
@@ -76,9 +79,42 @@ pub struct Fetched {
     pub headers: HeaderMap,
     /// The Hub's own response's headers (the first of a redirect chain), which carry `RateLimit`.
     pub hub_headers: HeaderMap,
-    /// The body, or its first bytes when a cap was given.
+    /// The body, or its first bytes for [`BodyLimit::Prefix`].
     pub body: Bytes,
 }
+
+/// A successful response whose body the caller streams (a download).
+#[derive(Debug)]
+pub struct Opened {
+    /// The final URL, after redirects.
+    pub url: String,
+    /// The status (200 or 206).
+    pub status: StatusCode,
+    /// The Hub's own response's headers (the first of a redirect chain).
+    pub hub_headers: HeaderMap,
+    /// The final response, body unread.
+    pub response: reqwest::Response,
+}
+
+/// How much of a body to read: nothing from the network is read without a bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLimit {
+    /// The first bytes are enough (a header probe); the connection is dropped after them.
+    Prefix(usize),
+    /// The whole body, which must not be longer: a longer one fails with [`HubError::TooLarge`].
+    Whole(usize),
+}
+
+/// Largest listing page read: a full page of 1,000 repos with their file names is a few MB.
+pub const LISTING_PAGE_CAP: usize = 64 << 20;
+/// Largest tree page read.
+pub const TREE_PAGE_CAP: usize = 16 << 20;
+/// Largest repo info or discussion answer read.
+pub const INFO_CAP: usize = 8 << 20;
+/// Largest token or account answer read.
+pub const SMALL_CAP: usize = 1 << 20;
+/// Largest error body read (for its message).
+const ERROR_BODY_CAP: usize = 64 << 10;
 
 /// Redirects followed at most (the Hub sends one, to its storage).
 const MAX_REDIRECTS: usize = 5;
@@ -86,38 +122,70 @@ const MAX_REDIRECTS: usize = 5;
 /// At most this many 429s for one request before giving up (each one waits for the window to reset).
 const MAX_RATE_LIMITED: u32 = 50;
 
+/// The longest wait the Hub may ask for (`Retry-After`, a `RateLimit` reset) unless the caller sets its
+/// own: a little more than the Hub's five-minute windows.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(360);
+
 /// The Hub client.
 #[derive(Debug)]
 pub struct HubClient {
     http: reqwest::Client,
+    /// For downloads: no limit on the whole transfer, but on each wait for the next bytes.
+    stream_http: reqwest::Client,
     config: HubConfig,
     api: Pacer,
     resolvers: Pacer,
     retry: RetryPolicy,
+    max_wait: Duration,
     /// What was sent and received.
     pub stats: RequestStats,
+}
+
+/// Why one attempt failed: worth another try, or not.
+enum Failure {
+    Transient(String),
+    Fatal(HubError),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure::Transient(s)
+    }
 }
 
 impl HubClient {
     /// A client for `config`; HTTP errors are returned, never panicked on.
     pub fn new(config: HubConfig, retry: RetryPolicy) -> Result<HubClient, HubError> {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("hubalign/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(120))
-            // Redirects are followed by hand: the Hub's answer carries the rate-limit headers, the storage's
-            // does not, and the token must not travel to another origin.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| HubError::Malformed { url: config.endpoint.clone(), detail: format!("HTTP client: {e}") })?;
+        let builder = || {
+            reqwest::Client::builder()
+                .user_agent(concat!("hubalign/", env!("CARGO_PKG_VERSION")))
+                .connect_timeout(Duration::from_secs(10))
+                // Redirects are followed by hand: the Hub's answer carries the rate-limit headers, the
+                // storage's does not, and the token must not travel to another origin.
+                .redirect(reqwest::redirect::Policy::none())
+        };
+        let client_error = |e: reqwest::Error| HubError::Malformed {
+            url: config.endpoint.clone(),
+            detail: format!("HTTP client: {e}"),
+        };
+        let http = builder().timeout(Duration::from_secs(120)).build().map_err(client_error)?;
+        let stream_http = builder().read_timeout(Duration::from_secs(60)).build().map_err(client_error)?;
         Ok(HubClient {
             http,
+            stream_http,
             config,
             api: Pacer::default(),
             resolvers: Pacer::default(),
             retry,
+            max_wait: DEFAULT_MAX_WAIT,
             stats: RequestStats::default(),
         })
+    }
+
+    /// The longest wait the Hub may ask for before a request fails with [`HubError::WaitTooLong`].
+    pub fn with_max_wait(mut self, max_wait: Duration) -> HubClient {
+        self.max_wait = max_wait;
+        self
     }
 
     /// The endpoint, without a trailing slash.
@@ -133,41 +201,85 @@ impl HubClient {
     }
 
     /// Sends `GET url` (with `extra` headers) until it succeeds or fails for good: paced per bucket, 429s waited
-    /// out as the Hub says, transient failures retried with backoff. Reads at most `cap` body bytes.
+    /// out as the Hub says (up to the maximum wait), transient failures retried with backoff. Reads the body
+    /// within `limit`.
     pub async fn get(
         &self,
         bucket: Bucket,
         url: &str,
         extra: &[(&'static str, String)],
-        cap: Option<usize>,
+        limit: BodyLimit,
     ) -> Result<Fetched, HubError> {
+        match self.exchange(bucket, url, extra, Some(limit)).await? {
+            Exchange::Read(fetched) => Ok(fetched),
+            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
+        }
+    }
+
+    /// Like [`HubClient::get`], but a successful response is returned with its body unread, for the caller
+    /// to stream under its own limits.
+    pub async fn open(&self, bucket: Bucket, url: &str, extra: &[(&'static str, String)]) -> Result<Opened, HubError> {
+        match self.exchange(bucket, url, extra, None).await? {
+            Exchange::Open(opened) => Ok(opened),
+            Exchange::Read(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "body read".into() }),
+        }
+    }
+
+    /// Waits for the bucket's pacer, unless the wait is longer than the maximum.
+    async fn paced(&self, bucket: Bucket, url: &str) -> Result<(), HubError> {
+        loop {
+            let wait = self.pacer(bucket).reserve(Instant::now());
+            if wait.is_zero() {
+                return Ok(());
+            }
+            if wait > self.max_wait {
+                let seconds = self.pacer(bucket).named_wait().unwrap_or(wait.as_secs()).max(wait.as_secs());
+                return Err(self.wait_too_long(url, seconds));
+            }
+            tracing::debug!(bucket = ?bucket, wait_ms = wait.as_millis() as u64, "pacing");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn refuse_long_wait(&self, url: &str, wait: Duration) -> Result<(), HubError> {
+        if wait > self.max_wait {
+            return Err(self.wait_too_long(url, wait.as_secs()));
+        }
+        Ok(())
+    }
+
+    fn wait_too_long(&self, url: &str, seconds: u64) -> HubError {
+        HubError::WaitTooLong { url: url.to_owned(), seconds, max_seconds: self.max_wait.as_secs() }
+    }
+
+    async fn exchange(
+        &self,
+        bucket: Bucket,
+        url: &str,
+        extra: &[(&'static str, String)],
+        limit: Option<BodyLimit>,
+    ) -> Result<Exchange, HubError> {
         let mut attempts = 0;
         let mut refusals = 0;
         loop {
-            loop {
-                let wait = self.pacer(bucket).reserve(Instant::now());
-                if wait.is_zero() {
-                    break;
-                }
-                tracing::debug!(bucket = ?bucket, wait_ms = wait.as_millis() as u64, "pacing");
-                tokio::time::sleep(wait).await;
-            }
+            self.paced(bucket, url).await?;
             attempts += 1;
             match bucket {
                 Bucket::Api => self.stats.api_requests.fetch_add(1, Ordering::Relaxed),
                 Bucket::Resolvers => self.stats.resolver_requests.fetch_add(1, Ordering::Relaxed),
             };
-            let outcome = self.attempt(url, extra, cap).await;
-            let failure = match outcome {
-                Ok(fetched) => {
-                    self.pacer(bucket).observe(&fetched.hub_headers, Instant::now());
-                    if fetched.status == StatusCode::TOO_MANY_REQUESTS {
+            let failure = match self.attempt(url, extra, limit).await {
+                Ok(exchange) => {
+                    let (status, hub_headers) = exchange.status_and_hub_headers();
+                    self.pacer(bucket).observe(hub_headers, Instant::now());
+                    if status == StatusCode::TOO_MANY_REQUESTS {
                         self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
                         refusals += 1;
                         attempts -= 1;
-                        let wait = rate_limit_wait(&fetched.hub_headers);
-                        tracing::info!(bucket = ?bucket, wait_s = wait.as_secs(), "rate limited; waiting for the window to reset");
+                        let wait = rate_limit_wait(hub_headers);
                         self.pacer(bucket).refused(wait, Instant::now());
+                        self.refuse_long_wait(url, wait)?;
+                        tracing::info!(bucket = ?bucket, wait_s = wait.as_secs(), "rate limited; waiting for the window to reset");
                         if refusals > MAX_RATE_LIMITED {
                             return Err(HubError::Exhausted {
                                 url: url.to_owned(),
@@ -177,15 +289,20 @@ impl HubClient {
                         }
                         continue;
                     }
-                    if fetched.status.is_success() {
-                        return Ok(fetched);
+                    match exchange {
+                        Exchange::Read(fetched) if fetched.status.is_success() => return Ok(Exchange::Read(fetched)),
+                        Exchange::Open(opened) => return Ok(Exchange::Open(opened)),
+                        Exchange::Read(fetched) if !is_transient_status(fetched.status) => {
+                            return Err(status_error(url, &fetched));
+                        }
+                        Exchange::Read(fetched) => format!("HTTP {}", fetched.status),
                     }
-                    if !is_transient_status(fetched.status) {
-                        return Err(status_error(url, &fetched));
-                    }
-                    format!("HTTP {}", fetched.status)
                 }
-                Err(e) => {
+                Err(Failure::Fatal(e)) => {
+                    self.pacer(bucket).release();
+                    return Err(e);
+                }
+                Err(Failure::Transient(e)) => {
                     self.pacer(bucket).release();
                     e
                 }
@@ -200,8 +317,8 @@ impl HubClient {
         }
     }
 
-    fn build(&self, url: &str, extra: &[(&'static str, String)]) -> RequestBuilder {
-        let mut req = self.http.get(url);
+    fn build(&self, url: &str, extra: &[(&'static str, String)], streaming: bool) -> RequestBuilder {
+        let mut req = if streaming { self.stream_http.get(url) } else { self.http.get(url) };
         if let Some(token) = self.config.token.as_ref().filter(|_| same_origin(url, &self.config.endpoint)) {
             req = req.bearer_auth(token.expose());
         }
@@ -214,25 +331,36 @@ impl HubClient {
     }
 
     /// One attempt, following redirects with the same headers (a `Range` stays, the token stays on the Hub).
-    /// `Err` carries a transient failure's description; every answer, even an error status, is `Ok` so the
-    /// caller can read its headers.
+    /// Every answer, even an error status, is `Ok` so the caller can read its headers; with no `limit`, a
+    /// successful answer's body is left for the caller.
     async fn attempt(
         &self,
         url: &str,
         extra: &[(&'static str, String)],
-        cap: Option<usize>,
-    ) -> Result<Fetched, String> {
+        limit: Option<BodyLimit>,
+    ) -> Result<Exchange, Failure> {
         let mut target = url.to_owned();
         let mut hub_headers = None;
         let mut response = None;
         for _ in 0..=MAX_REDIRECTS {
-            let r = self.build(&target, extra).send().await.map_err(|e| describe(&e))?;
+            let r = self.build(&target, extra, limit.is_none()).send().await.map_err(|e| describe(&e))?;
             let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
             match location.filter(|_| r.status().is_redirection()) {
                 Some(location) => {
                     hub_headers.get_or_insert_with(|| r.headers().clone());
-                    target =
-                        r.url().join(&location).map_err(|e| format!("bad redirect to {location}: {e}"))?.to_string();
+                    let next = r.url().join(&location).map_err(|e| {
+                        Failure::Fatal(HubError::Malformed {
+                            url: url.to_owned(),
+                            detail: format!("bad redirect to {}: {e}", gate::quote(&location)),
+                        })
+                    })?;
+                    if !matches!(next.scheme(), "http" | "https") {
+                        return Err(Failure::Fatal(HubError::Malformed {
+                            url: url.to_owned(),
+                            detail: format!("redirect to a {} URL", gate::quote(next.scheme())),
+                        }));
+                    }
+                    target = next.to_string();
                 }
                 None => {
                     response = Some(r);
@@ -240,35 +368,94 @@ impl HubClient {
                 }
             }
         }
-        let Some(mut response) = response else { return Err(format!("more than {MAX_REDIRECTS} redirects")) };
+        let Some(response) = response else { return Err(format!("more than {MAX_REDIRECTS} redirects").into()) };
         let status = response.status();
         let headers = response.headers().clone();
         let hub_headers = hub_headers.unwrap_or_else(|| headers.clone());
+        let limit = match limit {
+            None if status.is_success() => {
+                return Ok(Exchange::Open(Opened { url: target, status, hub_headers, response }));
+            }
+            None => BodyLimit::Prefix(ERROR_BODY_CAP),
+            Some(_) if !status.is_success() => BodyLimit::Prefix(ERROR_BODY_CAP),
+            Some(limit) => limit,
+        };
+        let body = self.read_body(response, url, limit).await?;
+        Ok(Exchange::Read(Fetched { url: target, status, headers, hub_headers, body }))
+    }
+
+    /// Reads a body within `limit`; a body shorter than its `Content-Length` is a transient failure.
+    async fn read_body(&self, mut response: reqwest::Response, url: &str, limit: BodyLimit) -> Result<Bytes, Failure> {
         let announced = response.content_length();
+        if let (BodyLimit::Whole(cap), Some(n)) = (limit, announced)
+            && n > cap as u64
+        {
+            return Err(Failure::Fatal(HubError::TooLarge { url: url.to_owned(), cap: cap as u64 }));
+        }
         let mut body = Vec::new();
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
                     body.extend_from_slice(&chunk);
-                    if let Some(cap) = cap.filter(|c| body.len() >= *c) {
-                        // Enough: dropping the response closes the connection instead of reading on.
-                        body.truncate(cap);
-                        self.stats.bytes_read.fetch_add(body.len() as u64, Ordering::Relaxed);
-                        return Ok(Fetched { url: target, status, headers, hub_headers, body: body.into() });
+                    match limit {
+                        BodyLimit::Prefix(cap) if body.len() >= cap => {
+                            // Enough: dropping the response closes the connection instead of reading on.
+                            body.truncate(cap);
+                            self.stats.bytes_read.fetch_add(body.len() as u64, Ordering::Relaxed);
+                            return Ok(body.into());
+                        }
+                        BodyLimit::Whole(cap) if body.len() > cap => {
+                            self.stats.bytes_read.fetch_add(body.len() as u64, Ordering::Relaxed);
+                            return Err(Failure::Fatal(HubError::TooLarge { url: url.to_owned(), cap: cap as u64 }));
+                        }
+                        _ => {}
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return Err(format!("body cut short after {} bytes: {}", body.len(), describe(&e))),
+                Err(e) => {
+                    return Err(format!("body cut short after {} bytes: {}", body.len(), describe(&e)).into());
+                }
             }
         }
         self.stats.bytes_read.fetch_add(body.len() as u64, Ordering::Relaxed);
         if let Some(n) = announced
             && n != body.len() as u64
         {
-            return Err(format!("body of {} bytes where {n} were announced", body.len()));
+            return Err(format!("body of {} bytes where {n} were announced", body.len()).into());
         }
-        Ok(Fetched { url: target, status, headers, hub_headers, body: body.into() })
+        Ok(body.into())
     }
+}
+
+/// What an attempt brought back: a body read, or a successful response left open.
+enum Exchange {
+    Read(Fetched),
+    Open(Opened),
+}
+
+impl Exchange {
+    fn status_and_hub_headers(&self) -> (StatusCode, &HeaderMap) {
+        match self {
+            Exchange::Read(f) => (f.status, &f.hub_headers),
+            Exchange::Open(o) => (o.status, &o.hub_headers),
+        }
+    }
+}
+
+/// Reads a response's whole body, failing once it passes `cap` bytes (for answers that come from
+/// elsewhere than the Hub's API, such as the Xet CAS).
+pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(format!("{}: larger than the {cap}-byte cap", response.url()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+        if body.len() + chunk.len() > cap {
+            return Err(format!("{}: larger than the {cap}-byte cap", response.url()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Whether two URLs share scheme, host and port.
@@ -283,7 +470,8 @@ fn same_origin(a: &str, b: &str) -> bool {
     }
 }
 
-fn describe(e: &reqwest::Error) -> String {
+/// A reqwest error with its chain of causes, for a log line or a job's reason.
+pub fn describe(e: &reqwest::Error) -> String {
     let kind = if is_transient_error(e) { "transient" } else { "network" };
     let mut msg = format!("{kind}: {e}");
     let mut source = std::error::Error::source(e);

@@ -26,22 +26,36 @@ pub struct RateLimit {
 
 /// Parses `RateLimit: "api";r=12;t=55` (draft-ietf-httpapi-ratelimit-headers, as the Hub sends it).
 pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimit> {
-    let value = headers.get("ratelimit")?.to_str().ok()?;
+    parse_rate_limit_value(headers.get("ratelimit")?.to_str().ok()?)
+}
+
+/// Parses the value of a `RateLimit` header; numbers too large for `u64` saturate.
+pub fn parse_rate_limit_value(value: &str) -> Option<RateLimit> {
     let mut remaining = None;
     let mut reset = None;
     for part in value.split(';').map(str::trim) {
         if let Some(r) = part.strip_prefix("r=") {
-            remaining = r.parse().ok();
+            remaining = parse_seconds(r);
         } else if let Some(t) = part.strip_prefix("t=") {
-            reset = t.parse().ok();
+            reset = parse_seconds(t);
         }
     }
     Some(RateLimit { remaining: remaining?, reset_seconds: reset? })
 }
 
-/// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used).
+/// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used). A number too large for
+/// `u64` saturates rather than being ignored: a Hub that asks for forever is told no by the caller's cap.
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<u64> {
-    headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()
+    parse_seconds(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
+}
+
+/// A non-negative integer of seconds, saturating at `u64::MAX`; anything else is `None`.
+fn parse_seconds(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > 64 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse().unwrap_or(u64::MAX))
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +70,8 @@ struct State {
     unlimited: bool,
     /// Some answer carried `RateLimit`.
     seen_limits: bool,
+    /// The seconds the Hub named for the closed window, as it named them (before any clamping).
+    named_wait: Option<u64>,
 }
 
 /// One bucket's pacer.
@@ -79,8 +95,9 @@ impl Pacer {
             return Duration::ZERO;
         }
         if let (Some(0), Some(reset)) = (s.remaining, s.reset_at) {
-            if now < reset + RESET_MARGIN {
-                return reset + RESET_MARGIN - now;
+            let open_at = crate::time::instant_after(reset, RESET_MARGIN);
+            if now < open_at {
+                return open_at.saturating_duration_since(now);
             }
             // A new window: unknown until an answer from inside it says. Answers still in flight from the old
             // window can only lower the count, so this never sends more than the quota.
@@ -118,13 +135,21 @@ impl Pacer {
         };
         s.unlimited = false;
         s.seen_limits = true;
-        let reset_at = now + Duration::from_secs(limit.reset_seconds);
+        s.named_wait = (limit.remaining == 0).then_some(limit.reset_seconds);
+        let reset_at = crate::time::instant_after(now, Duration::from_secs(limit.reset_seconds));
         // Requests already in flight were counted down locally; never trust a larger figure from an older response.
         s.remaining = Some(match (s.remaining, s.reset_at) {
-            (Some(mine), Some(old)) if old + Duration::from_secs(1) >= reset_at => mine.min(limit.remaining),
+            (Some(mine), Some(old)) if crate::time::instant_after(old, Duration::from_secs(1)) >= reset_at => {
+                mine.min(limit.remaining)
+            }
             _ => limit.remaining,
         });
         s.reset_at = Some(reset_at);
+    }
+
+    /// The wait the Hub named for the window now closed, in seconds as it named them.
+    pub fn named_wait(&self) -> Option<u64> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).named_wait
     }
 
     /// After a request that taught nothing (a network failure): let another one find out.
@@ -139,7 +164,8 @@ impl Pacer {
         s.unlimited = false;
         s.seen_limits = true;
         s.remaining = Some(0);
-        s.reset_at = Some(now + wait);
+        s.named_wait = Some(wait.as_secs());
+        s.reset_at = Some(crate::time::instant_after(now, wait));
     }
 }
 
@@ -196,6 +222,23 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(p.reserve(t0), Duration::ZERO);
         }
+    }
+
+    #[test]
+    fn absurd_values_saturate_and_never_panic() {
+        let huge = "\"api\";r=0;t=18446744073709551615999";
+        assert_eq!(parse_rate_limit_value(huge), Some(RateLimit { remaining: 0, reset_seconds: u64::MAX }));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("18446744073709551615"));
+        assert_eq!(parse_retry_after(&h), Some(u64::MAX));
+        h.insert("retry-after", HeaderValue::from_static("-5"));
+        assert_eq!(parse_retry_after(&h), None);
+        let p = Pacer::default();
+        let t0 = Instant::now();
+        p.observe(&headers(huge), t0);
+        assert!(p.reserve(t0) > Duration::from_secs(86_400), "a wait far ahead, for the caller to refuse");
+        p.refused(Duration::MAX, t0);
+        assert!(p.reserve(t0) > Duration::from_secs(86_400));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! first read).
 
 use super::pacing::Bucket;
-use super::{Fetched, HubClient, HubError};
+use super::{BodyLimit, Fetched, HubClient, HubError};
+use crate::gate;
 use crate::safetensors::{HeaderError, header};
 
 /// Bytes asked for by the first request: most MLX headers fit.
@@ -34,14 +35,15 @@ fn range_header(start: u64, end_inclusive: u64) -> [(&'static str, String); 1] {
 }
 
 impl HubClient {
-    /// The resolve URL of a file at a commit.
+    /// The resolve URL of a file at a commit, every part percent-encoded.
     pub fn resolve_url(&self, repo: &str, revision: &str, path: &str) -> String {
-        let rev: String = form_urlencoded::byte_serialize(revision.as_bytes()).collect();
-        let path: Vec<String> = path
-            .split('/')
-            .map(|seg| form_urlencoded::byte_serialize(seg.as_bytes()).collect::<String>().replace('+', "%20"))
-            .collect();
-        format!("{}/{repo}/resolve/{rev}/{}", self.endpoint(), path.join("/"))
+        format!(
+            "{}/{}/resolve/{}/{}",
+            self.endpoint(),
+            gate::encode_path(repo),
+            gate::encode_segment(revision),
+            gate::encode_path(path)
+        )
     }
 
     /// Reads a shard's header: `bytes=0-(probe-1)`, following the redirect to storage, and a second, exact
@@ -50,8 +52,9 @@ impl HubClient {
     pub async fn probe_header(&self, repo: &str, sha: &str, path: &str, probe_bytes: u64) -> Result<Probed, HubError> {
         let url = self.resolve_url(repo, sha, path);
         let probe_bytes = probe_bytes.max(8);
-        let first =
-            self.get(Bucket::Resolvers, &url, &range_header(0, probe_bytes - 1), Some(probe_bytes as usize)).await?;
+        let first = self
+            .get(Bucket::Resolvers, &url, &range_header(0, probe_bytes - 1), BodyLimit::Prefix(probe_bytes as usize))
+            .await?;
         let size = total_size(&first).ok_or_else(|| HubError::Malformed {
             url: url.clone(),
             detail: "no Content-Range or Content-Length on the probe".into(),
@@ -62,7 +65,12 @@ impl HubClient {
         if let Err(HeaderError::Incomplete { needed, .. }) = parsed {
             let have = prefix.len() as u64;
             let rest = self
-                .get(Bucket::Resolvers, &url, &range_header(have, needed - 1), Some((needed - have) as usize))
+                .get(
+                    Bucket::Resolvers,
+                    &url,
+                    &range_header(have, needed - 1),
+                    BodyLimit::Prefix((needed - have) as usize),
+                )
                 .await?;
             requests += 1;
             if rest.body.len() as u64 != needed - have {

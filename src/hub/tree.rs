@@ -4,9 +4,10 @@
 
 use serde::Deserialize;
 
-use super::listing::next_link;
 use super::pacing::Bucket;
-use super::{HubClient, HubError};
+use super::pages::Pagination;
+use super::{BodyLimit, HubClient, HubError, TREE_PAGE_CAP};
+use crate::gate;
 
 /// One file of a tree.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -38,17 +39,24 @@ struct Entry {
 }
 
 impl HubClient {
-    /// Every file of `repo` at `revision`, following the tree's pagination.
+    /// Every file of `repo` at `revision`, following the tree's pagination (each page at most
+    /// [`TREE_PAGE_CAP`] bytes, never a page twice). Paths are returned as listed: the caller checks them.
     pub async fn tree(&self, repo: &str, revision: &str) -> Result<Vec<TreeFile>, HubError> {
-        let rev: String = form_urlencoded::byte_serialize(revision.as_bytes()).collect();
-        let mut next = Some(format!("{}/api/models/{repo}/tree/{rev}?recursive=true&expand=false", self.endpoint()));
+        let first = format!(
+            "{}/api/models/{}/tree/{}?recursive=true&expand=false",
+            self.endpoint(),
+            gate::encode_path(repo),
+            gate::encode_segment(revision)
+        );
+        let mut pages = Pagination::new(self.endpoint(), &first);
+        let mut next = Some(first);
         let mut files = Vec::new();
         while let Some(url) = next.take() {
-            let fetched = self.get(Bucket::Api, &url, &[], None).await?;
+            let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(TREE_PAGE_CAP)).await?;
             let entries: Vec<Entry> = serde_json::from_slice(&fetched.body)
                 .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("tree: {e}") })?;
             files.extend(entries.into_iter().filter(|e| e.kind == "file").filter_map(|e| e.file));
-            next = next_link(&fetched.headers);
+            next = pages.next(&url, &fetched.headers)?;
         }
         Ok(files)
     }

@@ -1,20 +1,26 @@
-//! Fetching a bundle at the audited commit and checking every file against the hash the Hub gives for it.
+//! Fetching a bundle at the audited commit, file by file, into paths checked before anything is written.
+//!
+//! The set of files is exactly the one tree listing pinned to the commit says, after every path passed the
+//! gate; nothing else names a file. Each file streams from the resolve URL (through its redirect to
+//! storage) into a partial file of the job's own, hashed as it arrives against the Hub's hash (sha256 for
+//! LFS and Xet files, the git blob id for the rest), and is renamed into place only when it matches. A cut
+//! transfer resumes from the bytes it had, by range; the hashing and the disk writes run on a blocking
+//! thread, never on the async runtime.
 
-use std::path::{Component, Path};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 
-use hf_hub::HFClient;
+use reqwest::StatusCode;
+use sha1::Digest as _;
+use thiserror::Error;
 
-use crate::hashing::{finish_hex, git_blob_oid};
-use crate::hub::HubClient;
+use crate::gate;
+use crate::hashing::{Sha256Stream, sha256_hex, to_hex};
+use crate::hub::pacing::Bucket;
+use crate::hub::retry::RetryPolicy;
 use crate::hub::tree::TreeFile;
-
-/// Whether a path from the Hub stays inside the work directory: relative, no `..`, no empty parts.
-pub fn is_safe_repo_path(path: &str) -> bool {
-    !path.is_empty()
-        && !path.contains('\\')
-        && !path.split('/').any(|p| p.is_empty())
-        && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)))
-}
+use crate::hub::{HubClient, describe};
+use crate::safe_fs;
 
 /// What a download fetched.
 #[derive(Debug, Clone)]
@@ -27,107 +33,378 @@ pub struct Downloaded {
     pub reused: usize,
 }
 
-/// Downloads `repo` at `sha` into `dir` (hf-hub's parallel snapshot download) and checks each file's
-/// sha256 (LFS) or git blob id against the tree. Resumes an interrupted attempt file by file: what is in
-/// `dir` and matches its hash is kept, anything partial or corrupt is removed and fetched again.
+/// Why a download stopped.
+#[derive(Debug, Error)]
+pub enum DownloadError {
+    /// The Hub named something no download may write (a path outside the work directory, a bundle past the
+    /// size cap): permanent, never retried.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The transfer failed or arrived corrupt; another attempt may succeed.
+    #[error("{reason}")]
+    Failed {
+        /// Which file and why.
+        reason: String,
+        /// Bytes fetched before the failure.
+        bytes: u64,
+    },
+}
+
+impl DownloadError {
+    /// Bytes this attempt fetched.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            DownloadError::Refused(_) => 0,
+            DownloadError::Failed { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// Where a job's files go: the bundle under `source`, partial transfers under `partial`.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The bundle directory.
+    pub source: PathBuf,
+    /// Partial transfers, named by a hash of their path, outside the bundle.
+    pub partial: PathBuf,
+}
+
+/// Downloads `repo` at `sha` and checks each file against the tree's hash. Resumes an interrupted attempt: a
+/// file already in place that matches its hash is kept, and a partial transfer continues from its end.
 pub async fn download(
     hub: &HubClient,
-    hf: &HFClient,
     repo: &str,
     sha: &str,
-    dir: &Path,
-) -> Result<Downloaded, Refused> {
-    let tree = hub.tree(repo, sha).await.map_err(|e| e.to_string())?;
-    if let Some(bad) = tree.iter().find(|f| !is_safe_repo_path(&f.path)) {
-        return Err(format!("refusing file path {:?} from the Hub: it would leave the work directory", bad.path).into());
+    layout: &Layout,
+    max_bytes: u64,
+) -> Result<Downloaded, DownloadError> {
+    let refuse = |e: gate::Invalid| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
+    gate::check_repo_id(repo).map_err(refuse)?;
+    gate::check_revision(sha).map_err(refuse)?;
+    let fail = |reason: String| DownloadError::Failed { reason, bytes: 0 };
+    let tree = hub.tree(repo, sha).await.map_err(|e| fail(e.to_string()))?;
+    check_tree(&tree, max_bytes).map_err(|e| DownloadError::Refused(format!("{repo}@{sha}: {e}")))?;
+    for dir in [&layout.source, &layout.partial] {
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     }
-    let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
-    let mut kept = vec![false; tree.len()];
-    for (f, kept) in tree.iter().zip(&mut kept) {
-        let path = dir.join(&f.path);
-        let _ = std::fs::remove_file(format!("{}.incomplete", path.display()));
-        if path.exists() {
-            *kept = check_file(&path, f).is_ok();
-            if !*kept {
-                std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = 0u64;
+    let mut reused = 0;
+    // A file that fails does not stop the others: the next attempt then fetches only what failed.
+    let mut failures = Vec::new();
+    for f in &tree {
+        let dest = destination(&layout.source, &f.path).map_err(|e| fail(format!("{}: {e}", f.path)))?;
+        if matches_on_disk(&dest, f).await {
+            reused += 1;
+            continue;
+        }
+        let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
+        match fetch_file(hub, repo, sha, f, &partial, &dest).await {
+            Ok(n) => bytes += n,
+            Err((reason, n)) => {
+                bytes += n;
+                failures.push(reason);
             }
         }
     }
-    let reused = kept.iter().filter(|k| **k).count();
-    if reused > 0 {
-        tracing::info!(repo.id = %repo, files = reused, "resuming a download: keeping verified files");
+    if !failures.is_empty() {
+        return Err(DownloadError::Failed { reason: failures.join("; "), bytes });
     }
-    hf.model(ns, name)
-        .snapshot_download()
-        .revision(sha.to_owned())
-        .local_dir(dir.to_owned())
-        .send()
-        .await
-        .map_err(|e| format!("download of {repo}@{sha}: {e}"))?;
-    let bytes = tree.iter().zip(&kept).filter(|(_, kept)| !**kept).map(|(f, _)| f.size).sum();
-    for (f, kept) in tree.iter().zip(&kept) {
-        if !kept {
-            check_file(&dir.join(&f.path), f).map_err(|reason| Refused { reason, bytes })?;
-        }
+    if reused > 0 {
+        tracing::info!(repo.id = %repo, files = reused, "resumed a download: kept verified files");
     }
     Ok(Downloaded { tree, bytes, reused })
 }
 
-/// A download that arrived but did not match the Hub's hashes: why, and what it cost.
-#[derive(Debug)]
-pub struct Refused {
-    /// Which file and why.
-    pub reason: String,
-    /// Bytes fetched before the refusal.
-    pub bytes: u64,
-}
-
-impl From<String> for Refused {
-    fn from(reason: String) -> Refused {
-        Refused { reason, bytes: 0 }
+/// Every path passes the gate, none twice, none a prefix directory of another, and the sizes add up to at
+/// most `max_bytes`.
+fn check_tree(tree: &[TreeFile], max_bytes: u64) -> Result<(), String> {
+    let mut paths = std::collections::BTreeSet::new();
+    let mut total = 0u64;
+    for f in tree {
+        gate::check_repo_path(&f.path).map_err(|e| e.to_string())?;
+        if !paths.insert(f.path.as_str()) {
+            return Err(format!("file path {} listed twice", gate::quote(&f.path)));
+        }
+        let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !hex(&l.oid, 64)) {
+            return Err(format!("file {}: its hash is not a git or LFS object id", gate::quote(&f.path)));
+        }
+        total = total.saturating_add(f.size);
     }
-}
-
-/// Size and hash of a downloaded file against its tree entry.
-fn check_file(path: &Path, f: &TreeFile) -> Result<(), String> {
-    let bytes_len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", f.path))?.len();
-    if bytes_len != f.size {
-        return Err(format!("{}: downloaded {bytes_len} bytes, the Hub says {}", f.path, f.size));
+    // A file and a directory of the same name cannot both be written.
+    for p in &paths {
+        if paths.range(format!("{p}/").as_str()..).next().is_some_and(|q| q.starts_with(&format!("{p}/"))) {
+            return Err(format!("file path {} is also listed as a directory", gate::quote(p)));
+        }
     }
-    let ok = match &f.lfs {
-        Some(lfs) => sha256_file(path).map_err(|e| format!("{}: {e}", f.path))? == lfs.oid,
-        None => git_blob_oid(&std::fs::read(path).map_err(|e| format!("{}: {e}", f.path))?) == f.oid,
-    };
-    if !ok {
-        return Err(format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path));
+    if total > max_bytes {
+        return Err(format!("the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"));
     }
     Ok(())
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<String> {
-    use sha2::Digest;
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 4 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(finish_hex(h));
-        }
-        h.update(&buf[..n]);
+/// The file's place under `root`, its directories created without following symlinks.
+fn destination(root: &Path, path: &str) -> std::io::Result<PathBuf> {
+    let rel = Path::new(path);
+    let dir = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => safe_fs::create_dirs_nofollow(root, parent)?,
+        None => root.to_owned(),
+    };
+    let name = rel.file_name().ok_or_else(|| std::io::Error::other("no file name"))?;
+    let dest = dir.join(name);
+    safe_fs::clear_for_write(&dest)?;
+    Ok(dest)
+}
+
+/// Whether a regular file at `dest` already has the tree's size and hash (an earlier attempt's).
+async fn matches_on_disk(dest: &Path, f: &TreeFile) -> bool {
+    let is_file = std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == f.size);
+    if !is_file {
+        return false;
     }
+    let (dest, f) = (dest.to_owned(), f.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        let mut digest = FileDigest::new(&f);
+        let mut file = safe_fs::open_regular(&dest)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                return Ok::<bool, std::io::Error>(digest.matches());
+            }
+            digest.update(&buf[..n]);
+        }
+    })
+    .await;
+    matches!(checked, Ok(Ok(true)))
+}
+
+/// The hash a tree entry promises, computed as bytes arrive.
+enum FileDigest {
+    Lfs(Sha256Stream, String),
+    GitBlob(sha1::Sha1, String),
+}
+
+impl FileDigest {
+    fn new(f: &TreeFile) -> FileDigest {
+        match &f.lfs {
+            Some(lfs) => FileDigest::Lfs(Sha256Stream::default(), lfs.oid.to_ascii_lowercase()),
+            None => {
+                let mut h = sha1::Sha1::new();
+                h.update(format!("blob {}\0", f.size).as_bytes());
+                FileDigest::GitBlob(h, f.oid.to_ascii_lowercase())
+            }
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            FileDigest::Lfs(h, _) => h.update(data),
+            FileDigest::GitBlob(h, _) => h.update(data),
+        }
+    }
+
+    fn matches(self) -> bool {
+        match self {
+            FileDigest::Lfs(h, want) => h.finish_hex() == want,
+            FileDigest::GitBlob(h, want) => to_hex(&h.finalize()) == want,
+        }
+    }
+}
+
+/// Streams one file into `partial` (resuming from its end), checks its size and hash, and renames it to
+/// `dest`. Returns the bytes fetched, or why it failed with the bytes fetched before.
+async fn fetch_file(
+    hub: &HubClient,
+    repo: &str,
+    sha: &str,
+    f: &TreeFile,
+    partial: &Path,
+    dest: &Path,
+) -> Result<u64, (String, u64)> {
+    let url = hub.resolve_url(repo, sha, &f.path);
+    let retry = RetryPolicy::default();
+    let mut fetched = 0u64;
+    let mut last = String::new();
+    for attempt in 1..=retry.max_attempts {
+        match transfer(hub, &url, f, partial).await {
+            Ok(Transfer::Complete(n, digest)) => {
+                fetched += n;
+                return finish(f, digest, partial, dest).map(|()| fetched).map_err(|e| (e, fetched));
+            }
+            Ok(Transfer::Cut(n, why)) => {
+                fetched += n;
+                last = why;
+            }
+            Err(e) => return Err((e, fetched)),
+        }
+        tracing::debug!(shard.file = %f.path, attempt, reason = %last, "transfer cut; resuming");
+        tokio::time::sleep(retry.delay(attempt, crate::hub::retry::jitter_unit())).await;
+    }
+    Err((format!("{}: {last}", f.path), fetched))
+}
+
+enum Transfer {
+    /// All `size` bytes are in the partial file, hashed; this many were fetched now.
+    Complete(u64, FileDigest),
+    /// The body stopped early (the partial file keeps what came); fetched, and why.
+    Cut(u64, String),
+}
+
+/// One request for the rest of the file, appended to `partial` and hashed by a blocking writer thread.
+async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> Result<Transfer, String> {
+    let have = std::fs::symlink_metadata(partial).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
+    let have = if have > f.size { 0 } else { have };
+    let spawn_writer = |start: u64, rx| {
+        let (partial, digest) = (partial.to_owned(), FileDigest::new(f));
+        tokio::task::spawn_blocking(move || write_partial(&partial, start, digest, rx))
+    };
+    if have == f.size {
+        // An earlier transfer completed but was not checked: hash what is there.
+        let (_, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
+        let (_, digest) = join_writer(spawn_writer(have, rx).await, f)?;
+        return Ok(Transfer::Complete(0, digest));
+    }
+    let range = [("range", format!("bytes={have}-"))];
+    let headers: &[(&'static str, String)] = if have > 0 { &range } else { &[] };
+    let opened = hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| format!("{}: {e}", f.path))?;
+    // A server that ignores the range sends the whole file: start over rather than append it.
+    let start =
+        if have > 0 && opened.status == StatusCode::PARTIAL_CONTENT && content_range_start(&opened) == Some(have) {
+            have
+        } else {
+            0
+        };
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    let writer = spawn_writer(start, rx);
+    let mut response = opened.response;
+    let mut received = 0u64;
+    let expected = f.size - start;
+    let cut = loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                received = received.saturating_add(chunk.len() as u64);
+                if received > expected {
+                    break Some(format!("{}: more bytes than the {} the tree lists", f.path, f.size));
+                }
+                if tx.send(chunk).await.is_err() {
+                    break None;
+                }
+            }
+            Ok(None) => break None,
+            Err(e) => break Some(format!("{}: body cut short: {}", f.path, describe(&e))),
+        }
+    };
+    drop(tx);
+    let (written, digest) = join_writer(writer.await, f)?;
+    match cut {
+        Some(why) if received > expected => {
+            // More than promised: nothing of this transfer can be trusted.
+            let _ = std::fs::remove_file(partial);
+            Ok(Transfer::Cut(received, why))
+        }
+        Some(why) => Ok(Transfer::Cut(received, why)),
+        None if start + written == f.size => Ok(Transfer::Complete(received, digest)),
+        None => Ok(Transfer::Cut(received, format!("{}: {} of {} bytes arrived", f.path, start + written, f.size))),
+    }
+}
+
+type Written = std::io::Result<(u64, FileDigest)>;
+
+fn join_writer(joined: Result<Written, tokio::task::JoinError>, f: &TreeFile) -> Result<(u64, FileDigest), String> {
+    joined.map_err(|e| format!("{}: writer: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
+}
+
+fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
+    let v = opened.response.headers().get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
+    v.strip_prefix("bytes ")?.split('-').next()?.trim().parse().ok()
+}
+
+/// Hashes the partial file's first `start` bytes (what an earlier transfer left), then appends and hashes
+/// what arrives. Returns the bytes appended and the digest of the whole.
+fn write_partial(
+    partial: &Path,
+    start: u64,
+    mut digest: FileDigest,
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> Written {
+    let mut file = if start == 0 {
+        safe_fs::create_nofollow(partial)?
+    } else {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+        options.open(partial)?
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = start;
+    while left > 0 {
+        let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
+        if n == 0 {
+            return Err(std::io::Error::other("the partial file shrank while read"));
+        }
+        digest.update(&buf[..n]);
+        left -= n as u64;
+    }
+    file.set_len(start)?;
+    file.seek(SeekFrom::Start(start))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut written = 0u64;
+    while let Some(chunk) = rx.blocking_recv() {
+        digest.update(&chunk);
+        out.write_all(&chunk)?;
+        written += chunk.len() as u64;
+    }
+    out.flush()?;
+    Ok((written, digest))
+}
+
+/// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes
+/// it so the next attempt fetches it whole.
+fn finish(f: &TreeFile, digest: FileDigest, partial: &Path, dest: &Path) -> Result<(), String> {
+    if !digest.matches() {
+        let _ = std::fs::remove_file(partial);
+        return Err(format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path));
+    }
+    safe_fs::clear_for_write(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    std::fs::rename(partial, dest).map_err(|e| format!("{}: {e}", dest.display()))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::hub::tree::LfsInfo;
+
+    fn file(path: &str, size: u64) -> TreeFile {
+        TreeFile { path: path.into(), size, oid: "a".repeat(40), lfs: Some(LfsInfo { oid: "b".repeat(64) }) }
+    }
+
     #[test]
-    fn repo_paths_stay_inside() {
-        for ok in ["model.safetensors", "sub/dir/x.json"] {
-            assert!(super::is_safe_repo_path(ok), "{ok}");
+    fn trees_that_would_leave_the_directory_or_the_budget_are_refused() {
+        assert_eq!(check_tree(&[file("model.safetensors", 10), file("sub/config.json", 5)], 15), Ok(()));
+        for (tree, why) in [
+            (vec![file("../x", 1)], "file path"),
+            (vec![file("/etc/passwd", 1)], "absolute"),
+            (vec![file("a", 1), file("a", 1)], "twice"),
+            (vec![file("a", 1), file("a/b", 1)], "directory"),
+            (vec![file("a", u64::MAX), file("b", u64::MAX)], "cap"),
+            (vec![TreeFile { oid: "../../x".into(), ..file("a", 1) }], "object id"),
+        ] {
+            let e = check_tree(&tree, 100).unwrap_err();
+            assert!(e.contains(why), "{e}");
         }
-        for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", "", "a\\b", "./x"] {
-            assert!(!super::is_safe_repo_path(bad), "{bad}");
-        }
+    }
+
+    #[test]
+    fn git_blob_digests_match_git() {
+        let content = b"hello\n";
+        let f = TreeFile { path: "a".into(), size: 6, oid: crate::hashing::git_blob_oid(content), lfs: None };
+        let mut d = FileDigest::new(&f);
+        d.update(content);
+        assert!(d.matches());
+        let mut d = FileDigest::new(&f);
+        d.update(b"hellO\n");
+        assert!(!d.matches());
     }
 }

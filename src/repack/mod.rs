@@ -4,7 +4,9 @@
 
 pub mod card;
 pub mod download;
+pub mod lifecycle;
 pub mod mlx;
+pub mod policy;
 pub mod prime;
 pub mod publish;
 pub mod pull_request;
@@ -64,7 +66,14 @@ pub struct RepackOptions {
     pub pull_request: bool,
     /// The token's user: the author the pull-request de-duplication looks for.
     pub bot_user: String,
+    /// The largest bundle a job downloads; a larger one is refused.
+    pub max_bundle_bytes: u64,
+    /// Where private mirrors of private sources are allowed (none unless the operator says).
+    pub private_mirrors: policy::PrivateMirrors,
 }
+
+/// The largest bundle a job downloads unless told otherwise: 1 TB.
+pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 1_000_000_000_000;
 
 /// What a worker needs.
 pub struct Repacker<'a> {
@@ -112,11 +121,11 @@ impl Repacker<'_> {
         Ok(state)
     }
 
-    /// The source's licence as the Hub tags it (`license:…`), when its card does not say.
-    async fn source_license(&self, repo: &str) -> Option<String> {
-        let (ns, name) = repo.split_once('/')?;
-        let info = self.hf.model(ns, name).info().send().await.ok()?;
-        info.tags?.iter().find_map(|t| t.strip_prefix("license:").map(str::to_owned))
+    /// How the source may be mirrored now, from the Hub's answer; `Err` carries why it may not be.
+    async fn visibility(&self, job: &Job) -> Result<Result<policy::Visibility, &'static str>, StepError> {
+        let info = self.hub.model_info(&job.repo_id).await;
+        policy::visibility_now(&job.repo_id, info.as_ref(), &self.opts.target_namespace, &self.opts.private_mirrors)
+            .map_err(transient)
     }
 
     async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
@@ -135,6 +144,11 @@ impl Repacker<'_> {
     }
 
     async fn steps(&self, job: &Job, dir: &std::path::Path) -> Result<JobOutcome, StepError> {
+        if let Err(e) =
+            crate::gate::check_repo_id(&job.repo_id).and_then(|()| crate::gate::check_revision(&job.source_sha))
+        {
+            return Err(permanent(format!("refusing the job: {e}")));
+        }
         let source = dir.join("source");
         let output = dir.join("aligned");
         // Back from the macOS runner: the staged bundle passed the Metal check; publish it.
@@ -146,17 +160,27 @@ impl Repacker<'_> {
             let checked = local_checks(&output)?;
             return self.publish_staged(job, &source, &output, record, checked).await;
         }
+        // Nothing that may not be mirrored is even downloaded; publishing checks again.
+        if !self.opts.pull_request
+            && let Err(reason) = self.visibility(job).await?
+        {
+            return Ok(JobOutcome::Skipped { reason: reason.into() });
+        }
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         let _ = std::fs::remove_dir_all(&output);
-        std::fs::create_dir_all(&source).map_err(|e| transient(format!("{}: {e}", source.display())))?;
 
         self.step(job, JobState::Downloading).await?;
-        let fetched = download::download(self.hub, self.hf, &job.repo_id, &job.source_sha, &source).await;
-        let bytes = fetched.as_ref().map_or_else(|refused| refused.bytes, |done| done.bytes);
+        let layout = download::Layout { source: source.clone(), partial: dir.join("partial") };
+        let fetched =
+            download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
+        let bytes = fetched.as_ref().map_or_else(download::DownloadError::bytes, |done| done.bytes);
         if let Err(e) = self.store.add_job_bytes(job.id, bytes, 0).await {
             tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
         }
-        let fetched = fetched.map_err(|refused| transient(refused.reason))?;
+        let fetched = fetched.map_err(|e| match e {
+            download::DownloadError::Refused(reason) => permanent(format!("download refused: {reason}")),
+            download::DownloadError::Failed { reason, .. } => transient(reason),
+        })?;
         if !fetched.tree.iter().any(|f| f.path.ends_with(".safetensors")) {
             return Ok(JobOutcome::Skipped { reason: "no safetensors files at this commit".into() });
         }
@@ -238,18 +262,45 @@ impl Repacker<'_> {
                 pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
             });
         }
-        let before_bytes = misaligned_bytes(source, self.opts.alignment);
-        let target = publish::mirror_id(&job.repo_id, &self.opts.target_namespace);
+        // The source may have turned private, gated, disabled or gone since the audit.
+        let info = self.hub.model_info(&job.repo_id).await;
+        let now = policy::visibility_now(
+            &job.repo_id,
+            info.as_ref(),
+            &self.opts.target_namespace,
+            &self.opts.private_mirrors,
+        );
+        let visibility = match now.map_err(transient)? {
+            Ok(v) => v,
+            Err(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        };
+        let publish_err = |e: publish::PublishError| match e {
+            publish::PublishError::Refused(r) => permanent(r),
+            publish::PublishError::Failed(r) => transient(r),
+        };
+        let private = visibility == policy::Visibility::Private;
+        let target = publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private)
+            .await
+            .map_err(publish_err)?;
         let _ = self.store.set_job_target(job.id, &target).await;
-        let license = match std::fs::read_to_string(source.join("README.md")).ok().and_then(|r| card::license_of(&r)) {
+        let before_bytes = misaligned_bytes(source, self.opts.alignment);
+        let card_text = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
+        let license = match card_text.and_then(|r| card::license_of(&String::from_utf8_lossy(&r))) {
             Some(l) => Some(l),
-            None => self.source_license(&job.repo_id).await,
+            None => info.ok().and_then(|i| i.license()),
         };
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
-        let mirror = publish::Mirror { hf: self.hf, hub: self.hub, target: &target, sources: &sources };
-        let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(transient)? {
+        let mirror = publish::Mirror {
+            hf: self.hf,
+            hub: self.hub,
+            target: &target,
+            source: &job.repo_id,
+            sources: &sources,
+            visibility,
+        };
+        let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(publish_err)? {
             publish::Published::Committed { commit, bytes_uploaded } => {
                 tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
                 if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
@@ -259,6 +310,9 @@ impl Repacker<'_> {
             }
             publish::Published::AlreadyThere(commit) => commit,
         };
+        if let Err(e) = self.store.mirror_published(&target, private).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
+        }
         Ok(JobOutcome::Published { target, commit })
     }
 }

@@ -22,8 +22,11 @@ use xet_data::deduplication::Chunker;
 use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_runtime::core::XetContext;
 
-use crate::hub::HubClient;
 use crate::hub::pacing::Bucket;
+use crate::hub::{BodyLimit, HubClient, SMALL_CAP, read_capped};
+
+/// Largest global-dedup answer read: a shard's chunk list is a few MB even for the largest files.
+const DEDUP_SHARD_CAP: usize = 64 << 20;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -57,8 +60,8 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed
 }
 
 async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
-    let url = format!("{}/api/models/{target}/xet-write-token/main", hub.endpoint());
-    let answer = hub.get(Bucket::Api, &url, &[], None).await.map_err(|e| e.to_string())?;
+    let url = format!("{}/api/models/{}/xet-write-token/main", hub.endpoint(), crate::gate::encode_path(target));
+    let answer = hub.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await.map_err(|e| e.to_string())?;
     let token: XetToken =
         serde_json::from_slice(&answer.body).map_err(|e| format!("{target}: Xet write token: {e}"))?;
     let ctx = XetContext::default().map_err(|e| format!("Xet context: {e}"))?;
@@ -88,7 +91,7 @@ async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result
         if !response.status().is_success() {
             continue;
         }
-        let shard = response.bytes().await.map_err(|e| format!("global dedup shard: {e}"))?;
+        let shard = read_capped(response, DEDUP_SHARD_CAP).await.map_err(|e| format!("global dedup shard: {e}"))?;
         let shard = with_expiry(&shard).map_err(|e| format!("global dedup shard: {e}"))?;
         MDBShardFile::write_out_from_reader(&cache_dir, &mut Cursor::new(&shard), &get_shard_file_cache(&ctx.common))
             .map_err(|e| format!("caching a dedup shard in {}: {e}", cache_dir.display()))?;

@@ -9,9 +9,13 @@ use std::sync::{Arc, Mutex};
 use hf_hub::progress::{Progress, ProgressEvent, ProgressHandler, UploadEvent};
 use hf_hub::{HFClient, RepoTypeModel};
 
+use super::policy::Visibility;
 use super::prime::prime;
-use crate::hub::HubClient;
-use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::hashing::sha256_hex;
+use crate::hub::pacing::Bucket;
+use crate::hub::{BodyLimit, HubClient};
+use crate::manifest::MANIFEST_FILE;
+use crate::store::Store;
 
 /// What publishing did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,37 +31,154 @@ pub enum Published {
     AlreadyThere(String),
 }
 
-/// The mirror's id: `{target_namespace}/{source name}-aligned`.
-pub fn mirror_id(source: &str, target_namespace: &str) -> String {
-    let name = source.rsplit('/').next().unwrap_or(source);
-    format!("{target_namespace}/{name}-aligned")
+/// Why publishing stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// The mirror belongs to another source, or no free name was found: never retried.
+    #[error("{0}")]
+    Refused(String),
+    /// A network or Hub failure; another attempt may succeed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Longest name the mirror may have (the Hub's limit for a repo name).
+const MAX_NAME: usize = crate::gate::MAX_NAME_LEN;
+
+/// The names a source's mirror may take, in order of preference: `{name}-aligned`, then
+/// `{namespace}-{name}-aligned` (another source of the same name holds the first), then a name with a hash
+/// of the source id, which no other source shares. Each fits the Hub's length limit and passes the gate.
+pub fn mirror_candidates(source: &str, target_namespace: &str) -> Vec<String> {
+    let (ns, name) = source.split_once('/').unwrap_or(("", source));
+    let hash = &sha256_hex(source.as_bytes())[..8];
+    let keep = MAX_NAME - "-aligned-".len() - hash.len();
+    let stem: String = name.chars().take(keep).collect();
+    let stem = stem.trim_end_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    [format!("{name}-aligned"), format!("{ns}-{name}-aligned"), format!("{stem}-aligned-{hash}")]
+        .into_iter()
+        .filter(|n| n.len() <= MAX_NAME)
+        .map(|n| format!("{target_namespace}/{n}"))
+        .filter(|id| crate::gate::check_repo_id(id).is_ok())
+        .collect()
+}
+
+/// Who a mirror repo on the Hub belongs to, from its manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// No such repo: the name is free.
+    Free,
+    /// The repo exists without a hubalign manifest: someone else's, or one never committed to.
+    Unknown,
+    /// The repo's manifest names this source, at this commit.
+    Source {
+        /// The source repo.
+        repo: String,
+        /// The source commit.
+        revision: Option<String>,
+    },
+}
+
+/// Largest manifest read from a mirror (a bundle of thousands of tensors has one of a few MB).
+const MANIFEST_CAP: usize = 64 << 20;
+
+/// Reads the mirror's manifest to say whose mirror it is.
+pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, PublishError> {
+    let url = hub.resolve_url(target, "main", MANIFEST_FILE);
+    match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await {
+        Ok(fetched) => {
+            let manifest: serde_json::Value = serde_json::from_slice(&fetched.body)
+                .map_err(|e| PublishError::Refused(format!("{target}: its {MANIFEST_FILE} is not JSON: {e}")))?;
+            let text = |k: &str| manifest.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+            Ok(match text("source_repo") {
+                Some(repo) => Holder::Source { repo, revision: text("source_revision") },
+                None => Holder::Unknown,
+            })
+        }
+        Err(e) => match (e.error_code(), e.access()) {
+            (Some("RepoNotFound"), _) | (None, Some(crate::hub::Access::Vanished)) => Ok(Holder::Free),
+            (Some("EntryNotFound" | "RevisionNotFound"), _) => Ok(Holder::Unknown),
+            _ => Err(PublishError::Failed(format!("reading {target}'s manifest: {e}"))),
+        },
+    }
+}
+
+/// The mirror of `source`: the one the store records, or the first candidate name that neither the store
+/// nor the Hub gives to another source, taken in the store before anything is committed to it.
+pub async fn choose_mirror(
+    hub: &HubClient,
+    store: &Store,
+    source: &str,
+    target_namespace: &str,
+    private: bool,
+) -> Result<String, PublishError> {
+    let store_err = |e: crate::store::StoreError| PublishError::Failed(e.to_string());
+    if let Some(row) = store.mirror_of(source).await.map_err(store_err)? {
+        return Ok(row.target_repo);
+    }
+    for candidate in mirror_candidates(source, target_namespace) {
+        if store.mirror_holder(&candidate).await.map_err(store_err)?.is_some_and(|s| s != source) {
+            continue;
+        }
+        match holder(hub, &candidate).await? {
+            Holder::Free => {}
+            Holder::Source { repo, .. } if repo == source => {}
+            Holder::Source { .. } | Holder::Unknown => continue,
+        }
+        if store.claim_mirror(&candidate, source, private).await.map_err(store_err)? {
+            return Ok(candidate);
+        }
+    }
+    Err(PublishError::Refused(format!("{source}: every mirror name in {target_namespace} is taken by another source")))
 }
 
 /// Where a bundle is published and what its upload may deduplicate against.
 pub struct Mirror<'a> {
     /// hf-hub, for the repo and the commit.
     pub hf: &'a HFClient,
-    /// The crawler's client, for the Xet token that priming needs.
+    /// The crawler's client, for the mirror's manifest and the Xet token that priming needs.
     pub hub: &'a HubClient,
     /// `namespace/name` of the mirror.
     pub target: &'a str,
+    /// The source repo.
+    pub source: &'a str,
     /// The source shards the staged ones were made from.
     pub sources: &'a [PathBuf],
+    /// Whether the mirror stays private.
+    pub visibility: Visibility,
 }
 
-/// Uploads `dir` to the mirror: created private, committed, then made public. If the mirror's manifest already
-/// names this source commit, nothing is done; if it names an older one, a new commit goes to the same repo.
-pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, String> {
+/// Fails unless the mirror is free, unknown to any source yet, or this source's.
+async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, PublishError> {
+    let holder = holder(mirror.hub, mirror.target).await?;
+    if let Holder::Source { repo, .. } = &holder
+        && repo != mirror.source
+    {
+        return Err(PublishError::Refused(format!(
+            "{} holds the mirror of {}, not of {}; nothing committed",
+            mirror.target,
+            crate::gate::quote(repo),
+            mirror.source
+        )));
+    }
+    Ok(holder)
+}
+
+/// Uploads `dir` to the mirror: created private, committed, then made public unless it must stay private.
+/// The mirror's manifest is checked before every commit: a repo that holds another source's mirror is never
+/// committed to. If it already holds this source commit's repair, nothing is sent.
+pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, PublishError> {
     let (hf, target) = (mirror.hf, mirror.target);
-    let (ns, name) = target.split_once('/').ok_or_else(|| format!("{target}: not namespace/name"))?;
+    let failed = |what: &str, e: &dyn std::fmt::Display| PublishError::Failed(format!("{what} {target}: {e}"));
+    let (ns, name) =
+        target.split_once('/').ok_or_else(|| PublishError::Refused(format!("{target}: not namespace/name")))?;
     let repo = hf.model(ns, name);
-    if let Ok(bytes) = repo.download_file_to_bytes().filename(MANIFEST_FILE.to_owned()).send().await
-        && let Ok(existing) = serde_json::from_slice::<Manifest>(&bytes)
-        && existing.source_revision.as_deref() == Some(source_sha)
+    let public = mirror.visibility == Visibility::Public;
+    if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
+        && rev == source_sha
     {
         // A worker that died between the upload and making the mirror public left it private.
-        repo.update_settings().private(false).send().await.map_err(|e| format!("making {target} public: {e}"))?;
-        let head = repo.info().send().await.map_err(|e| format!("{target}: {e}"))?;
+        repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
+        let head = repo.info().send().await.map_err(|e| failed("reading", &e))?;
         return Ok(Published::AlreadyThere(head.sha.unwrap_or_default()));
     }
     hf.create_repository()
@@ -67,8 +188,10 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         .exist_ok(true)
         .send()
         .await
-        .map_err(|e| format!("creating {target}: {e}"))?;
+        .map_err(|e| failed("creating", &e))?;
     prime(mirror.hub, target, mirror.sources).await;
+    // Again, right before the commit: the name may have been taken since it was chosen.
+    check_holder(mirror).await?;
     let meter = UploadMeter::default();
     let commit = repo
         .upload_folder()
@@ -77,8 +200,10 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         .commit_message(format!("Aligned safetensors from source commit {source_sha}"))
         .send()
         .await
-        .map_err(|e| format!("uploading to {target}: {e}"))?;
-    repo.update_settings().private(false).send().await.map_err(|e| format!("making {target} public: {e}"))?;
+        .map_err(|e| failed("uploading to", &e))?;
+    if public {
+        repo.update_settings().private(false).send().await.map_err(|e| failed("making public", &e))?;
+    }
     let bytes_uploaded = meter.bytes_sent(dir);
     Ok(Published::Committed { commit: commit.commit_oid.unwrap_or_default(), bytes_uploaded })
 }
@@ -120,6 +245,34 @@ fn list_files(dir: &Path, prefix: &str, out: &mut Vec<(String, u64)>) {
             Ok(m) if m.is_dir() => list_files(&entry.path(), &format!("{name}/"), out),
             Ok(m) => out.push((name, m.len())),
             Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirror_names_are_distinct_per_source_and_fit_the_hub() {
+        assert_eq!(
+            mirror_candidates("pubco/public-4bit", "me"),
+            [
+                "me/public-4bit-aligned",
+                "me/pubco-public-4bit-aligned",
+                &format!("me/public-4bit-aligned-{}", &sha256_hex(b"pubco/public-4bit")[..8])
+            ]
+        );
+        let other = mirror_candidates("otherco/public-4bit", "me");
+        assert_eq!(other[0], "me/public-4bit-aligned", "the same first choice: the store and the manifests decide");
+        assert_ne!(other[1], mirror_candidates("pubco/public-4bit", "me")[1]);
+        let long = format!("ns/{}", "x".repeat(96));
+        let names = mirror_candidates(&long, "me");
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].len() <= "me/".len() + 96);
+        let dashy = format!("ns/{}-{}", "y".repeat(78), "z".repeat(17));
+        for n in mirror_candidates(&dashy, "me") {
+            assert!(crate::gate::check_repo_id(&n).is_ok(), "{n}");
         }
     }
 }

@@ -121,7 +121,7 @@ async fn file(
         return unauthorized();
     }
     if !matches!(side.as_str(), "source" | "aligned")
-        || !super::download::is_safe_repo_path(&name)
+        || crate::gate::check_repo_path(&name).is_err()
         || name.contains('/')
     {
         return (StatusCode::BAD_REQUEST, "no such staged file").into_response();
@@ -168,7 +168,12 @@ pub async fn run_once(
     if !response.status().is_success() {
         return Err(format!("claim: HTTP {}", response.status()));
     }
-    let claim: Claim = response.json().await.map_err(|e| format!("claim: {e}"))?;
+    let claim: Claim = serde_json::from_slice(&crate::hub::read_capped(response, 1 << 20).await?)
+        .map_err(|e| format!("claim: {e}"))?;
+    // The claim names the files to write here: only plain names in the job's own directory.
+    if let Some(bad) = claim.files.iter().find(|n| crate::gate::check_repo_path(n).is_err() || n.contains('/')) {
+        return Err(format!("claim: refusing file name {}", crate::gate::quote(bad)));
+    }
     let dir = work.join(format!("runner-job-{}", claim.job_id));
     for side in ["source", "aligned"] {
         std::fs::create_dir_all(dir.join(side)).map_err(|e| e.to_string())?;
@@ -180,7 +185,8 @@ pub async fn run_once(
             }
             // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
             let path = dir.join(side).join(name);
-            let mut file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = crate::safe_fs::create_nofollow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut file = tokio::fs::File::from_std(file);
             while let Some(chunk) = r.chunk().await.map_err(|e| format!("{url}: {e}"))? {
                 file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
             }

@@ -1,6 +1,5 @@
 //! Reading a shard's header from disk with as few bytes as possible.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -60,7 +59,7 @@ impl ReadError {
 pub fn read_shard_header(path: &Path) -> Result<ShardHeader, ReadError> {
     let io_err = |source| ReadError::Io { path: path.to_owned(), source };
     let format_err = |source| ReadError::Format { path: path.to_owned(), source };
-    let mut file = File::open(path).map_err(io_err)?;
+    let mut file = crate::safe_fs::open_regular(path).map_err(io_err)?;
     let file_size = file.metadata().map_err(io_err)?.len();
     let mut prefix = [0u8; LEN_PREFIX as usize];
     let got = (&mut file).take(LEN_PREFIX).read(&mut prefix).map_err(io_err)?;

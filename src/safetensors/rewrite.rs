@@ -111,7 +111,7 @@ pub fn rewrite(
         // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
         // its own, in the new order, while this thread reads the source front to back for the hashes.
         let moves = plan_moves(shard, plan);
-        let copy_from = File::open(src).map_err(io_error(src, "open"))?;
+        let copy_from = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
         let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
         std::thread::scope(|scope| {
             let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
@@ -169,7 +169,7 @@ fn stream_source(
     progress: Progress<'_>,
 ) -> Result<(ShardHashes, Option<String>), RewriteError> {
     let header = &shard.header;
-    let mut file = File::open(src).map_err(io_error(src, "open"))?;
+    let mut file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
     let size = file.metadata().map_err(io_error(src, "stat"))?.len();
     if size != header.file_size {
         let detail = format!("source changed size while being read ({} → {size} bytes)", header.file_size);

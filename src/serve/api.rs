@@ -8,12 +8,16 @@ use serde::Deserialize;
 
 use super::{AppState, internal};
 
-/// `GET /healthz`: the store answers.
+/// `GET /healthz`: the store answers and every scheduler and worker loop is running.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => "ok\n".into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    if let Err(e) = state.store.ping().await {
+        return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response();
     }
+    let problems = state.health.problems();
+    if !problems.is_empty() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response();
+    }
+    "ok\n".into_response()
 }
 
 /// `GET /api/publishers`: `report --by-publisher`.
@@ -113,6 +117,18 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "Bytes repack jobs moved: down (downloads) and up (uploads after Xet deduplication).",
         "counter",
         &[("{direction=\"down\"}".to_owned(), down), ("{direction=\"up\"}".to_owned(), up)],
+    );
+    metric(
+        "hubalign_task_panics_total",
+        "Audits and repack jobs whose task panicked (each recorded as failed; the loop went on).",
+        "counter",
+        &[(String::new(), state.health.panics() as i64)],
+    );
+    metric(
+        "hubalign_tasks_stopped",
+        "Scheduler or worker loops that stopped while the service runs (/healthz fails while any has).",
+        "gauge",
+        &[(String::new(), state.health.problems().len() as i64)],
     );
     if let Some(r) = runs.first() {
         metric("hubalign_audit_run", "Id of the latest audit run.", "gauge", &[(String::new(), r.id)]);

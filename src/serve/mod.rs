@@ -3,6 +3,7 @@
 
 mod admin;
 mod api;
+pub mod listener;
 mod pages;
 pub mod schedule;
 
@@ -18,7 +19,7 @@ use crate::hub::HubClient;
 use crate::repack::runner::{RunnerApi, router as runner_router};
 use crate::repack::{RepackOptions, Repacker};
 use crate::store::Store;
-use crate::store::jobs::EnqueuePolicy;
+use crate::store::jobs::{EnqueuePolicy, JobOutcome};
 use admin::AdminApi;
 use schedule::Schedule;
 
@@ -29,6 +30,51 @@ pub struct AppState {
     templates: Arc<minijinja::Environment<'static>>,
     next_run: Arc<Mutex<String>>,
     hub_url: String,
+    health: Arc<Health>,
+}
+
+/// What is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count of
+/// audits and jobs whose task panicked (each was recorded as failed and the loop carried on).
+#[derive(Debug, Default)]
+pub struct Health {
+    stopped: Mutex<std::collections::BTreeMap<String, String>>,
+    panics: std::sync::atomic::AtomicU64,
+}
+
+impl Health {
+    /// Loops that stopped while the service runs, with why; `/healthz` fails while there is any.
+    pub fn problems(&self) -> Vec<String> {
+        let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        stopped.iter().map(|(task, why)| format!("{task} stopped: {why}")).collect()
+    }
+
+    /// Audits and jobs whose task panicked since the start.
+    pub fn panics(&self) -> u64 {
+        self.panics.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stopped(&self, task: &str, why: String) {
+        tracing::error!(task, reason = %why, "a service task stopped; /healthz now fails");
+        self.stopped.lock().unwrap_or_else(|p| p.into_inner()).insert(task.to_owned(), why);
+    }
+
+    fn panicked(&self) {
+        self.panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The message of a panic, for the record.
+fn panic_message(e: tokio::task::JoinError) -> String {
+    if e.is_cancelled() {
+        return "cancelled".into();
+    }
+    let payload = e.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("panicked: {}", crate::gate::escape_control(&text))
 }
 
 /// A 500 that says what failed.
@@ -41,6 +87,8 @@ fn internal(e: impl std::fmt::Display) -> axum::response::Response {
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: std::net::SocketAddr,
+    /// The listener's connection limits and timeouts.
+    pub limits: listener::Limits,
     /// When audits start.
     pub schedule: Schedule,
     /// Repack workers.
@@ -63,10 +111,11 @@ pub fn router(
     store: Store,
     hub_url: String,
     next_run: Arc<Mutex<String>>,
+    health: Arc<Health>,
     runner: Option<Arc<RunnerApi>>,
     admin: Option<AdminApi>,
 ) -> Result<Router, minijinja::Error> {
-    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url };
+    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url, health };
     let app = Router::new()
         .route("/", get(pages::overview))
         .route("/ns/{namespace}", get(pages::namespace))
@@ -89,9 +138,19 @@ pub fn router(
     })
 }
 
+/// Everything the scheduler and the workers share.
+struct Shared {
+    hub: Arc<HubClient>,
+    hf: Arc<HFClient>,
+    store: Store,
+    health: Arc<Health>,
+}
+
 /// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit (one at a time; one
 /// stopped by the shutdown is marked interrupted and resumed by the next, since stored repos are not probed
-/// again) and the workers, which finish the job in hand before stopping.
+/// again) and the workers, which finish the job in hand before stopping. Each audit and each job runs in a
+/// task of its own: one that panics is recorded as failed and the loop goes on; a loop that stops makes
+/// `/healthz` fail.
 pub async fn serve(
     config: ServeConfig,
     hub: Arc<HubClient>,
@@ -101,6 +160,7 @@ pub async fn serve(
 ) -> Result<(), String> {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let next_run = Arc::new(Mutex::new(String::new()));
+    let health = Arc::new(Health::default());
     let runner = config.runner_token.clone().map(|token| {
         Arc::new(RunnerApi {
             store: store.clone(),
@@ -115,103 +175,177 @@ pub async fn serve(
         token: token.into(),
         audit_now: audit_now.clone(),
     });
-    let app =
-        router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), runner, admin).map_err(|e| e.to_string())?;
+    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), runner, admin)
+        .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+        .map_err(|e| format!("listening on {} (--listen): {e}", config.listen))?;
     tracing::info!(url = %format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?), "serving");
+    let shared = Arc::new(Shared { hub, hf, store, health: health.clone() });
     let mut tasks = tokio::task::JoinSet::new();
+    let mut names = std::collections::HashMap::new();
     let mut server_stop = stop.clone();
-    tasks.spawn(async move {
-        let graceful = async move {
-            let _ = server_stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(graceful).await {
-            tracing::error!(error = %e, "server stopped");
-        }
-    });
-    {
-        let (hub, store, mut stop, opts, policy, schedule) = (
-            hub.clone(),
-            store.clone(),
+    let limits = config.limits;
+    let id = tasks
+        .spawn(async move {
+            let graceful = async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = listener::serve(listener, app, limits, graceful).await {
+                tracing::error!(error = %e, "server stopped");
+            }
+        })
+        .id();
+    names.insert(id, "the HTTP server".to_owned());
+    let id = tasks
+        .spawn(scheduler(
+            shared.clone(),
             stop.clone(),
             config.audit.clone(),
             config.policy.clone(),
             config.schedule.clone(),
-        );
-        tasks.spawn(async move {
-            let now = SystemTime::now();
-            let mut next = if schedule.audits_at_start() { now } else { schedule.next(now, now) };
-            loop {
-                if let Ok(mut n) = next_run.lock() {
-                    *n = crate::time::format_utc(next.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
-                }
-                let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = audit_now.notified() => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-                let started = SystemTime::now();
-                let mut events = |_| {};
-                let outcome = tokio::select! {
-                    outcome = audit(&hub, &store, &opts, &mut events) => Some(outcome),
-                    _ = stop.wait_for(|s| *s) => None,
-                };
-                let Some(outcome) = outcome else {
-                    // Each repo recorded so far is complete; the next start resumes after them.
-                    if let Err(e) = store.interrupt_stale_runs().await {
-                        tracing::warn!(error = %e, "marking the audit interrupted failed");
-                    }
-                    return;
-                };
-                match outcome {
-                    Ok(summary) => {
-                        tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished")
-                    }
-                    Err(e) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
-                }
-                if let Err(e) = store.enqueue_affected(&policy).await {
-                    tracing::warn!(error = %e, "queueing repack jobs failed");
-                }
-                next = schedule.next(started, SystemTime::now());
-            }
-        });
-    }
+            next_run,
+            audit_now,
+        ))
+        .id();
+    names.insert(id, "the scheduler".to_owned());
     for n in 0..config.workers {
-        let (hub, hf, store, mut stop) = (hub.clone(), hf.clone(), store.clone(), stop.clone());
         let mut opts = config.repack.clone();
         opts.worker = format!("{}-w{n}", opts.worker);
-        tasks.spawn(async move {
-            let repacker = Repacker { hub: &hub, hf: &hf, store: &store, opts: &opts };
-            loop {
-                if *stop.borrow() {
-                    return;
-                }
-                match store.claim_job(&opts.worker, opts.lease, None).await {
-                    Ok(Some(job)) => {
-                        if let Err(e) = repacker.run(&job).await {
-                            tracing::warn!(error = %e, "recording a job failed");
-                        }
-                    }
-                    Ok(None) => {
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                            _ = stop.wait_for(|s| *s) => return,
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claiming a job failed");
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                    }
-                }
-            }
-        });
+        let id = tasks.spawn(worker(shared.clone(), stop.clone(), opts)).id();
+        names.insert(id, format!("worker {n}"));
     }
-    shutdown.await;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(ended) = tasks.join_next_with_id() => {
+                let (id, why) = match ended {
+                    Ok((id, ())) => (id, "it returned".to_owned()),
+                    Err(e) => (e.id(), panic_message(e)),
+                };
+                health.stopped(names.get(&id).map_or("a task", String::as_str), why);
+            }
+        }
+    }
     tracing::info!("shutting down: finishing jobs in hand");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The scheduled audits, one at a time; after each, the affected repos are queued and mirrors whose source
+/// stopped being public are made private.
+async fn scheduler(
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    opts: AuditOptions,
+    policy: EnqueuePolicy,
+    schedule: Schedule,
+    next_run: Arc<Mutex<String>>,
+    audit_now: Arc<tokio::sync::Notify>,
+) {
+    let now = SystemTime::now();
+    let mut next = if schedule.audits_at_start() { now } else { schedule.next(now, now) };
+    loop {
+        if let Ok(mut n) = next_run.lock() {
+            *n = crate::time::format_utc(next.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+        }
+        let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = audit_now.notified() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let started = SystemTime::now();
+        tracing::info!("audit started");
+        let run = {
+            let (hub, store, opts) = (shared.hub.clone(), shared.store.clone(), opts.clone());
+            tokio::spawn(async move { audit(&hub, &store, &opts, &mut |_| {}).await })
+        };
+        let abort = run.abort_handle();
+        let outcome = tokio::select! {
+            outcome = run => Some(outcome),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        match outcome {
+            None => {
+                abort.abort();
+                // Each repo recorded so far is complete; the next start resumes after them.
+                if let Err(e) = shared.store.interrupt_stale_runs().await {
+                    tracing::warn!(error = %e, "marking the audit interrupted failed");
+                }
+                return;
+            }
+            Some(Ok(Ok(summary))) => match &summary.interrupted {
+                None => tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished"),
+                Some(reason) => {
+                    tracing::warn!(run = summary.run_id, reason = %reason, "audit interrupted; the next one resumes")
+                }
+            },
+            Some(Ok(Err(e))) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
+            Some(Err(e)) => {
+                shared.health.panicked();
+                let why = format!("the audit task {}", panic_message(e));
+                tracing::error!(reason = %why, "audit failed; the next one resumes");
+                if let Err(e) = shared.store.fail_running_runs(&why).await {
+                    tracing::warn!(error = %e, "recording the failed audit failed");
+                }
+            }
+        }
+        if let Err(e) = shared.store.enqueue_affected(&policy).await {
+            tracing::warn!(error = %e, "queueing repack jobs failed");
+        }
+        match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store).await {
+            Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
+        }
+        next = schedule.next(started, SystemTime::now());
+    }
+}
+
+/// One repack worker: claims jobs and runs each in a task of its own, so a panic fails that job (to be
+/// retried while attempts remain) rather than the worker.
+async fn worker(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>, opts: RepackOptions) {
+    let opts = Arc::new(opts);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match shared.store.claim_job(&opts.worker, opts.lease, None).await {
+            Ok(Some(job)) => {
+                let run = {
+                    let (shared, opts, job) = (shared.clone(), opts.clone(), job.clone());
+                    tokio::spawn(async move {
+                        let repacker = Repacker { hub: &shared.hub, hf: &shared.hf, store: &shared.store, opts: &opts };
+                        repacker.run(&job).await
+                    })
+                };
+                match run.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!(job.id = job.id, error = %e, "recording a job failed"),
+                    Err(e) => {
+                        shared.health.panicked();
+                        let reason = format!("the repack task {}", panic_message(e));
+                        tracing::error!(job.id = job.id, repo.id = %job.repo_id, reason = %reason, "repack failed");
+                        let outcome = JobOutcome::Failed { reason, retry: true };
+                        if let Err(e) = shared.store.finish_job(job.id, &outcome).await {
+                            tracing::warn!(job.id = job.id, error = %e, "recording a job failed");
+                        }
+                    }
+                }
+            }
+            Ok(None) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming a job failed");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
 }

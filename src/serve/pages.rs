@@ -97,8 +97,9 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
         "overview.html.j2",
         context! {
             totals => Serde(&totals), share_affected => share, gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
-            last_run => runs.first().map(|r| format!("{} ({})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status)),
-            next_run,
+            last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
+                r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
+            next_run, problems => state.health.problems(),
         },
     )
 }
@@ -114,8 +115,11 @@ pub(super) async fn namespace(
     Path(namespace): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    let page = q.page.unwrap_or(0).max(0);
-    let repos = match state.store.namespace_repos(&namespace, PAGE + 1, page * PAGE).await {
+    let page = q.page.unwrap_or(0);
+    let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
+        return (StatusCode::BAD_REQUEST, "page out of range").into_response();
+    };
+    let repos = match state.store.namespace_repos(&namespace, PAGE + 1, offset).await {
         Ok(r) => r,
         Err(e) => return internal(e),
     };
@@ -134,10 +138,11 @@ pub(super) async fn namespace(
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
 pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
-    let (shards, jobs, events) = match tokio::try_join!(
+    let (shards, jobs, events, mirror) = match tokio::try_join!(
         state.store.repo_shards(&id),
         state.store.repo_jobs(&id),
-        state.store.repo_job_events(&id)
+        state.store.repo_job_events(&id),
+        state.store.mirror_of(&id)
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
@@ -145,11 +150,10 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
     if shards.is_empty() && jobs.is_empty() {
         return (StatusCode::NOT_FOUND, "no such audited repository").into_response();
     }
-    let mirror = jobs.iter().find(|j| j.state == "published").and_then(|j| j.target_repo.clone());
     render(
         &state,
         "repo.html.j2",
-        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror, hub => state.hub_url.clone() },
+        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror => Serde(&mirror), hub => state.hub_url.clone() },
     )
 }
 

@@ -49,13 +49,13 @@ impl Schedule {
     /// passed while an audit ran are skipped, so audits never overlap or queue up.
     pub fn next(&self, last_started: SystemTime, now: SystemTime) -> SystemTime {
         match self {
-            Schedule::Every(interval) => (last_started + *interval).max(now),
+            Schedule::Every(interval) => crate::time::system_after(last_started, *interval).max(now),
             Schedule::Cron { cron, .. } => {
                 let from = to_chrono(now.max(last_started));
                 match cron.find_next_occurrence(&from, false) {
                     Ok(at) => from_chrono(at),
                     // The expression fired once at parse time, so this is a pattern past its last year.
-                    Err(_) => SystemTime::UNIX_EPOCH + Duration::from_secs(u64::MAX / 4),
+                    Err(_) => crate::time::system_after(UNIX_EPOCH, Duration::from_secs(u64::MAX / 4)),
                 }
             }
         }
@@ -76,9 +76,9 @@ fn to_chrono(t: SystemTime) -> DateTime<Utc> {
 }
 
 fn from_chrono(t: DateTime<Utc>) -> SystemTime {
-    UNIX_EPOCH
-        + Duration::from_secs(t.timestamp().max(0) as u64)
-        + Duration::from_nanos(u64::from(t.timestamp_subsec_nanos()))
+    let whole = Duration::from_secs(t.timestamp().max(0) as u64)
+        .saturating_add(Duration::from_nanos(u64::from(t.timestamp_subsec_nanos())));
+    crate::time::system_after(UNIX_EPOCH, whole)
 }
 
 #[cfg(test)]

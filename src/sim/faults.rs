@@ -84,7 +84,8 @@ impl RateLimiter {
         if now.duration_since(w.started) >= quota.window {
             // Windows are aligned to their start, so a pause longer than a window starts a fresh one.
             let elapsed = now.duration_since(w.started).as_nanos() / quota.window.as_nanos().max(1);
-            w.started += quota.window * u32::try_from(elapsed).unwrap_or(u32::MAX);
+            let whole = quota.window.checked_mul(u32::try_from(elapsed).unwrap_or(u32::MAX)).unwrap_or(quota.window);
+            w.started = w.started.checked_add(whole).unwrap_or(now);
             w.used = 0;
         }
         let allowed = w.used < quota.requests;

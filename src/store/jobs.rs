@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{Store, StoreError, sql};
+use crate::repack::policy::SourceFlags;
 
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,6 +147,8 @@ pub struct EnqueuePolicy {
     pub opt_out: BTreeSet<String>,
     /// `metal` (wait for the macOS runner) or `cpu`.
     pub verify_device: String,
+    /// Where private mirrors of private sources are allowed.
+    pub private_mirrors: crate::repack::policy::PrivateMirrors,
 }
 
 /// How a job ended a step.
@@ -178,6 +181,12 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
+/// Unix seconds `d` after `now`, saturating: a lease of `u64::MAX` seconds from a flag is "for ever", not a
+/// wrapped time in the past.
+fn lease_until(now: i64, d: Duration) -> i64 {
+    now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// Backoff before attempt `n + 1`: 1, 2, 4 … minutes, at most an hour.
 pub fn backoff(attempts: i64) -> Duration {
     Duration::from_secs(60u64.saturating_mul(1 << attempts.clamp(0, 6) as u32).min(3600))
@@ -188,11 +197,29 @@ impl Store {
     /// excludes get a `skipped` job saying why. Returns how many jobs were queued.
     pub async fn enqueue_affected(&self, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
         let affected = self.affected(policy.min_bytes).await?;
+        let flags: std::collections::HashMap<String, SourceFlags> = sqlx::query_as::<_, (String, bool, bool, bool)>(
+            "SELECT r.id, r.private, r.gated, r.disabled FROM repos r JOIN repo_sums s ON s.repo = r.id
+             WHERE s.misaligned_bytes > 0",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("source flags"))?
+        .into_iter()
+        .map(|(id, private, gated, disabled)| (id, SourceFlags { private, gated, disabled }))
+        .collect();
         let now = crate::time::now_utc();
         let mut queued = 0;
         let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
         for repo in affected {
-            let excluded = if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
+            let flags =
+                flags.get(&repo.repo).copied().unwrap_or(SourceFlags { private: true, gated: false, disabled: false });
+            // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
+            // skipped whatever the target.
+            let target_ns = policy.private_mirrors.0.as_deref().unwrap_or("");
+            let visible = crate::repack::policy::visibility(&repo.repo, flags, target_ns, &policy.private_mirrors);
+            let excluded = if let Err(reason) = visible {
+                Some(reason)
+            } else if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
                 Some("the owner opted out")
             } else if policy.skip.contains(&repo.namespace) {
                 Some("publisher skipped by policy")
@@ -267,7 +294,7 @@ impl Store {
              RETURNING *",
         )
         .bind(worker)
-        .bind(now + lease.as_secs() as i64)
+        .bind(lease_until(now, lease))
         .bind(crate::time::now_utc())
         .bind(now)
         .bind(only)
@@ -305,7 +332,7 @@ impl Store {
             "UPDATE jobs SET state = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_owner = ?",
         )
         .bind(state.as_str())
-        .bind(unix_now() + lease.as_secs() as i64)
+        .bind(lease_until(unix_now(), lease))
         .bind(crate::time::now_utc())
         .bind(id)
         .bind(worker)
@@ -357,7 +384,7 @@ impl Store {
             JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
             JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
             JobOutcome::Failed { reason, retry } if *retry && attempts < max => {
-                (JobState::Queued, Some(reason.as_str()), None, None, unix_now() + backoff(attempts).as_secs() as i64)
+                (JobState::Queued, Some(reason.as_str()), None, None, lease_until(unix_now(), backoff(attempts)))
             }
             JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
         };
@@ -390,7 +417,7 @@ impl Store {
              RETURNING *",
         )
         .bind(runner)
-        .bind(now + lease.as_secs() as i64)
+        .bind(lease_until(now, lease))
         .bind(crate::time::now_utc())
         .bind(now)
         .fetch_optional(self.pool())

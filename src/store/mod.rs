@@ -4,6 +4,7 @@
 //! then records.
 
 pub mod jobs;
+pub mod mirrors;
 pub mod queries;
 mod records;
 

@@ -84,7 +84,7 @@ pub struct RepoRow {
     pub listed_sha: Option<String>,
     /// The commit last audited to completion.
     pub audited_sha: Option<String>,
-    /// `pending`, `ok`, `gated`, `disabled`, `vanished`, `moved` or `error`.
+    /// `pending`, `ok`, `gated`, `disabled`, `vanished`, `moved`, `error` or `invalid_listing`.
     pub state: String,
     /// Private (seen through the token's own access).
     pub private: bool,
@@ -148,6 +148,10 @@ pub struct RunRow {
     pub rate_limited: i64,
     /// Repos that failed.
     pub errors: i64,
+    /// Listing entries the gate refused.
+    pub invalid_listings: i64,
+    /// Why it failed or was interrupted.
+    pub error: Option<String>,
 }
 
 impl Store {
@@ -279,7 +283,8 @@ impl Store {
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
         sqlx::query_as(
             "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,
-                resolver_requests, bytes_read, rate_limited, errors FROM audit_runs ORDER BY id DESC LIMIT ?",
+                resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
+             FROM audit_runs ORDER BY id DESC LIMIT ?",
         )
         .bind(limit)
         .fetch_all(self.pool())

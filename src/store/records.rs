@@ -4,7 +4,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{Store, StoreError, sql};
-use crate::hub::listing::ListedRepo;
+use crate::hub::listing::{InvalidListing, ListedRepo};
 use crate::safetensors::Verdict;
 
 /// Counters of one run, stored with it.
@@ -28,6 +28,8 @@ pub struct RunStats {
     pub retries: u64,
     /// Repos that failed.
     pub errors: u64,
+    /// Listing entries the gate refused.
+    pub invalid_listings: u64,
 }
 
 /// A repo's access state after an audit.
@@ -46,6 +48,8 @@ pub enum RepoState {
     Moved,
     /// A failure that retries did not cure; the next run tries again.
     Error,
+    /// The listing entry broke the gate's rules (id, commit or a file path); never probed.
+    InvalidListing,
 }
 
 impl RepoState {
@@ -58,6 +62,7 @@ impl RepoState {
             RepoState::Vanished => "vanished",
             RepoState::Moved => "moved",
             RepoState::Error => "error",
+            RepoState::InvalidListing => "invalid_listing",
         }
     }
 
@@ -132,6 +137,17 @@ impl Store {
         Ok(())
     }
 
+    /// Marks runs left `running` by a task that died (a panic) as `failed`, with the reason.
+    pub async fn fail_running_runs(&self, reason: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE audit_runs SET status = 'failed', finished_at = ?, error = ? WHERE status = 'running'")
+            .bind(crate::time::now_utc())
+            .bind(reason)
+            .execute(self.pool())
+            .await
+            .map_err(sql("fail running runs"))?;
+        Ok(())
+    }
+
     /// Records the start of a run.
     pub async fn start_run(&self, endpoint: &str, query: &str) -> Result<i64, StoreError> {
         let row = sqlx::query(
@@ -156,8 +172,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE audit_runs SET finished_at = ?, status = ?, repos_listed = ?, repos_probed = ?, shards_probed = ?,
-             api_requests = ?, resolver_requests = ?, bytes_read = ?, rate_limited = ?, retries = ?, errors = ?, error = ?
-             WHERE id = ?",
+             api_requests = ?, resolver_requests = ?, bytes_read = ?, rate_limited = ?, retries = ?, errors = ?,
+             invalid_listings = ?, error = ? WHERE id = ?",
         )
         .bind(crate::time::now_utc())
         .bind(status)
@@ -170,6 +186,7 @@ impl Store {
         .bind(stats.rate_limited as i64)
         .bind(stats.retries as i64)
         .bind(stats.errors as i64)
+        .bind(stats.invalid_listings as i64)
         .bind(error)
         .bind(run)
         .execute(self.pool())
@@ -211,6 +228,49 @@ impl Store {
         }
         tx.commit().await.map_err(sql("commit listing"))?;
         Ok(pending)
+    }
+
+    /// Records the listing entries the gate refused, under their escaped ids, with the reason; a history row
+    /// marks each one that was not already recorded so.
+    pub async fn record_invalid_listings(&self, run: i64, entries: &[InvalidListing]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let now = crate::time::now_utc();
+        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
+        for e in entries {
+            let previous: Option<String> = sqlx::query_scalar("SELECT state FROM repos WHERE id = ?")
+                .bind(&e.id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("read repo"))?;
+            sqlx::query(
+                "INSERT INTO repos (id, namespace, state, last_listed_run, last_error) VALUES (?, ?, 'invalid_listing', ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET state = 'invalid_listing', last_listed_run = excluded.last_listed_run,
+                   last_error = excluded.last_error",
+            )
+            .bind(&e.id)
+            .bind(&e.namespace)
+            .bind(run)
+            .bind(&e.reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("record invalid listing"))?;
+            if previous.as_deref() != Some(RepoState::InvalidListing.as_str()) {
+                sqlx::query(
+                    "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
+                     VALUES (?, ?, ?, NULL, 'invalid_listing', 0, 0)",
+                )
+                .bind(&e.id)
+                .bind(run)
+                .bind(&now)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record history"))?;
+            }
+        }
+        tx.commit().await.map_err(sql("commit invalid listings"))?;
+        Ok(())
     }
 
     /// Records one repo's audit atomically: its shards replaced, its state and audited commit set, and a

@@ -6,6 +6,7 @@ mod cli_scan;
 mod deploy;
 mod docs;
 mod fixtures;
+mod hostile;
 mod interop;
 mod properties;
 mod repack;

@@ -10,7 +10,8 @@ use crate::audit::world::{audit_world, db};
 use crate::sim::world::ALICE;
 use crate::support::{hubalign, python};
 
-struct Service(Child);
+/// A child process killed when dropped.
+pub struct Service(pub Child);
 
 impl Drop for Service {
     fn drop(&mut self) {
@@ -19,17 +20,19 @@ impl Drop for Service {
     }
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A GET from the test thread, on a small runtime of its own; `None` until the service listens.
-fn try_get(url: &str) -> Option<String> {
+pub fn try_get(url: &str) -> Option<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async { reqwest::get(url).await.ok()?.text().await.ok() })
 }
 
-fn get(url: &str) -> String {
+/// A GET that must succeed.
+pub fn get(url: &str) -> String {
     try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
 }
 
@@ -81,12 +84,20 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     };
     assert!(runs.len() >= 2);
     for j in &jobs {
-        assert_eq!(j["state"], "published", "{j}");
+        if j["repo_id"] == "alice/private-q4" {
+            // The token can read it, but a mirror would show it to everyone.
+            assert_eq!(j["state"], "skipped", "{j}");
+            assert!(j["reason"].as_str().unwrap_or("").starts_with("private:"), "{j}");
+        } else {
+            assert_eq!(j["state"], "published", "{j}");
+        }
     }
+    let published: Vec<&serde_json::Value> = jobs.iter().filter(|j| j["state"] == "published").collect();
     let sim = &world.hub.as_ref().unwrap().sim;
     {
         let repos = sim.repos();
-        for j in &jobs {
+        assert!(!repos.keys().any(|id| id.contains("private-q4-aligned")), "no mirror of the private source");
+        for j in &published {
             let mirror = &repos[j["target_repo"].as_str().unwrap()];
             let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
             assert_eq!(uploads, 1, "{} published exactly once", j["target_repo"]);
@@ -114,7 +125,7 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     assert_eq!(api, serde_json::to_value(&publishers).unwrap().as_array().unwrap().clone());
     assert!(metrics.contains(&format!("hubalign_repos_audited {}", totals.repos_audited)), "{metrics}");
     assert!(metrics.contains(&format!("hubalign_duplicated_bytes {}", totals.misaligned_bytes)), "{metrics}");
-    assert!(metrics.contains(&format!("hubalign_jobs{{state=\"published\"}} {}", jobs.len())), "{metrics}");
+    assert!(metrics.contains(&format!("hubalign_jobs{{state=\"published\"}} {}", published.len())), "{metrics}");
     assert!(page.contains(&format!("<b id=\"repos-audited\">{}</b>", totals.repos_audited)), "{page}");
     for p in publishers.iter().filter(|p| p.repos_affected > 0) {
         assert!(
@@ -154,7 +165,7 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
 }
 
 /// A POST with an optional bearer token: status and body.
-fn post(url: &str, token: Option<&str>) -> (u16, String) {
+pub fn post(url: &str, token: Option<&str>) -> (u16, String) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut request = reqwest::Client::new().post(url);

@@ -14,9 +14,11 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("tests/fixtures").join(rel)
 }
 
-/// The `hubalign` binary under test.
+/// The `hubalign` binary under test: this build's, or another named by `HUBALIGN_TEST_BIN` (to show that a
+/// regression test fails on an older build).
 pub fn hubalign() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hubalign"));
+    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
+    let mut cmd = Command::new(bin);
     cmd.env_remove("RUST_LOG");
     // Each run gets an empty Xet shard cache of its own, in the build tree rather than the user's home, so no
     // run deduplicates against what an earlier one cached (simulators reuse ports, and the cache is per port).

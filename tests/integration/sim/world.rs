@@ -45,7 +45,8 @@ impl Drop for World {
     }
 }
 
-fn bundle(root: &Path, id: &str, from: &str, sidecar: &str) {
+/// Copies fixture `from` to repo `id` under `root`, with `sidecar` as its `.hubsim.json`.
+pub fn bundle(root: &Path, id: &str, from: &str, sidecar: &str) {
     let dir = root.join("models").join(id);
     copy_tree(&fixture(from), &dir);
     std::fs::write(dir.join(".hubsim.json"), sidecar).unwrap();

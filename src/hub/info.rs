@@ -1,0 +1,73 @@
+//! A repo's current state from `GET /api/models/{id}`: what publication checks right before it acts, and the
+//! account a token belongs to.
+
+use serde::Deserialize;
+
+use super::pacing::Bucket;
+use super::{BodyLimit, HubClient, HubError, INFO_CAP, SMALL_CAP};
+use crate::gate;
+
+/// What the Hub says of a repo now.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    /// The head commit of the default branch.
+    #[serde(default)]
+    pub sha: Option<String>,
+    /// Private.
+    #[serde(default)]
+    pub private: bool,
+    /// Disabled by the Hub.
+    #[serde(default)]
+    pub disabled: bool,
+    /// `false`, `"auto"` or `"manual"`.
+    #[serde(default)]
+    pub gated: serde_json::Value,
+    /// Tags, `license:…` among them.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+impl ModelInfo {
+    /// Whether a licence gate guards the files.
+    pub fn is_gated(&self) -> bool {
+        !matches!(self.gated, serde_json::Value::Bool(false) | serde_json::Value::Null)
+    }
+
+    /// The licence the Hub tags it with, if it passes the gate's rules for a name.
+    pub fn license(&self) -> Option<String> {
+        self.tags.iter().find_map(|t| t.strip_prefix("license:")).filter(|l| is_plain_word(l)).map(str::to_owned)
+    }
+}
+
+/// A short identifier (`apache-2.0`, `llama3.1`): printable ASCII without spaces or quotes.
+fn is_plain_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
+}
+
+#[derive(Deserialize)]
+struct WhoAmI {
+    name: String,
+}
+
+impl HubClient {
+    /// The repo's current state, read with the token (so a private repo it may see is seen as private).
+    pub async fn model_info(&self, repo: &str) -> Result<ModelInfo, HubError> {
+        let url = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url, detail: format!("model info: {e}") })
+    }
+
+    /// The user the token belongs to, checked as a namespace.
+    pub async fn whoami(&self) -> Result<String, HubError> {
+        let url = format!("{}/api/whoami-v2", self.endpoint());
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
+        let who: WhoAmI = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("whoami: {e}") })?;
+        gate::check_namespace(&who.name).map_err(|e| HubError::Malformed { url, detail: e.to_string() })?;
+        Ok(who.name)
+    }
+}

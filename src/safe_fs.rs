@@ -1,0 +1,187 @@
+//! Local files handled without trusting what is already on disk: only regular files are read as shards,
+//! indexes or manifests (a FIFO, device or socket is refused before a byte is read, so nothing hangs or
+//! reads forever), small files are read under a cap, and writes into an output or work directory replace a
+//! planted symlink instead of following it.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+/// What a path is, for messages: `regular file`, `FIFO`, `symbolic link`, …
+pub fn kind_of(meta: &Metadata) -> &'static str {
+    let t = meta.file_type();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "FIFO";
+        }
+        if t.is_char_device() {
+            return "character device";
+        }
+        if t.is_block_device() {
+            return "block device";
+        }
+        if t.is_socket() {
+            return "socket";
+        }
+    }
+    if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_file() {
+        "regular file"
+    } else {
+        "special file"
+    }
+}
+
+fn not_regular(meta: &Metadata) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("not a regular file but a {}; never read", kind_of(meta)))
+}
+
+/// Opens `path` for reading (following symlinks, as a user's path may) only if it is a regular file. The
+/// open itself cannot block: a FIFO is opened non-blocking, seen for what it is, and refused.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    Ok(file)
+}
+
+/// Whether `path` is a regular file (after symlinks), without opening it.
+pub fn is_regular(path: &Path) -> io::Result<()> {
+    let meta = std::fs::metadata(path)?;
+    if meta.is_file() { Ok(()) } else { Err(not_regular(&meta)) }
+}
+
+/// Reads a small regular file whole, refusing one larger than `cap` bytes (an index, a manifest, a card).
+pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let len = file.metadata()?.len();
+    if len > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{len} bytes, larger than the {cap}-byte cap for this file"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("grew past the {cap}-byte cap while read")));
+    }
+    Ok(bytes)
+}
+
+/// Makes `path` free for a new file: a symlink, special file or empty directory there is removed (never
+/// followed); a regular file is left for the write to replace. Nothing there is fine.
+pub fn clear_for_write(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) if m.is_dir() => std::fs::remove_dir(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates (truncating) a file for writing without following a symlink at its name: one already there is
+/// replaced, and one planted between that check and the open makes the open fail rather than write through.
+pub fn create_nofollow(path: &Path) -> io::Result<File> {
+    clear_for_write(path)?;
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    options.open(path)
+}
+
+/// Creates `root/rel` as real directories, one component at a time: a symlink or file in the way is
+/// replaced by a directory, so nothing is ever created through a link out of `root`. `rel` must be
+/// relative with plain components only.
+pub fn create_dirs_nofollow(root: &Path, rel: &Path) -> io::Result<PathBuf> {
+    let mut dir = root.to_owned();
+    for component in rel.components() {
+        let Component::Normal(name) = component else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: only plain path components may be created", rel.display()),
+            ));
+        };
+        dir.push(name);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) => std::fs::remove_file(&dir)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::create_dir(&dir)?;
+    }
+    Ok(dir)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifos_and_devices_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("x.safetensors");
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(status.success());
+        let e = open_regular(&fifo).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let e = open_regular(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("character device"), "{e}");
+        let link = dir.path().join("index.json");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(read_capped(&link, 1 << 20).is_err());
+        assert!(is_regular(&link).is_err());
+    }
+
+    #[test]
+    fn reads_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, vec![b'x'; 100]).unwrap();
+        assert_eq!(read_capped(&f, 100).unwrap().len(), 100);
+        assert!(read_capped(&f, 99).unwrap_err().to_string().contains("cap"));
+    }
+
+    #[test]
+    fn writes_replace_planted_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("victim"), b"keep").unwrap();
+        let root = dir.path().join("out");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(outside.join("victim"), root.join("config.json")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+
+        use std::io::Write;
+        create_nofollow(&root.join("config.json")).unwrap().write_all(b"new").unwrap();
+        let sub = create_dirs_nofollow(&root, Path::new("sub/deeper")).unwrap();
+        std::fs::write(sub.join("f"), b"x").unwrap();
+
+        assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"keep");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing written through the link");
+        assert!(!std::fs::symlink_metadata(root.join("config.json")).unwrap().file_type().is_symlink());
+        assert!(std::fs::symlink_metadata(root.join("sub")).unwrap().is_dir());
+        assert!(create_dirs_nofollow(&root, Path::new("../escape")).is_err());
+    }
+}

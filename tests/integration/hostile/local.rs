@@ -1,0 +1,156 @@
+//! Local files that are not what they seem: FIFOs and devices named like shards or indexes, symlinks planted
+//! in an output directory, an output directory inside its source, names with control characters.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use super::run_measured;
+use crate::support::{copy_tree, fixture, hubalign, stdout};
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Runs hubalign, failing the test if it does not finish within 20 s (a read of a FIFO would never).
+fn run_bounded(args: &[&str]) -> Output {
+    let mut child = hubalign()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hubalign {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn fifos_and_devices_are_reported_and_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    // A FIFO named like a shard, alone and inside a bundle beside a real shard.
+    let fifo = d.join("lone.safetensors");
+    mkfifo(&fifo);
+    let out = run_bounded(&["scan", fifo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("FIFO"), "{}", text(&out));
+    let bundle = d.join("bundle");
+    copy_tree(&fixture("mlx_lm/q4"), &bundle);
+    mkfifo(&bundle.join("extra.safetensors"));
+    let out = run_bounded(&["scan", "--format", "json", bundle.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let extra = rows.iter().find(|r| r["path"].as_str().unwrap().ends_with("extra.safetensors")).unwrap();
+    assert_eq!(extra["verdict"], "invalid");
+    assert!(extra["error"].as_str().unwrap().contains("FIFO"), "{extra}");
+    let out = run_bounded(&["fix", "--out", d.join("fixed").to_str().unwrap(), bundle.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "the FIFO is left alone, the real shard fixed: {}", text(&out));
+    assert!(d.join("fixed/model.safetensors").is_file());
+
+    // A sharded bundle whose index is a FIFO, then a link to /dev/zero.
+    for (name, plant) in [("fifo-index", "fifo"), ("zero-index", "zero")] {
+        let sharded = d.join(name);
+        copy_tree(&fixture("mlx_lm/sharded"), &sharded);
+        let index = sharded.join("model.safetensors.index.json");
+        std::fs::remove_file(&index).unwrap();
+        match plant {
+            "fifo" => mkfifo(&index),
+            _ => std::os::unix::fs::symlink("/dev/zero", &index).unwrap(),
+        }
+        let m = run_measured(hubalign().args(["scan", sharded.to_str().unwrap()]));
+        assert_eq!(m.code, Some(4), "{name}: {}", m.output);
+        assert!(
+            m.output.contains("model.safetensors.index.json") && m.output.contains("not a regular file"),
+            "{name}: {}",
+            m.output
+        );
+        assert!(m.max_rss < 200 << 20, "{name}: peak RSS {} MiB", m.max_rss >> 20);
+        let out = run_bounded(&["fix", "--in-place", sharded.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(4), "{name}: {}", text(&out));
+    }
+
+    // A shard that is a link to a character device.
+    let zero = d.join("zero.safetensors");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let out = run_bounded(&["scan", zero.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("character device"), "{}", text(&out));
+}
+
+#[test]
+fn symlinks_planted_in_the_output_directory_are_replaced_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = d.join("src");
+    copy_tree(&fixture("mlx_lm/q4"), &src);
+    std::fs::create_dir_all(src.join("extras")).unwrap();
+    std::fs::write(src.join("extras/notes.txt"), b"sidecar in a subdirectory").unwrap();
+    let victims = d.join("victims");
+    std::fs::create_dir_all(&victims).unwrap();
+    for v in ["config", "shard", "notes"] {
+        std::fs::write(victims.join(v), b"do not touch").unwrap();
+    }
+    let out_dir = d.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::os::unix::fs::symlink(victims.join("config"), out_dir.join("config.json")).unwrap();
+    std::os::unix::fs::symlink(victims.join("shard"), out_dir.join("model.safetensors")).unwrap();
+    std::os::unix::fs::symlink(&victims, out_dir.join("extras")).unwrap();
+
+    let out = run_bounded(&["fix", "--out", out_dir.to_str().unwrap(), src.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for v in ["config", "shard", "notes"] {
+        assert_eq!(std::fs::read(victims.join(v)).unwrap(), b"do not touch", "{v} was written through a link");
+    }
+    assert_eq!(std::fs::read_dir(&victims).unwrap().count(), 3, "nothing new in the link's target");
+    for f in ["config.json", "model.safetensors", "extras/notes.txt"] {
+        let meta = std::fs::symlink_metadata(out_dir.join(f)).unwrap();
+        assert!(meta.is_file(), "{f} is a regular file now");
+    }
+    assert!(std::fs::symlink_metadata(out_dir.join("extras")).unwrap().is_dir());
+    assert_eq!(std::fs::read(out_dir.join("config.json")).unwrap(), std::fs::read(src.join("config.json")).unwrap());
+}
+
+#[test]
+fn an_output_directory_inside_its_source_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("b");
+    copy_tree(&fixture("mlx_lm/q4"), &src);
+    for out in [src.join("out"), src.join("deeper/still/out")] {
+        let o = run_bounded(&["fix", "--out", out.to_str().unwrap(), src.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+        assert!(text(&o).contains("inside the bundle"), "{}", text(&o));
+        assert!(!out.exists(), "nothing created");
+    }
+    // Through a symlink to the source, too.
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(&src, &alias).unwrap();
+    let o = run_bounded(&["fix", "--out", alias.join("out").to_str().unwrap(), src.to_str().unwrap()]);
+    assert!(text(&o).contains("inside the bundle"), "{}", text(&o));
+}
+
+#[test]
+fn file_names_with_control_characters_are_escaped_in_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = dir.path().join("evil\u{1b}[2J\nforged.safetensors");
+    std::fs::copy(fixture("mlx_lm/q4/model.safetensors"), &evil).unwrap();
+    for format in ["table", "csv"] {
+        let out = run_bounded(&["scan", "--format", format, dir.path().to_str().unwrap()]);
+        let shown = stdout(&out);
+        assert!(!shown.contains('\u{1b}'), "{format}: {shown:?}");
+        assert!(!shown.lines().any(|l| l.starts_with("forged")), "{format}: {shown}");
+        assert!(shown.contains("\\u{1b}[2J\\u{a}forged"), "{format}: {shown}");
+    }
+}

@@ -1,0 +1,225 @@
+//! The repack worker against hostile repos: lying trees, sources that are not public or stop being public,
+//! and two publishers whose repos share a name.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use super::proxy::{self, Reply, on};
+use super::{files_named, hostile_world};
+use crate::audit::world::assert_ok;
+use crate::sim::world::{ALICE, World};
+use crate::support::{hubalign, python, stdout};
+
+/// `hubalign ARGS` as alice, publishing to `alice`, checking on the CPU, with its work directory in `work`.
+fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
+    hubalign()
+        .args(args)
+        .args(["--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
+        .arg("--work-dir")
+        .arg(work)
+        .arg("--python")
+        .arg(python())
+        .output()
+        .unwrap()
+}
+
+fn audit(endpoint: &str, db: &Path) {
+    let out = hubalign()
+        .args(["audit", "--endpoint", endpoint, "--db", db.to_str().unwrap()])
+        .env("HF_TOKEN", ALICE)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+}
+
+fn jobs(db: &Path) -> Vec<hubalign::store::jobs::Job> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async { hubalign::store::Store::open(db).await.unwrap().jobs().await.unwrap() })
+}
+
+fn job<'a>(jobs: &'a [hubalign::store::jobs::Job], repo: &str) -> &'a hubalign::store::jobs::Job {
+    jobs.iter().find(|j| j.repo_id == repo).unwrap_or_else(|| panic!("no job for {repo}: {jobs:?}"))
+}
+
+fn mirrors(world: &World) -> Vec<String> {
+    let sim = &world.hub.as_ref().unwrap().sim;
+    sim.repos().keys().filter(|k| k.ends_with("-aligned") || k.contains("-aligned-")).cloned().collect()
+}
+
+/// The mirror's manifest, as anyone downloads it.
+fn manifest(world: &World, mirror: &str) -> Value {
+    let url = format!("{}/{mirror}/resolve/main/MEI_ALIGN_MANIFEST.json", world.endpoint());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let text = rt.block_on(async { reqwest::get(&url).await.unwrap().text().await.unwrap() });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{mirror}: {e}: {text}"))
+}
+
+/// A tree listing with files whose paths would land outside the work directory.
+fn traversal(tree: &mut Value) {
+    let abs = format!("/tmp/hubalign-hostile-{}/abs.txt", std::process::id());
+    for path in ["../../../../../escape-1.txt", "../escape-2.txt", "sub/../../../escape-3.txt", abs.as_str()] {
+        tree.as_array_mut().unwrap().push(json!({"type": "file", "oid": "a".repeat(40), "size": 5, "path": path}));
+    }
+}
+
+#[test]
+fn a_tree_listing_that_lies_later_cannot_write_outside_the_work_directory() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("a/b/c/work"));
+    // Honest on the first tree request, traversal paths on any later one (where hf-hub's snapshot download
+    // listed the tree a second time and wrote whatever that listing said).
+    let tree = "/api/models/mlx-community/tiny-q4/tree/";
+    let proxy = proxy::start(&world, vec![on(tree, 1, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
+    let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(proxy.count(tree), 1, "the files fetched are exactly those of one listing");
+    assert!(files_named(dir.path(), "escape").is_empty());
+    assert!(!Path::new(&format!("/tmp/hubalign-hostile-{}", std::process::id())).exists());
+    let files = &world.hub.as_ref().unwrap().sim.repos()["alice/tiny-q4-aligned"].head().unwrap().files.clone();
+    assert!(!files.keys().any(|f| f.contains("escape")), "{:?}", files.keys());
+}
+
+#[test]
+fn a_tree_listing_with_traversal_paths_fails_the_job_for_good_and_publishes_nothing() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("a/b/c/work"));
+    let tree = "/api/models/mlx-community/tiny-q4/tree/";
+    let proxy = proxy::start(&world, vec![on(tree, 0, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
+    let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let jobs = jobs(&db);
+    let j = job(&jobs, "mlx-community/tiny-q4");
+    assert_eq!(j.state, "failed", "a refusal is permanent, not retried: {j:?}");
+    assert_eq!(j.attempts, 1);
+    assert!(
+        j.reason.as_deref().unwrap_or("").contains("refused")
+            && j.reason.as_deref().unwrap_or("").contains("file path"),
+        "{j:?}"
+    );
+    assert!(files_named(dir.path(), "escape").is_empty());
+    assert!(mirrors(&world).is_empty(), "nothing published");
+}
+
+#[test]
+fn private_gated_and_disabled_sources_get_no_mirror() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let jobs = jobs(&db);
+    let reason = |repo: &str| job(&jobs, repo).reason.clone().unwrap_or_default();
+    assert_eq!(job(&jobs, "gatedco/gated-q4").state, "skipped");
+    assert_eq!(reason("gatedco/gated-q4"), "gated: the licence gate cannot be carried over");
+    for private in ["alice-org/private-q4", "alice/own-private-q4"] {
+        assert_eq!(job(&jobs, private).state, "skipped");
+        assert!(reason(private).starts_with("private:"), "{}", reason(private));
+    }
+    assert!(!jobs.iter().any(|j| j.repo_id == "old-org/disabled-q4" && j.state != "skipped"), "{jobs:?}");
+    let published = mirrors(&world);
+    for source in ["private-q4", "own-private-q4", "gated-q4", "disabled-q4"] {
+        assert!(!published.iter().any(|m| m.contains(source)), "{source} mirrored: {published:?}");
+    }
+    assert!(published.contains(&"alice/tiny-q4-aligned".to_owned()), "{published:?}");
+
+    // An operator may allow private mirrors of the target namespace's own private repos: private, and only
+    // those.
+    let (db2, work2) = (dir.path().join("b.db"), dir.path().join("work2"));
+    audit(&world.endpoint(), &db2);
+    let out = worker(&world.endpoint(), &db2, &work2, &["worker", "--once", "--private-mirrors"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let own = sim.repos().get("alice/own-private-q4-aligned").map(|r| r.meta.private);
+    assert_eq!(own, Some(true), "a private mirror of alice's own private repo, and only that");
+    let private_mirrors: Vec<String> = mirrors(&world).into_iter().filter(|m| m.contains("private")).collect();
+    assert_eq!(private_mirrors, ["alice/own-private-q4-aligned"]);
+}
+
+#[test]
+fn a_source_that_turns_private_after_the_audit_is_not_published() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    world.hub.as_ref().unwrap().sim.repos_mut().get_mut("pubco/public-4bit").unwrap().meta.private = true;
+    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let jobs = jobs(&db);
+    let j = job(&jobs, "pubco/public-4bit");
+    assert_eq!(j.state, "skipped", "{j:?}");
+    assert!(j.reason.as_deref().unwrap_or("").starts_with("gone:"), "private to another owner reads as gone: {j:?}");
+    assert!(!mirrors(&world).iter().any(|m| m.contains("pubco")), "{:?}", mirrors(&world));
+}
+
+#[test]
+fn two_sources_with_one_name_get_two_mirrors_each_naming_its_source() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let jobs = jobs(&db);
+    let (a, b) = (job(&jobs, "pubco/public-4bit"), job(&jobs, "otherco/public-4bit"));
+    assert_eq!((a.state.as_str(), b.state.as_str()), ("published", "published"));
+    let (ta, tb) = (a.target_repo.clone().unwrap(), b.target_repo.clone().unwrap());
+    assert_ne!(ta, tb, "one mirror each");
+    assert_eq!(manifest(&world, &ta)["source_repo"], "pubco/public-4bit");
+    assert_eq!(manifest(&world, &tb)["source_repo"], "otherco/public-4bit");
+
+    // A second deployment (a fresh store) finds the names taken on the Hub by their manifests, commits
+    // nothing to the other source's mirror, and finds its own.
+    let (db2, work2) = (dir.path().join("b.db"), dir.path().join("work2"));
+    audit(&world.endpoint(), &db2);
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let commits = |m: &str| sim.repos()[m].commits.len();
+    let before = (commits(&ta), commits(&tb));
+    let out = worker(&world.endpoint(), &db2, &work2, &["repack", "pubco/public-4bit"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let again = jobs_of(&db2, "pubco/public-4bit");
+    assert_eq!(again.target_repo.as_deref(), Some(ta.as_str()), "the same mirror as before: {again:?}");
+    assert_eq!((commits(&ta), commits(&tb)), before, "already there: nothing committed to either");
+    assert_eq!(manifest(&world, &tb)["source_repo"], "otherco/public-4bit");
+}
+
+fn jobs_of(db: &Path, repo: &str) -> hubalign::store::jobs::Job {
+    job(&jobs(db), repo).clone()
+}
+
+#[test]
+fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    // Someone's mirror already sits at the first name, made for another source.
+    let squatter = "alice/tiny-q4-aligned";
+    let upload = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import sys, json; from huggingface_hub import HfApi; api = HfApi(); \
+                      api.create_repo(sys.argv[1]); \
+                      api.upload_file(path_or_fileobj=json.dumps({'source_repo': 'someone/else'}).encode(), \
+                                      path_in_repo='MEI_ALIGN_MANIFEST.json', repo_id=sys.argv[1])",
+            squatter,
+        ])
+        .env("HF_ENDPOINT", world.endpoint())
+        .env("HF_TOKEN", ALICE)
+        .env("HF_HUB_DISABLE_XET", "1")
+        .output()
+        .unwrap();
+    assert!(upload.status.success(), "{}", String::from_utf8_lossy(&upload.stderr));
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let before = sim.repos()[squatter].commits.len();
+    let out = worker(&world.endpoint(), &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sim.repos()[squatter].commits.len(), before, "nothing committed to another source's mirror");
+    let j = jobs_of(&db, "mlx-community/tiny-q4");
+    assert_eq!(j.target_repo.as_deref(), Some("alice/mlx-community-tiny-q4-aligned"), "{j:?}");
+    assert_eq!(manifest(&world, "alice/mlx-community-tiny-q4-aligned")["source_repo"], "mlx-community/tiny-q4");
+}

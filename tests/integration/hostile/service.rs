@@ -1,0 +1,146 @@
+//! `serve` against clients that never finish a request, audits that panic, a Hub that asks to wait forever,
+//! and a source that stops being public after its mirror was published.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::hostile_world;
+use super::proxy::{self, Reply, on};
+use crate::serve::{Service, free_port, get, post, try_get};
+use crate::sim::world::ALICE;
+use crate::support::{hubalign, python};
+
+/// Starts `serve` as alice against `endpoint`, auditing every `interval` seconds, with `extra` flags and
+/// environment, and waits until it answers.
+fn serve(endpoint: &str, db: &Path, interval: u64, extra: &[&str], env: &[(&str, &str)]) -> (Service, String) {
+    let port = free_port();
+    let mut cmd = hubalign();
+    cmd.args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", &interval.to_string()])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--admin-token", "s3cret"])
+        .arg("--python")
+        .arg(python())
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let service = Service(cmd.spawn().unwrap());
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while try_get(&format!("{base}/healthz")).is_none() {
+        assert!(Instant::now() < deadline, "serve never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (service, base)
+}
+
+fn runs(base: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap()
+}
+
+fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn clients_that_never_finish_a_request_cannot_lock_out_the_dashboard() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, base) = serve(&world.endpoint(), &dir.path().join("a.db"), 86_400, &[], &[]);
+    let addr = base.trim_start_matches("http://").to_owned();
+    // Far more connections than the limit: some send nothing, some half a request.
+    let mut idle = Vec::new();
+    for i in 0..1500 {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(mut s) => {
+                if i % 2 == 0 {
+                    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+                }
+                idle.push(s);
+            }
+            Err(e) => panic!("connect {i}: {e}"),
+        }
+    }
+    for round in 0..5 {
+        let started = Instant::now();
+        let ok = try_get(&format!("{base}/healthz"));
+        let took = started.elapsed();
+        assert_eq!(ok.as_deref(), Some("ok\n"), "round {round}");
+        assert!(took < Duration::from_secs(2), "round {round}: /healthz took {took:?} behind 1,500 idle clients");
+        assert!(get(&format!("{base}/")).contains("repos audited"), "round {round}: the overview");
+    }
+    // Idle connections are closed within the header timeout (10 s by default), not held for ever.
+    std::thread::sleep(Duration::from_secs(12));
+    let closed = idle
+        .iter_mut()
+        .filter(|s| {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
+            match std::io::Read::read(&mut &**s, &mut [0u8; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            }
+        })
+        .count();
+    assert!(closed > 1400, "{closed} of 1,500 idle connections closed");
+}
+
+#[test]
+fn a_panicking_audit_is_recorded_and_the_scheduler_goes_on() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, base) = serve(
+        &world.endpoint(),
+        &dir.path().join("a.db"),
+        2,
+        &["--workers", "0"],
+        &[("HUBALIGN_DEBUG_PANIC_AUDITS", "1")],
+    );
+    wait_for("an audit after the panicking one", 60, || runs(&base).iter().any(|r| r["status"] == "finished"));
+    let runs = runs(&base);
+    let failed = runs.iter().find(|r| r["status"] == "failed").expect("the panicking audit is recorded");
+    assert!(failed["error"].as_str().unwrap_or("").contains("panicked"), "{failed}");
+    assert!(!runs.iter().any(|r| r["status"] == "running" && r["id"] == failed["id"]));
+    assert_eq!(get(&format!("{base}/healthz")), "ok\n", "the loop carried on");
+    assert!(get(&format!("{base}/metrics")).contains("hubalign_task_panics_total 1"));
+}
+
+#[test]
+fn a_hub_that_asks_to_wait_for_ever_interrupts_the_audit_not_the_service() {
+    let world = hostile_world();
+    let retry = u64::MAX.to_string();
+    let proxy = proxy::start(
+        &world,
+        vec![on("/api/models", 0, move || Reply::Fixed(429, vec![("retry-after", retry.clone())], b"{}".to_vec()))],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, base) = serve(&proxy.base_url, &dir.path().join("a.db"), 86_400, &["--workers", "0"], &[]);
+    wait_for("the first audit to end", 30, || runs(&base).iter().any(|r| r["status"] == "interrupted"));
+    assert_eq!(get(&format!("{base}/healthz")), "ok\n");
+    assert!(get(&format!("{base}/")).contains("interrupted"), "the overview says so");
+    assert_eq!(post(&format!("{base}/api/admin/audit"), Some("s3cret")).0, 202);
+    wait_for("the audit asked for", 30, || runs(&base).iter().filter(|r| r["status"] == "interrupted").count() == 2);
+}
+
+#[test]
+fn a_mirror_whose_source_turns_private_is_made_private_and_the_page_says_why() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, base) = serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let mirror = "alice/tiny-q4-aligned";
+    wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
+    sim.repos_mut().get_mut("mlx-community/tiny-q4").unwrap().meta.private = true;
+    wait_for("the mirror to go private", 60, || sim.repos()[mirror].meta.private);
+    let page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
+    assert!(page.contains("id=\"mirror-hidden\"") && page.contains("no longer public"), "{page}");
+    assert!(page.contains("gone: the source was deleted or is no longer visible"), "{page}");
+}
