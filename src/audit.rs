@@ -229,7 +229,7 @@ async fn crawl(
 pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOptions) -> Result<RepoOutcome, HubError> {
     let sha = repo.sha.clone().unwrap_or_else(|| "main".to_owned());
     let outcome = |state, shards, error| RepoOutcome { id: repo.id.clone(), sha: sha.clone(), state, shards, error };
-    if repo.disabled {
+    if repo.flags.disabled {
         return Ok(outcome(RepoState::Disabled, Vec::new(), None));
     }
     let mut shards = Vec::new();

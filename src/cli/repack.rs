@@ -69,7 +69,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     lease_secs: u64,
     /// The largest bundle a job downloads; a larger one is refused with the reason.
-    #[arg(long, default_value_t = 1000.0, value_name = "GB")]
+    #[arg(long, default_value_t = hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES as f64 / 1e9, value_name = "GB")]
     max_bundle_gb: f64,
     /// Also mirror private sources of the target namespace itself, as private mirrors there (never public,
     /// never for another owner's private repos, never for gated ones).

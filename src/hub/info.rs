@@ -7,14 +7,10 @@ use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, INFO_CAP, SMALL_CAP};
 use crate::gate;
 
-/// What the Hub says of a repo now.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ModelInfo {
-    /// The head commit of the default branch.
-    #[serde(default)]
-    pub sha: Option<String>,
-    /// Private.
+/// Who may see a repo, as listings and repo info report it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RepoFlags {
+    /// Private (seen because the token may).
     #[serde(default)]
     pub private: bool,
     /// Disabled by the Hub.
@@ -23,17 +19,30 @@ pub struct ModelInfo {
     /// `false`, `"auto"` or `"manual"`.
     #[serde(default)]
     pub gated: serde_json::Value,
+}
+
+impl RepoFlags {
+    /// Whether a licence gate guards the files.
+    pub fn is_gated(&self) -> bool {
+        !matches!(self.gated, serde_json::Value::Bool(false) | serde_json::Value::Null)
+    }
+}
+
+/// What the Hub says of a repo now.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ModelInfo {
+    /// The head commit of the default branch.
+    #[serde(default)]
+    pub sha: Option<String>,
+    /// Who may see it.
+    #[serde(flatten)]
+    pub flags: RepoFlags,
     /// Tags, `license:…` among them.
     #[serde(default)]
     pub tags: Vec<String>,
 }
 
 impl ModelInfo {
-    /// Whether a licence gate guards the files.
-    pub fn is_gated(&self) -> bool {
-        !matches!(self.gated, serde_json::Value::Bool(false) | serde_json::Value::Null)
-    }
-
     /// The licence the Hub tags it with, if it passes the gate's rules for a name.
     pub fn license(&self) -> Option<String> {
         self.tags.iter().find_map(|t| t.strip_prefix("license:")).filter(|l| is_plain_word(l)).map(str::to_owned)

@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 
+use super::info::RepoFlags;
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, LISTING_PAGE_CAP};
 use crate::gate;
@@ -40,15 +41,9 @@ pub struct ListedRepo {
     /// Last change, ISO-8601.
     #[serde(default)]
     pub last_modified: Option<String>,
-    /// Private (visible because the token owns it).
-    #[serde(default)]
-    pub private: bool,
-    /// Disabled by the Hub.
-    #[serde(default)]
-    pub disabled: bool,
-    /// `false`, `"auto"` or `"manual"`.
-    #[serde(default)]
-    pub gated: serde_json::Value,
+    /// Who may see it.
+    #[serde(flatten)]
+    pub flags: RepoFlags,
     /// File names.
     #[serde(default)]
     pub siblings: Vec<Sibling>,
@@ -65,11 +60,6 @@ impl ListedRepo {
     /// The namespace.
     pub fn namespace(&self) -> &str {
         self.id.split_once('/').map_or(self.id.as_str(), |(ns, _)| ns)
-    }
-
-    /// Whether the repo is gated.
-    pub fn is_gated(&self) -> bool {
-        !matches!(self.gated, serde_json::Value::Bool(false) | serde_json::Value::Null)
     }
 
     /// Its `*.safetensors` files, sorted.
@@ -226,7 +216,7 @@ mod tests {
             r#"{"id":"a/b","sha":"s","gated":"manual","siblings":[{"rfilename":"z.safetensors"},{"rfilename":"config.json"},{"rfilename":"a.safetensors"}]}"#,
         )
         .unwrap();
-        assert!(r.is_gated());
+        assert!(r.flags.is_gated());
         assert_eq!(r.shard_paths(), ["a.safetensors", "z.safetensors"]);
         assert_eq!(r.namespace(), "a");
     }

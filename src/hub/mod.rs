@@ -234,6 +234,8 @@ impl HubClient {
             }
             if wait > self.max_wait {
                 let seconds = self.pacer(bucket).named_wait().unwrap_or(wait.as_secs()).max(wait.as_secs());
+                // This run stops here; a later one (the same client, under `serve`) asks the Hub afresh.
+                self.pacer(bucket).forget();
                 return Err(self.wait_too_long(url, seconds));
             }
             tracing::debug!(bucket = ?bucket, wait_ms = wait.as_millis() as u64, "pacing");
@@ -277,8 +279,9 @@ impl HubClient {
                         refusals += 1;
                         attempts -= 1;
                         let wait = rate_limit_wait(hub_headers);
-                        self.pacer(bucket).refused(wait, Instant::now());
+                        // A wait too long ends this run without closing the bucket for the next one.
                         self.refuse_long_wait(url, wait)?;
+                        self.pacer(bucket).refused(wait, Instant::now());
                         tracing::info!(bucket = ?bucket, wait_s = wait.as_secs(), "rate limited; waiting for the window to reset");
                         if refusals > MAX_RATE_LIMITED {
                             return Err(HubError::Exhausted {

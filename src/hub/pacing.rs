@@ -152,6 +152,11 @@ impl Pacer {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).named_wait
     }
 
+    /// Forgets the bucket's window: the next request finds out its state afresh.
+    pub fn forget(&self) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = State::default();
+    }
+
     /// After a request that taught nothing (a network failure): let another one find out.
     pub fn release(&self) {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).probing = false;
@@ -239,6 +244,8 @@ mod tests {
         assert!(p.reserve(t0) > Duration::from_secs(86_400), "a wait far ahead, for the caller to refuse");
         p.refused(Duration::MAX, t0);
         assert!(p.reserve(t0) > Duration::from_secs(86_400));
+        p.forget();
+        assert_eq!(p.reserve(t0), Duration::ZERO, "a later run asks the Hub afresh");
     }
 
     #[test]

@@ -268,13 +268,16 @@ async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> R
     let range = [("range", format!("bytes={have}-"))];
     let headers: &[(&'static str, String)] = if have > 0 { &range } else { &[] };
     let opened = hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| format!("{}: {e}", f.path))?;
-    // A server that ignores the range sends the whole file: start over rather than append it.
-    let start =
-        if have > 0 && opened.status == StatusCode::PARTIAL_CONTENT && content_range_start(&opened) == Some(have) {
-            have
-        } else {
-            0
-        };
+    // A server that ignores the range sends the whole file: start over rather than append it. One that
+    // answers with some other range cannot be appended either.
+    let start = match opened.status {
+        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(have) => have,
+        StatusCode::PARTIAL_CONTENT => {
+            let _ = std::fs::remove_file(partial);
+            return Ok(Transfer::Cut(0, format!("{}: a range answer that does not start at byte {have}", f.path)));
+        }
+        _ => 0,
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(start, rx);
     let mut response = opened.response;

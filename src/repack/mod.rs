@@ -21,6 +21,7 @@ use hf_hub::HFClient;
 use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::hub::HubClient;
+use crate::hub::info::ModelInfo;
 use crate::manifest::Manifest;
 use crate::safetensors::Alignment;
 use crate::store::jobs::{Job, JobOutcome, JobState};
@@ -121,11 +122,21 @@ impl Repacker<'_> {
         Ok(state)
     }
 
-    /// How the source may be mirrored now, from the Hub's answer; `Err` carries why it may not be.
-    async fn visibility(&self, job: &Job) -> Result<Result<policy::Visibility, &'static str>, StepError> {
+    /// How the source may be mirrored now, from the Hub's answer (`Err` inside says why it may not be), with
+    /// that answer.
+    async fn visibility(
+        &self,
+        job: &Job,
+    ) -> Result<(Result<policy::Visibility, &'static str>, Option<ModelInfo>), StepError> {
         let info = self.hub.model_info(&job.repo_id).await;
-        policy::visibility_now(&job.repo_id, info.as_ref(), &self.opts.target_namespace, &self.opts.private_mirrors)
-            .map_err(transient)
+        let verdict = policy::visibility_now(
+            &job.repo_id,
+            info.as_ref(),
+            &self.opts.target_namespace,
+            &self.opts.private_mirrors,
+        )
+        .map_err(transient)?;
+        Ok((verdict, info.ok()))
     }
 
     async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
@@ -162,7 +173,7 @@ impl Repacker<'_> {
         }
         // Nothing that may not be mirrored is even downloaded; publishing checks again.
         if !self.opts.pull_request
-            && let Err(reason) = self.visibility(job).await?
+            && let (Err(reason), _) = self.visibility(job).await?
         {
             return Ok(JobOutcome::Skipped { reason: reason.into() });
         }
@@ -263,16 +274,9 @@ impl Repacker<'_> {
             });
         }
         // The source may have turned private, gated, disabled or gone since the audit.
-        let info = self.hub.model_info(&job.repo_id).await;
-        let now = policy::visibility_now(
-            &job.repo_id,
-            info.as_ref(),
-            &self.opts.target_namespace,
-            &self.opts.private_mirrors,
-        );
-        let visibility = match now.map_err(transient)? {
-            Ok(v) => v,
-            Err(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        let (visibility, info) = match self.visibility(job).await? {
+            (Ok(v), info) => (v, info),
+            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let publish_err = |e: publish::PublishError| match e {
             publish::PublishError::Refused(r) => permanent(r),
@@ -287,7 +291,7 @@ impl Repacker<'_> {
         let card_text = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
         let license = match card_text.and_then(|r| card::license_of(&String::from_utf8_lossy(&r))) {
             Some(l) => Some(l),
-            None => info.ok().and_then(|i| i.license()),
+            None => info.and_then(|i| i.license()),
         };
         let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)

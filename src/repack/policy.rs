@@ -81,7 +81,7 @@ pub fn visibility_now(
     match info {
         Ok(info) => Ok(visibility(
             source,
-            SourceFlags { private: info.private, gated: info.is_gated(), disabled: info.disabled },
+            SourceFlags { private: info.flags.private, gated: info.flags.is_gated(), disabled: info.flags.disabled },
             target_namespace,
             private,
         )),

@@ -102,12 +102,13 @@ impl Registry {
         self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Closes the connection that has waited longest for a request; `false` if every one is busy.
+    /// Closes the connection that has waited longest for a request; `false` if every one is busy. It leaves
+    /// the registry at once, so a burst of new connections closes as many old ones.
     fn evict_oldest_waiting(&self) -> bool {
-        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        let oldest = conns.values().filter_map(|c| c.waiting_since().map(|t| (t, c))).min_by_key(|(t, _)| *t);
-        match oldest {
-            Some((_, c)) => {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = conns.iter().filter_map(|(id, c)| c.waiting_since().map(|t| (t, *id))).min_by_key(|(t, _)| *t);
+        match oldest.and_then(|(_, id)| conns.remove(&id)) {
+            Some(c) => {
                 c.close.notify_one();
                 true
             }
@@ -118,11 +119,13 @@ impl Registry {
     /// Closes every connection that has waited longer than `timeout` for a request.
     fn close_stale(&self, timeout: Duration) {
         let now = Instant::now();
-        for c in self.conns.lock().unwrap_or_else(|p| p.into_inner()).values() {
-            if c.waiting_since().is_some_and(|t| now.saturating_duration_since(t) > timeout) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, c| {
+            let stale = c.waiting_since().is_some_and(|t| now.saturating_duration_since(t) > timeout);
+            if stale {
                 c.close.notify_one();
             }
-        }
+            !stale
+        });
     }
 }
 
@@ -306,5 +309,14 @@ mod tests {
         }
         let answered = tokio::time::timeout(Duration::from_secs(5), get(addr)).await.expect("answered at once");
         assert!(answered.ends_with("ok\n"), "{answered}");
+        // The limit holds through the burst: all but the newest few were closed to make room.
+        let mut closed = 0;
+        for s in &mut idle {
+            let mut buf = [0u8; 1];
+            if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+                closed += 1;
+            }
+        }
+        assert!(closed >= 32 - 8, "{closed} of 32 closed with a limit of 8");
     }
 }

@@ -217,9 +217,9 @@ impl Store {
             .bind(r.namespace())
             .bind(&r.sha)
             .bind(&r.last_modified)
-            .bind(r.private)
-            .bind(r.is_gated())
-            .bind(r.disabled)
+            .bind(r.flags.private)
+            .bind(r.flags.is_gated())
+            .bind(r.flags.disabled)
             .bind(run)
             .execute(&mut *tx)
             .await

@@ -155,3 +155,9 @@ pub fn on(part: &'static str, from: u64, reply: impl Fn() -> Reply + Send + Sync
         (matched.fetch_add(1, Ordering::SeqCst) >= from).then(&reply)
     })
 }
+
+/// A rule for the first request whose path contains `part`, and none after.
+pub fn once(part: &'static str, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Rule {
+    let matched = AtomicU64::new(0);
+    Box::new(move |req| (req.path.contains(part) && matched.fetch_add(1, Ordering::SeqCst) == 0).then(&reply))
+}

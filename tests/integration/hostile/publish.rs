@@ -35,6 +35,15 @@ fn audit(endpoint: &str, db: &Path) {
     assert_ok(&out);
 }
 
+/// Audits the world into `dir/{name}.db`, runs `worker --once ARGS` against it and returns the store.
+fn audit_and_work(world: &World, dir: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
+    let (db, work) = (dir.join(format!("{name}.db")), dir.join(format!("{name}-work")));
+    audit(&world.endpoint(), &db);
+    let out = worker(&world.endpoint(), &db, &work, &[&["worker", "--once"], args].concat());
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    db
+}
+
 fn jobs(db: &Path) -> Vec<hubalign::store::jobs::Job> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async { hubalign::store::Store::open(db).await.unwrap().jobs().await.unwrap() })
@@ -65,43 +74,43 @@ fn traversal(tree: &mut Value) {
     }
 }
 
-#[test]
-fn a_tree_listing_that_lies_later_cannot_write_outside_the_work_directory() {
+/// Repacks tiny-q4 through a proxy whose tree listings add traversal paths from the `from`-th on. Returns
+/// the world, the directory holding the store and the work directory, the store, the tree requests made and
+/// the run's output.
+fn repack_through_lying_trees(from: u64) -> (World, tempfile::TempDir, std::path::PathBuf, usize, Output) {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("a/b/c/work"));
+    let tree = "/api/models/mlx-community/tiny-q4/tree/";
+    let proxy = proxy::start(&world, vec![on(tree, from, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
+    let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    assert!(files_named(dir.path(), "escape").is_empty(), "a file was written outside the work directory");
+    assert!(!Path::new(&format!("/tmp/hubalign-hostile-{}", std::process::id())).exists());
+    let trees = proxy.count(tree);
+    (world, dir, db, trees, out)
+}
+
+#[test]
+fn a_tree_listing_that_lies_later_cannot_write_outside_the_work_directory() {
     // Honest on the first tree request, traversal paths on any later one (where hf-hub's snapshot download
     // listed the tree a second time and wrote whatever that listing said).
-    let tree = "/api/models/mlx-community/tiny-q4/tree/";
-    let proxy = proxy::start(&world, vec![on(tree, 1, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
-    let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    let (world, _dir, _db, trees, out) = repack_through_lying_trees(1);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(proxy.count(tree), 1, "the files fetched are exactly those of one listing");
-    assert!(files_named(dir.path(), "escape").is_empty());
-    assert!(!Path::new(&format!("/tmp/hubalign-hostile-{}", std::process::id())).exists());
+    assert_eq!(trees, 1, "the files fetched are exactly those of one listing");
     let files = &world.hub.as_ref().unwrap().sim.repos()["alice/tiny-q4-aligned"].head().unwrap().files.clone();
     assert!(!files.keys().any(|f| f.contains("escape")), "{:?}", files.keys());
 }
 
 #[test]
 fn a_tree_listing_with_traversal_paths_fails_the_job_for_good_and_publishes_nothing() {
-    let world = hostile_world();
-    let dir = tempfile::tempdir().unwrap();
-    let (db, work) = (dir.path().join("a.db"), dir.path().join("a/b/c/work"));
-    let tree = "/api/models/mlx-community/tiny-q4/tree/";
-    let proxy = proxy::start(&world, vec![on(tree, 0, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
-    let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
+    let (world, _dir, db, _, out) = repack_through_lying_trees(0);
     assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
     let jobs = jobs(&db);
     let j = job(&jobs, "mlx-community/tiny-q4");
     assert_eq!(j.state, "failed", "a refusal is permanent, not retried: {j:?}");
     assert_eq!(j.attempts, 1);
-    assert!(
-        j.reason.as_deref().unwrap_or("").contains("refused")
-            && j.reason.as_deref().unwrap_or("").contains("file path"),
-        "{j:?}"
-    );
-    assert!(files_named(dir.path(), "escape").is_empty());
+    let reason = j.reason.as_deref().unwrap_or("");
+    assert!(reason.contains("refused") && reason.contains("file path"), "{j:?}");
     assert!(mirrors(&world).is_empty(), "nothing published");
 }
 
@@ -109,11 +118,7 @@ fn a_tree_listing_with_traversal_paths_fails_the_job_for_good_and_publishes_noth
 fn private_gated_and_disabled_sources_get_no_mirror() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
-    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
-    audit(&world.endpoint(), &db);
-    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
-    let jobs = jobs(&db);
+    let jobs = jobs(&audit_and_work(&world, dir.path(), "a", &[]));
     let reason = |repo: &str| job(&jobs, repo).reason.clone().unwrap_or_default();
     assert_eq!(job(&jobs, "gatedco/gated-q4").state, "skipped");
     assert_eq!(reason("gatedco/gated-q4"), "gated: the licence gate cannot be carried over");
@@ -130,10 +135,7 @@ fn private_gated_and_disabled_sources_get_no_mirror() {
 
     // An operator may allow private mirrors of the target namespace's own private repos: private, and only
     // those.
-    let (db2, work2) = (dir.path().join("b.db"), dir.path().join("work2"));
-    audit(&world.endpoint(), &db2);
-    let out = worker(&world.endpoint(), &db2, &work2, &["worker", "--once", "--private-mirrors"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    audit_and_work(&world, dir.path(), "b", &["--private-mirrors"]);
     let sim = &world.hub.as_ref().unwrap().sim;
     let own = sim.repos().get("alice/own-private-q4-aligned").map(|r| r.meta.private);
     assert_eq!(own, Some(true), "a private mirror of alice's own private repo, and only that");
@@ -161,11 +163,7 @@ fn a_source_that_turns_private_after_the_audit_is_not_published() {
 fn two_sources_with_one_name_get_two_mirrors_each_naming_its_source() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
-    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
-    audit(&world.endpoint(), &db);
-    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
-    let jobs = jobs(&db);
+    let jobs = jobs(&audit_and_work(&world, dir.path(), "a", &[]));
     let (a, b) = (job(&jobs, "pubco/public-4bit"), job(&jobs, "otherco/public-4bit"));
     assert_eq!((a.state.as_str(), b.state.as_str()), ("published", "published"));
     let (ta, tb) = (a.target_repo.clone().unwrap(), b.target_repo.clone().unwrap());
