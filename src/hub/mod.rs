@@ -1,9 +1,11 @@
-//! The Hub client the crawler uses: listing, single-request range probes, with per-bucket pacing and retries.
+//! The Hub client for everything hubalign reads from the Hub: listing, single-request range probes, trees,
+//! repo info and downloads, with per-bucket pacing, retries, and a cap on every body and every wait.
 //!
-//! hf-hub 1.x serves the repack worker (downloads and Xet uploads), but not the crawler: its listing sends
-//! one `filter` and no `expand`, its retries ignore `RateLimit`/`Retry-After` (so a tight quota fails the
-//! crawl), and its range reads send a HEAD first or go through Xet reconstruction, several requests where the
-//! audit's budget is one. Those three are written here on reqwest.
+//! hf-hub 1.x serves the repack worker's writes (repo creation, Xet uploads, settings), but reads go through
+//! here: its listing sends one `filter` and no `expand`, its retries ignore `RateLimit`/`Retry-After` (so a
+//! tight quota fails the crawl), its range reads send a HEAD first or go through Xet reconstruction (several
+//! requests where the audit's budget is one), and its snapshot download lists the tree again and writes
+//! wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
 pub mod config;
 pub mod discussions;

@@ -80,7 +80,7 @@ pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 1_000_000_000_000;
 pub struct Repacker<'a> {
     /// The crawler's client (trees, with their hashes).
     pub hub: &'a HubClient,
-    /// hf-hub, for downloads and uploads.
+    /// hf-hub, for uploads and repo settings.
     pub hf: &'a HFClient,
     /// The store.
     pub store: &'a Store,
