@@ -25,6 +25,9 @@ pub struct ShardReport {
     pub data_start: Option<u64>,
     /// `(8 + N) % 8`.
     pub data_start_mod8: Option<u64>,
+    /// Whether the data starts on the target alignment; with the default target, a shard whose data starts
+    /// elsewhere is still `aligned` when no tensor needs a copy.
+    pub data_start_aligned: Option<bool>,
     /// Number of tensors.
     pub tensors: Option<u64>,
     /// Tensors a zero-copy loader must copy.
@@ -107,6 +110,7 @@ pub fn scan_shard(path: &Path, bundle_dir: &Path, target: Alignment) -> (ShardRe
         header_len: None,
         data_start: None,
         data_start_mod8: None,
+        data_start_aligned: None,
         tensors: None,
         misaligned_tensors: None,
         misaligned_bytes: None,
@@ -121,6 +125,7 @@ pub fn scan_shard(path: &Path, bundle_dir: &Path, target: Alignment) -> (ShardRe
             report.header_len = Some(a.header_len);
             report.data_start = Some(a.data_start);
             report.data_start_mod8 = Some(a.data_start_mod8);
+            report.data_start_aligned = Some(a.data_start_aligned);
             report.tensors = Some(a.tensors);
             report.misaligned_tensors = Some(a.misaligned_tensors);
             report.misaligned_bytes = Some(a.misaligned_bytes);

@@ -46,9 +46,10 @@ pub struct AuditArgs {
     /// Probe every listed repo, also those already audited at their current commit.
     #[arg(long)]
     force: bool,
-    /// Data-section alignment verdicts are judged against.
-    #[arg(long, default_value_t = Alignment::DEFAULT)]
-    alignment: Alignment,
+    /// Judge verdicts against a data start on this many bytes (a power of two up to 16384). Without it a
+    /// shard is aligned when no tensor needs a copy, wherever its data starts.
+    #[arg(long, value_name = "BYTES")]
+    alignment: Option<Alignment>,
     #[command(flatten)]
     bounds: HubBounds,
 }
@@ -93,7 +94,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             concurrency: args.concurrency,
             probe_bytes: args.probe_bytes,
             force: args.force,
-            alignment: args.alignment,
+            alignment: args.alignment.unwrap_or_default(),
             deadline: args.bounds.deadline(),
         };
         let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");

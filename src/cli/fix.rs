@@ -22,9 +22,11 @@ pub struct FixArgs {
     /// Replace each shard where it is (refused for Hugging Face cache blobs and symlinks).
     #[arg(long)]
     in_place: bool,
-    /// Data-section alignment: a power of two up to 16384 (16384 page-aligns for Apple silicon).
-    #[arg(long, default_value_t = Alignment::DEFAULT)]
-    alignment: Alignment,
+    /// Put every repaired data section on this many bytes (a power of two up to 16384; 16384 page-aligns for
+    /// Apple silicon), and repair shards whose data starts elsewhere. Without it, shards no loader copies from
+    /// are left alone and repairs pad to 8.
+    #[arg(long, value_name = "BYTES")]
+    alignment: Option<Alignment>,
     /// Say what would be done; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -43,7 +45,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
         }
     };
     let bundles = discover(&args.paths).context("finding shards")?;
-    let opts = FixOptions { destination, alignment: args.alignment, dry_run: args.dry_run };
+    let opts = FixOptions { destination, alignment: args.alignment.unwrap_or_default(), dry_run: args.dry_run };
     let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
     let report = fix(&bundles, &opts, &mut |event| match event {
         FixEvent::Total(n) => bar.set_length(n),

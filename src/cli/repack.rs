@@ -57,9 +57,10 @@ pub struct WorkerArgs {
     /// Python with `mlx` installed, for the MLX load check.
     #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
     python: PathBuf,
-    /// Data-section alignment of the mirrors.
-    #[arg(long, default_value_t = Alignment::DEFAULT)]
-    alignment: Alignment,
+    /// Put the mirrors' data sections on this many bytes (a power of two up to 16384). Without it repairs
+    /// pad to 8 and shards no loader copies from are left as they are.
+    #[arg(long, value_name = "BYTES")]
+    alignment: Option<Alignment>,
     /// Open a pull request on the source repo with the repaired files instead of publishing a mirror (never
     /// two for the same commit; a closed one is taken as "no").
     #[arg(long)]
@@ -199,7 +200,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         work_dir,
         python: args.python.clone(),
         mlx_script,
-        alignment: args.alignment,
+        alignment: args.alignment.unwrap_or_default(),
         worker: format!("{}-{}", hostname(), std::process::id()),
         lease: Duration::from_secs(args.lease_secs.max(1)),
         pull_request: args.pr,

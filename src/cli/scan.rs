@@ -19,16 +19,18 @@ pub struct ScanArgs {
     /// `table` for people; `json` prints one object per shard per line; `csv` one row per shard.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
-    /// Data-section alignment to audit against: a power of two up to 16384 (use 16384 for Apple-silicon pages).
-    #[arg(long, default_value_t = Alignment::DEFAULT)]
-    alignment: Alignment,
+    /// Require the data section to start on this many bytes (a power of two up to 16384; 16384 for
+    /// page-aligned data on Apple silicon). Without it a shard is aligned when no tensor needs a copy,
+    /// wherever its data starts.
+    #[arg(long, value_name = "BYTES")]
+    alignment: Option<Alignment>,
 }
 
 pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     let bundles = discover(&args.paths).context("finding shards")?;
     let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
     let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");
-    let report = scan(&bundles, args.alignment, &mut |shard| {
+    let report = scan(&bundles, args.alignment.unwrap_or_default(), &mut |shard| {
         bar.set_message(shard.path.clone());
         bar.inc(1);
     });

@@ -8,24 +8,38 @@ use serde::{Deserialize, Serialize};
 use super::header::Header;
 
 /// A target alignment for the data section: a power of two from 1 to 16384 (the Apple-silicon page).
+///
+/// By default ([`Alignment::DEFAULT`]) only what a loader needs counts: a shard is aligned when every tensor
+/// is, wherever its data section starts, and a fix pads the data start to 8 bytes only when some tensor
+/// needs it. An alignment asked for explicitly ([`Alignment::new`], `--alignment N`) is a requirement on the
+/// data start itself (16384 for page-aligned data), and verdicts are judged against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "u64", into = "u64")]
-pub struct Alignment(u64);
+pub struct Alignment {
+    bytes: u64,
+    data_start: bool,
+}
 
 impl Alignment {
     /// Largest accepted alignment: a 16 KiB page.
     pub const MAX: u64 = 16_384;
-    /// What every dtype safetensors defines needs: 8 bytes.
-    pub const DEFAULT: Alignment = Alignment(8);
+    /// Only the tensors' own alignment counts; a fix pads the data start to 8 bytes, what every dtype
+    /// safetensors defines needs.
+    pub const DEFAULT: Alignment = Alignment { bytes: 8, data_start: false };
 
-    /// Accepts powers of two up to [`Alignment::MAX`].
+    /// A data-start alignment asked for explicitly: powers of two up to [`Alignment::MAX`].
     pub fn new(bytes: u64) -> Option<Alignment> {
-        (bytes.is_power_of_two() && bytes <= Self::MAX).then_some(Alignment(bytes))
+        (bytes.is_power_of_two() && bytes <= Self::MAX).then_some(Alignment { bytes, data_start: true })
     }
 
     /// The alignment in bytes.
     pub fn get(self) -> u64 {
-        self.0
+        self.bytes
+    }
+
+    /// Whether the data section itself must start on this alignment (asked for explicitly).
+    pub fn requires_data_start(self) -> bool {
+        self.data_start
     }
 }
 
@@ -44,7 +58,7 @@ impl TryFrom<u64> for Alignment {
 
 impl From<Alignment> for u64 {
     fn from(a: Alignment) -> u64 {
-        a.0
+        a.bytes
     }
 }
 
@@ -58,15 +72,16 @@ impl FromStr for Alignment {
 
 impl fmt::Display for Alignment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        self.bytes.fmt(f)
     }
 }
 
-/// What a shard needs.
+/// What a shard needs, judged by what a loader does: it copies a tensor whose file offset is not a multiple
+/// of its width, and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// Data starts on the target alignment and every tensor is naturally aligned.
+    /// No tensor needs a copy (and the data starts on the target, if one was asked for).
     Aligned,
     /// Padding the header fixes every tensor; the payload stays byte for byte.
     HeaderPad,
@@ -119,6 +134,9 @@ pub struct ShardAlignment {
     pub misaligned_tensors: u64,
     /// Their bytes: what a copying mmap loader duplicates into anonymous memory.
     pub misaligned_bytes: u64,
+    /// Whether the data section starts on the target alignment (which matters to the verdict only when that
+    /// alignment was asked for).
+    pub data_start_aligned: bool,
     /// What the shard needs.
     pub verdict: Verdict,
     /// `__metadata__.format`.
@@ -143,7 +161,8 @@ pub fn classify(header: &Header, target: Alignment) -> ShardAlignment {
         }
         relative_ok &= is_aligned(t.begin, align);
     }
-    let verdict = if misaligned_tensors == 0 && is_aligned(data_start, target.get()) {
+    let data_start_aligned = is_aligned(data_start, target.get());
+    let verdict = if misaligned_tensors == 0 && (data_start_aligned || !target.requires_data_start()) {
         Verdict::Aligned
     } else if relative_ok {
         Verdict::HeaderPad
@@ -157,6 +176,7 @@ pub fn classify(header: &Header, target: Alignment) -> ShardAlignment {
         tensors: header.tensors.len() as u64,
         misaligned_tensors,
         misaligned_bytes,
+        data_start_aligned,
         verdict,
         writer: header.writer().map(str::to_owned),
     }
@@ -218,5 +238,29 @@ mod tests {
         let page = audit(&t, None, 16384);
         assert_ne!(page.verdict, Verdict::Aligned, "data start is not on a page");
         assert_eq!(page.verdict, Verdict::HeaderPad);
+    }
+
+    #[test]
+    fn a_shard_no_loader_copies_is_aligned_wherever_its_data_starts() {
+        // All BF16 at even offsets: vary a name until the data starts at an even offset that is not 0 mod 8.
+        let (h, a) = (1..17)
+            .map(|len| {
+                let t = [
+                    SynthTensor::filled(&"w".repeat(len), Dtype::BF16, &[4]),
+                    SynthTensor::filled("v", Dtype::BF16, &[3]),
+                ];
+                let bytes = write_mlx_style(&t, None);
+                let h = header::parse(&bytes, bytes.len() as u64).unwrap();
+                let a = classify(&h, Alignment::DEFAULT);
+                (h, a)
+            })
+            .find(|(_, a)| a.data_start_mod8 % 2 == 0 && a.data_start_mod8 != 0)
+            .unwrap();
+        assert_eq!((a.misaligned_tensors, a.verdict, a.data_start_aligned), (0, Verdict::Aligned, false));
+        // Asked for a data start on 8 (or a page), it is not aligned, and padding reaches it.
+        for explicit in [8, 16384] {
+            let v = classify(&h, Alignment::new(explicit).unwrap());
+            assert_eq!((v.misaligned_tensors, v.verdict), (0, Verdict::HeaderPad), "--alignment {explicit}");
+        }
     }
 }

@@ -110,7 +110,8 @@ pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<Layou
             header: raw_json.to_vec(),
             padding_bytes: 0,
             placements: identity,
-            data_alignment: target.get(),
+            // Only a data start asked for is one to keep; otherwise wherever it is serves every tensor.
+            data_alignment: if target.requires_data_start() { target.get() } else { 1 },
         }),
         Verdict::HeaderPad => {
             let (header, padding_bytes) = pad(raw_json.to_vec(), data_alignment)?;

@@ -83,7 +83,14 @@ fn out_dir_receives_the_whole_repaired_bundle() {
     let manifest = Manifest::read(&out_dir).unwrap().unwrap();
     assert_eq!(manifest.tool, "hubalign");
     assert_eq!(manifest.target_alignment, 8);
-    assert_eq!(manifest.shards.len(), 4);
+    // The fourth shard's data starts at 4 mod 8, but no loader copies any of its tensors: it is left as it
+    // is (byte for byte) and listed with the shards left alone.
+    assert_eq!(manifest.shards.len(), 3);
+    assert_eq!(manifest.skipped.len(), 1);
+    assert_eq!(manifest.skipped[0].file, "model-00004-of-00004.safetensors");
+    assert!(manifest.skipped[0].reason.starts_with("aligned: no tensor needs a copy"), "{:?}", manifest.skipped);
+    let last = "model-00004-of-00004.safetensors";
+    assert_eq!(std::fs::read(src.join(last)).unwrap(), std::fs::read(out_dir.join(last)).unwrap());
     for entry in &manifest.shards {
         let src_bytes = std::fs::read(src.join(&entry.file)).unwrap();
         let new_bytes = std::fs::read(out_dir.join(&entry.file)).unwrap();
@@ -101,7 +108,7 @@ fn out_dir_receives_the_whole_repaired_bundle() {
         assert_eq!(entry.tensor_sha256.len() as u64, entry.tensors);
     }
     let methods: Vec<_> = manifest.shards.iter().map(|s| s.method.as_str()).collect();
-    assert_eq!(methods, ["header_pad", "unchanged", "unchanged", "header_pad"]);
+    assert_eq!(methods, ["header_pad", "unchanged", "unchanged"]);
 }
 
 #[test]
@@ -306,4 +313,33 @@ fn a_killed_run_leaves_the_original_and_the_next_run_finishes() {
     assert!(temps_in(tmp.path()).is_empty(), "the stale temporary file was cleaned up");
     assert_eq!(tensors(&shard), before);
     assert_eq!(scan_json(&shard)[0]["verdict"], "aligned");
+}
+
+#[test]
+fn a_bundle_no_loader_copies_from_is_left_alone_unless_a_data_start_is_asked_for() {
+    // The bf16 model's data starts at 2 mod 8, and every tensor (all BF16) sits at an even offset.
+    let src = fixture("mlx_lm/bf16");
+    let shard = src.join("model.safetensors");
+    let rows = scan_json(&src);
+    assert_eq!(rows[0]["verdict"], "aligned", "{rows:?}");
+    assert_eq!(rows[0]["data_start_aligned"], false);
+    assert_eq!(rows[0]["misaligned_tensors"], 0);
+    assert_eq!(run(&["scan", src.to_str().unwrap()]).status.code(), Some(0), "nothing to do: exit 0");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(&["fix", src.to_str().unwrap(), "--out", tmp.path().join("a").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(std::fs::read(tmp.path().join("a/model.safetensors")).unwrap(), std::fs::read(&shard).unwrap());
+    assert!(!tmp.path().join("a/MEI_ALIGN_MANIFEST.json").exists(), "nothing was repaired");
+
+    // Asked for data on 8 bytes (or a page), the same shard needs its header padded.
+    let explicit = stdout(&run(&["scan", "--format", "json", "--alignment", "8", shard.to_str().unwrap()]));
+    let row: Value = serde_json::from_str(explicit.trim()).unwrap();
+    assert_eq!((row["verdict"].as_str(), row["data_start_aligned"].as_bool()), (Some("header_pad"), Some(false)));
+    let out_dir = tmp.path().join("b");
+    let out = run(&["fix", src.to_str().unwrap(), "--alignment", "8", "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let manifest = Manifest::read(&out_dir).unwrap().unwrap();
+    assert_eq!(manifest.shards[0].method.as_str(), "header_pad");
+    assert_eq!((8 + manifest.shards[0].header_len) % 8, 0);
+    assert_eq!(tensors(&shard), tensors(&out_dir.join("model.safetensors")));
 }

@@ -21,8 +21,11 @@ fn fix_and_check(rel: &str, extra: &[&str], mlx_lm: bool) {
     }
     let report = run_python("check_fixed.py", &check);
     assert!(report.contains("check_fixed: OK"), "{rel}: {report}");
+    // A bundle no loader copies from (the bf16 model: data at 2 mod 8, every tensor aligned) is left alone,
+    // so there is nothing for a manifest to record.
+    let needed_work = run(&["scan", src.to_str().unwrap()]).status.code() == Some(1);
     if src.is_dir() {
-        assert!(report.contains("MEI_ALIGN_MANIFEST"), "{rel}: the manifest snippet ran: {report}");
+        assert_eq!(report.contains("MEI_ALIGN_MANIFEST"), needed_work, "{rel}: the manifest snippet ran: {report}");
     }
 }
 
