@@ -12,7 +12,7 @@ use hubalign::hub::{HubClient, HubConfig};
 use hubalign::safetensors::Alignment;
 
 use super::Exit;
-use super::output::{bytes, progress};
+use super::output::{bytes, count, progress};
 use super::store_args::StoreArgs;
 
 #[derive(Args)]
@@ -132,19 +132,19 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             eprintln!("interrupted: {}", gate::escape_control(reason));
         }
         println!(
-            "audit run {}: listed {} repos, probed {} ({} shards) with {} API and {} resolver requests, {} read, \
-             {} rate-limited answers waited out, {} retries, {} repos failed, {} invalid listing entries skipped.",
+            "audit run {}: listed {}, probed {} ({}) with {} API and {} resolver requests, {} read, \
+             {} waited out, {}, {} failed, {} skipped.",
             summary.run_id,
-            s.repos_listed,
+            count(s.repos_listed, "repo", "repos"),
             s.repos_probed,
-            s.shards_probed,
+            count(s.shards_probed, "shard", "shards"),
             s.api_requests,
             s.resolver_requests,
             bytes(s.bytes_read),
-            s.rate_limited,
-            s.retries,
-            s.errors,
-            s.invalid_listings
+            count(s.rate_limited, "rate-limited answer", "rate-limited answers"),
+            count(s.retries, "retry", "retries"),
+            count(s.errors, "repo", "repos"),
+            count(s.invalid_listings, "invalid listing entry", "invalid listing entries")
         );
         let states = store.states().await?;
         let line: Vec<String> = states.iter().map(|c| format!("{} {}", c.repos, c.state)).collect();

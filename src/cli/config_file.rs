@@ -14,11 +14,15 @@ const CONFIGURABLE: &[&str] = &["serve"];
 
 /// Returns `argv` with the config file's settings added as flags, or `argv` unchanged without `--config`.
 pub fn expand(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
-    let Some(sub) = argv.get(1).and_then(|a| a.to_str()) else { return Ok(argv) };
+    // The subcommand is the first word that is not a flag: global flags (`--log-json`) may come before it.
+    let Some(at) = argv.iter().skip(1).position(|a| !a.to_str().is_some_and(|s| s.starts_with('-'))) else {
+        return Ok(argv);
+    };
+    let Some(sub) = argv[at + 1].to_str() else { return Ok(argv) };
     if !CONFIGURABLE.contains(&sub) {
         return Ok(argv);
     }
-    let Some(path) = config_path(&argv) else { return Ok(argv) };
+    let Some(path) = config_path(&argv[at + 2..]) else { return Ok(argv) };
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading config file {}", path.display()))?;
     let table: toml::Table = text.parse().with_context(|| format!("parsing config file {}", path.display()))?;
     let extra = flags_from_table(sub, &table, &argv).with_context(|| format!("in config file {}", path.display()))?;
@@ -27,8 +31,9 @@ pub fn expand(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     Ok(out)
 }
 
-fn config_path(argv: &[OsString]) -> Option<std::path::PathBuf> {
-    let mut args = argv.iter().skip(2).filter_map(|a| a.to_str());
+/// `--config FILE` among the subcommand's arguments, else `HUBALIGN_CONFIG`.
+fn config_path(args: &[OsString]) -> Option<std::path::PathBuf> {
+    let mut args = args.iter().filter_map(|a| a.to_str());
     while let Some(a) = args.next() {
         if a == "--config" {
             return args.next().map(Into::into);
@@ -113,6 +118,19 @@ mod tests {
             flags,
             ["--filter", "mlx", "--filter", "text-generation", "--interval", "60", "--listen", "0.0.0.0:80"]
         );
+    }
+
+    #[test]
+    fn the_file_is_read_when_global_flags_come_before_the_subcommand() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.toml");
+        std::fs::write(&file, "workers = 4\n").unwrap();
+        for args in [&["hubalign", "--log-json", "serve", "--config"][..], &["hubalign", "serve", "--config"]] {
+            let mut cmd = argv(args);
+            cmd.push(file.clone().into());
+            let expanded = expand(cmd.clone()).unwrap();
+            assert_eq!(&expanded[cmd.len()..], &argv(&["--workers", "4"])[..], "{args:?}");
+        }
     }
 
     #[test]

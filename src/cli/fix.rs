@@ -2,14 +2,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
 use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
 use hubalign::safetensors::Alignment;
 
-use super::Exit;
-use super::output::{Format, bytes, csv, json_lines, progress, table};
+use super::output::{Format, bytes, count, csv, json_lines, progress, table};
+use super::{Exit, UsageError};
 
 #[derive(Args)]
 pub struct FixArgs {
@@ -41,7 +41,8 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
         (None, true) => Destination::InPlace,
         (None, false) if args.dry_run => Destination::InPlace,
         (None, false) => {
-            bail!("say where the repaired shards go: --out DIR, or --in-place (or preview with --dry-run)")
+            let why = "say where the repaired shards go: --out DIR, or --in-place (or preview with --dry-run)";
+            return Err(UsageError(why.into()).into());
         }
     };
     let bundles = discover(&args.paths).context("finding shards")?;
@@ -108,8 +109,8 @@ fn render(report: &FixReport) -> String {
     let t = &report.totals;
     let verb = if report.dry_run { "would rewrite" } else { "rewrote" };
     out.push_str(&format!(
-        "\n{verb} {} shards, {} already aligned, {} invalid left alone, {} failed; wrote {}.\n",
-        t.rewritten,
+        "\n{verb} {}, {} already aligned, {} invalid left alone, {} failed; wrote {}.\n",
+        count(t.rewritten, "shard", "shards"),
         t.unchanged,
         t.invalid,
         t.failed,

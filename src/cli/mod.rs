@@ -14,6 +14,12 @@ mod store_args;
 
 use clap::{Parser, Subcommand};
 
+/// A mistake in how the command was called (a missing choice, a database that does not exist): printed once
+/// like any error, with exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 /// Exit codes, shared by every subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -137,7 +143,7 @@ pub fn run() -> std::process::ExitCode {
     let argv = match config_file::expand(std::env::args_os().collect()) {
         Ok(argv) => argv,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             return std::process::ExitCode::from(Exit::Usage as u8);
         }
     };
@@ -149,7 +155,18 @@ pub fn run() -> std::process::ExitCode {
             return std::process::ExitCode::from(code as u8);
         }
     };
-    init_tracing(cli.log_json);
+    // The long-running commands say what they do (audit start and end, each job step, each publish) unless
+    // RUST_LOG says otherwise; the local tools stay quiet but for warnings.
+    let talkative = matches!(
+        cli.command,
+        Command::Audit(_)
+            | Command::Repack(_)
+            | Command::Worker(_)
+            | Command::Serve(_)
+            | Command::Demo(_)
+            | Command::VerifyRunner(_)
+    );
+    init_tracing(cli.log_json, if talkative { "warn,hubalign=info" } else { "warn" });
     let result = match &cli.command {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
@@ -163,15 +180,32 @@ pub fn run() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args),
     };
     let code = result.unwrap_or_else(|e| {
-        // Errors quote what the Hub and local files said: escaped, so none of it drives the terminal.
-        eprintln!("error: {}", hubalign::gate::escape_control(&format!("{e:#}")));
-        Exit::Failure
+        eprintln!("error: {}", describe(&e));
+        if e.downcast_ref::<UsageError>().is_some() { Exit::Usage } else { Exit::Failure }
     });
     std::process::ExitCode::from(code as u8)
 }
 
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+/// An error with its causes, each said once: a cause whose text the message already ends with (an I/O error
+/// quoted by the error that wraps it) is not repeated. Escaped: errors quote what the Hub and local files
+/// said, and none of it may drive the terminal.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.ends_with(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    hubalign::gate::escape_control(&text).into_owned()
+}
+
+fn init_tracing(json: bool, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     // Colours only for a terminal: a log file or a pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

@@ -13,7 +13,7 @@ pub enum Format {
     Table,
     /// One JSON object per line.
     Json,
-    /// Comma-separated values with a header line (reports only).
+    /// Comma-separated values with a header line.
     Csv,
 }
 
@@ -58,6 +58,11 @@ fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
 }
 
+/// `n` and the noun in the number it takes: `count(1, "shard", "shards")` is `1 shard`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Decimal gigabytes and friends, as the Hub and the seeds count them.
 pub fn bytes(n: u64) -> String {
     hubalign::report::human_bytes(n)
@@ -97,6 +102,13 @@ mod tests {
     fn byte_counts() {
         assert_eq!(super::bytes(999), "999 B");
         assert_eq!(super::bytes(59_300_000_000), "59.30 GB");
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(super::count(1, "shard", "shards"), "1 shard");
+        assert_eq!(super::count(0, "shard", "shards"), "0 shards");
+        assert_eq!(super::count(2, "entry", "entries"), "2 entries");
     }
 
     #[test]

@@ -55,7 +55,7 @@ fn pct(x: f64) -> String {
 pub fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let store = args.store.open().await?;
+        let store = args.store.open_existing().await?;
         if let Some(id) = &args.repo {
             let rows = report::repo(&store, id).await?;
             if rows.is_empty() {

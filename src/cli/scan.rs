@@ -9,7 +9,7 @@ use hubalign::safetensors::{Alignment, Verdict};
 use hubalign::scan::{ScanReport, scan};
 
 use super::Exit;
-use super::output::{Format, bytes, csv, json_lines, progress, table};
+use super::output::{Format, bytes, count as plural, csv, json_lines, progress, table};
 
 #[derive(Args)]
 pub struct ScanArgs {
@@ -79,16 +79,16 @@ fn render(report: &ScanReport) -> String {
     let t = &report.totals;
     let count = |v| t.by_verdict.get(&v).copied().unwrap_or(0);
     out.push_str(&format!(
-        "\n{} shards in {} bundles: {} aligned, {} header_pad, {} relayout, {} invalid. \
-         A copying mmap loader would duplicate {} ({} tensors). Read {} of {}.\n",
-        t.shards,
-        report.bundles.len(),
+        "\n{} in {}: {} aligned, {} header_pad, {} relayout, {} invalid. \
+         A copying mmap loader would duplicate {} ({}). Read {} of {}.\n",
+        plural(t.shards, "shard", "shards"),
+        plural(report.bundles.len() as u64, "bundle", "bundles"),
         count(Verdict::Aligned),
         count(Verdict::HeaderPad),
         count(Verdict::Relayout),
         count(Verdict::Invalid),
         bytes(t.misaligned_bytes),
-        t.misaligned_tensors,
+        plural(t.misaligned_tensors, "tensor", "tensors"),
         bytes(t.bytes_read),
         bytes(t.total_bytes),
     ));

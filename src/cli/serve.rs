@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
@@ -70,9 +71,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             Some(expr) => Schedule::cron(expr)?,
             None => Schedule::Every(Duration::from_secs(args.interval.max(1))),
         };
+        // Bound first: a busy address is reported before the Hub is asked anything or a line claims to serve.
+        let listener = std::net::TcpListener::bind(args.listen)
+            .with_context(|| format!("cannot listen on {} (--listen, or HUBALIGN_LISTEN)", args.listen))?;
+        let url = format!("http://{}/", listener.local_addr()?);
         let s = setup(&args.worker).await?;
         let config = ServeConfig {
-            listen: args.listen,
+            listener,
             limits: Limits {
                 max_connections: args.max_connections.max(1),
                 header_timeout: Duration::from_secs(args.header_timeout.max(1)),
@@ -91,7 +96,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),
         };
-        println!("hubalign serve: http://{}/ (audit {}, {} workers)", args.listen, config.schedule.describe(), args.workers);
+        let workers = if args.workers == 1 { "1 worker".to_owned() } else { format!("{} workers", args.workers) };
+        println!("hubalign serve: {url} (audit {}, {workers})", config.schedule.describe());
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {

@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Args;
 use hubalign::store::{Store, default_db_path};
 
+use super::UsageError;
+
 /// The store's location.
 #[derive(Args, Clone, Debug)]
 pub struct StoreArgs {
@@ -24,7 +26,26 @@ impl StoreArgs {
         }
     }
 
-    /// Opens the store, applying migrations.
+    /// Opens a store that must already exist (for reading it): a database file that is not there is a
+    /// mistyped path, not an empty store to report on.
+    pub async fn open_existing(&self) -> anyhow::Result<Store> {
+        let path = match (&self.db, std::env::var("DATABASE_URL")) {
+            (Some(path), _) => path.clone(),
+            (None, Ok(_)) => return self.open().await,
+            (None, Err(_)) => default_db_path(),
+        };
+        if !path.exists() {
+            let why = format!(
+                "{}: no such database (`hubalign audit --db {}` creates one; or check --db)",
+                path.display(),
+                path.display()
+            );
+            return Err(UsageError(why).into());
+        }
+        self.open().await
+    }
+
+    /// Opens the store, creating it if needed, and applies migrations.
     pub async fn open(&self) -> anyhow::Result<Store> {
         if let Some(path) = &self.db {
             return Store::open(path).await.with_context(|| format!("opening {}", path.display()));

@@ -85,8 +85,8 @@ fn internal(e: impl std::fmt::Display) -> axum::response::Response {
 
 /// How the service runs.
 pub struct ServeConfig {
-    /// Where to listen.
-    pub listen: std::net::SocketAddr,
+    /// The dashboard's socket, already bound (so a busy address is reported before anything starts).
+    pub listener: std::net::TcpListener,
     /// The listener's connection limits and timeouts.
     pub limits: listener::Limits,
     /// When audits start.
@@ -177,9 +177,11 @@ pub async fn serve(
     });
     let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), runner, admin)
         .map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| format!("listening on {} (--listen): {e}", config.listen))?;
+    let listener = config
+        .listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(config.listener))
+        .map_err(|e| format!("using the listening socket: {e}"))?;
     tracing::info!(url = %format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?), "serving");
     let shared = Arc::new(Shared { hub, hf, store, health: health.clone() });
     let mut tasks = tokio::task::JoinSet::new();

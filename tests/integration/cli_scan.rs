@@ -76,7 +76,7 @@ fn table_summarises_and_index_contradictions_are_reported() {
     std::fs::remove_file(bundle.join("model-00004-of-00004.safetensors")).unwrap();
     let out = run(&["scan", bundle.to_str().unwrap()]);
     let text = stdout(&out);
-    assert!(text.contains("3 shards in 1 bundles"), "{text}");
+    assert!(text.contains("3 shards in 1 bundle:"), "{text}");
     assert!(text.contains("model-00004-of-00004.safetensors, which is missing"), "{text}");
     assert_eq!(out.status.code(), Some(3), "a broken bundle counts as invalid");
 }

@@ -2,6 +2,7 @@
 
 pub mod audit;
 mod cli_fix;
+mod cli_ops;
 mod cli_scan;
 mod deploy;
 mod docs;
