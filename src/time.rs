@@ -34,6 +34,30 @@ pub fn format_utc(unix_seconds: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` (what [`format_utc`] writes) into seconds since the Unix epoch.
+pub fn parse_utc(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' || b[19] != b'Z'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    // Howard Hinnant's days-from-civil, the inverse of the formatting above.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
 /// Formats seconds since the Unix epoch as the Hub does: `YYYY-MM-DDTHH:MM:SS.000Z`.
 pub fn format_utc_millis(unix_seconds: u64) -> String {
     let s = format_utc(unix_seconds);
@@ -56,6 +80,15 @@ mod tests {
         assert_eq!(instant_after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
         let t = SystemTime::now();
         assert!(system_after(t, Duration::from_secs(u64::MAX)) > t);
+    }
+
+    #[test]
+    fn parsing_inverts_formatting() {
+        for t in [0u64, 951_782_400, 1_795_948_496, 4_102_444_799] {
+            assert_eq!(super::parse_utc(&super::format_utc(t)), Some(t as i64));
+        }
+        assert_eq!(super::parse_utc("2026-13-01T00:00:00Z"), None);
+        assert_eq!(super::parse_utc("not a time"), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod admin;
 mod api;
 pub mod listener;
+mod metrics;
 mod pages;
 pub mod schedule;
 
@@ -121,7 +122,7 @@ pub fn router(
         .route("/ns/{namespace}", get(pages::namespace))
         .route("/repo/{ns}/{name}", get(pages::repo))
         .route("/healthz", get(api::healthz))
-        .route("/metrics", get(api::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route("/api/publishers", get(api::publishers))
         .route("/api/repos", get(api::repos))
         .route("/api/repos/{ns}/{name}/shards", get(api::repo_shards))

@@ -280,6 +280,18 @@ impl Store {
     }
 
     /// The most recent runs, newest first.
+    /// When the newest finished run ended, in Unix seconds.
+    pub async fn last_finished_run_at(&self) -> Result<Option<i64>, StoreError> {
+        let at: Option<String> = sqlx::query_scalar(
+            "SELECT finished_at FROM audit_runs WHERE status = 'finished' AND finished_at IS NOT NULL ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_optional(self.pool())
+        .await
+        .map_err(sql("last finished run"))?;
+        Ok(at.as_deref().and_then(crate::time::parse_utc))
+    }
+
+    /// The newest runs, newest first.
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
         sqlx::query_as(
             "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,

@@ -71,3 +71,12 @@ fn in_place_results_pass_the_same_checks() {
     assert!(report.contains("check_fixed: OK"), "{report}");
     assert!(Path::new(&work.join("MEI_ALIGN_MANIFEST.json")).exists());
 }
+
+#[test]
+fn the_interop_checker_fails_when_it_should() {
+    // check_fixed.py judges every `fix` output above; its self-test shows it can fail: it must pass a
+    // reference re-layout written in Python, and fail flipped bytes, changed metadata or dtypes, an extra
+    // shard, a changed index and a wrong manifest hash, each naming the file or tensor.
+    let report = run_python("selftest_check_fixed.py", &[]);
+    assert!(report.contains("selftest_check_fixed: OK"), "{report}");
+}

@@ -148,7 +148,14 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     }
     assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"down\"}} {down}")), "{metrics}");
     assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"up\"}} {up}")), "{metrics}");
-    assert!(metrics.contains("hubalign_audit_runs{status=\"finished\"}"), "{metrics}");
+    assert!(metrics.contains("hubalign_audit_runs_total{status=\"finished\"}"), "{metrics}");
+    // Every job state is present, at zero too; the build and the last successful audit are named.
+    assert!(metrics.contains("hubalign_jobs{state=\"awaiting_metal_verify\"} 0"), "{metrics}");
+    assert!(metrics.contains(&format!("hubalign_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))));
+    let last_ok = metrics.lines().find_map(|l| l.strip_prefix("hubalign_last_successful_audit_timestamp_seconds "));
+    let age = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+        - last_ok.expect("the last successful audit's time").parse::<i64>().unwrap();
+    assert!((0..600).contains(&age), "the last successful audit ended {age} s ago");
     // Without an admin token, nothing that changes state is served.
     assert_eq!(post(&format!("{base}/api/admin/audit"), None).0, 404);
     let repo_page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
@@ -320,7 +327,8 @@ fn chromium(url: &str, png: Option<&std::path::Path>) -> String {
         Some(path) => cmd.arg(format!("--screenshot={}", path.display())),
         None => cmd.arg("--dump-dom"),
     };
-    let out = cmd.arg(url).output().expect("chromium is needed for the dashboard tests (.ci/run installs it)");
+    let out =
+        cmd.arg(url).output().expect("chromium is needed for the dashboard tests (bash tests/run.sh installs it)");
     assert!(out.status.success(), "chromium {url}: {}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let console: Vec<&str> = stderr.lines().filter(|l| l.contains(":CONSOLE")).collect();

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite on a machine with only Rust installed: `bash tests/run.sh [cargo test args…]`.
+#
+# Installs what the tests drive and cannot build themselves, then runs `cargo test --locked`:
+# - Debian's chromium (the dashboard's browser test) and systemd (systemd-analyze verifies deploy/systemd),
+#   through apt-get, with sudo when not root; skipped when already on PATH;
+# - the pinned Python venv in target/py-venv (safetensors, mlx[cpu], mlx-lm, huggingface_hub, hf_xet, numpy)
+#   for the interop tests, by tests/python/setup-venv.sh (idempotent).
+# Nothing is skipped: a tool that cannot be installed fails the run here, saying which.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if ((${#missing[@]})); then
+    echo "tests/run.sh: installing ${missing[*]} with apt-get" >&2
+    sudo_if_needed=""
+    [[ $(id -u) -eq 0 ]] || sudo_if_needed="sudo"
+    $sudo_if_needed apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+bash tests/python/setup-venv.sh
+exec cargo test --locked "$@"
