@@ -1,12 +1,14 @@
-//! The read-only JSON API (the schemas of `report --format json`), `/healthz` and `/metrics`.
+//! The read-only JSON API and `/healthz`. Lists are JSON arrays, a page at a time (`limit`, `offset`, and a
+//! `Link: <…>; rel="next"` header while there may be more); `deploy/openapi.json` describes every answer.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{AppState, internal};
+use crate::store::queries::RepoFilter;
 
 /// `GET /healthz`: the store answers and every scheduler and worker loop is running.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
@@ -25,33 +27,105 @@ pub(super) async fn publishers(State(state): State<AppState>) -> Response {
     crate::report::by_publisher(&state.store).await.map_or_else(internal, |rows| Json(rows).into_response())
 }
 
+/// Items a list answer holds unless `limit` says fewer; `limit` may ask for at most [`MAX_LIMIT`].
+const DEFAULT_LIMIT: i64 = 100;
+/// The most items one list answer holds.
+pub(super) const MAX_LIMIT: i64 = 1000;
+
+/// A page of a list: `limit` (1–1000, default 100) items after `offset`.
+#[derive(Deserialize)]
+pub(super) struct Paging {
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+impl Paging {
+    fn checked(&self) -> Result<(i64, i64), Box<Response>> {
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
+        let offset = self.offset.unwrap_or(0);
+        if !(1..=MAX_LIMIT).contains(&limit) || offset < 0 {
+            let why = format!("limit must be 1 to {MAX_LIMIT}, offset 0 or more\n");
+            return Err(Box::new((StatusCode::BAD_REQUEST, why).into_response()));
+        }
+        Ok((limit, offset))
+    }
+}
+
+/// A list answer: the rows as a JSON array, and a `Link` to the next page when this one is full.
+fn page<T: serde::Serialize>(uri: &Uri, rows: &[T], limit: i64, offset: i64) -> Response {
+    let mut response = Json(rows).into_response();
+    if rows.len() as i64 == limit {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+            if k != "offset" && k != "limit" {
+                query.append_pair(&k, &v);
+            }
+        }
+        query.append_pair("limit", &limit.to_string());
+        query.append_pair("offset", &offset.saturating_add(limit).to_string());
+        let link = format!("<{}?{}>; rel=\"next\"", uri.path(), query.finish());
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            response.headers_mut().insert(header::LINK, v);
+        }
+    }
+    response
+}
+
+// Not `#[serde(flatten)] paging`: flattened, a query string's numbers and booleans no longer parse.
 #[derive(Deserialize)]
 pub(super) struct RepoQuery {
     namespace: Option<String>,
+    affected: Option<bool>,
+    limit: Option<i64>,
+    offset: Option<i64>,
 }
 
-/// `GET /api/repos[?namespace=NS]`: `report --affected` rows (every audited repo of a namespace when given).
-pub(super) async fn repos(State(state): State<AppState>, Query(q): Query<RepoQuery>) -> Response {
-    let rows = match &q.namespace {
-        Some(ns) => state.store.namespace_repos(ns, i64::MAX, 0).await,
-        None => crate::report::affected(&state.store, 0.0).await,
+/// `GET /api/repos[?namespace=NS][&affected=true|false][&limit=N&offset=M]`: every repo the store knows,
+/// audited or not (gated, private, disabled and invalid listing entries say so in `state`), most bytes
+/// duplicated first.
+pub(super) async fn repos(State(state): State<AppState>, uri: Uri, Query(q): Query<RepoQuery>) -> Response {
+    let (limit, offset) = match (Paging { limit: q.limit, offset: q.offset }).checked() {
+        Ok(p) => p,
+        Err(e) => return *e,
     };
-    rows.map_or_else(internal, |rows| Json(rows).into_response())
+    let filter = RepoFilter { namespace: q.namespace, affected: q.affected, limit, offset };
+    match state.store.repo_listing(&filter).await {
+        Ok(rows) => page(&uri, &rows, limit, offset),
+        Err(e) => internal(e),
+    }
 }
 
-/// `GET /api/repos/{ns}/{name}/shards`: `report --repo`.
+/// `GET /api/repos/{ns}/{name}/shards`: `report --repo`; 404 for a repo the store does not know.
 pub(super) async fn repo_shards(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
-    crate::report::repo(&state.store, &format!("{ns}/{name}"))
-        .await
-        .map_or_else(internal, |rows| Json(rows).into_response())
+    let id = format!("{ns}/{name}");
+    match tokio::try_join!(state.store.repo(&id), crate::report::repo(&state.store, &id)) {
+        Ok((None, _)) => (StatusCode::NOT_FOUND, "no such repository in the store\n").into_response(),
+        Ok((Some(_), rows)) => Json(rows).into_response(),
+        Err(e) => internal(e),
+    }
 }
 
-/// `GET /api/runs`: the latest audit runs.
-pub(super) async fn runs(State(state): State<AppState>) -> Response {
-    state.store.runs(50).await.map_or_else(internal, |rows| Json(rows).into_response())
+/// `GET /api/runs[?limit=N&offset=M]`: audit runs, newest first.
+pub(super) async fn runs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
+    let (limit, offset) = match p.checked() {
+        Ok(p) => p,
+        Err(e) => return *e,
+    };
+    match state.store.runs_page(limit, offset).await {
+        Ok(rows) => page(&uri, &rows, limit, offset),
+        Err(e) => internal(e),
+    }
 }
 
-/// `GET /api/jobs`: every repack job.
-pub(super) async fn jobs(State(state): State<AppState>) -> Response {
-    state.store.jobs().await.map_or_else(internal, |rows| Json(rows).into_response())
+/// `GET /api/jobs[?limit=N&offset=M]`: repack jobs, newest first, with their timestamps and the MLX check's
+/// record as a JSON object.
+pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
+    let (limit, offset) = match p.checked() {
+        Ok(p) => p,
+        Err(e) => return *e,
+    };
+    match state.store.jobs_page(limit, offset).await {
+        Ok(rows) => page(&uri, &rows, limit, offset),
+        Err(e) => internal(e),
+    }
 }

@@ -16,6 +16,15 @@ const PAGE: i64 = 100;
 pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
+    // A missing value reads as a dash, never `None`; byte counts in the units people read.
+    env.add_filter(
+        "dash",
+        |v: minijinja::Value| if v.is_none() || v.is_undefined() { minijinja::Value::from("—") } else { v },
+    );
+    env.add_filter("bytes", |v: minijinja::Value| match i64::try_from(v.clone()) {
+        Ok(n) => minijinja::Value::from(size_label(n)),
+        Err(_) => minijinja::Value::from("—"),
+    });
     env.add_template("base.html.j2", include_str!("../../templates/dashboard/base.html.j2"))?;
     env.add_template("overview.html.j2", include_str!("../../templates/dashboard/overview.html.j2"))?;
     env.add_template("namespace.html.j2", include_str!("../../templates/dashboard/namespace.html.j2"))?;
@@ -119,26 +128,35 @@ pub(super) async fn namespace(
     let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
         return (StatusCode::BAD_REQUEST, "page out of range").into_response();
     };
-    let repos = match state.store.namespace_repos(&namespace, PAGE + 1, offset).await {
-        Ok(r) => r,
+    let (known, repos, others) = match tokio::try_join!(
+        state.store.has_namespace(&namespace),
+        state.store.namespace_repos(&namespace, PAGE + 1, offset),
+        state.store.namespace_unaudited(&namespace)
+    ) {
+        Ok(all) => all,
         Err(e) => return internal(e),
     };
+    if !known {
+        return (StatusCode::NOT_FOUND, "no repository of this namespace in the store").into_response();
+    }
     let more = repos.len() as i64 > PAGE;
     let rows: Vec<_> = repos
         .iter()
         .take(PAGE as usize)
         .map(|r| {
             context! { repo => r.repo.clone(), sha => r.sha.clone(), shards_header_pad => r.shards_header_pad, shards_relayout => r.shards_relayout,
-                       shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => size_label(r.misaligned_bytes) }
+                       shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => size_label(r.misaligned_bytes),
+                       bytes => r.misaligned_bytes }
         })
         .collect();
-    render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more })
+    render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more, others => Serde(&others) })
 }
 
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
 pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
-    let (shards, jobs, events, mirror) = match tokio::try_join!(
+    let (info, shards, jobs, events, mirror) = match tokio::try_join!(
+        state.store.repo(&id),
         state.store.repo_shards(&id),
         state.store.repo_jobs(&id),
         state.store.repo_job_events(&id),
@@ -147,13 +165,13 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
         Ok(all) => all,
         Err(e) => return internal(e),
     };
-    if shards.is_empty() && jobs.is_empty() {
-        return (StatusCode::NOT_FOUND, "no such audited repository").into_response();
-    }
+    let Some(info) = info else {
+        return (StatusCode::NOT_FOUND, "no such repository in the store").into_response();
+    };
     render(
         &state,
         "repo.html.j2",
-        context! { repo => id, shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror => Serde(&mirror), hub => state.hub_url.clone() },
+        context! { repo => id, info => Serde(&info), shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror => Serde(&mirror), hub => state.hub_url.clone() },
     )
 }
 

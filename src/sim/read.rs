@@ -308,3 +308,26 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
     }))
     .into_response())
 }
+
+/// `GET /{ns}/{name}`: the repo's page, as the Hub serves one to a browser: its id and the files of `main`.
+/// Seen with the caller's rights, so a private repo is a 404 to others as on the Hub.
+pub(super) async fn repo_page(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, HubError> {
+    let id = format!("{ns}/{name}");
+    let caller = sim.accounts.caller(&headers)?;
+    let repos = sim.repos();
+    let repo = visible_repo(&repos, &id, caller)?;
+    let commit = repo.resolve("main").ok_or_else(|| HubError::revision_not_found("main"))?;
+    let escape = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let files: String = commit.files.keys().map(|f| format!("<li>{}</li>", escape(f))).collect::<Vec<_>>().join("\n");
+    let html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{id} · Hub simulator</title></head>\n\
+         <body><h1>{id}</h1>\n<p>Commit {sha}</p>\n<ul>\n{files}\n</ul></body></html>\n",
+        id = escape(&id),
+        sha = escape(&commit.sha)
+    );
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response())
+}

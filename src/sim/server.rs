@@ -38,6 +38,7 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
         .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
+        .route("/{ns}/{name}", get(read::repo_page))
         .route("/_sim/counters", get(counters))
         .route("/_sim/counters/reset", post(reset_counters))
         .route("/_sim/rescan", post(rescan))

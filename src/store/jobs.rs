@@ -94,7 +94,8 @@ pub struct Job {
     pub published_commit: Option<String>,
     /// `metal` or `cpu`.
     pub verify_device: String,
-    /// The MLX load check's record (JSON).
+    /// The MLX load check's record: JSON, served as a JSON object.
+    #[serde(serialize_with = "json_text")]
     pub verification: Option<String>,
     /// Attempts so far.
     pub attempts: i64,
@@ -112,6 +113,22 @@ pub struct Job {
     pub bytes_downloaded: i64,
     /// Bytes uploaded, over all attempts.
     pub bytes_uploaded: i64,
+    /// When it was created.
+    pub created_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// When it ended (published, failed or skipped); `None` while it runs.
+    pub finished_at: Option<String>,
+}
+
+/// A JSON document kept as text, serialized as the document itself (a string only if it does not parse).
+fn json_text<S: serde::Serializer>(text: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match text.as_deref().map(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|_| t)) {
+        None => s.serialize_none(),
+        Some(Ok(value)) => value.serialize(s),
+        Some(Err(raw)) => s.serialize_str(raw),
+    }
 }
 
 impl Job {
@@ -389,9 +406,10 @@ impl Store {
             JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
         };
         sqlx::query(
-            "UPDATE jobs SET state = ?, reason = COALESCE(?, reason), published_commit = COALESCE(?, published_commit),
-             target_repo = COALESCE(?, target_repo), not_before = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-             WHERE id = ?",
+            "UPDATE jobs SET state = ?1, reason = COALESCE(?2, reason), published_commit = COALESCE(?3, published_commit),
+             target_repo = COALESCE(?4, target_repo), not_before = ?5, lease_owner = NULL, lease_expires_at = NULL,
+             updated_at = ?6, finished_at = CASE WHEN ?1 IN ('published', 'failed', 'skipped') THEN ?6 ELSE NULL END
+             WHERE id = ?7",
         )
         .bind(state.as_str())
         .bind(reason)
@@ -480,7 +498,7 @@ impl Store {
     pub async fn retry_job(&self, id: i64) -> Result<Option<bool>, StoreError> {
         let Some(job) = self.job(id).await? else { return Ok(None) };
         let done = sqlx::query(
-            "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL, lease_expires_at = NULL,
+            "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
              updated_at = ? WHERE id = ? AND state IN ('failed', 'skipped')",
         )
         .bind(crate::time::now_utc())
@@ -548,6 +566,16 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .map_err(sql("repo jobs"))
+    }
+
+    /// Jobs, newest first, `limit` of them after `offset`.
+    pub async fn jobs_page(&self, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
+        sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC LIMIT ? OFFSET ?")
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("jobs"))
     }
 
     /// Every job, newest first.

@@ -64,6 +64,66 @@ pub struct AffectedRepo {
     pub misaligned_bytes: i64,
 }
 
+/// A repo as the API and the dashboard list it: every repo the store knows, audited or not (gated, private,
+/// disabled, invalid listing entries are listed as such), with its sums when audited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RepoListing {
+    /// `namespace/name` (escaped, for an invalid listing entry).
+    pub repo: String,
+    /// The namespace.
+    pub namespace: String,
+    /// `ok`, `pending`, `gated`, `disabled`, `vanished`, `moved`, `error` or `invalid_listing`.
+    pub state: String,
+    /// The commit audited, else the one listed.
+    pub sha: Option<String>,
+    /// Private (seen through the token's own access).
+    pub private: bool,
+    /// Gated.
+    pub gated: bool,
+    /// Disabled.
+    pub disabled: bool,
+    /// Shards needing header padding.
+    pub shards_header_pad: i64,
+    /// Shards needing a reorder.
+    pub shards_relayout: i64,
+    /// Invalid shards.
+    pub shards_invalid: i64,
+    /// Misaligned tensors.
+    pub misaligned_tensors: i64,
+    /// Bytes a copying loader duplicates.
+    pub misaligned_bytes: i64,
+    /// Why it is not audited (the last failure, or the listing entry's fault).
+    pub last_error: Option<String>,
+}
+
+/// A query for [`RepoListing`] rows (every repo, with its sums when audited) with the given condition, as one
+/// string known at compile time.
+macro_rules! listing {
+    ($rest:literal) => {
+        concat!(
+            "SELECT r.id AS repo, r.namespace, r.state, COALESCE(r.audited_sha, r.listed_sha) AS sha, r.private,
+             r.gated, r.disabled, COALESCE(s.shards_header_pad, 0) AS shards_header_pad,
+             COALESCE(s.shards_relayout, 0) AS shards_relayout, COALESCE(s.shards_invalid, 0) AS shards_invalid,
+             COALESCE(s.misaligned_tensors, 0) AS misaligned_tensors, COALESCE(s.misaligned_bytes, 0) AS misaligned_bytes,
+             r.last_error FROM repos r LEFT JOIN repo_sums s ON s.repo = r.id ",
+            $rest
+        )
+    };
+}
+
+/// Which repos to list, a page at a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoFilter {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only affected repos (`Some(true)`), only repos not affected (`Some(false)`), or all.
+    pub affected: Option<bool>,
+    /// At most this many.
+    pub limit: i64,
+    /// After skipping this many.
+    pub offset: i64,
+}
+
 /// Repos per access state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct StateCount {
@@ -241,6 +301,44 @@ impl Store {
         .map_err(sql("totals"))
     }
 
+    /// Repos by `filter`, most bytes duplicated first.
+    pub async fn repo_listing(&self, filter: &RepoFilter) -> Result<Vec<RepoListing>, StoreError> {
+        sqlx::query_as(listing!(
+            "WHERE (?1 IS NULL OR r.namespace = ?1) AND (?2 IS NULL OR (COALESCE(s.misaligned_bytes, 0) > 0) = ?2)
+             ORDER BY misaligned_bytes DESC, r.id LIMIT ?3 OFFSET ?4"
+        ))
+        .bind(&filter.namespace)
+        .bind(filter.affected)
+        .bind(filter.limit)
+        .bind(filter.offset)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("repo listing"))
+    }
+
+    /// One repo as the store knows it, audited or not.
+    pub async fn repo(&self, id: &str) -> Result<Option<RepoListing>, StoreError> {
+        sqlx::query_as(listing!("WHERE r.id = ?")).bind(id).fetch_optional(self.pool()).await.map_err(sql("repo"))
+    }
+
+    /// Whether the store knows any repo of `namespace`.
+    pub async fn has_namespace(&self, namespace: &str) -> Result<bool, StoreError> {
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM repos WHERE namespace = ? LIMIT 1")
+            .bind(namespace)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(sql("namespace"))?;
+        Ok(found.is_some())
+    }
+
+    /// One namespace's repos that are not audited (gated, private to others, disabled, failed, invalid
+    /// listing entries), by id.
+    pub async fn namespace_unaudited(&self, namespace: &str) -> Result<Vec<RepoListing>, StoreError> {
+        let filter =
+            RepoFilter { namespace: Some(namespace.to_owned()), affected: Some(false), limit: 1000, offset: 0 };
+        Ok(self.repo_listing(&filter).await?.into_iter().filter(|r| r.state != "ok").collect())
+    }
+
     /// One namespace's audited repos, most bytes duplicated first, a page at a time.
     pub async fn namespace_repos(
         &self,
@@ -291,17 +389,23 @@ impl Store {
         Ok(at.as_deref().and_then(crate::time::parse_utc))
     }
 
-    /// The newest runs, newest first.
-    pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
+    /// Runs, newest first, `limit` of them after `offset`.
+    pub async fn runs_page(&self, limit: i64, offset: i64) -> Result<Vec<RunRow>, StoreError> {
         sqlx::query_as(
             "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,
                 resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
-             FROM audit_runs ORDER BY id DESC LIMIT ?",
+             FROM audit_runs ORDER BY id DESC LIMIT ? OFFSET ?",
         )
         .bind(limit)
+        .bind(offset)
         .fetch_all(self.pool())
         .await
         .map_err(sql("runs"))
+    }
+
+    /// The newest runs, newest first.
+    pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
+        self.runs_page(limit, 0).await
     }
 }
 

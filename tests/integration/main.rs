@@ -1,5 +1,6 @@
 //! All integration tests in one binary (one link instead of many).
 
+mod api_schema;
 pub mod audit;
 mod cli_fix;
 mod cli_ops;

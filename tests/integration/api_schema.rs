@@ -1,0 +1,74 @@
+//! The JSON API, judged by code that is not the service's: every answer validated by `jsonschema` against
+//! `deploy/openapi.json`, page by page, and its figures compared with sums a Python script computes from the
+//! store's raw tables with SQL of its own (`tests/python/check_api.py`).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::audit::world::{audit_world, db};
+use crate::serve::{Service, free_port, get, try_get};
+use crate::sim::world::ALICE;
+use crate::support::{hubalign, python, root, stdout};
+
+#[test]
+fn every_api_answer_matches_the_document_and_the_raw_tables() {
+    let world = audit_world(6, |_| {});
+    let (_dir, db) = db();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let endpoint = world.endpoint();
+    let _service = Service(
+        hubalign()
+            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "86400", "--workers", "1"])
+            .args(["--target-namespace", "alice", "--verify-device", "cpu", "--include", "mlx-community"])
+            .arg("--python")
+            .arg(python())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(Instant::now() < deadline, "the audit and its jobs did not settle");
+        let Some(jobs) = try_get(&format!("{base}/api/jobs?limit=1000")) else { continue };
+        let jobs: Vec<serde_json::Value> = serde_json::from_str(&jobs).unwrap_or_default();
+        let settled =
+            jobs.iter().all(|j| ["published", "skipped", "failed"].contains(&j["state"].as_str().unwrap_or("")));
+        if !jobs.is_empty() && settled {
+            let published = jobs.iter().find(|j| j["state"] == "published").expect("a published job");
+            assert!(published["verification"].is_object(), "the MLX record is a JSON object: {published}");
+            assert!(published["finished_at"].is_string() && published["created_at"].is_string(), "{published}");
+            // The dashboard links the mirror on the Hub; the simulator serves that page as the Hub does.
+            let mirror = published["target_repo"].as_str().unwrap();
+            assert!(get(&format!("{endpoint}/{mirror}")).contains(&format!("<h1>{mirror}</h1>")));
+            break;
+        }
+    }
+    // A few checks the document cannot say: filters, an unknown namespace, an out-of-range page.
+    let repos: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
+    let gated = repos.iter().find(|r| r["repo"] == "gemma-org/gated-q4").expect("gated repos are listed");
+    assert_eq!(gated["state"], "gated");
+    let affected: Vec<serde_json::Value> =
+        serde_json::from_str(&get(&format!("{base}/api/repos?affected=true&limit=1000"))).unwrap();
+    assert!(affected.iter().all(|r| r["misaligned_bytes"].as_i64().unwrap() > 0) && !affected.is_empty());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status =
+        |path: &str| rt.block_on(async { reqwest::get(format!("{base}{path}")).await.unwrap().status().as_u16() });
+    assert_eq!(status("/api/jobs?limit=0"), 400);
+    assert_eq!(status("/api/jobs?limit=1001"), 400);
+    assert_eq!(status("/ns/doesnotexist"), 404);
+    assert_eq!(status("/repo/gemma-org/gated-q4"), 200, "a gated repo has a page saying so");
+    assert!(get(&format!("{base}/repo/gemma-org/gated-q4")).contains("Not audited: gated"));
+
+    let out = std::process::Command::new(python())
+        .arg(root().join("tests/python/check_api.py"))
+        .args(["--base", &base, "--schema", root().join("deploy/openapi.json").to_str().unwrap()])
+        .args(["--db", db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("check_api: OK"), "{text}");
+}
