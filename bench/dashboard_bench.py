@@ -70,7 +70,7 @@ def main():
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = f"{tmp}/hubalign.db"
-        subprocess.run([BIN, "report", "--db", db], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([BIN, "report", "--db", db, "--create-db"], check=True, stdout=subprocess.DEVNULL)
         shards = fill(db, args.repos)
         (Path(tmp) / "hub").mkdir()
         sim = subprocess.Popen([BIN, "sim", "--root", f"{tmp}/hub", "--port", "0", "--token", "hf_bench:bench"],

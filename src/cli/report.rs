@@ -14,6 +14,9 @@ use super::store_args::StoreArgs;
 pub struct ReportArgs {
     #[command(flatten)]
     store: StoreArgs,
+    /// Create the database (empty, with its tables) if it does not exist, instead of refusing the path.
+    #[arg(long)]
+    create_db: bool,
     /// Per namespace: repos audited and affected, shards by verdict, GB a copying loader duplicates (the default).
     #[arg(long)]
     by_publisher: bool,
@@ -55,7 +58,7 @@ fn pct(x: f64) -> String {
 pub fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let store = args.store.open_existing().await?;
+        let store = if args.create_db { args.store.open().await? } else { args.store.open_existing().await? };
         if let Some(id) = &args.repo {
             let rows = report::repo(&store, id).await?;
             if rows.is_empty() {

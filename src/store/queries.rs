@@ -334,9 +334,11 @@ impl Store {
     /// One namespace's repos that are not audited (gated, private to others, disabled, failed, invalid
     /// listing entries), by id.
     pub async fn namespace_unaudited(&self, namespace: &str) -> Result<Vec<RepoListing>, StoreError> {
-        let filter =
-            RepoFilter { namespace: Some(namespace.to_owned()), affected: Some(false), limit: 1000, offset: 0 };
-        Ok(self.repo_listing(&filter).await?.into_iter().filter(|r| r.state != "ok").collect())
+        sqlx::query_as(listing!("WHERE r.namespace = ? AND r.state != 'ok' ORDER BY r.id LIMIT 1000"))
+            .bind(namespace)
+            .fetch_all(self.pool())
+            .await
+            .map_err(sql("namespace's repos not audited"))
     }
 
     /// One namespace's audited repos, most bytes duplicated first, a page at a time.
