@@ -34,6 +34,12 @@ pub struct ModelInfo {
     /// The head commit of the default branch.
     #[serde(default)]
     pub sha: Option<String>,
+    /// The model card's YAML front matter, as the Hub parsed it.
+    #[serde(default, rename = "cardData")]
+    pub card_data: Option<serde_json::Value>,
+    /// The task the Hub files it under.
+    #[serde(default)]
+    pub pipeline_tag: Option<String>,
     /// Who may see it.
     #[serde(flatten)]
     pub flags: RepoFlags,

@@ -288,12 +288,20 @@ impl Repacker<'_> {
             .map_err(publish_err)?;
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = misaligned_bytes(source, self.opts.alignment);
-        let card_text = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
-        let license = match card_text.and_then(|r| card::license_of(&String::from_utf8_lossy(&r))) {
-            Some(l) => Some(l),
-            None => info.and_then(|i| i.license()),
+        let mut source_card = info.as_ref().map(card::SourceCard::from_info).unwrap_or_default();
+        if source_card.license.is_none() {
+            let readme = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
+            source_card.license = readme.and_then(|r| card::license_of(&String::from_utf8_lossy(&r)));
+        }
+        let inputs = card::CardInputs {
+            target_repo: &target,
+            endpoint: self.hub.endpoint(),
+            source: source_card,
+            before_bytes,
+            checks: &checks,
+            mlx: record,
         };
-        let data = card::CardData::new(&manifest, &target, license, before_bytes, &checks, record);
+        let data = card::CardData::new(&manifest, inputs);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
         let mirror = publish::Mirror {

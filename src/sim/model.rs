@@ -149,6 +149,8 @@ pub struct RepoMeta {
     pub license: Option<String>,
     /// Creation date (ISO-8601); defaults to the first commit's.
     pub created_at: Option<String>,
+    /// The model card's metadata as the Hub serves it (`cardData`); derived from the fields above when absent.
+    pub card_data: Option<serde_json::Value>,
 }
 
 /// An open or closed pull request.

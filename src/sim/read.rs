@@ -39,10 +39,32 @@ fn properties(repo: &Repo, head: &Commit, blobs: bool) -> Map<String, Value> {
     if let Some(p) = &repo.meta.pipeline_tag {
         m.insert("pipeline_tag".into(), p.clone().into());
     }
+    if let Some(card) = card_data(&repo.meta) {
+        m.insert("cardData".into(), card);
+    }
     let siblings: Vec<Value> = head.files.iter().map(|(path, f)| sibling(path, f, blobs)).collect();
     m.insert("siblings".into(), siblings.into());
     m.insert("usedStorage".into(), head.files.values().map(|f| f.size).sum::<u64>().into());
     m
+}
+
+/// The card metadata the Hub would have parsed: the sidecar's `cardData`, else what its other fields say.
+fn card_data(meta: &super::model::RepoMeta) -> Option<Value> {
+    if let Some(card) = &meta.card_data {
+        return Some(card.clone());
+    }
+    let mut card = Map::new();
+    for (key, value) in
+        [("license", &meta.license), ("pipeline_tag", &meta.pipeline_tag), ("library_name", &meta.library_name)]
+    {
+        if let Some(v) = value {
+            card.insert(key.into(), v.clone().into());
+        }
+    }
+    if !meta.tags.is_empty() {
+        card.insert("tags".into(), meta.tags.clone().into());
+    }
+    (!card.is_empty()).then_some(Value::Object(card))
 }
 
 fn sibling(path: &str, f: &FileEntry, blobs: bool) -> Value {

@@ -2,6 +2,7 @@
 
 mod api_schema;
 pub mod audit;
+mod card;
 mod cli_fix;
 mod cli_ops;
 mod cli_scan;

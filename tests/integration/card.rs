@@ -1,0 +1,120 @@
+//! The mirror's model card, rendered for a real-looking 4-shard bundle and compared with a checked-in
+//! snapshot (`UPDATE_SNAPSHOTS=1` rewrites it); its front matter is read by a YAML parser no one here wrote,
+//! and every figure it prints is checked against the manifest it was made from.
+
+use std::collections::BTreeMap;
+
+use hubalign::manifest::{Manifest, ManifestShard};
+use hubalign::repack::card::{CardData, CardInputs, SourceCard, render};
+use hubalign::repack::verify::LocalChecks;
+use hubalign::safetensors::Method;
+
+use crate::support::{python, root};
+
+fn shard(n: u64, padding: u64, payload: u64, sha: &str, tensors: u64, before: u64) -> ManifestShard {
+    ManifestShard {
+        file: format!("model-0000{n}-of-00004.safetensors"),
+        src_header_len: 101_233 + n,
+        padding_bytes: padding,
+        payload_bytes: payload,
+        payload_sha256: sha.repeat(4),
+        tensors,
+        unaligned_after: 0,
+        repack_seconds: 4.2,
+        method: Method::HeaderPad,
+        header_len: 101_233 + n + padding,
+        unaligned_before: before,
+        src_file_sha256: "0".repeat(64),
+        src_payload_sha256: sha.repeat(4),
+        file_sha256: "1".repeat(64),
+        tensor_sha256: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
+    let manifest = Manifest {
+        tool: "hubalign".into(),
+        tool_version: "0.1.0".into(),
+        generated_utc: "2026-12-01T00:00:00Z".into(),
+        source_dir: "ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit@8f3c2a".into(),
+        source_repo: Some("ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit".into()),
+        source_revision: Some("8f3c2a91d0b7e64c5a1f2e3d4c5b6a7980f1e2d3".into()),
+        target_alignment: 8,
+        shards: vec![
+            shard(1, 6, 5_343_636_096, "ae982af457a3c4cb", 452, 371),
+            shard(2, 3, 5_368_405_504, "4570d482fbc3ddb5", 448, 360),
+            shard(3, 3, 5_368_256_256, "411ffa6f850b8f88", 448, 366),
+            shard(4, 3, 3_428_489_600, "32a9b3e550f03bb3", 409, 324),
+        ],
+        skipped: Vec::new(),
+    };
+    let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757 };
+    let mlx = serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7});
+    let source = SourceCard {
+        license: Some("mit".into()),
+        pipeline_tag: Some("text-generation".into()),
+        language: vec!["en".into()],
+        tags: vec!["mlx".into(), "moe".into()],
+        ..SourceCard::default()
+    };
+    let inputs = CardInputs {
+        target_repo: "hubalign/Ornith-1.5-35B-A3B-MLX-4bit-aligned",
+        endpoint: "https://huggingface.co",
+        source,
+        before_bytes: 4_731_260_928,
+        checks: &checks,
+        mlx,
+    };
+    let card = render(&CardData::new(&manifest, inputs)).unwrap();
+
+    let snapshot = root().join("tests/snapshots/model_card.md");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&snapshot, &card).unwrap();
+    }
+    let want = std::fs::read_to_string(&snapshot).unwrap_or_default();
+    assert_eq!(card, want, "the card differs from {} (UPDATE_SNAPSHOTS=1 rewrites it)", snapshot.display());
+
+    // Every figure is the manifest's or a check's.
+    for s in &manifest.shards {
+        let payload = s.payload_bytes.to_string();
+        let grouped: String = payload
+            .chars()
+            .rev()
+            .collect::<Vec<_>>()
+            .chunks(3)
+            .map(|c| c.iter().collect::<String>())
+            .collect::<Vec<_>>()
+            .join(",")
+            .chars()
+            .rev()
+            .collect();
+        assert!(
+            card.contains(&format!(
+                "| `{}` | header_pad | {} bytes | {grouped} | `{}…` |",
+                s.file,
+                s.padding_bytes,
+                &s.payload_sha256[..16]
+            )),
+            "{}",
+            s.file
+        );
+    }
+    assert!(card.contains("| tensors a memory-mapping loader must copy | 1,421 of 1,757 | 0 |"), "{card}");
+    assert!(card.contains("4.73 GB (4,731,260,928 bytes)"));
+    assert!(card.contains("1,757 arrays in 4 files") && card.contains("(1,757 of 1,757 tensors)"));
+    assert!(!card.contains("1 bytes") && !card.contains("base_model_relation"));
+
+    // The front matter, read by PyYAML.
+    let path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(path.path(), &card).unwrap();
+    let check = "import sys, yaml; t = open(sys.argv[1]).read(); assert t.startswith('---\\n'); \
+                 m = yaml.safe_load(t.split('---')[1]); \
+                 assert m['base_model'] == 'ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit', m; \
+                 assert m['license'] == 'mit' and m['pipeline_tag'] == 'text-generation' and m['language'] == ['en'], m; \
+                 assert m['library_name'] == 'mlx', m; \
+                 assert m['tags'] == ['mlx', 'safetensors', 'aligned-safetensors', 'moe'], m; \
+                 assert 'base_model_relation' not in m, m; print('yaml ok')";
+    let out = std::process::Command::new(python()).args(["-c", check]).arg(path.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
