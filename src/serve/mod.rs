@@ -5,6 +5,7 @@ mod admin;
 mod api;
 pub mod listener;
 mod metrics;
+mod overview;
 mod pages;
 pub mod schedule;
 
@@ -118,7 +119,7 @@ pub fn router(
 ) -> Result<Router, minijinja::Error> {
     let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url, health };
     let app = Router::new()
-        .route("/", get(pages::overview))
+        .route("/", get(overview::overview))
         .route("/ns/{namespace}", get(pages::namespace))
         .route("/repo/{ns}/{name}", get(pages::repo))
         .route("/healthz", get(api::healthz))

@@ -32,85 +32,15 @@ pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
     Ok(env)
 }
 
-fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Response {
+pub(super) fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Response {
     match state.templates.get_template(name).and_then(|t| t.render(ctx)) {
         Ok(html) => Html(html).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering {name}: {e}")).into_response(),
     }
 }
 
-fn size_label(bytes: i64) -> String {
+pub(super) fn size_label(bytes: i64) -> String {
     crate::report::human_bytes(bytes.max(0) as u64)
-}
-
-#[derive(Deserialize)]
-pub(super) struct SortQuery {
-    sort: Option<String>,
-}
-
-/// `/`: figures, the chart of the top namespaces, the sortable table of affected namespaces.
-pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
-    let (totals, mut publishers, runs, mirrors) = match tokio::try_join!(
-        state.store.totals(),
-        crate::report::by_publisher(&state.store),
-        state.store.runs(1),
-        state.store.mirrors_by_namespace()
-    ) {
-        Ok(all) => all,
-        Err(e) => return internal(e),
-    };
-    match q.sort.as_deref() {
-        Some("namespace") => publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace)),
-        Some("affected") => publishers.sort_by_key(|p| std::cmp::Reverse(p.repos_affected)),
-        Some("relayout") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_relayout)),
-        Some("header_pad") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_header_pad)),
-        _ => {}
-    }
-    let top = publishers.iter().filter(|p| p.misaligned_bytes > 0).take(10).collect::<Vec<_>>();
-    let max = top.iter().map(|p| p.misaligned_bytes).max().unwrap_or(1).max(1);
-    let chart: Vec<_> = top
-        .iter()
-        .map(|p| context! { namespace => p.namespace.clone(), bytes => p.misaligned_bytes, width => (p.misaligned_bytes * 400 / max).max(1), label => size_label(p.misaligned_bytes) })
-        .collect();
-    let rows: Vec<_> = publishers
-        .iter()
-        .filter(|p| p.repos_affected > 0)
-        .map(|p| {
-            context! {
-                namespace => p.namespace.clone(), repos_affected => p.repos_affected, repos_audited => p.repos_audited,
-                shards_aligned => p.shards_aligned, shards_header_pad => p.shards_header_pad, shards_relayout => p.shards_relayout,
-                shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => size_label(p.misaligned_bytes),
-                mirrors => mirrors.get(&p.namespace).copied().unwrap_or(0),
-            }
-        })
-        .collect();
-    let columns = [
-        ("namespace", "namespace"),
-        ("affected", "repos affected / audited"),
-        ("aligned", "aligned"),
-        ("header_pad", "header_pad"),
-        ("relayout", "relayout"),
-        ("invalid", "invalid"),
-        ("bytes", "duplicated"),
-        ("mirrors", "mirrors"),
-    ]
-    .map(|(key, title)| context! { key, title });
-    let share = if totals.repos_audited > 0 {
-        format!("{:.0}%", 100.0 * totals.repos_affected as f64 / totals.repos_audited as f64)
-    } else {
-        "-".into()
-    };
-    let next_run = state.next_run.lock().map(|n| n.clone()).unwrap_or_default();
-    render(
-        &state,
-        "overview.html.j2",
-        context! {
-            totals => Serde(&totals), share_affected => share, gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
-            last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
-                r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
-            next_run, problems => state.health.problems(),
-        },
-    )
 }
 
 #[derive(Deserialize)]

@@ -181,6 +181,28 @@ pub struct Totals {
     pub mirrors_published: i64,
 }
 
+/// One point of the dashboard's trend: the Hub-wide figures when a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct TrendPoint {
+    /// The run.
+    pub run_id: i64,
+    /// When it ended.
+    pub at: String,
+    /// Repos a copying loader duplicates bytes of.
+    pub repos_affected: i64,
+    /// The bytes it duplicates.
+    pub bytes_duplicated: i64,
+}
+
+/// How far a namespace's affected repos have come.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Progress {
+    /// Affected repos with a published, public aligned mirror.
+    pub mirrored: i64,
+    /// Repos once affected that are not any more: fixed upstream.
+    pub fixed_upstream: i64,
+}
+
 /// An audit run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunRow {
@@ -299,6 +321,61 @@ impl Store {
         .fetch_one(self.pool())
         .await
         .map_err(sql("totals"))
+    }
+
+    /// The newest `limit` runs' figures, oldest first.
+    pub async fn trend(&self, limit: i64) -> Result<Vec<TrendPoint>, StoreError> {
+        let mut points: Vec<TrendPoint> = sqlx::query_as(
+            "SELECT id AS run_id, COALESCE(finished_at, started_at) AS at, repos_affected_after AS repos_affected,
+                bytes_duplicated_after AS bytes_duplicated
+             FROM audit_runs WHERE repos_affected_after IS NOT NULL ORDER BY id DESC LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("trend"))?;
+        points.reverse();
+        Ok(points)
+    }
+
+    /// Per namespace: affected repos with a published public mirror, and repos fixed upstream.
+    pub async fn progress(&self) -> Result<std::collections::HashMap<String, Progress>, StoreError> {
+        let mirrored: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT s.namespace, COUNT(*) FROM repo_sums s JOIN mirrors m ON m.source_repo = s.repo
+             WHERE s.misaligned_bytes > 0 AND m.private = 0
+               AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')
+             GROUP BY s.namespace",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("mirrored per namespace"))?;
+        let fixed: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT r.namespace, COUNT(*) FROM repos r JOIN repo_sums s ON s.repo = r.id
+             WHERE r.was_affected = 1 AND s.misaligned_bytes = 0 GROUP BY r.namespace",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(sql("fixed upstream per namespace"))?;
+        let mut out: std::collections::HashMap<String, Progress> = std::collections::HashMap::new();
+        for (ns, n) in mirrored {
+            out.entry(ns).or_default().mirrored = n;
+        }
+        for (ns, n) in fixed {
+            out.entry(ns).or_default().fixed_upstream = n;
+        }
+        Ok(out)
+    }
+
+    /// Bytes a copying loader duplicates in repos that have a published public aligned mirror.
+    pub async fn mirrored_bytes(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar(
+            "SELECT COALESCE(SUM(s.misaligned_bytes), 0) FROM repo_sums s JOIN mirrors m ON m.source_repo = s.repo
+             WHERE s.misaligned_bytes > 0 AND m.private = 0
+               AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')",
+        )
+        .fetch_one(self.pool())
+        .await
+        .map_err(sql("mirrored bytes"))
     }
 
     /// Repos by `filter`, most bytes duplicated first.

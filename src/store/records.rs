@@ -173,7 +173,10 @@ impl Store {
         sqlx::query(
             "UPDATE audit_runs SET finished_at = ?, status = ?, repos_listed = ?, repos_probed = ?, shards_probed = ?,
              api_requests = ?, resolver_requests = ?, bytes_read = ?, rate_limited = ?, retries = ?, errors = ?,
-             invalid_listings = ?, error = ? WHERE id = ?",
+             invalid_listings = ?, error = ?,
+             repos_affected_after = (SELECT COALESCE(SUM(repos_affected), 0) FROM namespace_sums),
+             bytes_duplicated_after = (SELECT COALESCE(SUM(misaligned_bytes), 0) FROM namespace_sums)
+             WHERE id = ?",
         )
         .bind(crate::time::now_utc())
         .bind(status)
@@ -339,6 +342,13 @@ impl Store {
                     || (*old_bytes > 0) != (bytes > 0)
             }
         };
+        if bytes > 0 {
+            sqlx::query("UPDATE repos SET was_affected = 1 WHERE id = ?")
+                .bind(&outcome.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record affected"))?;
+        }
         if changed {
             sqlx::query("INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)")
                 .bind(&outcome.id)

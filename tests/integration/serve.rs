@@ -127,6 +127,24 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     assert!(metrics.contains(&format!("hubalign_duplicated_bytes {}", totals.misaligned_bytes)), "{metrics}");
     assert!(metrics.contains(&format!("hubalign_jobs{{state=\"published\"}} {}", published.len())), "{metrics}");
     assert!(page.contains(&format!("<b id=\"repos-audited\">{}</b>", totals.repos_audited)), "{page}");
+    // The trend has a point per audit that ended; the headline's share matches one computed from the API.
+    let ended = runs.iter().filter(|r| r["status"] != "running").count();
+    assert!(page.matches("class=\"trend-point\"").count() >= ended.min(60), "{page}");
+    let affected: Vec<serde_json::Value> =
+        serde_json::from_str(&get(&format!("{base}/api/repos?affected=true&limit=1000"))).unwrap();
+    let mirrored_sources: std::collections::HashSet<&str> =
+        published.iter().filter_map(|j| j["repo_id"].as_str()).collect();
+    let total: i64 = affected.iter().map(|r| r["misaligned_bytes"].as_i64().unwrap()).sum();
+    let mirrored: i64 = affected
+        .iter()
+        .filter(|r| mirrored_sources.contains(r["repo"].as_str().unwrap()))
+        .map(|r| r["misaligned_bytes"].as_i64().unwrap())
+        .sum();
+    let share = format!("<b id=\"mirrored-share\">{:.0}%</b>", 100.0 * mirrored as f64 / total as f64);
+    assert!(page.contains(&share), "{share} in {page}");
+    let artifacts = crate::support::root().join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    chromium(&format!("{base}/"), Some(&artifacts.join("dashboard-overview-trend-1280.png")));
     // The chart holds the ten namespaces that duplicate the most, and only them; the table every affected one.
     let mut by_bytes: Vec<_> = publishers.iter().filter(|p| p.misaligned_bytes > 0).collect();
     by_bytes.sort_by_key(|p| std::cmp::Reverse(p.misaligned_bytes));
@@ -321,9 +339,14 @@ fn the_demo_audits_republishes_reports_and_keeps_serving() {
 
 /// Runs headless Chromium on `url`: the rendered DOM, or a screenshot at `png`. Panics on any console message.
 fn chromium(url: &str, png: Option<&std::path::Path>) -> String {
+    chromium_at(url, png, 1280)
+}
+
+/// [`chromium`] with a window `width` pixels wide.
+fn chromium_at(url: &str, png: Option<&std::path::Path>, width: u32) -> String {
     let mut cmd = std::process::Command::new("chromium");
     cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]);
-    cmd.arg("--window-size=1280,1000");
+    cmd.arg(format!("--window-size={width},1400"));
     match png {
         Some(path) => cmd.arg(format!("--screenshot={}", path.display())),
         None => cmd.arg("--dump-dom"),
@@ -387,13 +410,19 @@ fn check_pages_in_a_browser(port: u16) {
 
     let artifacts = crate::support::root().join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
+    // Every page at a desktop and a phone width, kept as test artefacts to look at.
     for (page, path) in
         [("overview", "/"), ("namespace", "/ns/mlx-community"), ("repo", "/repo/mlx-community/Tiny-Llama-4bit")]
     {
-        let png = artifacts.join(format!("dashboard-{page}.png"));
-        let _ = std::fs::remove_file(&png);
-        chromium(&format!("{base}{path}"), Some(&png));
-        let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
-        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{}: {} bytes", png.display(), bytes.len());
+        for width in [1280, 390] {
+            let png = artifacts.join(format!("dashboard-{page}-{width}.png"));
+            let _ = std::fs::remove_file(&png);
+            chromium_at(&format!("{base}{path}"), Some(&png), width);
+            let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+            assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{}: {} bytes", png.display(), bytes.len());
+            // The PNG's own header says how wide the page was drawn.
+            let drawn = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+            assert_eq!(drawn, width, "{}", png.display());
+        }
     }
 }

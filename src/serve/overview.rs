@@ -1,0 +1,131 @@
+//! `/`: the headline (how much of what loaders duplicate now has an aligned mirror), the figures, the trend
+//! over audits, the chart of the top namespaces and the sortable table of affected namespaces.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use minijinja::context;
+use minijinja::value::Serde;
+use serde::Deserialize;
+
+use super::pages::{render, size_label};
+use super::{AppState, internal};
+use crate::store::queries::TrendPoint;
+
+/// Audits the trend shows at most.
+const TREND_RUNS: i64 = 60;
+/// The trend chart's drawing area, in SVG units.
+const TREND_WIDTH: i64 = 640;
+const TREND_HEIGHT: i64 = 120;
+
+#[derive(Deserialize)]
+pub(super) struct SortQuery {
+    sort: Option<String>,
+}
+
+/// `/`.
+pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
+    let (totals, mut publishers, runs, progress, trend, mirrored_bytes) = match tokio::try_join!(
+        state.store.totals(),
+        crate::report::by_publisher(&state.store),
+        state.store.runs(1),
+        state.store.progress(),
+        state.store.trend(TREND_RUNS),
+        state.store.mirrored_bytes()
+    ) {
+        Ok(all) => all,
+        Err(e) => return internal(e),
+    };
+    let progress_of = |ns: &str| progress.get(ns).cloned().unwrap_or_default();
+    match q.sort.as_deref() {
+        Some("namespace") => publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace)),
+        Some("affected") => publishers.sort_by_key(|p| std::cmp::Reverse(p.repos_affected)),
+        Some("relayout") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_relayout)),
+        Some("header_pad") => publishers.sort_by_key(|p| std::cmp::Reverse(p.shards_header_pad)),
+        Some("mirrored") => publishers.sort_by_key(|p| std::cmp::Reverse(progress_of(&p.namespace).mirrored)),
+        Some("fixed") => publishers.sort_by_key(|p| std::cmp::Reverse(progress_of(&p.namespace).fixed_upstream)),
+        _ => {}
+    }
+    let top = publishers.iter().filter(|p| p.misaligned_bytes > 0).take(10).collect::<Vec<_>>();
+    let max = top.iter().map(|p| p.misaligned_bytes).max().unwrap_or(1).max(1);
+    let chart: Vec<_> = top
+        .iter()
+        .map(|p| context! { namespace => p.namespace.clone(), bytes => p.misaligned_bytes, width => (p.misaligned_bytes * 400 / max).max(1), label => size_label(p.misaligned_bytes) })
+        .collect();
+    let rows: Vec<_> = publishers
+        .iter()
+        .filter(|p| p.repos_affected > 0)
+        .map(|p| {
+            let progress = progress_of(&p.namespace);
+            context! {
+                namespace => p.namespace.clone(), repos_affected => p.repos_affected, repos_audited => p.repos_audited,
+                shards_aligned => p.shards_aligned, shards_header_pad => p.shards_header_pad, shards_relayout => p.shards_relayout,
+                shards_invalid => p.shards_invalid, misaligned_bytes => p.misaligned_bytes, gb => size_label(p.misaligned_bytes),
+                mirrored => progress.mirrored, fixed_upstream => progress.fixed_upstream,
+            }
+        })
+        .collect();
+    let columns = [
+        ("namespace", "namespace"),
+        ("affected", "repos affected / audited"),
+        ("aligned", "aligned"),
+        ("header_pad", "header_pad"),
+        ("relayout", "relayout"),
+        ("invalid", "invalid"),
+        ("bytes", "duplicated"),
+        ("mirrored", "with a mirror"),
+        ("fixed", "fixed upstream"),
+    ]
+    .map(|(key, title)| context! { key, title });
+    let percent = |part: i64, whole: i64| {
+        if whole > 0 { format!("{:.0}%", 100.0 * part as f64 / whole as f64) } else { "—".into() }
+    };
+    let next_run = state.next_run.lock().map(|n| n.clone()).unwrap_or_default();
+    render(
+        &state,
+        "overview.html.j2",
+        context! {
+            totals => Serde(&totals), share_affected => percent(totals.repos_affected, totals.repos_audited),
+            gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
+            mirrored_share => percent(mirrored_bytes, totals.misaligned_bytes), mirrored_bytes => size_label(mirrored_bytes),
+            trend => trend_chart(&trend),
+            last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
+                r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
+            next_run, problems => state.health.problems(),
+        },
+    )
+}
+
+/// The trend as SVG points: bytes duplicated and repos affected per audit, each scaled to its own maximum.
+fn trend_chart(points: &[TrendPoint]) -> minijinja::Value {
+    if points.len() < 2 {
+        return minijinja::Value::from(());
+    }
+    let max_bytes = points.iter().map(|p| p.bytes_duplicated).max().unwrap_or(1).max(1);
+    let max_repos = points.iter().map(|p| p.repos_affected).max().unwrap_or(1).max(1);
+    let step = TREND_WIDTH / (points.len() as i64 - 1).max(1);
+    let y = |v: i64, max: i64| TREND_HEIGHT - v.saturating_mul(TREND_HEIGHT) / max;
+    let dots: Vec<_> = points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let x = i as i64 * step;
+            context! { x, run => p.run_id, at => p.at.clone(), bytes => p.bytes_duplicated, repos => p.repos_affected,
+            y_bytes => y(p.bytes_duplicated, max_bytes), y_repos => y(p.repos_affected, max_repos),
+            label => size_label(p.bytes_duplicated) }
+        })
+        .collect();
+    let line = |key: fn(&TrendPoint) -> i64, max: i64| {
+        points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{},{}", i as i64 * step, y(key(p), max)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    context! {
+        dots, width => TREND_WIDTH, height => TREND_HEIGHT,
+        bytes_line => line(|p| p.bytes_duplicated, max_bytes), repos_line => line(|p| p.repos_affected, max_repos),
+        max_bytes => size_label(max_bytes), max_repos,
+        first => points.first().map(|p| p.at.clone()), last => points.last().map(|p| p.at.clone()),
+    }
+}
