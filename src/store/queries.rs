@@ -340,8 +340,10 @@ impl Store {
 
     /// Per namespace: affected repos with a published public mirror, and repos fixed upstream.
     pub async fn progress(&self) -> Result<std::collections::HashMap<String, Progress>, StoreError> {
+        // CROSS JOIN keeps SQLite's join order: from the few mirrors (and the few repos once affected) to their
+        // sums, never from every repo's sums (30 ms at 50,000 repos, against well under one).
         let mirrored: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT s.namespace, COUNT(*) FROM repo_sums s JOIN mirrors m ON m.source_repo = s.repo
+            "SELECT s.namespace, COUNT(*) FROM mirrors m CROSS JOIN repo_sums s ON s.repo = m.source_repo
              WHERE s.misaligned_bytes > 0 AND m.private = 0
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')
              GROUP BY s.namespace",
@@ -350,7 +352,7 @@ impl Store {
         .await
         .map_err(sql("mirrored per namespace"))?;
         let fixed: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT r.namespace, COUNT(*) FROM repos r JOIN repo_sums s ON s.repo = r.id
+            "SELECT r.namespace, COUNT(*) FROM repos r CROSS JOIN repo_sums s ON s.repo = r.id
              WHERE r.was_affected = 1 AND s.misaligned_bytes = 0 GROUP BY r.namespace",
         )
         .fetch_all(self.pool())
@@ -369,7 +371,7 @@ impl Store {
     /// Bytes a copying loader duplicates in repos that have a published public aligned mirror.
     pub async fn mirrored_bytes(&self) -> Result<i64, StoreError> {
         sqlx::query_scalar(
-            "SELECT COALESCE(SUM(s.misaligned_bytes), 0) FROM repo_sums s JOIN mirrors m ON m.source_repo = s.repo
+            "SELECT COALESCE(SUM(s.misaligned_bytes), 0) FROM mirrors m CROSS JOIN repo_sums s ON s.repo = m.source_repo
              WHERE s.misaligned_bytes > 0 AND m.private = 0
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')",
         )
