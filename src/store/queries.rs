@@ -581,3 +581,70 @@ mod tests {
         assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
     }
 }
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+    use crate::store::{RepoOutcome, RepoState, RunStats};
+
+    fn outcome(id: &str, sha: &str, bad: i64) -> RepoOutcome {
+        let verdict = if bad > 0 { "header_pad" } else { "aligned" };
+        let shard = ShardRow {
+            repo: id.into(),
+            path: "model.safetensors".into(),
+            sha: sha.into(),
+            size: 100,
+            header_len: Some(10),
+            data_start: Some(18),
+            data_start_mod8: Some(2),
+            tensors: Some(3),
+            misaligned_tensors: Some(bad),
+            misaligned_bytes: Some(bad * 1000),
+            verdict: verdict.into(),
+            error: None,
+            writer: None,
+        };
+        RepoOutcome { id: id.into(), sha: sha.into(), state: RepoState::Ok, shards: vec![shard], error: None }
+    }
+
+    /// A repo that stops being affected counts as fixed upstream; each ended run leaves a point of the trend
+    /// with the figures it ended with.
+    #[tokio::test]
+    async fn fixed_upstream_and_the_trend_follow_the_audits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        let first = store.start_run("test", "{}").await.unwrap();
+        let listed: Vec<crate::hub::listing::ListedRepo> =
+            serde_json::from_value(serde_json::json!([{"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1"}]))
+                .unwrap();
+        store.record_listing(first, &listed, false).await.unwrap();
+        store.record_repo(first, &outcome("ns/a", "1", 2)).await.unwrap();
+        store.record_repo(first, &outcome("ns/b", "1", 3)).await.unwrap();
+        store.finish_run(first, "finished", &RunStats::default(), None).await.unwrap();
+        let second = store.start_run("test", "{}").await.unwrap();
+        store.record_repo(second, &outcome("ns/a", "2", 0)).await.unwrap();
+        store.finish_run(second, "finished", &RunStats::default(), None).await.unwrap();
+
+        let progress = store.progress().await.unwrap();
+        assert_eq!(progress["ns"], Progress { mirrored: 0, fixed_upstream: 1 });
+        let trend = store.trend(60).await.unwrap();
+        let figures: Vec<(i64, i64)> = trend.iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
+        assert_eq!(figures, [(2, 5000), (1, 3000)]);
+
+        // The migration fills in runs recorded before it from repo_history: the same figures.
+        let migration = include_str!("../../migrations/20261201160000_progress.sql");
+        let backfill = migration
+            .split(';')
+            .map(|stmt| stmt.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n"))
+            .find(|stmt| stmt.trim_start().starts_with("UPDATE audit_runs"))
+            .unwrap();
+        sqlx::query("UPDATE audit_runs SET repos_affected_after = NULL, bytes_duplicated_after = NULL")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(backfill)).execute(store.pool()).await.unwrap();
+        let again: Vec<(i64, i64)> =
+            store.trend(60).await.unwrap().iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
+        assert_eq!(again, figures);
+    }
+}
