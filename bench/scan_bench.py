@@ -5,7 +5,9 @@
 
 Builds a tree of bundles of sparse synthetic MLX shards (each header real, each payload a hole, 256 MiB each),
 then measures with a cold page cache (`drop_caches`, root only; otherwise warm) and warm:
-- `hubalign scan --format json TREE`: wall time, and bytes read as it reports them;
+- `hubalign scan --format json TREE`: wall time, the bytes read as it reports them, and the bytes read as
+  the kernel counts them (one more run under `strace`, summing what `read`/`pread64` returned for every
+  `.safetensors` file it opened);
 - the physical minimum: the sum of 8 + N over all shards, computed here from each file's first 8 bytes;
 - the reference reader as baseline: `safetensors.safe_open(...).metadata()` plus `keys()` over the same files in
   one Python process (run with target/py-venv, created by tests/python/setup-venv.sh).
@@ -46,6 +48,31 @@ def drop_caches():
         return False
 
 
+def kernel_bytes(args):
+    """Bytes the kernel returned to `args` from `.safetensors` files, from an strace of one run."""
+    import re
+    import tempfile
+    with tempfile.NamedTemporaryFile("r") as trace:
+        run = subprocess.run(["strace", "-f", "-qq", "-s", "0", "-e", "trace=openat,read,pread64,close", "-o",
+                              trace.name, "--", *map(str, args)], stdout=subprocess.DEVNULL)
+        if run.returncode not in (0, 1, 3):  # scan's exit codes for a finished scan
+            sys.exit(f"{args}: exit {run.returncode} under strace")
+        open_fds, total = {}, 0
+        for line in trace:
+            m = re.match(r'(\d+) (\w+)\((.*)\)\s+= (-?\d+)', line)
+            if not m:
+                continue
+            pid, call, rest, ret = m.group(1), m.group(2), m.group(3), int(m.group(4))
+            if call == "openat" and ret >= 0:
+                open_fds[(pid, str(ret))] = rest.split('"')[1] if '"' in rest else ""
+            elif call in ("read", "pread64") and ret > 0:
+                if open_fds.get((pid, rest.split(",")[0]), "").endswith(".safetensors"):
+                    total += ret
+            elif call == "close":
+                open_fds.pop((pid, rest.strip()), None)
+        return total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=1000)
@@ -84,13 +111,13 @@ def main():
             drop_caches()
         ref = subprocess.run([PY, "-c", SAFE_OPEN, *paths], capture_output=True, text=True, check=True)
         ref_seconds = float(ref.stdout.split()[0])
-        rows.append((cache, ours, read, ref_seconds))
+        rows.append((cache, ours, read, ref_seconds, kernel_bytes([BIN, "scan", "--format", "json", tree])))
 
     print(f"{len(paths)} shards, {logical / 1e9:.1f} GB logical; physical minimum (sum of 8 + N) {minimum / 1e6:.2f} MB")
-    print("| cache | hubalign scan | bytes read | read / minimum | safe_open loop (baseline) | scan speed vs baseline |")
-    print("|---|---|---|---|---|---|")
-    for cache, ours, read, ref in rows:
-        print(f"| {cache} | {ours:.3f} s | {read / 1e6:.2f} MB | {read / minimum:.2f}x | {ref:.3f} s | {ref / ours:.2f}x |")
+    print("| cache | hubalign scan | bytes read (reported) | bytes read (kernel) | kernel / minimum | safe_open loop (baseline) | scan speed vs baseline |")
+    print("|---|---|---|---|---|---|---|")
+    for cache, ours, read, ref, kernel in rows:
+        print(f"| {cache} | {ours:.3f} s | {read / 1e6:.2f} MB | {kernel / 1e6:.2f} MB | {kernel / minimum:.4f}x | {ref:.3f} s | {ref / ours:.2f}x |")
 
 
 if __name__ == "__main__":

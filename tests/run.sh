@@ -2,8 +2,9 @@
 # The whole test suite on a machine with only Rust installed: `bash tests/run.sh [cargo test args…]`.
 #
 # Installs what the tests drive and cannot build themselves, then runs `cargo test --locked`:
-# - Debian's chromium (the dashboard's browser test) and systemd (systemd-analyze verifies deploy/systemd),
-#   through apt-get, with sudo when not root; skipped when already on PATH;
+# - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
+#   strace (the kernel's count of what `scan` reads), through apt-get, with sudo when not root; skipped when
+#   already on PATH;
 # - the pinned Python venv in target/py-venv (safetensors, mlx[cpu], mlx-lm, huggingface_hub, hf_xet, numpy)
 #   for the interop tests, by tests/python/setup-venv.sh (idempotent).
 # Nothing is skipped: a tool that cannot be installed fails the run here, saying which.
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v strace >/dev/null || missing+=(strace)
 if ((${#missing[@]})); then
     echo "tests/run.sh: installing ${missing[*]} with apt-get" >&2
     sudo_if_needed=""

@@ -83,3 +83,41 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
     assert!(out.status.success(), "{script} {args:?} failed:\n{text}");
     text
 }
+
+/// Runs `hubalign args…` under strace and counts, per file whose path ends with `suffix`, the bytes the
+/// kernel returned to it through `read`/`pread64`: what the program read, measured outside it.
+pub fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, std::collections::BTreeMap<String, u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-s", "0", "-e", "trace=openat,read,pread64,close", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_hubalign"))
+        .args(args)
+        .output()
+        .expect("strace is needed for this test (bash tests/run.sh installs it)");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut open: std::collections::HashMap<(String, String), String> = std::collections::HashMap::new();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some((pid, call)) = line.split_once(' ') else { continue };
+        let ret = call.rsplit_once("= ").and_then(|(_, r)| r.split_whitespace().next()?.parse::<i64>().ok());
+        if let Some(rest) = call.strip_prefix("openat(") {
+            let path = rest.split('"').nth(1).unwrap_or("").to_owned();
+            if let Some(fd) = ret.filter(|fd| *fd >= 0) {
+                open.insert((pid.to_owned(), fd.to_string()), path);
+            }
+        } else if let Some(rest) = call.strip_prefix("read(").or_else(|| call.strip_prefix("pread64(")) {
+            let fd = rest.split(',').next().unwrap_or("").to_owned();
+            if let (Some(path), Some(n)) = (open.get(&(pid.to_owned(), fd)), ret.filter(|n| *n > 0)) {
+                if path.ends_with(suffix) {
+                    *counts.entry(path.clone()).or_insert(0) += n as u64;
+                }
+            }
+        } else if let Some(rest) = call.strip_prefix("close(") {
+            open.remove(&(pid.to_owned(), rest.split(')').next().unwrap_or("").to_owned()));
+        }
+    }
+    (out, counts)
+}
