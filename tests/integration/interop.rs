@@ -80,3 +80,38 @@ fn the_interop_checker_fails_when_it_should() {
     let report = run_python("selftest_check_fixed.py", &[]);
     assert!(report.contains("selftest_check_fixed: OK"), "{report}");
 }
+
+#[test]
+fn the_reference_reader_decides_which_dtypes_exist_and_judges_fix_output_in_each() {
+    // One file per dtype name, MLX-packed (an odd-length U8 first); safe_open says which it accepts.
+    let tmp = tempfile::tempdir().unwrap();
+    let all = tmp.path().join("all");
+    let verdicts: std::collections::BTreeMap<String, bool> =
+        serde_json::from_str(run_python("dtype_files.py", &[all.to_str().unwrap()]).trim()).unwrap();
+    let accepted: Vec<&String> = verdicts.iter().filter(|(_, ok)| **ok).map(|(d, _)| d).collect();
+    assert_eq!(accepted.len(), 22, "{verdicts:?}");
+    let ours: std::collections::BTreeSet<String> =
+        hubalign::safetensors::Dtype::ALL.iter().map(|d| d.to_string()).collect();
+    assert_eq!(ours, accepted.iter().map(|d| d.to_string()).collect(), "the parser's dtypes are the reference's");
+
+    // scan agrees with the reference on each file.
+    let orig = tmp.path().join("orig");
+    std::fs::create_dir_all(&orig).unwrap();
+    for (dtype, ok) in &verdicts {
+        let file = all.join(format!("{dtype}.safetensors"));
+        let out = run(&["scan", "--format", "json", file.to_str().unwrap()]);
+        let row: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        assert_eq!(row["verdict"] != "invalid", *ok, "{dtype}: {row}");
+        if *ok {
+            assert_ne!(row["verdict"], "aligned", "{dtype}: packed after 3 bytes, something is misaligned");
+            std::fs::copy(&file, orig.join(format!("{dtype}.safetensors"))).unwrap();
+        }
+    }
+    // fix them all, and let the reference reader (and the raw bytes) judge every output.
+    let fixed = tmp.path().join("fixed");
+    let out = run(&["fix", orig.to_str().unwrap(), "--out", fixed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let report =
+        run_python("check_fixed.py", &["--original", orig.to_str().unwrap(), "--fixed", fixed.to_str().unwrap()]);
+    assert!(report.contains("check_fixed: OK (22 files"), "{report}");
+}
