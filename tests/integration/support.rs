@@ -110,10 +110,10 @@ pub fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, std::collec
             }
         } else if let Some(rest) = call.strip_prefix("read(").or_else(|| call.strip_prefix("pread64(")) {
             let fd = rest.split(',').next().unwrap_or("").to_owned();
-            if let (Some(path), Some(n)) = (open.get(&(pid.to_owned(), fd)), ret.filter(|n| *n > 0)) {
-                if path.ends_with(suffix) {
-                    *counts.entry(path.clone()).or_insert(0) += n as u64;
-                }
+            if let (Some(path), Some(n)) = (open.get(&(pid.to_owned(), fd)), ret.filter(|n| *n > 0))
+                && path.ends_with(suffix)
+            {
+                *counts.entry(path.clone()).or_insert(0) += n as u64;
             }
         } else if let Some(rest) = call.strip_prefix("close(") {
             open.remove(&(pid.to_owned(), rest.split(')').next().unwrap_or("").to_owned()));
