@@ -221,6 +221,11 @@ pub async fn serve(
     }
     tokio::pin!(shutdown);
     loop {
+        if tasks.is_empty() {
+            // Every task stopped (each already recorded): nothing left to watch but the shutdown.
+            (&mut shutdown).await;
+            break;
+        }
         tokio::select! {
             () = &mut shutdown => break,
             Some(ended) = tasks.join_next_with_id() => {
