@@ -30,7 +30,7 @@ pub(super) async fn publishers(State(state): State<AppState>) -> Response {
 /// Items a list answer holds unless `limit` says fewer; `limit` may ask for at most [`MAX_LIMIT`].
 const DEFAULT_LIMIT: i64 = 100;
 /// The most items one list answer holds.
-pub(super) const MAX_LIMIT: i64 = 1000;
+const MAX_LIMIT: i64 = 1000;
 
 /// A page of a list: `limit` (1–1000, default 100) items after `offset`.
 #[derive(Deserialize)]

@@ -25,19 +25,6 @@ impl Exposition {
     }
 }
 
-/// Every job state, so a state with no job reads 0 rather than missing.
-const JOB_STATES: [JobState; 9] = [
-    JobState::Queued,
-    JobState::Downloading,
-    JobState::Relaying,
-    JobState::Verifying,
-    JobState::AwaitingMetalVerify,
-    JobState::Publishing,
-    JobState::Published,
-    JobState::Failed,
-    JobState::Skipped,
-];
-
 /// Every way an audit run ends (or is still going).
 const RUN_STATUSES: [&str; 4] = ["running", "finished", "failed", "interrupted"];
 
@@ -91,7 +78,8 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "hubalign_jobs",
         "gauge",
         "Repack jobs by state.",
-        &JOB_STATES.map(|s| (format!("{{state=\"{}\"}}", s.as_str()), count_of(&jobs, s.as_str()))),
+        // Every state, so a state with no job reads 0 rather than missing.
+        &JobState::ALL.map(|s| (format!("{{state=\"{}\"}}", s.as_str()), count_of(&jobs, s.as_str()))),
     );
     m.family(
         "hubalign_audit_runs_total",

@@ -49,6 +49,19 @@ impl JobState {
         }
     }
 
+    /// Every state, in the order a job passes through them.
+    pub const ALL: [JobState; 9] = [
+        JobState::Queued,
+        JobState::Downloading,
+        JobState::Relaying,
+        JobState::Verifying,
+        JobState::AwaitingMetalVerify,
+        JobState::Publishing,
+        JobState::Published,
+        JobState::Failed,
+        JobState::Skipped,
+    ];
+
     /// Whether the job is over.
     pub fn is_final(self) -> bool {
         matches!(self, JobState::Published | JobState::Failed | JobState::Skipped)
@@ -58,20 +71,7 @@ impl JobState {
 impl std::str::FromStr for JobState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        [
-            JobState::Queued,
-            JobState::Downloading,
-            JobState::Relaying,
-            JobState::Verifying,
-            JobState::AwaitingMetalVerify,
-            JobState::Publishing,
-            JobState::Published,
-            JobState::Failed,
-            JobState::Skipped,
-        ]
-        .into_iter()
-        .find(|j| j.as_str() == s)
-        .ok_or_else(|| format!("unknown job state `{s}`"))
+        JobState::ALL.into_iter().find(|j| j.as_str() == s).ok_or_else(|| format!("unknown job state `{s}`"))
     }
 }
 
@@ -533,18 +533,6 @@ impl Store {
             .fetch_one(self.pool())
             .await
             .map_err(sql("job bytes"))
-    }
-
-    /// Mirrors published per source namespace.
-    pub async fn mirrors_by_namespace(&self) -> Result<std::collections::HashMap<String, i64>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT substr(repo_id, 1, instr(repo_id, '/') - 1) AS namespace, COUNT(*) FROM jobs
-             WHERE state = 'published' GROUP BY namespace",
-        )
-        .fetch_all(self.pool())
-        .await
-        .map_err(sql("mirrors by namespace"))?;
-        Ok(rows.into_iter().collect())
     }
 
     /// The history of every job of a repo, oldest first.

@@ -93,12 +93,4 @@ impl Store {
         .await
         .map_err(sql("mirrors to recheck"))
     }
-
-    /// Every mirror, by name.
-    pub async fn mirrors(&self) -> Result<Vec<MirrorRow>, StoreError> {
-        sqlx::query_as("SELECT * FROM mirrors ORDER BY target_repo")
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("mirrors"))
-    }
 }
