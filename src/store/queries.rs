@@ -494,7 +494,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::hub::listing::ListedRepo;
-    use crate::store::{RepoOutcome, RepoState};
+    use crate::store::{RepoOutcome, RepoState, RunStats};
 
     fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
         ShardRow {
@@ -580,30 +580,10 @@ mod tests {
         }
         assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
     }
-}
-
-#[cfg(test)]
-mod progress_tests {
-    use super::*;
-    use crate::store::{RepoOutcome, RepoState, RunStats};
 
     fn outcome(id: &str, sha: &str, bad: i64) -> RepoOutcome {
         let verdict = if bad > 0 { "header_pad" } else { "aligned" };
-        let shard = ShardRow {
-            repo: id.into(),
-            path: "model.safetensors".into(),
-            sha: sha.into(),
-            size: 100,
-            header_len: Some(10),
-            data_start: Some(18),
-            data_start_mod8: Some(2),
-            tensors: Some(3),
-            misaligned_tensors: Some(bad),
-            misaligned_bytes: Some(bad * 1000),
-            verdict: verdict.into(),
-            error: None,
-            writer: None,
-        };
+        let shard = ShardRow { sha: sha.into(), ..shard(id, "model.safetensors", verdict, bad) };
         RepoOutcome { id: id.into(), sha: sha.into(), state: RepoState::Ok, shards: vec![shard], error: None }
     }
 
@@ -614,7 +594,7 @@ mod progress_tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("t.db")).await.unwrap();
         let first = store.start_run("test", "{}").await.unwrap();
-        let listed: Vec<crate::hub::listing::ListedRepo> =
+        let listed: Vec<ListedRepo> =
             serde_json::from_value(serde_json::json!([{"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1"}]))
                 .unwrap();
         store.record_listing(first, &listed, false).await.unwrap();

@@ -2,33 +2,18 @@
 //! `deploy/openapi.json`, page by page, and its figures compared with sums a Python script computes from the
 //! store's raw tables with SQL of its own (`tests/python/check_api.py`).
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::audit::world::{audit_world, db};
-use crate::serve::{Service, free_port, get, try_get};
-use crate::sim::world::ALICE;
-use crate::support::{hubalign, python, root, stdout};
+use crate::serve::{get, start_serve, try_get};
+use crate::support::{python, root, stdout};
 
 #[test]
 fn every_api_answer_matches_the_document_and_the_raw_tables() {
     let world = audit_world(6, |_| {});
     let (_dir, db) = db();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
     let endpoint = world.endpoint();
-    let _service = Service(
-        hubalign()
-            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "86400", "--workers", "1"])
-            .args(["--target-namespace", "alice", "--verify-device", "cpu", "--include", "mlx-community"])
-            .arg("--python")
-            .arg(python())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_service, base) = start_serve(&endpoint, &db, 86_400, &["--workers", "1", "--include", "mlx-community"], &[]);
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         std::thread::sleep(Duration::from_millis(300));

@@ -1,6 +1,7 @@
 //! `hubalign serve` against a faulty simulator: two audit cycles, mirrors published once, and the dashboard,
 //! the JSON API and /metrics agreeing with the store.
 
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,38 @@ pub fn try_get(url: &str) -> Option<String> {
 /// A GET that must succeed.
 pub fn get(url: &str) -> String {
     try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
+}
+
+/// Starts `serve` as alice against `endpoint` (admin token `s3cret`, MLX check on the CPU), auditing every
+/// `interval` seconds, with `extra` flags and environment, and waits until it answers.
+pub fn start_serve(
+    endpoint: &str,
+    db: &Path,
+    interval: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Service, String) {
+    let port = free_port();
+    let mut cmd = hubalign();
+    cmd.args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", &interval.to_string()])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--admin-token", "s3cret"])
+        .arg("--python")
+        .arg(python())
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let service = Service(cmd.spawn().unwrap());
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while try_get(&format!("{base}/healthz")).is_none() {
+        assert!(Instant::now() < deadline, "serve never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (service, base)
 }
 
 #[test]

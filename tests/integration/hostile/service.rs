@@ -2,41 +2,11 @@
 //! and a source that stops being public after its mirror was published.
 
 use std::io::Write;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::hostile_world;
 use super::proxy::{self, Reply, once};
-use crate::serve::{Service, free_port, get, post, try_get};
-use crate::sim::world::ALICE;
-use crate::support::{hubalign, python};
-
-/// Starts `serve` as alice against `endpoint`, auditing every `interval` seconds, with `extra` flags and
-/// environment, and waits until it answers.
-fn serve(endpoint: &str, db: &Path, interval: u64, extra: &[&str], env: &[(&str, &str)]) -> (Service, String) {
-    let port = free_port();
-    let mut cmd = hubalign();
-    cmd.args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", &interval.to_string()])
-        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--admin-token", "s3cret"])
-        .arg("--python")
-        .arg(python())
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let service = Service(cmd.spawn().unwrap());
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while try_get(&format!("{base}/healthz")).is_none() {
-        assert!(Instant::now() < deadline, "serve never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (service, base)
-}
+use crate::serve::{get, post, start_serve, try_get};
 
 fn runs(base: &str) -> Vec<serde_json::Value> {
     serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap()
@@ -54,7 +24,7 @@ fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
 fn clients_that_never_finish_a_request_cannot_lock_out_the_dashboard() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
-    let (_service, base) = serve(&world.endpoint(), &dir.path().join("a.db"), 86_400, &[], &[]);
+    let (_service, base) = start_serve(&world.endpoint(), &dir.path().join("a.db"), 86_400, &[], &[]);
     let addr = base.trim_start_matches("http://").to_owned();
     // Far more connections than the limit: some send nothing, some half a request.
     let mut idle = Vec::new();
@@ -103,7 +73,7 @@ fn clients_that_never_finish_a_request_cannot_lock_out_the_dashboard() {
 fn a_panicking_audit_is_recorded_and_the_scheduler_goes_on() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
-    let (_service, base) = serve(
+    let (_service, base) = start_serve(
         &world.endpoint(),
         &dir.path().join("a.db"),
         2,
@@ -128,7 +98,7 @@ fn a_hub_that_asks_to_wait_for_ever_interrupts_the_audit_not_the_service() {
         vec![once("/api/models", move || Reply::Fixed(429, vec![("retry-after", retry.clone())], b"{}".to_vec()))],
     );
     let dir = tempfile::tempdir().unwrap();
-    let (_service, base) = serve(&proxy.base_url, &dir.path().join("a.db"), 86_400, &["--workers", "0"], &[]);
+    let (_service, base) = start_serve(&proxy.base_url, &dir.path().join("a.db"), 86_400, &["--workers", "0"], &[]);
     wait_for("the first audit to end", 30, || runs(&base).iter().any(|r| r["status"] == "interrupted"));
     assert_eq!(get(&format!("{base}/healthz")), "ok\n");
     assert!(get(&format!("{base}/")).contains("interrupted"), "the overview says so");
@@ -142,7 +112,8 @@ fn a_hub_that_asks_to_wait_for_ever_interrupts_the_audit_not_the_service() {
 fn a_mirror_whose_source_turns_private_is_made_private_and_the_page_says_why() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
-    let (_service, base) = serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
+    let (_service, base) =
+        start_serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
     let sim = &world.hub.as_ref().unwrap().sim;
     let mirror = "alice/tiny-q4-aligned";
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
