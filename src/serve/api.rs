@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{AppState, internal};
+use crate::store::StoreError;
 use crate::store::queries::RepoFilter;
 
 /// `GET /healthz`: the store answers and every scheduler and worker loop is running.
@@ -39,15 +40,23 @@ pub(super) struct Paging {
     offset: Option<i64>,
 }
 
-impl Paging {
-    fn checked(&self) -> Result<(i64, i64), Box<Response>> {
-        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
-        let offset = self.offset.unwrap_or(0);
-        if !(1..=MAX_LIMIT).contains(&limit) || offset < 0 {
-            let why = format!("limit must be 1 to {MAX_LIMIT}, offset 0 or more\n");
-            return Err(Box::new((StatusCode::BAD_REQUEST, why).into_response()));
-        }
-        Ok((limit, offset))
+/// The list answer every list endpoint gives: 400 for a bad page, else the rows `fetch(limit, offset)`
+/// reads from the store as a [`page`].
+async fn listed<T, F, Fut>(uri: &Uri, paging: Paging, fetch: F) -> Response
+where
+    T: serde::Serialize,
+    F: FnOnce(i64, i64) -> Fut,
+    Fut: Future<Output = Result<Vec<T>, StoreError>>,
+{
+    let limit = paging.limit.unwrap_or(DEFAULT_LIMIT);
+    let offset = paging.offset.unwrap_or(0);
+    if !(1..=MAX_LIMIT).contains(&limit) || offset < 0 {
+        let why = format!("limit must be 1 to {MAX_LIMIT}, offset 0 or more\n");
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
+    match fetch(limit, offset).await {
+        Ok(rows) => page(uri, &rows, limit, offset),
+        Err(e) => internal(e),
     }
 }
 
@@ -84,15 +93,11 @@ pub(super) struct RepoQuery {
 /// audited or not (gated, private, disabled and invalid listing entries say so in `state`), most bytes
 /// duplicated first.
 pub(super) async fn repos(State(state): State<AppState>, uri: Uri, Query(q): Query<RepoQuery>) -> Response {
-    let (limit, offset) = match (Paging { limit: q.limit, offset: q.offset }).checked() {
-        Ok(p) => p,
-        Err(e) => return *e,
-    };
-    let filter = RepoFilter { namespace: q.namespace, affected: q.affected, limit, offset };
-    match state.store.repo_listing(&filter).await {
-        Ok(rows) => page(&uri, &rows, limit, offset),
-        Err(e) => internal(e),
-    }
+    listed(&uri, Paging { limit: q.limit, offset: q.offset }, |limit, offset| {
+        let filter = RepoFilter { namespace: q.namespace, affected: q.affected, limit, offset };
+        async move { state.store.repo_listing(&filter).await }
+    })
+    .await
 }
 
 /// `GET /api/repos/{ns}/{name}/shards`: `report --repo`; 404 for a repo the store does not know.
@@ -107,25 +112,11 @@ pub(super) async fn repo_shards(State(state): State<AppState>, Path((ns, name)):
 
 /// `GET /api/runs[?limit=N&offset=M]`: audit runs, newest first.
 pub(super) async fn runs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
-    let (limit, offset) = match p.checked() {
-        Ok(p) => p,
-        Err(e) => return *e,
-    };
-    match state.store.runs_page(limit, offset).await {
-        Ok(rows) => page(&uri, &rows, limit, offset),
-        Err(e) => internal(e),
-    }
+    listed(&uri, p, |limit, offset| state.store.runs_page(limit, offset)).await
 }
 
 /// `GET /api/jobs[?limit=N&offset=M]`: repack jobs, newest first, with their timestamps and the MLX check's
 /// record as a JSON object.
 pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
-    let (limit, offset) = match p.checked() {
-        Ok(p) => p,
-        Err(e) => return *e,
-    };
-    match state.store.jobs_page(limit, offset).await {
-        Ok(rows) => page(&uri, &rows, limit, offset),
-        Err(e) => internal(e),
-    }
+    listed(&uri, p, |limit, offset| state.store.jobs_page(limit, offset)).await
 }
