@@ -165,15 +165,8 @@ async fn matches_on_disk(dest: &Path, f: &TreeFile) -> bool {
     let (dest, f) = (dest.to_owned(), f.clone());
     let checked = tokio::task::spawn_blocking(move || {
         let mut digest = FileDigest::new(&f);
-        let mut file = safe_fs::open_regular(&dest)?;
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = file.read(&mut buf)?;
-            if n == 0 {
-                return Ok::<bool, std::io::Error>(digest.matches());
-            }
-            digest.update(&buf[..n]);
-        }
+        hash_prefix(&mut safe_fs::open_regular(&dest)?, f.size, &mut digest)?;
+        Ok::<bool, std::io::Error>(digest.matches())
     })
     .await;
     matches!(checked, Ok(Ok(true)))
@@ -340,16 +333,7 @@ fn write_partial(
         std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
         options.open(partial)?
     };
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = start;
-    while left > 0 {
-        let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
-        if n == 0 {
-            return Err(std::io::Error::other("the partial file shrank while read"));
-        }
-        digest.update(&buf[..n]);
-        left -= n as u64;
-    }
+    hash_prefix(&mut file, start, &mut digest)?;
     file.set_len(start)?;
     file.seek(SeekFrom::Start(start))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
@@ -361,6 +345,22 @@ fn write_partial(
     }
     out.flush()?;
     Ok((written, digest))
+}
+
+/// Feeds the first `len` bytes of `file` to `digest`; a file shorter than that (one that shrank since its
+/// size was read) is an error.
+fn hash_prefix(file: &mut std::fs::File, len: u64, digest: &mut FileDigest) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
+        if n == 0 {
+            return Err(std::io::Error::other("the file shrank while read"));
+        }
+        digest.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes
