@@ -62,6 +62,15 @@ impl ListedRepo {
         self.id.split_once('/').map_or(self.id.as_str(), |(ns, _)| ns)
     }
 
+    /// Checks the id, the commit and every file path against the gate's rules.
+    pub fn check(&self) -> Result<(), gate::Invalid> {
+        gate::check_repo_id(&self.id)?;
+        if let Some(sha) = &self.sha {
+            gate::check_commit(sha)?;
+        }
+        self.siblings.iter().try_for_each(|s| gate::check_repo_path(&s.rfilename))
+    }
+
     /// Its `*.safetensors` files, sorted.
     pub fn shard_paths(&self) -> Vec<String> {
         let mut v: Vec<String> =
@@ -123,17 +132,6 @@ impl ListQuery {
         q.append_pair("full", "true");
         q.append_pair("limit", &self.limit.map_or(MAX_PAGE, |l| l.min(MAX_PAGE)).to_string());
         format!("{endpoint}/api/models?{}", q.finish())
-    }
-}
-
-impl ListedRepo {
-    /// Checks the id, the commit and every file path against the gate's rules.
-    pub fn check(&self) -> Result<(), gate::Invalid> {
-        gate::check_repo_id(&self.id)?;
-        if let Some(sha) = &self.sha {
-            gate::check_commit(sha)?;
-        }
-        self.siblings.iter().try_for_each(|s| gate::check_repo_path(&s.rfilename))
     }
 }
 

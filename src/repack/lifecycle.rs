@@ -22,15 +22,10 @@ pub struct Hidden {
 pub async fn reconcile_mirrors(hub: &HubClient, hf: &HFClient, store: &Store) -> Result<Vec<Hidden>, StoreError> {
     let mut hidden = Vec::new();
     for mirror in store.mirrors_to_recheck().await? {
-        let target_ns = mirror.target_repo.split_once('/').map_or("", |(ns, _)| ns);
+        let Some((ns, name)) = mirror.target_repo.split_once('/') else { continue };
         let info = hub.model_info(&mirror.source_repo).await;
         // A public mirror stays public only where a public one may be published now.
-        let reason = match policy::visibility_now(
-            &mirror.source_repo,
-            info.as_ref(),
-            target_ns,
-            &PrivateMirrors::default(),
-        ) {
+        let reason = match policy::visibility_now(&mirror.source_repo, info.as_ref(), ns, &PrivateMirrors::default()) {
             Ok(Ok(_)) => continue,
             Ok(Err(reason)) => reason,
             Err(e) => {
@@ -38,7 +33,6 @@ pub async fn reconcile_mirrors(hub: &HubClient, hf: &HFClient, store: &Store) ->
                 continue;
             }
         };
-        let Some((ns, name)) = mirror.target_repo.split_once('/') else { continue };
         match hf.model(ns, name).update_settings().private(true).send().await {
             Ok(_) => {
                 let reason = format!("made private because its source is no longer public ({reason})");

@@ -224,15 +224,15 @@ impl Store {
         .into_iter()
         .map(|(id, private, gated, disabled)| (id, SourceFlags { private, gated, disabled }))
         .collect();
+        // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
+        // skipped whatever the target.
+        let target_ns = policy.private_mirrors.0.as_deref().unwrap_or("");
         let now = crate::time::now_utc();
         let mut queued = 0;
         let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
         for repo in affected {
             let flags =
                 flags.get(&repo.repo).copied().unwrap_or(SourceFlags { private: true, gated: false, disabled: false });
-            // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
-            // skipped whatever the target.
-            let target_ns = policy.private_mirrors.0.as_deref().unwrap_or("");
             let visible = crate::repack::policy::visibility(&repo.repo, flags, target_ns, &policy.private_mirrors);
             let excluded = if let Err(reason) = visible {
                 Some(reason)
