@@ -93,8 +93,16 @@ pub fn clear_for_write(path: &Path) -> io::Result<()> {
 /// replaced, and one planted between that check and the open makes the open fail rather than write through.
 pub fn create_nofollow(path: &Path) -> io::Result<File> {
     clear_for_write(path)?;
-    let mut options = OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    open_nofollow(path, OpenOptions::new().write(true).create(true).truncate(true))
+}
+
+/// Opens an existing file to read and append to (a partial download), failing on a symlink at its name
+/// rather than writing through it.
+pub fn open_rw_nofollow(path: &Path) -> io::Result<File> {
+    open_nofollow(path, OpenOptions::new().read(true).write(true))
+}
+
+fn open_nofollow(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -176,5 +184,7 @@ mod tests {
         assert!(!std::fs::symlink_metadata(root.join("config.json")).unwrap().file_type().is_symlink());
         assert!(std::fs::symlink_metadata(root.join("sub")).unwrap().is_dir());
         assert!(create_dirs_nofollow(&root, Path::new("../escape")).is_err());
+        std::os::unix::fs::symlink(outside.join("victim"), root.join("partial")).unwrap();
+        assert!(open_rw_nofollow(&root.join("partial")).is_err(), "a resumed partial file is never a link");
     }
 }

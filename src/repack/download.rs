@@ -324,15 +324,7 @@ fn write_partial(
     mut digest: FileDigest,
     mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
 ) -> Written {
-    let mut file = if start == 0 {
-        safe_fs::create_nofollow(partial)?
-    } else {
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
-        options.open(partial)?
-    };
+    let mut file = if start == 0 { safe_fs::create_nofollow(partial)? } else { safe_fs::open_rw_nofollow(partial)? };
     hash_prefix(&mut file, start, &mut digest)?;
     file.set_len(start)?;
     file.seek(SeekFrom::Start(start))?;
