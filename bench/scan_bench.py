@@ -53,23 +53,27 @@ def kernel_bytes(args):
     import re
     import tempfile
     with tempfile.NamedTemporaryFile("r") as trace:
-        run = subprocess.run(["strace", "-f", "-qq", "-s", "0", "-e", "trace=openat,read,pread64,close", "-o",
+        # `-y` names each descriptor's file in the call itself: no open to match to a read across threads.
+        run = subprocess.run(["strace", "-f", "-qq", "-s", "0", "-y", "-e", "trace=read,pread64", "-o",
                               trace.name, "--", *map(str, args)], stdout=subprocess.DEVNULL)
         if run.returncode not in (0, 1, 3):  # scan's exit codes for a finished scan
             sys.exit(f"{args}: exit {run.returncode} under strace")
-        open_fds, total = {}, 0
+        # A call another thread interrupts comes in two lines, `read(5</p>, <unfinished ...>` and
+        # `<... read resumed>...) = n`, tied by the thread id.
+        unfinished, total = {}, 0
         for line in trace:
-            m = re.match(r'(\d+) (\w+)\((.*)\)\s+= (-?\d+)', line)
+            m = re.match(r'(\d+) (?:(?:read|pread64)\(\d+<([^>]*)>|<\.\.\. (?:read|pread64) resumed>)(.*)', line)
             if not m:
                 continue
-            pid, call, rest, ret = m.group(1), m.group(2), m.group(3), int(m.group(4))
-            if call == "openat" and ret >= 0:
-                open_fds[(pid, str(ret))] = rest.split('"')[1] if '"' in rest else ""
-            elif call in ("read", "pread64") and ret > 0:
-                if open_fds.get((pid, rest.split(",")[0]), "").endswith(".safetensors"):
-                    total += ret
-            elif call == "close":
-                open_fds.pop((pid, rest.strip()), None)
+            tid, path, rest = m.group(1), m.group(2), m.group(3)
+            if rest.endswith("<unfinished ...>"):
+                unfinished[tid] = path
+                continue
+            if path is None:
+                path = unfinished.pop(tid, None) or ""
+            ret = re.search(r'= (-?\d+)', rest)
+            if ret and int(ret.group(1)) > 0 and path.endswith(".safetensors"):
+                total += int(ret.group(1))
         return total
 
 

@@ -89,8 +89,10 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
 pub fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, std::collections::BTreeMap<String, u64>) {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
+    // `-y` names each descriptor's file in the call itself, so no open has to be matched to a read across
+    // threads (which share descriptors).
     let out = Command::new("strace")
-        .args(["-f", "-qq", "-s", "0", "-e", "trace=openat,read,pread64,close", "-o"])
+        .args(["-f", "-qq", "-s", "0", "-y", "-e", "trace=read,pread64", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_hubalign"))
@@ -98,25 +100,31 @@ pub fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, std::collec
         .output()
         .expect("strace is needed for this test (bash tests/run.sh installs it)");
     let text = std::fs::read_to_string(&trace).unwrap();
-    let mut open: std::collections::HashMap<(String, String), String> = std::collections::HashMap::new();
     let mut counts = std::collections::BTreeMap::new();
+    // A call another thread interrupts is printed in two lines, `read(5</p>, <unfinished ...>` and later
+    // `<... read resumed>…) = n`, tied by the thread id.
+    let mut unfinished: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for line in text.lines() {
-        let Some((pid, call)) = line.split_once(' ') else { continue };
+        let Some((tid, call)) = line.split_once(' ') else { continue };
+        let path = if let Some(rest) = call.strip_prefix("read(").or_else(|| call.strip_prefix("pread64(")) {
+            let fd = rest.split_once(", ").map_or(rest, |(fd, _)| fd);
+            let path = fd.split_once('<').map_or("", |(_, p)| p.strip_suffix('>').unwrap_or(p)).to_owned();
+            if call.ends_with("<unfinished ...>") {
+                unfinished.insert(tid.to_owned(), path);
+                continue;
+            }
+            path
+        } else if call.starts_with("<... read resumed>") || call.starts_with("<... pread64 resumed>") {
+            let Some(path) = unfinished.remove(tid) else { continue };
+            path
+        } else {
+            continue;
+        };
         let ret = call.rsplit_once("= ").and_then(|(_, r)| r.split_whitespace().next()?.parse::<i64>().ok());
-        if let Some(rest) = call.strip_prefix("openat(") {
-            let path = rest.split('"').nth(1).unwrap_or("").to_owned();
-            if let Some(fd) = ret.filter(|fd| *fd >= 0) {
-                open.insert((pid.to_owned(), fd.to_string()), path);
-            }
-        } else if let Some(rest) = call.strip_prefix("read(").or_else(|| call.strip_prefix("pread64(")) {
-            let fd = rest.split(',').next().unwrap_or("").to_owned();
-            if let (Some(path), Some(n)) = (open.get(&(pid.to_owned(), fd)), ret.filter(|n| *n > 0))
-                && path.ends_with(suffix)
-            {
-                *counts.entry(path.clone()).or_insert(0) += n as u64;
-            }
-        } else if let Some(rest) = call.strip_prefix("close(") {
-            open.remove(&(pid.to_owned(), rest.split(')').next().unwrap_or("").to_owned()));
+        if let Some(n) = ret.filter(|n| *n > 0)
+            && path.ends_with(suffix)
+        {
+            *counts.entry(path).or_insert(0) += n as u64;
         }
     }
     (out, counts)
