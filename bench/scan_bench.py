@@ -49,31 +49,49 @@ def drop_caches():
 
 
 def kernel_bytes(args):
-    """Bytes the kernel returned to `args` from `.safetensors` files, from an strace of one run."""
+    """Bytes the kernel returned to `args` from `.safetensors` files, from an strace of one run.
+
+    `-y` names descriptors in the call (`3</p>`) only where strace can read the tracee's /proc/<pid>/fd;
+    elsewhere the descriptor table is rebuilt from openat/close in trace order (one process, so one table).
+    Same rules as tests/integration/kernel_reads.rs.
+    """
     import re
     import tempfile
     with tempfile.NamedTemporaryFile("r") as trace:
-        # `-y` names each descriptor's file in the call itself: no open to match to a read across threads.
-        run = subprocess.run(["strace", "-f", "-qq", "-s", "0", "-y", "-e", "trace=read,pread64", "-o",
-                              trace.name, "--", *map(str, args)], stdout=subprocess.DEVNULL)
+        run = subprocess.run(["strace", "-f", "-qq", "-s", "0", "-y", "-e", "trace=open,openat,close,read,pread64",
+                              "-o", trace.name, "--", *map(str, args)], stdout=subprocess.DEVNULL)
         if run.returncode not in (0, 1, 3):  # scan's exit codes for a finished scan
             sys.exit(f"{args}: exit {run.returncode} under strace")
-        # A call another thread interrupts comes in two lines, `read(5</p>, <unfinished ...>` and
-        # `<... read resumed>...) = n`, tied by the thread id.
-        unfinished, total = {}, 0
+        # A call another thread interrupts comes in two lines, `read(5, <unfinished ...>` and
+        # `<... read resumed>...) = n`, tied by the thread id: joined before parsing.
+        unfinished, open_files, total = {}, {}, 0
         for line in trace:
-            m = re.match(r'(\d+) (?:(?:read|pread64)\(\d+<([^>]*)>|<\.\.\. (?:read|pread64) resumed>)(.*)', line)
+            tid, _, call = line.rstrip("\n").partition(" ")
+            if call.endswith("<unfinished ...>"):
+                unfinished[tid] = call[: -len("<unfinished ...>")]
+                continue
+            if call.startswith("<... "):
+                if tid not in unfinished or "resumed>" not in call:
+                    continue
+                call = unfinished.pop(tid) + call.split("resumed>", 1)[1]
+            m = re.match(r'(\w+)\((.*)\)\s+= (-?\d+)', call)
             if not m:
                 continue
-            tid, path, rest = m.group(1), m.group(2), m.group(3)
-            if rest.endswith("<unfinished ...>"):
-                unfinished[tid] = path
-                continue
-            if path is None:
-                path = unfinished.pop(tid, None) or ""
-            ret = re.search(r'= (-?\d+)', rest)
-            if ret and int(ret.group(1)) > 0 and path.endswith(".safetensors"):
-                total += int(ret.group(1))
+            name, call_args, ret = m.group(1), m.group(2), int(m.group(3))
+            if name in ("open", "openat") and ret >= 0:
+                quoted = call_args.split('"')
+                open_files[ret] = quoted[1] if len(quoted) > 1 else ""
+            elif name == "close":
+                fd = re.match(r'\d+', call_args)
+                if fd:
+                    open_files.pop(int(fd.group(0)), None)
+            elif name in ("read", "pread64") and ret > 0:
+                fd = re.match(r'(\d+)(?:<([^>]*)>)?', call_args)
+                if not fd:
+                    continue
+                path = fd.group(2) if fd.group(2) is not None else open_files.get(int(fd.group(1)), "")
+                if path.endswith(".safetensors"):
+                    total += ret
         return total
 
 

@@ -136,7 +136,10 @@ pub fn scan_shard(path: &Path, bundle_dir: &Path, target: Alignment) -> (ShardRe
         }
         Err(e) => {
             report.error = Some(match &e {
-                ReadError::Format { source, .. } => source.to_string(),
+                ReadError::Format { source, bytes_read, .. } => {
+                    report.bytes_read = *bytes_read;
+                    source.to_string()
+                }
                 ReadError::Io { source, .. } => format!("cannot read: {source}"),
             });
             (report, Vec::new())

@@ -40,6 +40,8 @@ pub enum ReadError {
         /// The rule it breaks.
         #[source]
         source: HeaderError,
+        /// Bytes read before the rule was found broken, so an audit's count of reads stays true.
+        bytes_read: u64,
     },
 }
 
@@ -58,17 +60,17 @@ impl ReadError {
 /// prefix in one request instead and hand it to [`header::parse`].)
 pub fn read_shard_header(path: &Path) -> Result<ShardHeader, ReadError> {
     let io_err = |source| ReadError::Io { path: path.to_owned(), source };
-    let format_err = |source| ReadError::Format { path: path.to_owned(), source };
+    let format_err = |source, bytes_read| ReadError::Format { path: path.to_owned(), source, bytes_read };
     let mut file = crate::safe_fs::open_regular(path).map_err(io_err)?;
     let file_size = file.metadata().map_err(io_err)?.len();
     let mut prefix = [0u8; LEN_PREFIX as usize];
     let got = (&mut file).take(LEN_PREFIX).read(&mut prefix).map_err(io_err)?;
-    let header_len = header::read_header_len(&prefix[..got], file_size).map_err(format_err)?;
+    let header_len = header::read_header_len(&prefix[..got], file_size).map_err(|e| format_err(e, got as u64))?;
     let mut buf = prefix.to_vec();
     buf.resize((LEN_PREFIX + header_len) as usize, 0);
     file.read_exact(&mut buf[LEN_PREFIX as usize..]).map_err(io_err)?;
-    let header = header::parse(&buf, file_size).map_err(format_err)?;
     let bytes_read = buf.len() as u64;
+    let header = header::parse(&buf, file_size).map_err(|e| format_err(e, bytes_read))?;
     buf.drain(..LEN_PREFIX as usize);
     Ok(ShardHeader { header, raw_json: buf, bytes_read })
 }

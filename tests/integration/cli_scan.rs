@@ -4,7 +4,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{bytes_read_by_kernel, copy_tree, fixture, run, stdout};
+use crate::kernel_reads::bytes_read_by_kernel;
+use crate::support::{copy_tree, fixture, run, stdout};
 
 fn json_lines(out: &std::process::Output) -> Vec<Value> {
     stdout(out).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -98,6 +99,19 @@ fn scan_reads_headers_not_payloads() {
     assert_eq!(read.values().sum::<u64>(), minimum, "{read:?}");
     assert_eq!(rows[0]["bytes_read"].as_u64(), Some(minimum), "and the report says so");
     assert_eq!(rows[0]["verdict"], "relayout");
+}
+
+#[test]
+fn reported_reads_match_the_kernel_for_broken_shards_too() {
+    let dir = fixture("malformed");
+    let (out, read) = bytes_read_by_kernel(&["scan", "--format", "json", dir.to_str().unwrap()], ".safetensors");
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), read.len(), "every malformed fixture is opened and read: {read:?}");
+    for row in &rows {
+        assert_eq!(row["verdict"], "invalid");
+        let path = row["path"].as_str().unwrap();
+        assert_eq!(row["bytes_read"].as_u64(), read.get(path).copied(), "{path}");
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod docs;
 mod fixtures;
 mod hostile;
 mod interop;
+mod kernel_reads;
 mod properties;
 mod repack;
 mod serve;
