@@ -8,11 +8,13 @@
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
 //! - [`sim`], a local Hugging Face Hub for tests, benchmarks and the offline demo.
 //! - [`gate`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
+//! - [`blocking`], how re-layout, hashing and checks stay off the async executor.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod blocking;
 pub mod bundle;
 pub mod fix;
 pub mod gate;

@@ -149,6 +149,7 @@ pub fn scan_shard(path: &Path, bundle_dir: &Path, target: Alignment) -> (ShardRe
 
 /// Audits every shard of every bundle; `progress` is called once per shard.
 pub fn scan(bundles: &[Bundle], target: Alignment, progress: &mut dyn FnMut(&ShardReport)) -> ScanReport {
+    crate::blocking::assert_off_executor("scan");
     let mut shards = Vec::new();
     let mut bundle_reports = Vec::new();
     for bundle in bundles {

@@ -88,6 +88,7 @@ pub enum FixError {
 /// Repairs `bundles` as `opts` says. Refusals (cache blobs, symlinks, a bad `--out`) are checked for all
 /// bundles before anything is written; a shard that fails mid-way is reported and leaves its original intact.
 pub fn fix(bundles: &[Bundle], opts: &FixOptions, events: &mut dyn FnMut(FixEvent<'_>)) -> Result<FixReport, FixError> {
+    crate::blocking::assert_off_executor("fix");
     preflight(bundles, opts)?;
     let mut planned = Vec::new();
     for bundle in bundles {

@@ -163,7 +163,7 @@ async fn matches_on_disk(dest: &Path, f: &TreeFile) -> bool {
         return false;
     }
     let (dest, f) = (dest.to_owned(), f.clone());
-    let checked = tokio::task::spawn_blocking(move || {
+    let checked = crate::blocking::run("the check of an earlier download", move || {
         let mut digest = FileDigest::new(&f);
         hash_prefix(&mut safe_fs::open_regular(&dest)?, f.size, &mut digest)?;
         Ok::<bool, std::io::Error>(digest.matches())
@@ -250,7 +250,7 @@ async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> R
     let have = if have > f.size { 0 } else { have };
     let spawn_writer = |start: u64, rx| {
         let (partial, digest) = (partial.to_owned(), FileDigest::new(f));
-        tokio::task::spawn_blocking(move || write_partial(&partial, start, digest, rx))
+        crate::blocking::run("the download's writer", move || write_partial(&partial, start, digest, rx))
     };
     if have == f.size {
         // An earlier transfer completed but was not checked: hash what is there.
@@ -307,8 +307,11 @@ async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> R
 
 type Written = std::io::Result<(u64, FileDigest)>;
 
-fn join_writer(joined: Result<Written, tokio::task::JoinError>, f: &TreeFile) -> Result<(u64, FileDigest), String> {
-    joined.map_err(|e| format!("{}: writer: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
+fn join_writer(
+    joined: Result<Written, crate::blocking::BlockingError>,
+    f: &TreeFile,
+) -> Result<(u64, FileDigest), String> {
+    joined.map_err(|e| format!("{}: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
 }
 
 fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {

@@ -11,6 +11,7 @@ pub fn check(
     output: &Path,
     device: &str,
 ) -> Result<serde_json::Value, String> {
+    crate::blocking::assert_off_executor("the MLX check");
     let out = Command::new(python)
         .arg(script)
         .args([

@@ -13,7 +13,7 @@ pub mod pull_request;
 pub mod runner;
 pub mod verify;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hf_hub::HFClient;
@@ -102,6 +102,21 @@ fn transient(reason: impl Into<String>) -> StepError {
     StepError { reason: reason.into(), retry: true }
 }
 
+/// Runs a disk- or CPU-bound step on the blocking pool, so that a repack never holds an executor thread the
+/// pages and the audit share; a panic there fails the step, to be tried again.
+async fn off_executor<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> Result<T, StepError> + Send + 'static,
+) -> Result<T, StepError> {
+    crate::blocking::run(what, work).await.map_err(|e| transient(e.to_string()))?
+}
+
+/// What the re-layout step left: a staged bundle to verify and publish, or why there is nothing to do.
+enum Relaid {
+    Staged,
+    Skipped(String),
+}
+
 impl Repacker<'_> {
     /// Runs a claimed job to its end (or to the Metal handoff) and records the outcome.
     pub async fn run(&self, job: &Job) -> Result<JobState, StoreError> {
@@ -168,7 +183,8 @@ impl Repacker<'_> {
             && output.join(crate::manifest::MANIFEST_FILE).exists()
         {
             // The checks ran in the worker that staged the bundle, but this one has not seen the files.
-            let checked = local_checks(&output)?;
+            let staged = output.clone();
+            let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
             return self.publish_staged(job, &source, &output, record, checked).await;
         }
         // Nothing that may not be mirrored is even downloaded; publishing checks again.
@@ -197,49 +213,28 @@ impl Repacker<'_> {
         }
 
         self.step(job, JobState::Relaying).await?;
-        let bundles = discover(std::slice::from_ref(&source)).map_err(|e| permanent(e.to_string()))?;
-        if bundles.len() != 1 {
-            return Ok(JobOutcome::Skipped {
-                reason: format!("{} bundle directories in one repo; not repacked", bundles.len()),
-            });
+        let (src, out, alignment) = (source.clone(), output.clone(), self.opts.alignment);
+        let (repo, sha) = (job.repo_id.clone(), job.source_sha.clone());
+        if let Relaid::Skipped(reason) =
+            off_executor("the re-layout", move || relay(&src, &out, alignment, &repo, &sha)).await?
+        {
+            return Ok(JobOutcome::Skipped { reason });
         }
-        let options = FixOptions {
-            destination: Destination::OutDir(output.clone()),
-            alignment: self.opts.alignment,
-            dry_run: false,
-        };
-        let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| transient(e.to_string()))?;
-        let t = &report.totals;
-        if t.invalid > 0 || t.failed > 0 {
-            let why: Vec<String> =
-                report.bundles.iter().flat_map(|b| &b.shards).filter_map(|s| s.error.clone()).collect();
-            return Err(permanent(format!(
-                "re-layout left {} invalid and {} failed shards: {}",
-                t.invalid,
-                t.failed,
-                why.join("; ")
-            )));
-        }
-        if t.rewritten == 0 {
-            return Ok(JobOutcome::Skipped { reason: "every shard is already aligned".into() });
-        }
-        let mut manifest = Manifest::read(&output)
-            .map_err(|e| permanent(e.to_string()))?
-            .ok_or_else(|| permanent("fix wrote no manifest"))?;
-        manifest.source_repo = Some(job.repo_id.clone());
-        manifest.source_revision = Some(job.source_sha.clone());
-        manifest.source_dir = format!("{}@{}", job.repo_id, job.source_sha);
-        manifest.write(&output).map_err(|e| transient(e.to_string()))?;
 
         self.step(job, JobState::Verifying).await?;
-        let checked = local_checks(&output)?;
+        let staged = output.clone();
+        let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
         let device = if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal };
         if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             return Ok(JobOutcome::AwaitMetal);
         }
         let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
-        let record = mlx::check(&self.opts.python, &self.opts.mlx_script, &source, &output, mlx_device)
-            .map_err(|e| permanent(format!("MLX load check: {e}")))?;
+        let (python, script) = (self.opts.python.clone(), self.opts.mlx_script.clone());
+        let (src, out) = (source.clone(), output.clone());
+        let record = off_executor("the MLX check", move || {
+            mlx::check(&python, &script, &src, &out, mlx_device).map_err(|e| permanent(format!("MLX load check: {e}")))
+        })
+        .await?;
         let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
         self.publish_staged(job, &source, &output, record, checked).await
     }
@@ -287,7 +282,8 @@ impl Repacker<'_> {
             .await
             .map_err(publish_err)?;
         let _ = self.store.set_job_target(job.id, &target).await;
-        let before_bytes = misaligned_bytes(source, self.opts.alignment);
+        let (src, alignment) = (source.to_owned(), self.opts.alignment);
+        let before_bytes = off_executor("the source's audit", move || Ok(misaligned_bytes(&src, alignment))).await?;
         let mut source_card = info.as_ref().map(card::SourceCard::from_info).unwrap_or_default();
         if source_card.license.is_none() {
             let readme = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
@@ -327,6 +323,37 @@ impl Repacker<'_> {
         }
         Ok(JobOutcome::Published { target, commit })
     }
+}
+
+/// Re-lays the downloaded bundle into `output` and stamps the manifest with the source repo and commit.
+fn relay(source: &Path, output: &Path, alignment: Alignment, repo: &str, sha: &str) -> Result<Relaid, StepError> {
+    let bundles = discover(&[source.to_owned()]).map_err(|e| permanent(e.to_string()))?;
+    if bundles.len() != 1 {
+        return Ok(Relaid::Skipped(format!("{} bundle directories in one repo; not repacked", bundles.len())));
+    }
+    let options = FixOptions { destination: Destination::OutDir(output.to_owned()), alignment, dry_run: false };
+    let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| transient(e.to_string()))?;
+    let t = &report.totals;
+    if t.invalid > 0 || t.failed > 0 {
+        let why: Vec<String> = report.bundles.iter().flat_map(|b| &b.shards).filter_map(|s| s.error.clone()).collect();
+        return Err(permanent(format!(
+            "re-layout left {} invalid and {} failed shards: {}",
+            t.invalid,
+            t.failed,
+            why.join("; ")
+        )));
+    }
+    if t.rewritten == 0 {
+        return Ok(Relaid::Skipped("every shard is already aligned".into()));
+    }
+    let mut manifest = Manifest::read(output)
+        .map_err(|e| permanent(e.to_string()))?
+        .ok_or_else(|| permanent("fix wrote no manifest"))?;
+    manifest.source_repo = Some(repo.to_owned());
+    manifest.source_revision = Some(sha.to_owned());
+    manifest.source_dir = format!("{repo}@{sha}");
+    manifest.write(output).map_err(|e| transient(e.to_string()))?;
+    Ok(Relaid::Staged)
 }
 
 /// The structural and memory-map checks of a staged bundle.

@@ -193,7 +193,14 @@ pub async fn run_once(
             file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
-    let record = match super::mlx::check(python, script, &dir.join("source"), &dir.join("aligned"), device) {
+    let (python, script, staged, device_name) = (python.to_owned(), script.to_owned(), dir.clone(), device.to_owned());
+    let checked = crate::blocking::run("the MLX check", move || {
+        super::mlx::check(&python, &script, &staged.join("source"), &staged.join("aligned"), &device_name)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let record = match checked {
         Ok(record) => record,
         Err(e) => serde_json::json!({ "ok": false, "device": device, "error": e }),
     };

@@ -26,6 +26,7 @@ pub struct LocalChecks {
 /// to the source's (as the manifest recorded while reading the source), and an unchanged payload hash where
 /// only the header was padded.
 pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
+    crate::blocking::assert_off_executor("the structural check");
     let alignment = Alignment::new(manifest.target_alignment).unwrap_or_default();
     let mut tensors = 0;
     for entry in &manifest.shards {
@@ -64,6 +65,7 @@ pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
 /// Maps every shard and views each tensor as its element type in place, as a zero-copy loader does; counts
 /// the tensors that can be (all must be).
 pub fn mmap(dir: &Path, manifest: &Manifest) -> Result<LocalChecks, String> {
+    crate::blocking::assert_off_executor("the mmap check");
     let mut checks = LocalChecks { shards: 0, tensors: 0, zero_copy: 0 };
     for entry in &manifest.shards {
         let path = dir.join(&entry.file);

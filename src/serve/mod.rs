@@ -213,10 +213,15 @@ pub async fn serve(
         ))
         .id();
     names.insert(id, "the scheduler".to_owned());
+    // Repacks run on a runtime of their own at a lower priority, so that their downloads, uploads and
+    // checks never hold a thread or a core a page is waiting for.
+    let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let batch =
+        crate::blocking::BatchRuntime::start(threads).map_err(|e| format!("starting the repack runtime: {e}"))?;
     for n in 0..config.workers {
         let mut opts = config.repack.clone();
         opts.worker = format!("{}-w{n}", opts.worker);
-        let id = tasks.spawn(worker(shared.clone(), stop.clone(), opts)).id();
+        let id = tasks.spawn(worker(shared.clone(), stop.clone(), opts, batch.handle().clone())).id();
         names.insert(id, format!("worker {n}"));
     }
     tokio::pin!(shutdown);
@@ -314,9 +319,14 @@ async fn scheduler(
     }
 }
 
-/// One repack worker: claims jobs and runs each in a task of its own, so a panic fails that job (to be
-/// retried while attempts remain) rather than the worker.
-async fn worker(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>, opts: RepackOptions) {
+/// One repack worker: claims jobs and runs each in a task of its own on the batch runtime, so a panic fails
+/// that job (to be retried while attempts remain) rather than the worker.
+async fn worker(
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    opts: RepackOptions,
+    batch: tokio::runtime::Handle,
+) {
     let opts = Arc::new(opts);
     loop {
         if *stop.borrow() {
@@ -326,7 +336,7 @@ async fn worker(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool
             Ok(Some(job)) => {
                 let run = {
                     let (shared, opts, job) = (shared.clone(), opts.clone(), job.clone());
-                    tokio::spawn(async move {
+                    batch.spawn(async move {
                         let repacker = Repacker { hub: &shared.hub, hf: &shared.hf, store: &shared.store, opts: &opts };
                         repacker.run(&job).await
                     })
