@@ -71,17 +71,21 @@ pub struct ManifestShard {
     /// Misaligned tensors in the source.
     #[serde(default)]
     pub unaligned_before: u64,
-    /// SHA-256 of the source file.
-    #[serde(default)]
+    /// The digest fields this record carries, by name: which the digest set computed (see
+    /// [`Digests`](crate::safetensors::rewrite::Digests)). Empty in Mei's manifests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub digests: Vec<String>,
+    /// SHA-256 of the source file; empty unless computed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub src_file_sha256: String,
-    /// SHA-256 of the source data section.
-    #[serde(default)]
+    /// SHA-256 of the source data section; empty unless computed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub src_payload_sha256: String,
-    /// SHA-256 of the written file (its LFS oid).
-    #[serde(default)]
+    /// SHA-256 of the written file (its LFS oid); empty unless computed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub file_sha256: String,
-    /// SHA-256 of every tensor's bytes, by name: equal in source and result.
-    #[serde(default)]
+    /// SHA-256 of every tensor's bytes, by name: equal in source and result. Empty unless computed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tensor_sha256: BTreeMap<String, String>,
 }
 

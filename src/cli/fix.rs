@@ -7,6 +7,7 @@ use clap::Args;
 use hubalign::bundle::discover;
 use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
 use hubalign::safetensors::Alignment;
+use hubalign::safetensors::rewrite::Digests;
 
 use super::output::{Format, bytes, count, csv, json_lines, progress, table};
 use super::{Exit, UsageError};
@@ -30,9 +31,22 @@ pub struct FixArgs {
     /// Say what would be done; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Which SHA-256 digests the manifest records. `minimal`: what proves the result bit-identical, each
+    /// computed in the one pass that reads the bytes (the payload's for a header-padded shard, which proves
+    /// every tensor; each tensor's and the new payload's for a reordered one). `all`: also the source file's,
+    /// the source payload's, the new file's and every tensor's. Each shard's `digests` field lists its own.
+    #[arg(long, value_enum, default_value = "minimal")]
+    digests: DigestsArg,
     /// `table` for people; `json` prints one object per bundle per line; `csv` one row per shard.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+}
+
+/// `--digests`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DigestsArg {
+    Minimal,
+    All,
 }
 
 pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
@@ -46,7 +60,12 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
         }
     };
     let bundles = discover(&args.paths).context("finding shards")?;
-    let opts = FixOptions { destination, alignment: args.alignment.unwrap_or_default(), dry_run: args.dry_run };
+    let digests = match args.digests {
+        DigestsArg::Minimal => Digests::Minimal,
+        DigestsArg::All => Digests::All,
+    };
+    let opts =
+        FixOptions { destination, alignment: args.alignment.unwrap_or_default(), dry_run: args.dry_run, digests };
     let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
     let report = fix(&bundles, &opts, &mut |event| match event {
         FixEvent::Total(n) => bar.set_length(n),

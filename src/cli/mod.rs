@@ -116,9 +116,9 @@ enum Command {
     Worker(repack::WorkerLoopArgs),
     /// The macOS runner: claim jobs waiting for the Metal load check from the service, run it, post the result.
     ///
-    /// Fetches each claimed job's staged source and output shards, runs the same MLX check the worker runs
-    /// (deploy/verify_mlx.py, built in) on the Metal GPU, and posts its record: a pass sends the job on to be
-    /// published, a failure fails it. deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
+    /// Fetches each claimed job's staged output shards and manifest (not the source: the check judges the
+    /// output by the manifest's digests), runs the same MLX check the worker runs (deploy/verify_mlx.py, built
+    /// in) on the Metal GPU, and posts its record: a pass sends the job on to be published, a failure fails it. deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
     VerifyRunner(repack::RunnerArgs),
     /// Run the service: the scheduled audit, repack workers, the dashboard, the JSON API and /metrics.
     ///

@@ -18,7 +18,7 @@ use crate::io_error::PathIoError;
 use crate::manifest::{Manifest, ManifestError, ManifestShard, SkippedShard, round_seconds};
 use crate::safetensors::plan::{LayoutPlan, plan};
 use crate::safetensors::read::{ShardHeader, read_shard_header};
-use crate::safetensors::rewrite::{ShardHashes, hash_unchanged, rewrite};
+use crate::safetensors::rewrite::{Digests, ShardHashes, hash_unchanged, rewrite};
 use crate::safetensors::{Alignment, Method, Verdict, classify};
 
 /// Where repaired shards go.
@@ -39,6 +39,8 @@ pub struct FixOptions {
     pub alignment: Alignment,
     /// Plan and report only; write nothing.
     pub dry_run: bool,
+    /// Which digests go into the manifest.
+    pub digests: Digests,
 }
 
 /// Why a fix refused to start or had to stop.
@@ -323,9 +325,9 @@ fn fix_shard(
     }
     let started = std::time::Instant::now();
     let outcome = if in_place && plan.method == Method::Unchanged {
-        hash_unchanged(&planned.path, &shard, &mut bytes).map(|h| (h, 0))
+        hash_unchanged(&planned.path, &shard, opts.digests, &mut bytes).map(|h| (h, 0))
     } else {
-        rewrite(&planned.path, &shard, &plan, &dst, &mut bytes).map(|o| (o.hashes, o.bytes_written))
+        rewrite(&planned.path, &shard, &plan, &dst, opts.digests, &mut bytes).map(|o| (o.hashes, o.bytes_written))
     };
     fix.seconds = started.elapsed().as_secs_f64();
     match outcome {
@@ -351,8 +353,16 @@ fn manifest_entry(
     seconds: f64,
 ) -> ManifestShard {
     let tensor_sha256: BTreeMap<String, String> =
-        shard.header.tensors.iter().map(|t| t.name.clone()).zip(hashes.tensor_sha256).collect();
+        shard.header.tensors.iter().map(|t| t.name.clone()).zip(hashes.tensor_sha256.unwrap_or_default()).collect();
+    let present = [
+        ("payload_sha256", true),
+        ("src_file_sha256", hashes.src_file_sha256.is_some()),
+        ("src_payload_sha256", hashes.src_payload_sha256.is_some()),
+        ("file_sha256", hashes.new_file_sha256.is_some()),
+        ("tensor_sha256", !tensor_sha256.is_empty()),
+    ];
     ManifestShard {
+        digests: present.iter().filter(|(_, on)| *on).map(|(name, _)| (*name).to_owned()).collect(),
         file,
         src_header_len: shard.header.header_len,
         padding_bytes: plan.padding_bytes,
@@ -364,9 +374,9 @@ fn manifest_entry(
         method: plan.method,
         header_len: plan.header_len(),
         unaligned_before,
-        src_file_sha256: hashes.src_file_sha256,
-        src_payload_sha256: hashes.src_payload_sha256,
-        file_sha256: hashes.new_file_sha256,
+        src_file_sha256: hashes.src_file_sha256.unwrap_or_default(),
+        src_payload_sha256: hashes.src_payload_sha256.unwrap_or_default(),
+        file_sha256: hashes.new_file_sha256.unwrap_or_default(),
         tensor_sha256,
     }
 }

@@ -1,8 +1,9 @@
 //! The macOS runner protocol: a job waiting for the Metal check is claimed over HTTP with a token, the runner
-//! fetches the staged source and output shards, runs `verify_mlx.py` on the Metal GPU, and posts the record.
+//! fetches the staged output shards and their manifest (never the source: the check judges the output by the
+//! manifest's digests), runs `verify_mlx.py` on the Metal GPU, and posts the record.
 //!
 //! - `POST /api/verifier/claim` → 200 `{"job_id", "repo", "sha", "files"}`, or 204 when nothing waits.
-//! - `GET /api/verifier/jobs/{id}/{source|aligned}/{file}` → the staged shard.
+//! - `GET /api/verifier/jobs/{id}/aligned/{file}` → the staged shard or manifest.
 //! - `POST /api/verifier/jobs/{id}/result` with the script's JSON record → 200, or 409 if the lease was lost.
 //!
 //! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
@@ -45,7 +46,7 @@ pub struct Claim {
     pub repo: String,
     /// The source commit.
     pub sha: String,
-    /// The shard file names, the same in `source` and `aligned`.
+    /// The staged output's shard file names and its manifest.
     pub files: Vec<String>,
 }
 
@@ -104,7 +105,7 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
         .map(|d| {
             d.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".safetensors"))
+                .filter(|n| n.ends_with(".safetensors") || n == crate::manifest::MANIFEST_FILE)
                 .collect()
         })
         .unwrap_or_default();
@@ -120,10 +121,8 @@ async fn file(
     if authorized(&api, &headers).is_none() {
         return unauthorized();
     }
-    if !matches!(side.as_str(), "source" | "aligned")
-        || crate::gate::check_repo_path(&name).is_err()
-        || name.contains('/')
-    {
+    // Only the output: the check judges it by the manifest's digests, so the source never leaves the worker.
+    if side != "aligned" || crate::gate::check_repo_path(&name).is_err() || name.contains('/') {
         return (StatusCode::BAD_REQUEST, "no such staged file").into_response();
     }
     match tokio::fs::File::open(staged(&api, id).join(side).join(&name)).await {
@@ -175,27 +174,29 @@ pub async fn run_once(
         return Err(format!("claim: refusing file name {}", crate::gate::quote(bad)));
     }
     let dir = work.join(format!("runner-job-{}", claim.job_id));
-    for side in ["source", "aligned"] {
-        std::fs::create_dir_all(dir.join(side)).map_err(|e| e.to_string())?;
-        for name in &claim.files {
-            let url = format!("{service}/api/verifier/jobs/{}/{side}/{name}", claim.job_id);
-            let mut r = auth(http.get(&url)).send().await.map_err(|e| format!("{url}: {e}"))?;
-            if !r.status().is_success() {
-                return Err(format!("{url}: HTTP {}", r.status()));
-            }
-            // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
-            let path = dir.join(side).join(name);
-            let file = crate::safe_fs::create_nofollow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut file = tokio::fs::File::from_std(file);
-            while let Some(chunk) = r.chunk().await.map_err(|e| format!("{url}: {e}"))? {
-                file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
+    if !claim.files.iter().any(|n| n == crate::manifest::MANIFEST_FILE) {
+        return Err("claim: no manifest among the staged files".into());
+    }
+    let aligned = dir.join("aligned");
+    std::fs::create_dir_all(&aligned).map_err(|e| e.to_string())?;
+    for name in &claim.files {
+        let url = format!("{service}/api/verifier/jobs/{}/aligned/{name}", claim.job_id);
+        let mut r = auth(http.get(&url)).send().await.map_err(|e| format!("{url}: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("{url}: HTTP {}", r.status()));
         }
+        // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
+        let path = aligned.join(name);
+        let file = crate::safe_fs::create_nofollow(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut file = tokio::fs::File::from_std(file);
+        while let Some(chunk) = r.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+            file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
     }
     let (python, script, staged, device_name) = (python.to_owned(), script.to_owned(), dir.clone(), device.to_owned());
     let checked = crate::blocking::run("the MLX check", move || {
-        super::mlx::check(&python, &script, &staged.join("source"), &staged.join("aligned"), &device_name)
+        super::mlx::check(&python, &script, &staged.join("aligned"), &device_name)
     })
     .await
     .map_err(|e| e.to_string())

@@ -20,19 +20,34 @@ use crate::io_error::PathIoError;
 /// Suffix of the temporary files the writer leaves only if it is killed.
 pub const TEMP_SUFFIX: &str = ".hubalign.tmp";
 
-/// Every hash of one shard, source and result.
+/// Which digests a rewrite computes. Each one serves a check someone runs, and each is computed in the pass
+/// that already reads the bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Digests {
+    /// The smallest set that proves the result bit-identical: a header-padded or unchanged shard keeps its
+    /// payload and every tensor's offset in it, so the payload's digest proves every tensor; a reordered one
+    /// gets each tensor's digest (checked against the source's) and its new payload's.
+    #[default]
+    Minimal,
+    /// Also the source file's (what the Hub's LFS oid is checked against), the source payload's, the new
+    /// file's (the mirror's LFS oid) and each tensor's, whatever the method.
+    All,
+}
+
+/// The hashes of one shard, source and result; `None` where the digest set did not ask for one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardHashes {
     /// The source file.
-    pub src_file_sha256: String,
-    /// The source data section.
-    pub src_payload_sha256: String,
+    pub src_file_sha256: Option<String>,
+    /// The source data section (the same digest as the written one where the payload is kept).
+    pub src_payload_sha256: Option<String>,
     /// The written file (its LFS oid).
-    pub new_file_sha256: String,
+    pub new_file_sha256: Option<String>,
     /// The written data section.
     pub new_payload_sha256: String,
     /// Each tensor, in `Header::tensors` order; identical in source and result.
-    pub tensor_sha256: Vec<String>,
+    pub tensor_sha256: Option<Vec<String>>,
 }
 
 /// What a rewrite did.
@@ -74,8 +89,10 @@ pub fn rewrite(
     shard: &ShardHeader,
     plan: &LayoutPlan,
     dst: &Path,
+    digests: Digests,
     progress: Progress<'_>,
 ) -> Result<RewriteOutcome, RewriteError> {
+    let all = digests == Digests::All;
     let started = Instant::now();
     let dir = dst.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file_name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -101,9 +118,8 @@ pub fn rewrite(
         let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
         let mut writer = DirectWriter::new(&temp_path, buffered, true);
         writer.write(&prefix).map_err(io_error(&temp_path, "write"))?;
-        let new_file = Some(Digest::whole_with_prefix(&prefix));
-        let hashed =
-            stream_source(src, shard, new_file, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
+        let want = Want { file: all, tensors: all, payload: true, new_file: all.then_some(prefix.as_slice()) };
+        let hashed = stream_source(src, shard, want, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
         writer.finish().map_err(io_error(&temp_path, "write"))?;
         hashed
     } else {
@@ -115,7 +131,8 @@ pub fn rewrite(
         let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
         std::thread::scope(|scope| {
             let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
-            let hashed = stream_source(src, shard, None, None, progress);
+            let want = Want { file: all, tensors: true, payload: all, new_file: None };
+            let hashed = stream_source(src, shard, want, None, progress);
             let copied = copier.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             let hashed = hashed?;
             copied.map_err(io_error(&temp_path, "write"))?;
@@ -123,12 +140,29 @@ pub fn rewrite(
         })?
     };
 
-    let (new_file_sha256, new_payload_sha256) = match new_file {
-        Some(hex) => (hex, source.src_payload_sha256.clone()),
-        None => read_back(out, plan, &source.tensor_sha256, &prefix).map_err(|e| match e {
-            ReadBack::Io(source) => io_error(&temp_path, "read back")(source),
-            ReadBack::Mismatch(detail) => RewriteError::Verify { path: src.to_owned(), detail },
-        })?,
+    let hashes = if plan.keeps_payload() {
+        let payload = source.payload.clone().unwrap_or_default();
+        ShardHashes {
+            src_file_sha256: source.file,
+            src_payload_sha256: Some(payload.clone()),
+            new_file_sha256: new_file,
+            new_payload_sha256: payload,
+            tensor_sha256: source.tensors,
+        }
+    } else {
+        let tensors = source.tensors.unwrap_or_default();
+        let (new_file_sha256, new_payload_sha256) = read_back(out, plan, &tensors, all.then_some(prefix.as_slice()))
+            .map_err(|e| match e {
+                ReadBack::Io(source) => io_error(&temp_path, "read back")(source),
+                ReadBack::Mismatch(detail) => RewriteError::Verify { path: src.to_owned(), detail },
+            })?;
+        ShardHashes {
+            src_file_sha256: source.file,
+            src_payload_sha256: source.payload,
+            new_file_sha256,
+            new_payload_sha256,
+            tensor_sha256: Some(tensors),
+        }
     };
     out.sync_all().map_err(io_error(&temp_path, "sync"))?;
     check_result(src, &temp_path, shard, plan)?;
@@ -137,7 +171,7 @@ pub fn rewrite(
     // The rename is durable only once the directory entry is.
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir, "sync directory"))?;
     Ok(RewriteOutcome {
-        hashes: ShardHashes { new_file_sha256, new_payload_sha256, ..source },
+        hashes,
         bytes_written: plan.data_start() + header.data_len(),
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -149,25 +183,54 @@ fn io_error(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> RewriteE
 }
 
 /// Hashes a shard that needs no rewrite, giving the same record a rewrite would.
-pub fn hash_unchanged(src: &Path, shard: &ShardHeader, progress: Progress<'_>) -> Result<ShardHashes, RewriteError> {
-    let (hashes, _) = stream_source(src, shard, None, None, progress)?;
+pub fn hash_unchanged(
+    src: &Path,
+    shard: &ShardHeader,
+    digests: Digests,
+    progress: Progress<'_>,
+) -> Result<ShardHashes, RewriteError> {
+    let all = digests == Digests::All;
+    let want = Want { file: all, tensors: all, payload: true, new_file: None };
+    let (source, _) = stream_source(src, shard, want, None, progress)?;
+    let payload = source.payload.unwrap_or_default();
     Ok(ShardHashes {
-        new_file_sha256: hashes.src_file_sha256.clone(),
-        new_payload_sha256: hashes.src_payload_sha256.clone(),
-        ..hashes
+        src_file_sha256: source.file.clone(),
+        src_payload_sha256: Some(payload.clone()),
+        new_file_sha256: source.file,
+        new_payload_sha256: payload,
+        tensor_sha256: source.tensors,
     })
 }
 
-/// Reads the source once, front to back, hashing the file, the payload and each tensor (and, when given, the
-/// new file, whose prefix it already holds), and handing the payload to `writer` (writing the file named with
-/// it) when given. The `new_*` fields of the result are left empty; the new file's digest comes back beside it.
+/// The digests of one pass over a source.
+struct Want<'a> {
+    /// The whole file.
+    file: bool,
+    /// Each tensor.
+    tensors: bool,
+    /// The data section.
+    payload: bool,
+    /// The new file, whose prefix is given; its payload is the source's.
+    new_file: Option<&'a [u8]>,
+}
+
+/// What one pass over a source computed, as [`Want`] asked.
+struct SourceHashes {
+    file: Option<String>,
+    payload: Option<String>,
+    tensors: Option<Vec<String>>,
+}
+
+/// Reads the source once, front to back, computing what `want` asks (spread over the cores by [`pump`]) and
+/// handing the payload to `writer` (writing the file named with it) when given. Returns the source's digests
+/// and the new file's.
 fn stream_source(
     src: &Path,
     shard: &ShardHeader,
-    new_file: Option<Digest>,
+    want: Want<'_>,
     writer: Option<(&Path, Writer<'_>)>,
     progress: Progress<'_>,
-) -> Result<(ShardHashes, Option<String>), RewriteError> {
+) -> Result<(SourceHashes, Option<String>), RewriteError> {
     let header = &shard.header;
     let mut file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
     let size = file.metadata().map_err(io_error(src, "stat"))?.len();
@@ -175,36 +238,47 @@ fn stream_source(
         let detail = format!("source changed size while being read ({} → {size} bytes)", header.file_size);
         return Err(RewriteError::Verify { path: src.to_owned(), detail });
     }
-    let mut src_prefix = header.header_len.to_le_bytes().to_vec();
-    src_prefix.extend_from_slice(&shard.raw_json);
-    let spans = SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect());
-    let lanes = [
-        vec![Digest::whole_with_prefix(&src_prefix), Digest::whole_with_prefix(b"")],
-        [Some(Digest::Spans(spans)), new_file].into_iter().flatten().collect(),
-    ];
+    let mut digests = DigestList::default();
+    // In this order, two lanes pair the file with the payload and the tensors with the new file.
+    let file_at = want.file.then(|| {
+        let mut src_prefix = header.header_len.to_le_bytes().to_vec();
+        src_prefix.extend_from_slice(&shard.raw_json);
+        digests.add(Digest::whole_with_prefix(&src_prefix))
+    });
+    let tensors_at = want
+        .tensors
+        .then(|| digests.add(Digest::Spans(SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect()))));
+    let payload_at = want.payload.then(|| digests.add(Digest::whole_with_prefix(b"")));
+    let new_file_at = want.new_file.map(|prefix| digests.add(Digest::whole_with_prefix(prefix)));
     file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;
     let (written, writer) = writer.unzip();
-    let ([a, b], read) = pump(&mut file, header.data_len(), lanes, writer, progress).map_err(|e| match e {
+    let (done, read) = pump(&mut file, header.data_len(), digests.0, writer, progress).map_err(|e| match e {
         PumpError::Read(source) => io_error(src, "read")(source),
         PumpError::Write(source) => io_error(written.unwrap_or(src), "write")(source),
     })?;
-    let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
-    let mut b = b.into_iter();
-    let tensor_sha256 = b.next().and_then(Digest::into_spans).filter(|_| read == header.data_len());
-    let (Some(src_file_sha256), Some(src_payload_sha256), Some(tensor_sha256)) = (a.next(), a.next(), tensor_sha256)
-    else {
+    if read != header.data_len() {
         let detail = format!("source data ended after {read} of {} bytes", header.data_len());
         return Err(RewriteError::Verify { path: src.to_owned(), detail });
+    }
+    let mut done: Vec<Option<Digest>> = done.into_iter().map(Some).collect();
+    let mut take = |at: Option<usize>| at.and_then(|i| done.get_mut(i)?.take());
+    let hashes = SourceHashes {
+        file: take(file_at).and_then(Digest::into_whole_hex),
+        tensors: take(tensors_at).and_then(Digest::into_spans),
+        payload: take(payload_at).and_then(Digest::into_whole_hex),
     };
-    let new_file_sha256 = b.next().and_then(Digest::into_whole_hex);
-    let hashes = ShardHashes {
-        src_file_sha256,
-        src_payload_sha256,
-        new_file_sha256: String::new(),
-        new_payload_sha256: String::new(),
-        tensor_sha256,
-    };
-    Ok((hashes, new_file_sha256))
+    Ok((hashes, take(new_file_at).and_then(Digest::into_whole_hex)))
+}
+
+/// Digests for one pump, each added at a known place.
+#[derive(Default)]
+struct DigestList(Vec<Digest>);
+
+impl DigestList {
+    fn add(&mut self, digest: Digest) -> usize {
+        self.0.push(digest);
+        self.0.len() - 1
+    }
 }
 
 /// Byte ranges to copy, `(source offset, destination offset, length)`, one per tensor, in destination order
@@ -271,32 +345,40 @@ enum ReadBack {
     Mismatch(String),
 }
 
-/// Re-reads a relaid result front to back: its file and payload hashes, and each tensor checked against the
-/// source's hash.
+/// Re-reads a relaid result front to back: each tensor checked against the source's digest, the new
+/// payload's digest, and the new file's when its `prefix` is given.
 fn read_back(
     out: &mut File,
     plan: &LayoutPlan,
     src_tensor_sha256: &[String],
-    prefix: &[u8],
-) -> Result<(String, String), ReadBack> {
+    prefix: Option<&[u8]>,
+) -> Result<(Option<String>, String), ReadBack> {
     let mut dst_order: Vec<usize> = (0..plan.placements.len()).collect();
     dst_order.sort_by_key(|&i| plan.placements[i].dst_begin);
     let spans = SpanHasher::new(dst_order.iter().map(|&i| plan.placements[i].len).collect());
     let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
     out.seek(SeekFrom::Start(plan.data_start())).map_err(ReadBack::Io)?;
-    let lanes = [vec![Digest::whole_with_prefix(prefix), Digest::whole_with_prefix(b"")], vec![Digest::Spans(spans)]];
-    let ([a, b], _) = pump(out, data_len, lanes, None, &mut |_| {}).map_err(|e| match e {
+    let mut digests = DigestList::default();
+    let file_at = prefix.map(|p| digests.add(Digest::whole_with_prefix(p)));
+    let spans_at = digests.add(Digest::Spans(spans));
+    let payload_at = digests.add(Digest::whole_with_prefix(b""));
+    let (done, read) = pump(out, data_len, digests.0, None, &mut |_| {}).map_err(|e| match e {
         PumpError::Read(e) | PumpError::Write(e) => ReadBack::Io(e),
     })?;
     let short = || ReadBack::Mismatch("result is shorter than planned".into());
-    let digests = b.into_iter().next().and_then(Digest::into_spans).ok_or_else(short)?;
-    for (digest, &i) in digests.iter().zip(&dst_order) {
-        if *digest != src_tensor_sha256[i] {
+    if read != data_len {
+        return Err(short());
+    }
+    let mut done: Vec<Option<Digest>> = done.into_iter().map(Some).collect();
+    let mut take = |at: usize| done.get_mut(at).and_then(Option::take);
+    let tensors = take(spans_at).and_then(Digest::into_spans).ok_or_else(short)?;
+    for (digest, &i) in tensors.iter().zip(&dst_order) {
+        if src_tensor_sha256.get(i) != Some(digest) {
             return Err(ReadBack::Mismatch(format!("tensor #{i} differs from the source after the move")));
         }
     }
-    let mut a = a.into_iter().filter_map(Digest::into_whole_hex);
-    let (Some(file), Some(payload)) = (a.next(), a.next()) else { return Err(short()) };
+    let payload = take(payload_at).and_then(Digest::into_whole_hex).ok_or_else(short)?;
+    let file = file_at.and_then(&mut take).and_then(Digest::into_whole_hex);
     Ok((file, payload))
 }
 

@@ -24,6 +24,7 @@ fn shard(n: u64, padding: u64, payload: u64, sha: &str, tensors: u64, before: u6
         method: Method::HeaderPad,
         header_len: 101_233 + n + padding,
         unaligned_before: before,
+        digests: vec!["payload_sha256".into()],
         src_file_sha256: "0".repeat(64),
         src_payload_sha256: sha.repeat(4),
         file_sha256: "1".repeat(64),

@@ -91,9 +91,23 @@ fn out_dir_receives_the_whole_repaired_bundle() {
     assert!(manifest.skipped[0].reason.starts_with("aligned: no tensor needs a copy"), "{:?}", manifest.skipped);
     let last = "model-00004-of-00004.safetensors";
     assert_eq!(std::fs::read(src.join(last)).unwrap(), std::fs::read(out_dir.join(last)).unwrap());
+    // The default digests are the payload's alone: it proves every tensor of a header-padded shard.
     for entry in &manifest.shards {
         let src_bytes = std::fs::read(src.join(&entry.file)).unwrap();
-        let new_bytes = std::fs::read(out_dir.join(&entry.file)).unwrap();
+        assert_eq!(entry.digests, ["payload_sha256", "src_payload_sha256"]);
+        assert_eq!(entry.payload_sha256, sha256_hex(&src_bytes[8 + entry.src_header_len as usize..]));
+        assert!(entry.src_file_sha256.is_empty() && entry.file_sha256.is_empty() && entry.tensor_sha256.is_empty());
+    }
+    let all_dir = tmp.path().join("all");
+    let out = run(&["fix", src.to_str().unwrap(), "--out", all_dir.to_str().unwrap(), "--digests", "all"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let all = Manifest::read(&all_dir).unwrap().unwrap();
+    for (entry, minimal) in all.shards.iter().zip(&manifest.shards) {
+        let src_bytes = std::fs::read(src.join(&entry.file)).unwrap();
+        let new_bytes = std::fs::read(all_dir.join(&entry.file)).unwrap();
+        let listed = ["payload_sha256", "src_file_sha256", "src_payload_sha256", "file_sha256", "tensor_sha256"];
+        assert_eq!(entry.digests, listed);
+        assert_eq!(entry.payload_sha256, minimal.payload_sha256);
         assert_eq!(entry.src_file_sha256, sha256_hex(&src_bytes));
         assert_eq!(entry.file_sha256, sha256_hex(&new_bytes));
         assert_eq!(entry.payload_bytes, src_bytes.len() as u64 - 8 - entry.src_header_len);
@@ -141,8 +155,10 @@ fn in_place_fixes_a_tree_and_a_second_run_changes_nothing() {
     let first = std::fs::read(&manifest).unwrap();
     let relayout = Manifest::read(&tmp.path().join("mlx")).unwrap().unwrap();
     let entry = relayout.shards.iter().find(|s| s.file == "hostile.safetensors").unwrap();
-    assert_ne!(entry.src_payload_sha256, entry.payload_sha256, "a reorder changes the payload hash…");
-    assert_eq!(entry.tensor_sha256.len(), 8, "…so each tensor's hash is recorded");
+    let fixed = std::fs::read(tmp.path().join("mlx/hostile.safetensors")).unwrap();
+    assert_eq!(entry.payload_sha256, sha256_hex(&fixed[8 + entry.header_len as usize..]), "the new payload's");
+    assert_eq!(entry.tensor_sha256.len(), 8, "a reorder changes the payload, so each tensor's hash is recorded");
+    assert_eq!(entry.digests, ["payload_sha256", "tensor_sha256"], "and nothing else by default");
 
     let again = run(&["fix", "--in-place", tmp.path().to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(0));

@@ -115,3 +115,70 @@ fn the_reference_reader_decides_which_dtypes_exist_and_judges_fix_output_in_each
         run_python("check_fixed.py", &["--original", orig.to_str().unwrap(), "--fixed", fixed.to_str().unwrap()]);
     assert!(report.contains("check_fixed: OK (22 files"), "{report}");
 }
+
+/// Runs the worker's MLX check (`deploy/verify_mlx.py`, CPU) on a fixed bundle; its JSON record.
+fn mlx_check(dir: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(crate::support::python())
+        .arg(crate::support::root().join("deploy/verify_mlx.py"))
+        .args(["--device", "cpu", "--output"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let record: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(out.status.success(), record["ok"] == true, "{record}");
+    record
+}
+
+/// Flips one byte of `file` at `offset` from its end.
+fn flip_from_end(file: &Path, offset: usize) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.len() - offset;
+    bytes[at] ^= 0x5a;
+    std::fs::write(file, bytes).unwrap();
+}
+
+#[test]
+fn the_mlx_check_judges_the_loaded_output_by_the_manifests_digests_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixed = tmp.path().join("fixed");
+    let out = run(&["fix", fixture("mlx").to_str().unwrap(), "--out", fixed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let record = mlx_check(&fixed);
+    assert_eq!(
+        (record["ok"].clone(), record["files"].clone(), record["tensors"].clone()),
+        (true.into(), 4.into(), 30.into())
+    );
+
+    // A header-padded shard has only its payload's digest, taken from the source: one byte off fails it.
+    let padded = tmp.path().join("padded");
+    copy_tree(&fixed, &padded);
+    flip_from_end(&padded.join("padfixable.safetensors"), 1);
+    let error = mlx_check(&padded)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("padfixable.safetensors: the loaded payload differs"), "{error}");
+
+    // A reordered shard's tensors are each judged by the source's digest of it.
+    let reordered = tmp.path().join("reordered");
+    copy_tree(&fixed, &reordered);
+    flip_from_end(&reordered.join("hostile.safetensors"), 1);
+    let error = mlx_check(&reordered)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("hostile.safetensors: ") && error.ends_with("bytes differ from the source's"), "{error}");
+
+    // So is a manifest that records another digest than the source's.
+    let lying = tmp.path().join("lying");
+    copy_tree(&fixed, &lying);
+    let path = lying.join("MEI_ALIGN_MANIFEST.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let hostile = manifest["shards"].as_array_mut().unwrap().iter_mut().find(|s| s["file"] == "hostile.safetensors");
+    let digests = hostile.unwrap()["tensor_sha256"].as_object_mut().unwrap();
+    let (name, _) = digests.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
+    digests.insert(name.clone(), "0".repeat(64).into());
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let error = mlx_check(&lying)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains(&format!("hostile.safetensors: {name}: bytes differ")), "{error}");
+
+    // And a shard the manifest does not list is not judged by nothing.
+    std::fs::copy(fixed.join("hostile.safetensors"), fixed.join("extra.safetensors")).unwrap();
+    let error = mlx_check(&fixed)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("not the ones the manifest lists"), "{error}");
+}

@@ -17,7 +17,12 @@ fn tensors_of(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-fn run(tensors: &[SynthTensor], target: u64, in_place: bool) -> (Vec<u8>, Vec<u8>, RewriteOutcome, LayoutPlan) {
+fn run(
+    tensors: &[SynthTensor],
+    target: u64,
+    in_place: bool,
+    digests: Digests,
+) -> (Vec<u8>, Vec<u8>, RewriteOutcome, LayoutPlan) {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("model.safetensors");
     let original = write_mlx_style(tensors, Some("mlx"));
@@ -26,7 +31,7 @@ fn run(tensors: &[SynthTensor], target: u64, in_place: bool) -> (Vec<u8>, Vec<u8
     let p = plan(&shard.header, &shard.raw_json, Alignment::new(target).unwrap()).unwrap();
     let dst = if in_place { src.clone() } else { dir.path().join("out.safetensors") };
     let mut seen = 0;
-    let outcome = rewrite(&src, &shard, &p, &dst, &mut |n| seen += n).unwrap();
+    let outcome = rewrite(&src, &shard, &p, &dst, digests, &mut |n| seen += n).unwrap();
     assert_eq!(seen, shard.header.data_len());
     let written = std::fs::read(&dst).unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
@@ -53,22 +58,41 @@ fn hostile() -> Vec<SynthTensor> {
 
 #[test]
 fn relayout_moves_tensors_and_keeps_their_bytes() {
-    let (original, written, outcome, p) = run(&hostile(), 8, false);
+    let (original, written, outcome, p) = run(&hostile(), 8, false, Digests::All);
     assert_eq!(p.method, Method::Relayout);
     assert_eq!(tensors_of(&original), tensors_of(&written));
     let h = header::parse(&written, written.len() as u64).unwrap();
     assert_eq!(classify(&h, Alignment::DEFAULT).verdict, Verdict::Aligned);
-    let hashes = &outcome.hashes;
-    assert_eq!(hashes.src_file_sha256, sha256_hex(&original));
-    assert_eq!(hashes.new_file_sha256, sha256_hex(&written));
-    assert_eq!(hashes.new_payload_sha256, sha256_hex(&written[h.data_start() as usize..]));
-    let src_h = header::parse(&original, original.len() as u64).unwrap();
-    assert_eq!(hashes.src_payload_sha256, sha256_hex(&original[src_h.data_start() as usize..]));
-    for (t, digest) in src_h.tensors.iter().zip(&hashes.tensor_sha256) {
-        let at = src_h.data_start() as usize;
-        assert_eq!(*digest, sha256_hex(&original[at + t.begin as usize..at + t.end as usize]), "{}", t.name);
-    }
+    assert_eq!(outcome.hashes, expected(&original, &written, Digests::All, Method::Relayout));
     assert_eq!(outcome.bytes_written, written.len() as u64);
+}
+
+/// Every digest a digest set promises, computed here from whole files.
+fn expected(original: &[u8], written: &[u8], digests: Digests, method: Method) -> ShardHashes {
+    let all = digests == Digests::All;
+    let src_h = header::parse(original, original.len() as u64).unwrap();
+    let new_h = header::parse(written, written.len() as u64).unwrap();
+    let src_payload = sha256_hex(&original[src_h.data_start() as usize..]);
+    let at = src_h.data_start() as usize;
+    let tensors = src_h.tensors.iter().map(|t| sha256_hex(&original[at + t.begin as usize..at + t.end as usize]));
+    ShardHashes {
+        src_file_sha256: all.then(|| sha256_hex(original)),
+        src_payload_sha256: (all || method != Method::Relayout).then_some(src_payload),
+        new_file_sha256: all.then(|| sha256_hex(written)),
+        new_payload_sha256: sha256_hex(&written[new_h.data_start() as usize..]),
+        tensor_sha256: (all || method == Method::Relayout).then(|| tensors.collect()),
+    }
+}
+
+#[test]
+fn each_digest_set_computes_what_it_promises_and_nothing_else() {
+    let padded_only = vec![SynthTensor::filled("w", Dtype::U32, &[6]), SynthTensor::filled("b", Dtype::U8, &[3])];
+    for tensors in [hostile(), padded_only] {
+        for digests in [Digests::Minimal, Digests::All] {
+            let (original, written, outcome, p) = run(&tensors, 8, false, digests);
+            assert_eq!(outcome.hashes, expected(&original, &written, digests, p.method), "{:?} {digests:?}", p.method);
+        }
+    }
 }
 
 #[test]
@@ -82,17 +106,17 @@ fn header_pad_in_place_changes_only_the_header() {
             !header::parse(&b, b.len() as u64).unwrap().data_start().is_multiple_of(4)
         })
         .unwrap();
-    let (original, written, outcome, p) = run(&t, 8, true);
+    let (original, written, outcome, p) = run(&t, 8, true, Digests::Minimal);
     assert_eq!(p.method, Method::HeaderPad);
     let (src_start, dst_start) = (original.len() - 32, written.len() - 32);
     assert_eq!(original[src_start..], written[dst_start..], "payload byte for byte");
-    assert_eq!(outcome.hashes.src_payload_sha256, outcome.hashes.new_payload_sha256);
+    assert_eq!(outcome.hashes.src_payload_sha256.as_ref(), Some(&outcome.hashes.new_payload_sha256));
     assert_eq!(dst_start % 8, 0);
 }
 
 #[test]
 fn page_alignment_relayout() {
-    let (original, written, _, p) = run(&hostile(), 16384, false);
+    let (original, written, _, p) = run(&hostile(), 16384, false, Digests::Minimal);
     assert_eq!(p.data_start() % 16384, 0);
     assert_eq!(tensors_of(&original), tensors_of(&written));
 }
@@ -105,11 +129,11 @@ fn a_failed_write_leaves_the_destination_alone() {
     let shard = read_shard_header(&src).unwrap();
     let p = plan(&shard.header, &shard.raw_json, Alignment::DEFAULT).unwrap();
     let missing_dir = dir.path().join("nope/out.safetensors");
-    let err = rewrite(&src, &shard, &p, &missing_dir, &mut |_| {}).unwrap_err();
+    let err = rewrite(&src, &shard, &p, &missing_dir, Digests::Minimal, &mut |_| {}).unwrap_err();
     assert!(matches!(&err, RewriteError::Io(e) if e.op == "create temporary file"), "{err}");
     // A source that changed since its header was read is refused, not half-copied.
     std::fs::write(&src, b"short").unwrap();
-    let err = rewrite(&src, &shard, &p, &src, &mut |_| {}).unwrap_err();
+    let err = rewrite(&src, &shard, &p, &src, Digests::Minimal, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("changed size"), "{err}");
     assert_eq!(std::fs::read(&src).unwrap(), b"short");
 }
@@ -129,7 +153,7 @@ fn the_result_keeps_the_source_mode() {
         let shard = read_shard_header(&src).unwrap();
         let p = plan(&shard.header, &shard.raw_json, Alignment::DEFAULT).unwrap();
         let dst = if in_place { src.clone() } else { dir.path().join("out.safetensors") };
-        rewrite(&src, &shard, &p, &dst, &mut |_| {}).unwrap();
+        rewrite(&src, &shard, &p, &dst, Digests::Minimal, &mut |_| {}).unwrap();
         let mode = std::fs::metadata(&dst).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o640, "{:?}, in place: {in_place}", p.method);
     }
