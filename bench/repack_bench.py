@@ -109,7 +109,10 @@ def main():
         shutil.rmtree(store, ignore_errors=True)
 
     gb = size / 1e9
-    up = counters["xet_bytes_received"] + counters["lfs_bytes_received"]
+    # Every byte sent to the Hub: the commit's body and every API call's included, not only Xet and LFS.
+    up = counters["bytes_received"]
+    published = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "published"]
+    metered = published[0].get("bytes") if published else None
     print(f"bundle: {args.shards} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
     print("| step | wall time | bytes moved | baseline (same run) | step / baseline |")
     print("|---|---|---|---|---|")
@@ -123,7 +126,9 @@ def main():
         print(f"| {name} | {seconds:.1f} s | {moved / 1e9:.2f} GB | {base_name}: {base:.1f} s | {seconds / base:.2f}x |")
     total = sum(d for d in durations.values())
     print(f"| whole repack | {total:.1f} s | | | |")
-    print(f"\nbytes uploaded for the header-padded republish: {up:,} bytes, {100 * up / size:.4f}% of the bundle")
+    print(f"\nbytes uploaded for the header-padded republish (the simulator's count of request bodies): {up:,} bytes, "
+          f"{100 * up / size:.4f}% of the bundle; of which Xet {counters['xet_bytes_received']:,}, LFS "
+          f"{counters['lfs_bytes_received']:,}; the job's own meter: {metered:,} bytes ({metered / up:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 //! Tensors look like a 4-bit MLX model's (U32 weights, BF16 scales and biases, a BF16 norm per layer).
 //! `pad` keeps every relative offset aligned and starts the data at an odd offset, so header padding fixes
 //! it; `relayout` gives each norm an odd length, which only a reorder fixes. `sparse` writes the header and
-//! extends the file without writing data (zeros), for scan benchmarks over many large files.
+//! extends the file without writing data (zeros), for scan benchmarks over many large files. The payload's
+//! pseudo-random bytes are seeded by the file name, so the shards of one bundle differ (identical shards would
+//! let Xet deduplicate all but one, and a repack benchmark would upload next to nothing for the wrong reason).
 
 use std::io::{BufWriter, Write};
 
@@ -54,7 +56,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let file = out.into_inner()?;
         file.set_len(8 + header.len() as u64 + data)?;
     } else {
-        write_mlx_style_stream(&mut out, &view, Some(&format), 42)?;
+        let name = std::path::Path::new(path).file_name().map(|n| n.as_encoded_bytes().to_vec()).unwrap_or_default();
+        // FNV-1a of the file name.
+        let seed =
+            name.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        write_mlx_style_stream(&mut out, &view, Some(&format), seed)?;
         out.flush()?;
     }
     Ok(())

@@ -226,12 +226,13 @@ impl ProgressHandler for UploadMeter {
 }
 
 impl UploadMeter {
-    /// Xet's transfer plus every file of `dir` that did not go through Xet (sent inline with the commit).
+    /// Xet's transfer plus every file of `dir` that did not go through Xet, as it travels inline in the
+    /// commit: base64, four bytes for every three.
     fn bytes_sent(&self, dir: &Path) -> u64 {
         let xet = self.through_xet.lock().unwrap_or_else(|p| p.into_inner());
         let mut files = Vec::new();
         list_files(dir, "", &mut files);
-        let inline: u64 = files.iter().filter(|(rel, _)| !xet.contains(rel)).map(|(_, len)| len).sum();
+        let inline: u64 = files.iter().filter(|(rel, _)| !xet.contains(rel)).map(|(_, len)| len.div_ceil(3) * 4).sum();
         self.transferred.load(Ordering::Relaxed) + inline
     }
 }

@@ -82,8 +82,9 @@ pub enum RewriteError {
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
 /// Rewrites `src` to `dst` (which may be `src` itself) following `plan`, atomically: a temporary file in
-/// `dst`'s directory is written, synced, checked (header re-parsed, every tensor aligned and hash-equal to the
-/// source) and only then renamed over `dst`.
+/// `dst`'s directory is written, synced, checked (header re-parsed: every tensor aligned, the same names,
+/// dtypes, shapes and metadata) and only then renamed over `dst`. The digests `digests` asks for are taken
+/// from the source as it is read (see [`Digests`]); the result is not read back.
 pub fn rewrite(
     src: &Path,
     shard: &ShardHeader,
@@ -112,36 +113,17 @@ pub fn rewrite(
     prefix.extend_from_slice(&plan.header);
     let out = temp.as_file_mut();
 
-    let (source, new_file) = if plan.keeps_payload() {
+    let hashes = if plan.keeps_payload() {
         // The result is the new prefix and then the payload as it is: written from the very buffers the
         // hashing reads, past the page cache (see `direct`).
         let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
         let mut writer = DirectWriter::new(&temp_path, buffered, true);
         writer.write(&prefix).map_err(io_error(&temp_path, "write"))?;
         let want = Want { file: all, tensors: all, payload: true, new_file: all.then_some(prefix.as_slice()) };
-        let hashed = stream_source(src, shard, want, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
+        let (source, new_file) =
+            stream_source(src, shard, want, Some((&temp_path, &mut |chunk| writer.write(chunk))), progress)?;
         writer.finish().map_err(io_error(&temp_path, "write"))?;
-        hashed
-    } else {
-        out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
-        // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
-        // its own, in the new order, while this thread reads the source front to back for the hashes.
-        let moves = plan_moves(shard, plan);
-        let copy_from = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
-        let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
-        std::thread::scope(|scope| {
-            let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
-            let want = Want { file: all, tensors: true, payload: all, new_file: None };
-            let hashed = stream_source(src, shard, want, None, progress);
-            let copied = copier.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            let hashed = hashed?;
-            copied.map_err(io_error(&temp_path, "write"))?;
-            Ok::<_, RewriteError>(hashed)
-        })?
-    };
-
-    let hashes = if plan.keeps_payload() {
-        let payload = source.payload.clone().unwrap_or_default();
+        let payload = source.payload.unwrap_or_default();
         ShardHashes {
             src_file_sha256: source.file,
             src_payload_sha256: Some(payload.clone()),
@@ -150,18 +132,31 @@ pub fn rewrite(
             tensor_sha256: source.tensors,
         }
     } else {
-        let tensors = source.tensors.unwrap_or_default();
-        let (new_file_sha256, new_payload_sha256) = read_back(out, plan, &tensors, all.then_some(prefix.as_slice()))
-            .map_err(|e| match e {
-                ReadBack::Io(source) => io_error(&temp_path, "read back")(source),
-                ReadBack::Mismatch(detail) => RewriteError::Verify { path: src.to_owned(), detail },
-            })?;
+        out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
+        // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
+        // its own, in the new order, while this thread reads the source front to back for each tensor's
+        // digest, and another reads it in the new order for the new payload's: the result is never read back.
+        let moves = plan_moves(shard, plan);
+        let copy_from = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
+        let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
+        let new_prefix = all.then_some(prefix.as_slice());
+        let (source, (new_file, new_payload)) = std::thread::scope(|scope| {
+            let copier = scope.spawn(|| copy_moves(copy_from, copy_to, &moves));
+            let planned = scope.spawn(|| hash_planned(src, &moves, new_prefix));
+            let want = Want { file: all, tensors: true, payload: all, new_file: None };
+            let hashed = stream_source(src, shard, want, None, progress);
+            let copied = copier.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let planned = planned.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let (source, _) = hashed?;
+            copied.map_err(io_error(&temp_path, "write"))?;
+            Ok::<_, RewriteError>((source, planned?))
+        })?;
         ShardHashes {
             src_file_sha256: source.file,
             src_payload_sha256: source.payload,
-            new_file_sha256,
-            new_payload_sha256,
-            tensor_sha256: Some(tensors),
+            new_file_sha256: new_file,
+            new_payload_sha256: new_payload,
+            tensor_sha256: source.tensors,
         }
     };
     out.sync_all().map_err(io_error(&temp_path, "sync"))?;
@@ -297,8 +292,7 @@ const FLUSH_BYTES: u64 = 64 << 20;
 /// thread of its own flush what has landed each 64 MiB. The flushes keep the disk busy while the copy and the
 /// hashing go on, so the final fsync finds little left to write, and the copy never waits for the disk.
 /// Copying a 2 GiB shard here, flushing in line between pieces finished after 2.4–2.7 s, after the hashing;
-/// flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`. (Writing a re-laid result past the page
-/// cache, as `header_pad` results are, was tried: the read-back then comes from the disk, and took longer.)
+/// flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`.
 fn copy_moves(mut from: File, mut to: File, moves: &[(u64, u64, u64)]) -> io::Result<()> {
     let flush_to = to.try_clone()?;
     std::thread::scope(|scope| {
@@ -340,46 +334,56 @@ fn copy_ranges(from: &mut File, to: &mut File, moves: &[(u64, u64, u64)], flush:
     to.flush()
 }
 
-enum ReadBack {
-    Io(io::Error),
-    Mismatch(String),
-}
-
-/// Re-reads a relaid result front to back: each tensor checked against the source's digest, the new
-/// payload's digest, and the new file's when its `prefix` is given.
-fn read_back(
-    out: &mut File,
-    plan: &LayoutPlan,
-    src_tensor_sha256: &[String],
+/// Hashes the source's tensors in the order `moves` puts them (the new payload, and the new file after
+/// `prefix` when given), reading the source in that order: what the copier writes, without reading it back.
+fn hash_planned(
+    src: &Path,
+    moves: &[(u64, u64, u64)],
     prefix: Option<&[u8]>,
-) -> Result<(Option<String>, String), ReadBack> {
-    let mut dst_order: Vec<usize> = (0..plan.placements.len()).collect();
-    dst_order.sort_by_key(|&i| plan.placements[i].dst_begin);
-    let spans = SpanHasher::new(dst_order.iter().map(|&i| plan.placements[i].len).collect());
-    let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
-    out.seek(SeekFrom::Start(plan.data_start())).map_err(ReadBack::Io)?;
+) -> Result<(Option<String>, String), RewriteError> {
+    let file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
+    let data_len: u64 = moves.iter().map(|m| m.2).sum();
     let mut digests = DigestList::default();
     let file_at = prefix.map(|p| digests.add(Digest::whole_with_prefix(p)));
-    let spans_at = digests.add(Digest::Spans(spans));
     let payload_at = digests.add(Digest::whole_with_prefix(b""));
-    let (done, read) = pump(out, data_len, digests.0, None, &mut |_| {}).map_err(|e| match e {
-        PumpError::Read(e) | PumpError::Write(e) => ReadBack::Io(e),
+    let mut reader = PlannedOrder { file, moves, next: 0, left: 0 };
+    let (done, read) = pump(&mut reader, data_len, digests.0, None, &mut |_| {}).map_err(|e| match e {
+        PumpError::Read(e) | PumpError::Write(e) => io_error(src, "read")(e),
     })?;
-    let short = || ReadBack::Mismatch("result is shorter than planned".into());
     if read != data_len {
-        return Err(short());
+        let detail = format!("source data ended after {read} of {data_len} bytes");
+        return Err(RewriteError::Verify { path: src.to_owned(), detail });
     }
     let mut done: Vec<Option<Digest>> = done.into_iter().map(Some).collect();
-    let mut take = |at: usize| done.get_mut(at).and_then(Option::take);
-    let tensors = take(spans_at).and_then(Digest::into_spans).ok_or_else(short)?;
-    for (digest, &i) in tensors.iter().zip(&dst_order) {
-        if src_tensor_sha256.get(i) != Some(digest) {
-            return Err(ReadBack::Mismatch(format!("tensor #{i} differs from the source after the move")));
+    let mut take = |at: usize| done.get_mut(at).and_then(Option::take).and_then(Digest::into_whole_hex);
+    let payload = take(payload_at).unwrap_or_default();
+    Ok((file_at.and_then(take), payload))
+}
+
+/// Reads a file's ranges `(source offset, _, length)` one after another, as one stream.
+struct PlannedOrder<'a> {
+    file: File,
+    moves: &'a [(u64, u64, u64)],
+    next: usize,
+    left: u64,
+}
+
+impl Read for PlannedOrder<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.left == 0 {
+            let Some(&(from, _, len)) = self.moves.get(self.next) else { return Ok(0) };
+            self.file.seek(SeekFrom::Start(from))?;
+            self.next += 1;
+            self.left = len;
         }
+        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.file.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "source ended inside a tensor"));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
-    let payload = take(payload_at).and_then(Digest::into_whole_hex).ok_or_else(short)?;
-    let file = file_at.and_then(&mut take).and_then(Digest::into_whole_hex);
-    Ok((file, payload))
 }
 
 /// The written file must parse strictly, hold the same tensors, and be aligned as planned.

@@ -18,6 +18,9 @@ pub struct CounterSnapshot {
     pub range_requests: u64,
     /// Response body bytes sent.
     pub bytes_served: u64,
+    /// Request body bytes received, every endpoint (API calls, commits, LFS and Xet uploads): everything a
+    /// client sent the Hub beyond request lines and headers.
+    pub bytes_received: u64,
     /// Bytes received by LFS uploads (basic and multipart).
     pub lfs_bytes_received: u64,
     /// Bytes received by the Xet CAS (xorbs and shards).

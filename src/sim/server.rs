@@ -162,6 +162,8 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (status, axum::Json(serde_json::json!({"error": "simulated server error"}))).into_response();
     }
+    let (parts, body) = request.into_parts();
+    let request = Request::from_parts(parts, Body::new(Received { inner: body, sim: sim.clone() }));
     let mut response = next.run(request).await;
     if let Some(a) = &admission {
         insert_limits(response.headers_mut(), a);
@@ -188,6 +190,39 @@ fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admissi
     }
     if let Ok(v) = HeaderValue::from_str(&a.policy) {
         headers.insert("ratelimit-policy", v);
+    }
+}
+
+/// A request body that counts the bytes it brings.
+struct Received {
+    inner: Body,
+    sim: Shared,
+}
+
+impl http_body::Body for Received {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            let n = data.len() as u64;
+            self.sim.counters.update(|c| c.bytes_received += n);
+        }
+        polled
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
     }
 }
 

@@ -53,7 +53,8 @@ fn republish(extra: &[&str]) -> Republished {
     let out = worker_cmd(&world, &db, &args);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let c = sim.counters.snapshot();
-    let uploaded = c.xet_bytes_received + c.lfs_bytes_received;
+    // Every byte sent to the Hub: API bodies and the commit (whose inline files travel as base64) included.
+    let uploaded = c.bytes_received;
     let share = uploaded as f64 / size as f64;
     eprintln!(
         "repack {extra:?} of a header-padded {size}-byte bundle uploaded {uploaded} bytes ({:.2}%)",
