@@ -67,11 +67,16 @@ def main():
         db = work / "store.db"
         subprocess.run([BIN, "audit", "--endpoint", url, "--token", TOKEN, "--db", db], check=True, stdout=subprocess.DEVNULL)
         urllib.request.urlopen(urllib.request.Request(f"{url}/_sim/counters/reset", method="POST")).read()
+        import resource
+        inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
         t0 = time.time()
         run = subprocess.run([BIN, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
                               "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY],
                              capture_output=True, text=True, env=dict(os.environ, RUST_LOG="hubalign=info"))
         t_end = time.time()
+        # What the repack and the processes it started read from storage (512-byte blocks; page-cache hits
+        # are not reads of the disk and do not count).
+        read_from_disk = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - inblock) * 512
         if run.returncode != 0:
             sys.exit(f"repack failed:\n{run.stdout}\n{run.stderr[-4000:]}")
         counters = json.load(urllib.request.urlopen(f"{url}/_sim/counters"))
@@ -88,6 +93,16 @@ def main():
                 while r.read(1 << 22):
                     pass
         raw_down = time.perf_counter() - t
+        # The same transfer written to disk and synced: what any download of the bundle costs at least.
+        t = time.perf_counter()
+        for p in shards:
+            with urllib.request.urlopen(f"{url}/bench-org/big-q4/resolve/main/{p.name}") as r, \
+                    open(work / f"raw-{p.name}", "wb") as out:
+                while block := r.read(1 << 22):
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+        raw_disk = time.perf_counter() - t
         oids = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in shards}
         storage = re.search(r"http://[0-9.:]+", urllib.request.urlopen(
             urllib.request.Request(f"{url}/bench-org/big-q4/resolve/main/{shards[0].name}", method="HEAD")).url).group(0)
@@ -118,6 +133,7 @@ def main():
     print("|---|---|---|---|---|")
     rows = [
         ("download", durations.get("downloading"), counters["bytes_served"], "raw GET of the shards", raw_down),
+        ("download", durations.get("downloading"), counters["bytes_served"], "raw GET to disk, synced", raw_disk),
         ("re-lay", durations.get("relaying"), size, "cp + sync of the bundle", cp_s),
         ("verify (structural, mmap, MLX CPU)", durations.get("verifying"), size, "cp + sync of the bundle", cp_s),
         ("publish (upload, commit, settings)", durations.get("publishing"), up, "raw PUT of the shards", raw_up),
@@ -125,7 +141,9 @@ def main():
     for name, seconds, moved, base_name, base in rows:
         print(f"| {name} | {seconds:.1f} s | {moved / 1e9:.2f} GB | {base_name}: {base:.1f} s | {seconds / base:.2f}x |")
     total = sum(d for d in durations.values())
-    print(f"| whole repack | {total:.1f} s | | | |")
+    print(f"| whole repack | {total:.1f} s | | raw GET to disk, synced: {raw_disk:.1f} s | {total / raw_disk:.2f}x |")
+    print(f"\nread from storage by the repack and its children (getrusage ru_inblock): {read_from_disk / 1e9:.2f} GB, "
+          f"{read_from_disk / size:.2f} per byte of bundle")
     print(f"\nbytes uploaded for the header-padded republish (the simulator's count of request bodies): {up:,} bytes, "
           f"{100 * up / size:.4f}% of the bundle; of which Xet {counters['xet_bytes_received']:,}, LFS "
           f"{counters['lfs_bytes_received']:,}; the job's own meter: {metered:,} bytes ({metered / up:.3f}x)")

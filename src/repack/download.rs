@@ -10,6 +10,7 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use futures_util::StreamExt as _;
 use reqwest::StatusCode;
 use sha1::Digest as _;
 use thiserror::Error;
@@ -60,6 +61,9 @@ impl DownloadError {
     }
 }
 
+/// Transfers a job runs at once at most, whatever the cores.
+const MAX_TRANSFERS: usize = 4;
+
 /// Where a job's files go: the bundle under `source`, partial transfers under `partial`.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -87,10 +91,8 @@ pub async fn download(
     for dir in [&layout.source, &layout.partial] {
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     }
-    let mut bytes = 0u64;
     let mut reused = 0;
-    // A file that fails does not stop the others: the next attempt then fetches only what failed.
-    let mut failures = Vec::new();
+    let mut wanted = Vec::new();
     for f in &tree {
         let dest = destination(&layout.source, &f.path).map_err(|e| fail(format!("{}: {e}", f.path)))?;
         if matches_on_disk(&dest, f).await {
@@ -98,7 +100,20 @@ pub async fn download(
             continue;
         }
         let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
-        match fetch_file(hub, repo, sha, f, &partial, &dest).await {
+        wanted.push((f, partial, dest));
+    }
+    // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
+    // transfer at a time leaves the other cores (and connections) idle.
+    wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
+    let at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(MAX_TRANSFERS);
+    let transfers: Vec<_> =
+        wanted.iter().map(|(f, partial, dest)| fetch_file(hub, repo, sha, f, partial, dest)).collect();
+    let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
+    let mut bytes = 0u64;
+    // A file that fails does not stop the others: the next attempt then fetches only what failed.
+    let mut failures = Vec::new();
+    for result in results {
+        match result {
             Ok(n) => bytes += n,
             Err((reason, n)) => {
                 bytes += n;
