@@ -64,8 +64,13 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
         DigestsArg::Minimal => Digests::Minimal,
         DigestsArg::All => Digests::All,
     };
-    let opts =
-        FixOptions { destination, alignment: args.alignment.unwrap_or_default(), dry_run: args.dry_run, digests };
+    let opts = FixOptions {
+        destination,
+        alignment: args.alignment.unwrap_or_default(),
+        dry_run: args.dry_run,
+        digests,
+        prepared: None,
+    };
     let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
     let report = fix(&bundles, &opts, &mut |event| match event {
         FixEvent::Total(n) => bar.set_length(n),

@@ -41,6 +41,10 @@ pub struct FixOptions {
     pub dry_run: bool,
     /// Which digests go into the manifest.
     pub digests: Digests,
+    /// A directory of shards the repack worker's download already repaired as they streamed, each with its
+    /// record (see `repack::stream`): such a shard is linked into the output with its record, not rewritten
+    /// from its source, which is only a stub.
+    pub prepared: Option<PathBuf>,
 }
 
 /// Why a fix refused to start or had to stop.
@@ -323,6 +327,22 @@ fn fix_shard(
             return (fix, Some(kept.clone()));
         }
     }
+    if let Some(dir) = &opts.prepared
+        && plan.method == Method::HeaderPad
+    {
+        match prepared_shard(dir, &planned.path, &shard, &plan, &dst) {
+            Ok(Some(entry)) => {
+                fix.output = Some(dst.display().to_string());
+                fix.bytes_written = plan.data_start() + shard.header.data_len();
+                return (fix, Some(entry));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                fix.error = Some(e);
+                return (fix, None);
+            }
+        }
+    }
     let started = std::time::Instant::now();
     let outcome = if in_place && plan.method == Method::Unchanged {
         hash_unchanged(&planned.path, &shard, opts.digests, &mut bytes).map(|h| (h, 0))
@@ -344,7 +364,55 @@ fn fix_shard(
     }
 }
 
-fn manifest_entry(
+/// The shard `name` as the download repaired it, linked (or copied) to `dst`, with its record; `None` when
+/// it was downloaded whole. A source that is a stub (it has holes) without a matching record is an error:
+/// rewriting it would write its holes.
+fn prepared_shard(
+    dir: &Path,
+    source: &Path,
+    shard: &ShardHeader,
+    plan: &LayoutPlan,
+    dst: &Path,
+) -> Result<Option<ManifestShard>, String> {
+    use crate::repack::stream::StreamedRecord;
+    let name = &file_name(source);
+    let bytes = crate::safe_fs::read_capped(&StreamedRecord::path(dir, name), 64 << 20).ok();
+    let record = bytes.and_then(|b| serde_json::from_slice::<StreamedRecord>(&b).ok());
+    let consistent = record.filter(|r| {
+        r.entry.src_header_len == shard.header.header_len
+            && r.entry.header_len == plan.header_len()
+            && r.entry.payload_bytes == shard.header.data_len()
+    });
+    let Some(record) = consistent else {
+        return if is_stub(source) {
+            Err(format!("{name}: a stub of a shard repaired as it downloaded, without its record"))
+        } else {
+            Ok(None)
+        };
+    };
+    let from = dir.join(name);
+    crate::safe_fs::clear_for_write(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+    std::fs::hard_link(&from, dst)
+        .or_else(|_| std::fs::copy(&from, dst).map(|_| ()))
+        .map_err(|e| format!("{}: {e}", dst.display()))?;
+    Ok(Some(record.entry))
+}
+
+/// Whether a file has holes: a stub the download left of a streamed shard.
+fn is_stub(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).is_ok_and(|m| m.blocks().saturating_mul(512).saturating_add(1 << 20) < m.len())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+pub(crate) fn manifest_entry(
     file: String,
     shard: &ShardHeader,
     plan: &LayoutPlan,

@@ -23,6 +23,8 @@ use crate::hub::tree::TreeFile;
 use crate::hub::{HubClient, describe};
 use crate::safe_fs;
 
+use super::stream::{RepairTarget, StreamRepair, Streamed, StreamedRecord};
+
 /// What a download fetched.
 #[derive(Debug, Clone)]
 pub struct Downloaded {
@@ -71,6 +73,9 @@ pub struct Layout {
     pub source: PathBuf,
     /// Partial transfers, named by a hash of their path, outside the bundle.
     pub partial: PathBuf,
+    /// Where shards that header padding fixes are repaired as they stream (the bundle then keeps only a
+    /// stub of each: see [`stream`](super::stream)); `None` downloads every file whole.
+    pub repair: Option<RepairTarget>,
 }
 
 /// Downloads `repo` at `sha` and checks each file against the tree's hash. Resumes an interrupted attempt: a
@@ -88,26 +93,30 @@ pub async fn download(
     let fail = |reason: String| DownloadError::Failed { reason, bytes: 0 };
     let tree = hub.tree(repo, sha).await.map_err(|e| fail(e.to_string()))?;
     check_tree(&tree, max_bytes).map_err(|e| DownloadError::Refused(format!("{repo}@{sha}: {e}")))?;
-    for dir in [&layout.source, &layout.partial] {
+    for dir in
+        [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
+    {
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     }
     let mut reused = 0;
     let mut wanted = Vec::new();
     for f in &tree {
         let dest = destination(&layout.source, &f.path).map_err(|e| fail(format!("{}: {e}", f.path)))?;
-        if matches_on_disk(&dest, f).await {
+        let repair = layout.repair.as_ref().filter(|_| streamable(f));
+        if repaired_on_disk(repair, &dest, f) || matches_on_disk(&dest, f).await {
             reused += 1;
             continue;
         }
         let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
-        wanted.push((f, partial, dest));
+        wanted.push((f, partial, dest, repair));
     }
     // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
     // transfer at a time leaves the other cores (and connections) idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
+    let streamed = wanted.iter().filter(|w| w.3.is_some()).count();
     let at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(MAX_TRANSFERS);
     let transfers: Vec<_> =
-        wanted.iter().map(|(f, partial, dest)| fetch_file(hub, repo, sha, f, partial, dest)).collect();
+        wanted.iter().map(|(f, partial, dest, repair)| fetch_file(hub, repo, sha, f, partial, dest, *repair)).collect();
     let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
     let mut bytes = 0u64;
     // A file that fails does not stop the others: the next attempt then fetches only what failed.
@@ -126,6 +135,9 @@ pub async fn download(
     }
     if reused > 0 {
         tracing::info!(repo.id = %repo, files = reused, "resumed a download: kept verified files");
+    }
+    if streamed > 0 {
+        tracing::debug!(repo.id = %repo, files = streamed, "shards repaired as they streamed where header padding fixes them");
     }
     Ok(Downloaded { tree, bytes, reused })
 }
@@ -156,6 +168,20 @@ fn check_tree(tree: &[TreeFile], max_bytes: u64) -> Result<(), String> {
         return Err(format!("the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"));
     }
     Ok(())
+}
+
+/// A shard at the bundle's top level, stored in LFS (so the Hub gives its SHA-256): one the download may
+/// repair as it streams.
+fn streamable(f: &TreeFile) -> bool {
+    f.lfs.is_some() && !f.path.contains('/') && f.path.ends_with(".safetensors")
+}
+
+/// Whether an earlier attempt repaired this shard as it streamed, from this very source: its record and
+/// repaired file are in place, and so is its stub.
+fn repaired_on_disk(repair: Option<&RepairTarget>, dest: &Path, f: &TreeFile) -> bool {
+    let (Some(target), Some(lfs)) = (repair, &f.lfs) else { return false };
+    let stub = std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == f.size);
+    stub && StreamedRecord::load(&target.dir, &f.path, &lfs.oid).is_some()
 }
 
 /// The file's place under `root`, its directories created without following symlinks.
@@ -229,16 +255,17 @@ async fn fetch_file(
     f: &TreeFile,
     partial: &Path,
     dest: &Path,
+    repair: Option<&RepairTarget>,
 ) -> Result<u64, (String, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
     let retry = RetryPolicy::default();
     let mut fetched = 0u64;
     let mut last = String::new();
     for attempt in 1..=retry.max_attempts {
-        match transfer(hub, &url, f, partial).await {
-            Ok(Transfer::Complete(n, digest)) => {
+        match transfer(hub, &url, f, partial, repair).await {
+            Ok(Transfer::Complete(n, written)) => {
                 fetched += n;
-                return finish(f, digest, partial, dest).map(|()| fetched).map_err(|e| (e, fetched));
+                return finish(f, written, partial, dest, repair).map(|()| fetched).map_err(|e| (e, fetched));
             }
             Ok(Transfer::Cut(n, why)) => {
                 fetched += n;
@@ -252,20 +279,42 @@ async fn fetch_file(
     Err((format!("{}: {last}", f.path), fetched))
 }
 
+/// What a writer made of a whole file.
+enum Finished {
+    /// The file as it came, in the partial file, with its digest.
+    Whole(FileDigest),
+    /// A streamed shard: the source's SHA-256, and how it was written.
+    Streamed(String, Streamed),
+}
+
 enum Transfer {
-    /// All `size` bytes are in the partial file, hashed; this many were fetched now.
-    Complete(u64, FileDigest),
+    /// All `size` bytes arrived and were hashed; this many were fetched now.
+    Complete(u64, Finished),
     /// The body stopped early (the partial file keeps what came); fetched, and why.
     Cut(u64, String),
 }
 
-/// One request for the rest of the file, appended to `partial` and hashed by a blocking writer thread.
-async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> Result<Transfer, String> {
+/// One request for the rest of the file, appended to `partial` and hashed by a writer thread. A shard to
+/// `repair` as it streams starts from its first byte every time: its hashes cannot be picked up midway.
+async fn transfer(
+    hub: &HubClient,
+    url: &str,
+    f: &TreeFile,
+    partial: &Path,
+    repair: Option<&RepairTarget>,
+) -> Result<Transfer, String> {
+    if repair.is_some() {
+        let _ = std::fs::remove_file(partial);
+    }
     let have = std::fs::symlink_metadata(partial).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
     let have = if have > f.size { 0 } else { have };
     let spawn_writer = |start: u64, rx| {
-        let (partial, digest) = (partial.to_owned(), FileDigest::new(f));
-        crate::blocking::run("the download's writer", move || write_partial(&partial, start, digest, rx))
+        let (partial, digest, repair) = (partial.to_owned(), FileDigest::new(f), repair.cloned());
+        let (name, size) = (f.path.clone(), f.size);
+        crate::blocking::run("the download's writer", move || match repair {
+            Some(target) => write_streamed(&partial, &name, size, target, rx),
+            None => write_partial(&partial, start, digest, rx).map(|(n, d)| (n, Finished::Whole(d))),
+        })
     };
     if have == f.size {
         // An earlier transfer completed but was not checked: hash what is there.
@@ -320,12 +369,12 @@ async fn transfer(hub: &HubClient, url: &str, f: &TreeFile, partial: &Path) -> R
     }
 }
 
-type Written = std::io::Result<(u64, FileDigest)>;
+type Written = std::io::Result<(u64, Finished)>;
 
 fn join_writer(
     joined: Result<Written, crate::blocking::BlockingError>,
     f: &TreeFile,
-) -> Result<(u64, FileDigest), String> {
+) -> Result<(u64, Finished), String> {
     joined.map_err(|e| format!("{}: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
 }
 
@@ -341,7 +390,7 @@ fn write_partial(
     start: u64,
     mut digest: FileDigest,
     mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
-) -> Written {
+) -> std::io::Result<(u64, FileDigest)> {
     let mut file = if start == 0 { safe_fs::create_nofollow(partial)? } else { safe_fs::open_rw_nofollow(partial)? };
     hash_prefix(&mut file, start, &mut digest)?;
     file.set_len(start)?;
@@ -355,6 +404,25 @@ fn write_partial(
     }
     out.flush()?;
     Ok((written, digest))
+}
+
+/// Streams a shard from its first byte through [`StreamRepair`], which writes the repaired file or the
+/// whole source, and the stub or whole source into `partial`.
+fn write_streamed(
+    partial: &Path,
+    name: &str,
+    size: u64,
+    target: RepairTarget,
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> Written {
+    let mut repair = StreamRepair::new(name, size, target, safe_fs::create_nofollow(partial)?);
+    let mut written = 0u64;
+    while let Some(chunk) = rx.blocking_recv() {
+        repair.push(&chunk)?;
+        written += chunk.len() as u64;
+    }
+    let (sha256, streamed) = repair.finish()?;
+    Ok((written, Finished::Streamed(sha256, streamed)))
 }
 
 /// Feeds the first `len` bytes of `file` to `digest`; a file shorter than that (one that shrank since its
@@ -375,10 +443,33 @@ fn hash_prefix(file: &mut std::fs::File, len: u64, digest: &mut FileDigest) -> s
 
 /// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes
 /// it so the next attempt fetches it whole.
-fn finish(f: &TreeFile, digest: FileDigest, partial: &Path, dest: &Path) -> Result<(), String> {
-    if !digest.matches() {
+fn finish(
+    f: &TreeFile,
+    written: Finished,
+    partial: &Path,
+    dest: &Path,
+    repair: Option<&RepairTarget>,
+) -> Result<(), String> {
+    let (matches, repaired) = match written {
+        Finished::Whole(digest) => (digest.matches(), None),
+        Finished::Streamed(sha256, streamed) => {
+            let oid = f.lfs.as_ref().map(|l| l.oid.to_ascii_lowercase()).unwrap_or_default();
+            (
+                sha256 == oid,
+                match streamed {
+                    Streamed::Repaired(r) => Some((r, oid)),
+                    Streamed::Whole => None,
+                },
+            )
+        }
+    };
+    if !matches {
+        // A repaired file staged from it goes with it (its temporary file is removed when dropped).
         let _ = std::fs::remove_file(partial);
         return Err(format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path));
+    }
+    if let (Some((r, oid)), Some(target)) = (repaired, repair) {
+        r.keep(&target.dir, &oid).map_err(|e| format!("{}: keeping the repaired shard: {e}", f.path))?;
     }
     safe_fs::clear_for_write(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
     std::fs::rename(partial, dest).map_err(|e| format!("{}: {e}", dest.display()))

@@ -11,6 +11,7 @@ pub mod prime;
 pub mod publish;
 pub mod pull_request;
 pub mod runner;
+pub mod stream;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -197,7 +198,11 @@ impl Repacker<'_> {
         let _ = std::fs::remove_dir_all(&output);
 
         self.step(job, JobState::Downloading).await?;
-        let layout = download::Layout { source: source.clone(), partial: dir.join("partial") };
+        // Shards that header padding fixes are repaired as they stream: written once, and never read again
+        // by this worker (the bundle keeps a stub of each).
+        let streamed = dir.join("streamed");
+        let repair = Some(stream::RepairTarget { dir: streamed.clone(), alignment: self.opts.alignment });
+        let layout = download::Layout { source: source.clone(), partial: dir.join("partial"), repair };
         let fetched =
             download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
         let bytes = fetched.as_ref().map_or_else(download::DownloadError::bytes, |done| done.bytes);
@@ -215,9 +220,8 @@ impl Repacker<'_> {
         self.step(job, JobState::Relaying).await?;
         let (src, out, alignment) = (source.clone(), output.clone(), self.opts.alignment);
         let (repo, sha) = (job.repo_id.clone(), job.source_sha.clone());
-        if let Relaid::Skipped(reason) =
-            off_executor("the re-layout", move || relay(&src, &out, alignment, &repo, &sha)).await?
-        {
+        let relaid = off_executor("the re-layout", move || relay(&src, &out, &streamed, alignment, &repo, &sha));
+        if let Relaid::Skipped(reason) = relaid.await? {
             return Ok(JobOutcome::Skipped { reason });
         }
 
@@ -325,8 +329,16 @@ impl Repacker<'_> {
     }
 }
 
-/// Re-lays the downloaded bundle into `output` and stamps the manifest with the source repo and commit.
-fn relay(source: &Path, output: &Path, alignment: Alignment, repo: &str, sha: &str) -> Result<Relaid, StepError> {
+/// Re-lays the downloaded bundle into `output` (linking the shards repaired as they streamed, from
+/// `streamed`) and stamps the manifest with the source repo and commit.
+fn relay(
+    source: &Path,
+    output: &Path,
+    streamed: &Path,
+    alignment: Alignment,
+    repo: &str,
+    sha: &str,
+) -> Result<Relaid, StepError> {
     let bundles = discover(&[source.to_owned()]).map_err(|e| permanent(e.to_string()))?;
     if bundles.len() != 1 {
         return Ok(Relaid::Skipped(format!("{} bundle directories in one repo; not repacked", bundles.len())));
@@ -338,6 +350,7 @@ fn relay(source: &Path, output: &Path, alignment: Alignment, repo: &str, sha: &s
         alignment,
         dry_run: false,
         digests: crate::safetensors::rewrite::Digests::Minimal,
+        prepared: Some(streamed.to_owned()),
     };
     let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| transient(e.to_string()))?;
     let t = &report.totals;

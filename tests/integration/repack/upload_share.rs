@@ -90,3 +90,54 @@ fn a_header_padded_pull_request_uploads_little_too() {
     let r = republish(&["--pr"]);
     assert_eq!(super::pipeline::jobs(&r.world, &r.db)[0].1, "published", "the pull request is opened");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_header_padded_shard_is_repaired_as_it_streams_and_its_source_kept_as_a_stub() {
+    use std::os::unix::fs::MetadataExt;
+    let (root, size) = header_padded_bundle();
+    let original = root.path().join("models/big-org/big-q4");
+    let world = start_on(root, |_| {});
+    let (dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let work = dir.path().join("work");
+    // With the Metal check (which Linux cannot run) the job waits for a runner with its files staged.
+    let out = crate::support::hubalign()
+        .args([
+            "repack",
+            "big-org/big-q4",
+            "--endpoint",
+            world.endpoint().as_str(),
+            "--token",
+            crate::sim::world::ALICE,
+        ])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "metal"])
+        .arg("--work-dir")
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(super::pipeline::jobs(&world, &db)[0].1, "awaiting_metal_verify");
+    let job = work.join("job-1");
+
+    // Of the source, a stub: as long as the shard, with the header and the first 256 KiB on disk.
+    let stub = std::fs::metadata(job.join("source/model.safetensors")).unwrap();
+    assert_eq!(stub.len(), size);
+    assert!(stub.blocks() * 512 < size / 8, "{} bytes allocated of {size}", stub.blocks() * 512);
+    // The repaired shard was written by the download and linked into the staged bundle, not rewritten.
+    let streamed = std::fs::metadata(job.join("streamed/model.safetensors")).unwrap();
+    let staged = std::fs::metadata(job.join("aligned/model.safetensors")).unwrap();
+    assert_eq!((streamed.dev(), streamed.ino()), (staged.dev(), staged.ino()));
+    // Byte for byte what the file-based `fix` writes, with the same record.
+    let reference = dir.path().join("reference");
+    let fixed = crate::support::run(&["fix", original.to_str().unwrap(), "--out", reference.to_str().unwrap()]);
+    assert_eq!(fixed.status.code(), Some(0));
+    let shard = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(shard(&job.join("aligned")) == shard(&reference), "the streamed repair differs from fix's");
+    let manifest = |d: &std::path::Path| hubalign::manifest::Manifest::read(d).unwrap().unwrap().shards;
+    let (streamed_entry, fixed_entry) = (&manifest(&job.join("aligned"))[0], &manifest(&reference)[0]);
+    assert_eq!(
+        (&streamed_entry.payload_sha256, streamed_entry.header_len, &streamed_entry.digests),
+        (&fixed_entry.payload_sha256, fixed_entry.header_len, &fixed_entry.digests)
+    );
+}

@@ -1,0 +1,283 @@
+//! Repairing a header-padded shard while it downloads, so its bytes are written once and read by no later
+//! pass of the worker.
+//!
+//! The writer thread of a download feeds [`StreamRepair`] every byte as it arrives. Once the length prefix
+//! and the header are in, it parses them strictly and plans the layout; a shard that header padding fixes
+//! has its repaired file written from then on (the new prefix, then the payload as it streams, past the page
+//! cache) while the source's SHA-256 (checked against the Hub's LFS oid) and the payload's (the manifest's,
+//! which proves every tensor) are taken from the same bytes, two digests in step on one core. Of the source
+//! only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as
+//! long as the file. That is all any later step reads of it: the re-layout its header, the card's audit its
+//! header, the upload's deduplication its first chunk. Any other shard (one that needs a reorder, one no
+//! loader copies from, one whose header does not parse) is written whole, as before.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hashing::{Sha256Stream, update_both};
+use crate::manifest::ManifestShard;
+use crate::safetensors::direct::DirectWriter;
+use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
+use crate::safetensors::plan::{LayoutPlan, plan};
+use crate::safetensors::read::ShardHeader;
+use crate::safetensors::rewrite::{Digests, ShardHashes, TEMP_SUFFIX};
+use crate::safetensors::{Alignment, Method, classify};
+
+/// Real bytes a stub keeps after the header: the upload's deduplication reads a file's first 256 KiB for its
+/// first content-defined chunk (at most 128 KiB).
+pub const STUB_HEAD: u64 = 256 << 10;
+
+/// What the download keeps beside a repaired shard, for the re-layout and for a resumed attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamedRecord {
+    /// The Hub's LFS oid of the source, which the streamed bytes matched.
+    pub lfs_oid: String,
+    /// The manifest's record of the shard.
+    pub entry: ManifestShard,
+}
+
+impl StreamedRecord {
+    /// Where the record of the repaired shard `file` in `dir` is kept.
+    pub fn path(dir: &Path, file: &str) -> PathBuf {
+        dir.join(format!("{file}.record.json"))
+    }
+
+    /// The record of `file` in `dir`, if there is one for this source and its repaired file is in place.
+    pub fn load(dir: &Path, file: &str, lfs_oid: &str) -> Option<StreamedRecord> {
+        let bytes = crate::safe_fs::read_capped(&StreamedRecord::path(dir, file), 64 << 20).ok()?;
+        let record: StreamedRecord = serde_json::from_slice(&bytes).ok()?;
+        let repaired = std::fs::symlink_metadata(dir.join(file)).ok()?;
+        let size = record.entry.header_len + LEN_PREFIX + record.entry.payload_bytes;
+        (record.lfs_oid.eq_ignore_ascii_case(lfs_oid) && repaired.is_file() && repaired.len() == size).then_some(record)
+    }
+}
+
+/// Where and how a shard is repaired as it streams.
+#[derive(Debug, Clone)]
+pub struct RepairTarget {
+    /// The directory repaired shards and their records go to.
+    pub dir: PathBuf,
+    /// The data-section alignment.
+    pub alignment: Alignment,
+}
+
+/// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
+pub struct Repaired {
+    temp: tempfile::NamedTempFile,
+    entry: ManifestShard,
+}
+
+/// How a streamed file ended.
+pub enum Streamed {
+    /// Header-padded while it streamed; the partial file holds the stub.
+    Repaired(Box<Repaired>),
+    /// Written whole into the partial file.
+    Whole,
+}
+
+enum State {
+    Header(Vec<u8>),
+    Repairing(Box<Repairing>),
+    Whole,
+}
+
+struct Repairing {
+    shard: ShardHeader,
+    plan: LayoutPlan,
+    temp: tempfile::NamedTempFile,
+    writer: DirectWriter,
+    payload: Sha256Stream,
+    payload_seen: u64,
+    unaligned_before: u64,
+}
+
+/// The writer side of one streamed shard: every byte of the source goes through [`StreamRepair::push`].
+pub struct StreamRepair {
+    name: String,
+    size: u64,
+    target: RepairTarget,
+    partial: io::BufWriter<File>,
+    source: Sha256Stream,
+    kept: u64,
+    state: State,
+    started: Instant,
+}
+
+impl StreamRepair {
+    /// Starts on `partial` (empty, open for writing) for the source `name` of `size` bytes.
+    pub fn new(name: &str, size: u64, target: RepairTarget, partial: File) -> StreamRepair {
+        StreamRepair {
+            name: name.to_owned(),
+            size,
+            target,
+            partial: io::BufWriter::with_capacity(1 << 20, partial),
+            source: Sha256Stream::default(),
+            kept: 0,
+            state: State::Header(Vec::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Takes the next bytes of the source.
+    pub fn push(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.state {
+            State::Header(head) => {
+                self.source.update(data);
+                head.extend_from_slice(data);
+                let head = std::mem::take(head);
+                self.after_head(head)
+            }
+            State::Whole => {
+                self.source.update(data);
+                self.partial.write_all(data)
+            }
+            State::Repairing(r) => {
+                update_both(&mut self.source, data, &mut r.payload, data);
+                r.payload_seen += data.len() as u64;
+                r.writer.write(data)?;
+                let keep = stub_part(self.kept, r.shard.header.data_start(), data);
+                self.partial.write_all(keep)?;
+                self.kept += keep.len() as u64;
+                Ok(())
+            }
+        }
+    }
+
+    /// With the bytes so far (all hashed already): wait for more, or decide how the shard is written.
+    fn after_head(&mut self, head: Vec<u8>) -> io::Result<()> {
+        let Some(prefix) = head.get(..LEN_PREFIX as usize) else {
+            self.state = State::Header(head);
+            return Ok(());
+        };
+        let n = u64::from_le_bytes(prefix.try_into().unwrap_or_default());
+        let end = LEN_PREFIX.saturating_add(n);
+        if n > MAX_HEADER_LEN || end > self.size {
+            return self.whole(&head);
+        }
+        if (head.len() as u64) < end {
+            self.state = State::Header(head);
+            return Ok(());
+        }
+        match self.plan_repair(&head[..end as usize]) {
+            Some(mut r) => {
+                let rest = &head[end as usize..];
+                r.payload.update(rest);
+                r.payload_seen = rest.len() as u64;
+                r.writer.write(rest)?;
+                let keep = &head[..(end + STUB_HEAD).min(head.len() as u64) as usize];
+                self.partial.write_all(keep)?;
+                self.kept = keep.len() as u64;
+                self.state = State::Repairing(Box::new(r));
+                Ok(())
+            }
+            None => self.whole(&head),
+        }
+    }
+
+    fn whole(&mut self, head: &[u8]) -> io::Result<()> {
+        self.state = State::Whole;
+        self.partial.write_all(head)
+    }
+
+    /// The repair of a shard whose header is `prefix`, when header padding is what it needs.
+    fn plan_repair(&self, prefix: &[u8]) -> Option<Repairing> {
+        let parsed = header::parse(prefix, self.size).ok()?;
+        let raw_json = prefix[LEN_PREFIX as usize..].to_vec();
+        let planned = plan(&parsed, &raw_json, self.target.alignment).ok()?;
+        if planned.method != Method::HeaderPad {
+            return None;
+        }
+        let unaligned_before = classify(&parsed, self.target.alignment).misaligned_tensors;
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{}.", self.name))
+            .suffix(TEMP_SUFFIX)
+            .tempfile_in(&self.target.dir)
+            .ok()?;
+        let mut writer = DirectWriter::new(temp.path(), temp.reopen().ok()?, true);
+        let mut new_prefix = planned.header_len().to_le_bytes().to_vec();
+        new_prefix.extend_from_slice(&planned.header);
+        writer.write(&new_prefix).ok()?;
+        let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
+        Some(Repairing {
+            shard,
+            plan: planned,
+            temp,
+            writer,
+            payload: Sha256Stream::default(),
+            payload_seen: 0,
+            unaligned_before,
+        })
+    }
+
+    /// Ends the stream: the source's SHA-256 (to be checked against the Hub's before anything is kept) and
+    /// how the shard was written. A stub is extended to the source's length, as a hole.
+    pub fn finish(mut self) -> io::Result<(String, Streamed)> {
+        let state = std::mem::replace(&mut self.state, State::Whole);
+        let streamed = match state {
+            State::Header(head) => {
+                self.partial.write_all(&head)?;
+                Streamed::Whole
+            }
+            State::Whole => Streamed::Whole,
+            State::Repairing(r) => {
+                let Repairing { shard, plan, temp, writer, payload, payload_seen, unaligned_before } = *r;
+                if payload_seen != shard.header.data_len() {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the source ended early"));
+                }
+                writer.finish()?;
+                temp.as_file().sync_all()?;
+                let payload = payload.finish_hex();
+                let hashes = ShardHashes {
+                    src_file_sha256: None,
+                    src_payload_sha256: Some(payload.clone()),
+                    new_file_sha256: None,
+                    new_payload_sha256: payload,
+                    tensor_sha256: None,
+                };
+                let seconds = self.started.elapsed().as_secs_f64();
+                let entry =
+                    crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
+                debug_assert_eq!(Digests::default(), Digests::Minimal, "the streamed record is the minimal set");
+                Streamed::Repaired(Box::new(Repaired { temp, entry }))
+            }
+        };
+        let file = self.partial.into_inner().map_err(io::IntoInnerError::into_error)?;
+        if matches!(streamed, Streamed::Repaired(_)) {
+            file.set_len(self.size)?;
+        }
+        Ok((self.source.finish_hex(), streamed))
+    }
+}
+
+impl Repaired {
+    /// Puts the repaired shard and its record in place (the source matched the Hub's `lfs_oid`).
+    pub fn keep(self, dir: &Path, lfs_oid: &str) -> io::Result<()> {
+        let record = StreamedRecord { lfs_oid: lfs_oid.to_owned(), entry: self.entry };
+        let file = record.entry.file.clone();
+        crate::safe_fs::clear_for_write(&dir.join(&file))?;
+        self.temp.persist(dir.join(&file)).map_err(|e| e.error)?;
+        let json = serde_json::to_vec(&record).map_err(io::Error::other)?;
+        let mut temp = tempfile::Builder::new().prefix(".record.").tempfile_in(dir)?;
+        temp.write_all(&json)?;
+        temp.as_file().sync_all()?;
+        let path = StreamedRecord::path(dir, &file);
+        crate::safe_fs::clear_for_write(&path)?;
+        temp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+/// The part of `data` (the source from byte `kept` on, in the payload) a stub still keeps: everything up to
+/// [`STUB_HEAD`] bytes past the data start.
+fn stub_part(kept: u64, data_start: u64, data: &[u8]) -> &[u8] {
+    let limit = data_start.saturating_add(STUB_HEAD);
+    let room = limit.saturating_sub(kept);
+    &data[..(room.min(data.len() as u64)) as usize]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::hashing::sha256_hex;
+use crate::safetensors::Dtype;
+use crate::safetensors::read::read_shard_header;
+use crate::safetensors::rewrite::rewrite;
+use crate::safetensors::synth::{SynthTensor, write_mlx_style};
+
+/// Streams `source` through a [`StreamRepair`] in pieces of the given lengths (cycled).
+fn stream(source: &[u8], pieces: &[usize], dir: &Path) -> (String, Streamed, Vec<u8>) {
+    let partial = dir.join("partial");
+    let target = RepairTarget { dir: dir.join("repaired"), alignment: Alignment::DEFAULT };
+    std::fs::create_dir_all(&target.dir).unwrap();
+    let mut repair =
+        StreamRepair::new("model.safetensors", source.len() as u64, target, File::create(&partial).unwrap());
+    let mut at = 0;
+    for len in pieces.iter().cycle() {
+        if at == source.len() {
+            break;
+        }
+        let end = (at + len.max(&1)).min(source.len());
+        repair.push(&source[at..end]).unwrap();
+        at = end;
+    }
+    let (sha, streamed) = repair.finish().unwrap();
+    (sha, streamed, std::fs::read(&partial).unwrap())
+}
+
+/// What the file-based re-layout writes for `source`.
+fn rewritten(source: &[u8], dir: &Path) -> Vec<u8> {
+    let src = dir.join("src.safetensors");
+    std::fs::write(&src, source).unwrap();
+    let shard = read_shard_header(&src).unwrap();
+    let p = plan(&shard.header, &shard.raw_json, Alignment::DEFAULT).unwrap();
+    let dst = dir.join("out.safetensors");
+    rewrite(&src, &shard, &p, &dst, Digests::Minimal, &mut |_| {}).unwrap();
+    std::fs::read(dst).unwrap()
+}
+
+/// A shard whose data starts off 8 and whose tensors are all 8-byte multiples: header padding fixes it.
+fn header_padded(payload: usize, name_len: usize) -> Vec<u8> {
+    let tensors = vec![
+        SynthTensor::filled(&"w".repeat(name_len), Dtype::U32, &[(payload / 4) as u64 * 2]),
+        SynthTensor::filled("norm", Dtype::BF16, &[8]),
+    ];
+    write_mlx_style(&tensors, Some("mlx"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn any_chunking_writes_what_the_file_based_fix_writes(
+        payload in 1usize..(600 << 10),
+        name_len in 1usize..40,
+        pieces in prop::collection::vec(1usize..(300 << 10), 1..6),
+    ) {
+        let source = header_padded(payload, name_len);
+        let dir = tempfile::tempdir().unwrap();
+        let (sha, streamed, stub) = stream(&source, &pieces, dir.path());
+        prop_assert_eq!(&sha, &sha256_hex(&source));
+        let shard = crate::safetensors::header::parse(&source, source.len() as u64).unwrap();
+        let raw = &source[8..shard.data_start() as usize];
+        let needs_padding = plan(&shard, raw, Alignment::DEFAULT).unwrap().method == Method::HeaderPad;
+        match streamed {
+            Streamed::Repaired(repaired) => {
+                prop_assert!(needs_padding);
+                let entry = repaired.entry.clone();
+                repaired.keep(&dir.path().join("repaired"), &sha).unwrap();
+                let written = std::fs::read(dir.path().join("repaired/model.safetensors")).unwrap();
+                prop_assert_eq!(&written, &rewritten(&source, dir.path()));
+                prop_assert_eq!(&entry.payload_sha256, &sha256_hex(&source[shard.data_start() as usize..]));
+                prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "src_payload_sha256".to_owned()]);
+                // The stub: the source's length, its header and first bytes real, the rest zeros (a hole).
+                let real = (shard.data_start() + STUB_HEAD).min(source.len() as u64) as usize;
+                prop_assert_eq!(stub.len(), source.len());
+                prop_assert_eq!(&stub[..real], &source[..real]);
+                prop_assert!(stub[real..].iter().all(|&b| b == 0));
+                let record = StreamedRecord::load(&dir.path().join("repaired"), "model.safetensors", &sha);
+                prop_assert_eq!(record.map(|r| r.entry), Some(entry));
+            }
+            Streamed::Whole => {
+                prop_assert!(!needs_padding);
+                prop_assert_eq!(&stub, &source);
+            }
+        }
+    }
+}
+
+#[test]
+fn shards_that_need_more_than_padding_or_do_not_parse_are_written_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let reorder = write_mlx_style(
+        &[SynthTensor::filled("a", Dtype::U8, &[3]), SynthTensor::filled("b", Dtype::F32, &[5])],
+        Some("mlx"),
+    );
+    let mut broken = header_padded(4096, 3);
+    broken[20] = b'#';
+    let mut huge = header_padded(4096, 3);
+    huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    for source in [reorder, broken, huge, b"short".to_vec()] {
+        let (sha, streamed, whole) = stream(&source, &[7, 1000], dir.path());
+        assert!(matches!(streamed, Streamed::Whole));
+        assert_eq!((sha, whole), (sha256_hex(&source), source));
+    }
+}
+
+#[test]
+fn a_source_that_ends_early_is_an_error_and_a_record_for_another_source_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = header_padded(100_000, 5);
+    let target = RepairTarget { dir: dir.path().to_owned(), alignment: Alignment::DEFAULT };
+    let partial = File::create(dir.path().join("partial")).unwrap();
+    let mut repair = StreamRepair::new("model.safetensors", source.len() as u64, target, partial);
+    repair.push(&source[..source.len() - 10]).unwrap();
+    assert!(repair.finish().is_err());
+
+    let (sha, streamed, _) = stream(&source, &[4096], dir.path());
+    let Streamed::Repaired(repaired) = streamed else { panic!("header-padded") };
+    repaired.keep(&dir.path().join("repaired"), &sha).unwrap();
+    let repaired_dir = dir.path().join("repaired");
+    assert!(StreamedRecord::load(&repaired_dir, "model.safetensors", &sha).is_some());
+    assert!(StreamedRecord::load(&repaired_dir, "model.safetensors", &"0".repeat(64)).is_none());
+    std::fs::write(repaired_dir.join("model.safetensors"), b"cut").unwrap();
+    assert!(
+        StreamedRecord::load(&repaired_dir, "model.safetensors", &sha).is_none(),
+        "the file is not the one recorded"
+    );
+}
