@@ -376,9 +376,7 @@ fn prepared_shard(
 ) -> Result<Option<ManifestShard>, String> {
     use crate::repack::stream::StreamedRecord;
     let name = &file_name(source);
-    let bytes = crate::safe_fs::read_capped(&StreamedRecord::path(dir, name), 64 << 20).ok();
-    let record = bytes.and_then(|b| serde_json::from_slice::<StreamedRecord>(&b).ok());
-    let consistent = record.filter(|r| {
+    let consistent = StreamedRecord::read(dir, name).filter(|r| {
         r.entry.src_header_len == shard.header.header_len
             && r.entry.header_len == plan.header_len()
             && r.entry.payload_bytes == shard.header.data_len()

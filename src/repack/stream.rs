@@ -46,13 +46,18 @@ impl StreamedRecord {
         dir.join(format!("{file}.record.json"))
     }
 
-    /// The record of `file` in `dir`, if there is one for this source and its repaired file is in place.
-    pub fn load(dir: &Path, file: &str, lfs_oid: &str) -> Option<StreamedRecord> {
+    /// The record of `file` in `dir`, if there is one and its repaired file is in place, as long as recorded.
+    pub fn read(dir: &Path, file: &str) -> Option<StreamedRecord> {
         let bytes = crate::safe_fs::read_capped(&StreamedRecord::path(dir, file), 64 << 20).ok()?;
         let record: StreamedRecord = serde_json::from_slice(&bytes).ok()?;
         let repaired = std::fs::symlink_metadata(dir.join(file)).ok()?;
-        let size = record.entry.header_len + LEN_PREFIX + record.entry.payload_bytes;
-        (record.lfs_oid.eq_ignore_ascii_case(lfs_oid) && repaired.is_file() && repaired.len() == size).then_some(record)
+        let size = record.entry.header_len.saturating_add(LEN_PREFIX).saturating_add(record.entry.payload_bytes);
+        (repaired.is_file() && repaired.len() == size).then_some(record)
+    }
+
+    /// [`read`](Self::read), for the source with the Hub's `lfs_oid` only.
+    pub fn load(dir: &Path, file: &str, lfs_oid: &str) -> Option<StreamedRecord> {
+        StreamedRecord::read(dir, file).filter(|r| r.lfs_oid.eq_ignore_ascii_case(lfs_oid))
     }
 }
 

@@ -128,3 +128,46 @@ fn a_source_that_ends_early_is_an_error_and_a_record_for_another_source_is_not_u
         "the file is not the one recorded"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn fix_links_a_recorded_repair_and_refuses_a_stub_without_its_record() {
+    use crate::fix::{Destination, FixOptions, fix};
+    let dir = tempfile::tempdir().unwrap();
+    let source = (1..40).map(|n| header_padded(3 << 20, n)).find(|s| {
+        let h = crate::safetensors::header::parse(s, s.len() as u64).unwrap();
+        plan(&h, &s[8..h.data_start() as usize], Alignment::DEFAULT).unwrap().method == Method::HeaderPad
+    });
+    let source = source.unwrap();
+    let (sha, streamed, stub) = stream(&source, &[1 << 20], dir.path());
+    let Streamed::Repaired(repaired) = streamed else { panic!("header-padded") };
+    let prepared = dir.path().join("repaired");
+    repaired.keep(&prepared, &sha).unwrap();
+    // The bundle holds the stub, written as the download leaves it: header and head real, the rest a hole.
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let real = stub.iter().rposition(|&b| b != 0).unwrap() + 1;
+    let file = File::create(bundle.join("model.safetensors")).unwrap();
+    (&file).write_all(&stub[..real]).unwrap();
+    file.set_len(stub.len() as u64).unwrap();
+    let run = |prepared: &Path, out: &str| {
+        let opts = FixOptions {
+            destination: Destination::OutDir(dir.path().join(out)),
+            alignment: Alignment::DEFAULT,
+            dry_run: false,
+            digests: Digests::Minimal,
+            prepared: Some(prepared.to_owned()),
+        };
+        let bundles = crate::bundle::discover(std::slice::from_ref(&bundle)).unwrap();
+        fix(&bundles, &opts, &mut |_| {}).unwrap()
+    };
+    let report = run(&prepared, "out");
+    assert_eq!(report.totals.rewritten, 1);
+    let written = std::fs::read(dir.path().join("out/model.safetensors")).unwrap();
+    assert_eq!(written, std::fs::read(prepared.join("model.safetensors")).unwrap());
+    // Without the record, the stub's holes are never taken for the shard's payload.
+    let report = run(&dir.path().join("nothing-here"), "out2");
+    let error = report.bundles[0].shards[0].error.clone().unwrap_or_default();
+    assert!(error.contains("without its record"), "{error}");
+    assert!(!dir.path().join("out2/model.safetensors").exists());
+}
