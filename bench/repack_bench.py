@@ -41,17 +41,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shard-mib", type=int, default=1024)
     ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--kind", choices=["pad", "relayout"], default="pad",
+                    help="pad: header padding fixes the shards; relayout: they need a reorder")
     args = ap.parse_args()
     for tool in (BIN, SYNTH, PY):
         if not tool.exists():
             sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
-    world = ROOT / f"target/bench/repack-world-{args.shards}x{args.shard_mib}"
+    suffix = "" if args.kind == "pad" else f"-{args.kind}"
+    world = ROOT / f"target/bench/repack-world-{args.shards}x{args.shard_mib}{suffix}"
     repo = world / "models/bench-org/big-q4"
     if not repo.exists():
         repo.mkdir(parents=True)
         for i in range(args.shards):
             name = f"model-{i + 1:05d}-of-{args.shards:05d}.safetensors"
-            subprocess.run([SYNTH, repo / name, str(args.shard_mib), "pad"], check=True)
+            subprocess.run([SYNTH, repo / name, str(args.shard_mib), args.kind], check=True)
         (repo / "config.json").write_text('{"model_type": "llama"}')
         (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
     shards = sorted(repo.glob("*.safetensors"))
@@ -128,7 +131,7 @@ def main():
     up = counters["bytes_received"]
     published = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "published"]
     metered = published[0].get("bytes") if published else None
-    print(f"bundle: {args.shards} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
+    print(f"bundle: {args.shards} {args.kind} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
     print("| step | wall time | bytes moved | baseline (same run) | step / baseline |")
     print("|---|---|---|---|---|")
     rows = [

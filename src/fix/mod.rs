@@ -328,7 +328,7 @@ fn fix_shard(
         }
     }
     if let Some(dir) = &opts.prepared
-        && plan.method == Method::HeaderPad
+        && plan.method != Method::Unchanged
     {
         match prepared_shard(dir, &planned.path, &shard, &plan, &dst) {
             Ok(Some(entry)) => {

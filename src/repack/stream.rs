@@ -1,15 +1,16 @@
-//! Repairing a header-padded shard while it downloads, so its bytes are written once and read by no later
-//! pass of the worker.
+//! Repairing a shard while it downloads, so its bytes are written once and the source is not kept.
 //!
 //! The writer thread of a download feeds [`StreamRepair`] every byte as it arrives. Once the length prefix
-//! and the header are in, it parses them strictly and plans the layout; a shard that header padding fixes
+//! and the header are in, it parses them strictly and plans the layout. A shard that header padding fixes
 //! has its repaired file written from then on (the new prefix, then the payload as it streams, past the page
 //! cache) while the source's SHA-256 (checked against the Hub's LFS oid) and the payload's (the manifest's,
-//! which proves every tensor) are taken from the same bytes, two digests in step on one core. Of the source
-//! only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as
-//! long as the file. That is all any later step reads of it: the re-layout its header, the card's audit its
-//! header, the upload's deduplication its first chunk. Any other shard (one that needs a reorder, one no
-//! loader copies from, one whose header does not parse) is written whole, as before.
+//! which proves every tensor) are taken from the same bytes, two digests in step on one core. A shard that
+//! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
+//! taken beside the source's, and its new payload's digest from one read of the result. Of the source only a
+//! stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as long as
+//! the file. That is all any later step reads of it: the re-layout its header, the card's audit its header,
+//! the upload's deduplication its first chunk. Any other shard (one no loader copies from, one whose header
+//! does not parse) is written whole, as before.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -94,10 +95,18 @@ struct Repairing {
     shard: ShardHeader,
     plan: LayoutPlan,
     temp: tempfile::NamedTempFile,
-    writer: DirectWriter,
-    payload: Sha256Stream,
+    writes: Writes,
     payload_seen: u64,
     unaligned_before: u64,
+}
+
+/// How the repaired file is written, and the digest taken from the streaming source beside the source's.
+enum Writes {
+    /// Header padding: the payload as it comes, past the page cache; its digest is the manifest's.
+    Padded { writer: DirectWriter, payload: Sha256Stream },
+    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest.
+    #[cfg(unix)]
+    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize> },
 }
 
 /// The writer side of one streamed shard: every byte of the source goes through [`StreamRepair::push`].
@@ -141,9 +150,7 @@ impl StreamRepair {
                 self.partial.write_all(data)
             }
             State::Repairing(r) => {
-                update_both(&mut self.source, data, &mut r.payload, data);
-                r.payload_seen += data.len() as u64;
-                r.writer.write(data)?;
+                r.take(data, &mut self.source)?;
                 let keep = stub_part(self.kept, r.shard.header.data_start(), data);
                 self.partial.write_all(keep)?;
                 self.kept += keep.len() as u64;
@@ -170,9 +177,8 @@ impl StreamRepair {
         match self.plan_repair(&head[..end as usize]) {
             Some(mut r) => {
                 let rest = &head[end as usize..];
-                r.payload.update(rest);
-                r.payload_seen = rest.len() as u64;
-                r.writer.write(rest)?;
+                // The source's digest has these bytes already.
+                r.take(rest, &mut Sha256Stream::default())?;
                 let keep = &head[..(end + STUB_HEAD).min(head.len() as u64) as usize];
                 self.partial.write_all(keep)?;
                 self.kept = keep.len() as u64;
@@ -193,7 +199,9 @@ impl StreamRepair {
         let parsed = header::parse(prefix, self.size).ok()?;
         let raw_json = prefix[LEN_PREFIX as usize..].to_vec();
         let planned = plan(&parsed, &raw_json, self.target.alignment).ok()?;
-        if planned.method != Method::HeaderPad {
+        if !matches!(planned.method, Method::HeaderPad | Method::Relayout)
+            || (cfg!(not(unix)) && planned.method == Method::Relayout)
+        {
             return None;
         }
         let unaligned_before = classify(&parsed, self.target.alignment).misaligned_tensors;
@@ -202,20 +210,17 @@ impl StreamRepair {
             .suffix(TEMP_SUFFIX)
             .tempfile_in(&self.target.dir)
             .ok()?;
-        let mut writer = DirectWriter::new(temp.path(), temp.reopen().ok()?, true);
         let mut new_prefix = planned.header_len().to_le_bytes().to_vec();
         new_prefix.extend_from_slice(&planned.header);
-        writer.write(&new_prefix).ok()?;
+        let writes = if planned.keeps_payload() {
+            let mut writer = DirectWriter::new(temp.path(), temp.reopen().ok()?, true);
+            writer.write(&new_prefix).ok()?;
+            Writes::Padded { writer, payload: Sha256Stream::default() }
+        } else {
+            moved(&temp, &new_prefix, &parsed, &planned)?
+        };
         let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
-        Some(Repairing {
-            shard,
-            plan: planned,
-            temp,
-            writer,
-            payload: Sha256Stream::default(),
-            payload_seen: 0,
-            unaligned_before,
-        })
+        Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
     }
 
     /// Ends the stream: the source's SHA-256 (to be checked against the Hub's before anything is kept) and
@@ -229,20 +234,12 @@ impl StreamRepair {
             }
             State::Whole => Streamed::Whole,
             State::Repairing(r) => {
-                let Repairing { shard, plan, temp, writer, payload, payload_seen, unaligned_before } = *r;
+                let Repairing { shard, plan, temp, writes, payload_seen, unaligned_before } = *r;
                 if payload_seen != shard.header.data_len() {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the source ended early"));
                 }
-                writer.finish()?;
+                let hashes = writes.finish(&plan)?;
                 temp.as_file().sync_all()?;
-                let payload = payload.finish_hex();
-                let hashes = ShardHashes {
-                    src_file_sha256: None,
-                    src_payload_sha256: Some(payload.clone()),
-                    new_file_sha256: None,
-                    new_payload_sha256: payload,
-                    tensor_sha256: None,
-                };
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
@@ -256,6 +253,101 @@ impl StreamRepair {
         }
         Ok((self.source.finish_hex(), streamed))
     }
+}
+
+impl Repairing {
+    /// The next payload bytes: hashed beside `source`, and written where they go.
+    fn take(&mut self, data: &[u8], source: &mut Sha256Stream) -> io::Result<()> {
+        let at = self.payload_seen;
+        self.payload_seen += data.len() as u64;
+        match &mut self.writes {
+            Writes::Padded { writer, payload } => {
+                update_both(source, data, payload, data);
+                writer.write(data)
+            }
+            #[cfg(unix)]
+            Writes::Moved { out, spans, order } => {
+                use std::os::unix::fs::FileExt;
+                spans.update_with(data, source);
+                let start = self.plan.data_start();
+                let placements = &self.plan.placements;
+                // The tensors `data` overlaps, in source order (they tile the payload).
+                let first = order.partition_point(|&i| placements[i].src_begin + placements[i].len <= at);
+                let end = at + data.len() as u64;
+                for &i in order[first..].iter().take_while(|&&i| placements[i].src_begin < end) {
+                    let p = &placements[i];
+                    let (from, to) = (p.src_begin.max(at), (p.src_begin + p.len).min(end));
+                    let piece = &data[(from - at) as usize..(to - at) as usize];
+                    out.write_all_at(piece, start + p.dst_begin + (from - p.src_begin))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Writes {
+    /// Ends the writes; the digests the record carries.
+    fn finish(self, plan: &LayoutPlan) -> io::Result<ShardHashes> {
+        match self {
+            Writes::Padded { writer, payload } => {
+                writer.finish()?;
+                let payload = payload.finish_hex();
+                Ok(ShardHashes {
+                    src_file_sha256: None,
+                    src_payload_sha256: Some(payload.clone()),
+                    new_file_sha256: None,
+                    new_payload_sha256: payload,
+                    tensor_sha256: None,
+                })
+            }
+            #[cfg(unix)]
+            Writes::Moved { out, spans, .. } => {
+                let tensors = spans.finish().ok_or_else(|| io::Error::other("a tensor ended early"))?;
+                // The new order's payload digest: one read of what was just written, from the page cache.
+                let mut reader = io::BufReader::with_capacity(1 << 20, out);
+                io::Seek::seek(&mut reader, io::SeekFrom::Start(plan.data_start()))?;
+                let mut payload = Sha256Stream::default();
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = io::Read::read(&mut reader, &mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    payload.update(&buf[..n]);
+                }
+                Ok(ShardHashes {
+                    src_file_sha256: None,
+                    src_payload_sha256: None,
+                    new_file_sha256: None,
+                    new_payload_sha256: payload.finish_hex(),
+                    tensor_sha256: Some(tensors),
+                })
+            }
+        }
+    }
+}
+
+/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come.
+#[cfg(unix)]
+fn moved(
+    temp: &tempfile::NamedTempFile,
+    prefix: &[u8],
+    header: &crate::safetensors::Header,
+    plan: &LayoutPlan,
+) -> Option<Writes> {
+    let mut out = temp.reopen().ok()?;
+    out.write_all(prefix).ok()?;
+    out.set_len(plan.data_start() + header.data_len()).ok()?;
+    let spans = crate::hashing::SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect());
+    let mut order: Vec<usize> = (0..plan.placements.len()).collect();
+    order.sort_by_key(|&i| plan.placements[i].src_begin);
+    Some(Writes::Moved { out, spans, order })
+}
+
+#[cfg(not(unix))]
+fn moved(_: &tempfile::NamedTempFile, _: &[u8], _: &crate::safetensors::Header, _: &LayoutPlan) -> Option<Writes> {
+    None
 }
 
 impl Repaired {

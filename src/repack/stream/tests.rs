@@ -47,6 +47,17 @@ fn header_padded(payload: usize, name_len: usize) -> Vec<u8> {
     write_mlx_style(&tensors, Some("mlx"))
 }
 
+/// A shard with odd-length tensors between wide ones: only a reorder aligns it.
+fn reordered(payload: usize, name_len: usize) -> Vec<u8> {
+    let tensors = vec![
+        SynthTensor::filled(&"a".repeat(name_len), Dtype::U8, &[3]),
+        SynthTensor::filled("w", Dtype::F32, &[(payload / 4) as u64 + 1]),
+        SynthTensor::filled("b", Dtype::U8, &[5]),
+        SynthTensor::filled("n", Dtype::BF16, &[7]),
+    ];
+    write_mlx_style(&tensors, Some("mlx"))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -55,23 +66,35 @@ proptest! {
         payload in 1usize..(600 << 10),
         name_len in 1usize..40,
         pieces in prop::collection::vec(1usize..(300 << 10), 1..6),
+        reorder in any::<bool>(),
     ) {
-        let source = header_padded(payload, name_len);
+        let source = if reorder { reordered(payload, name_len) } else { header_padded(payload, name_len) };
         let dir = tempfile::tempdir().unwrap();
         let (sha, streamed, stub) = stream(&source, &pieces, dir.path());
         prop_assert_eq!(&sha, &sha256_hex(&source));
         let shard = crate::safetensors::header::parse(&source, source.len() as u64).unwrap();
         let raw = &source[8..shard.data_start() as usize];
-        let needs_padding = plan(&shard, raw, Alignment::DEFAULT).unwrap().method == Method::HeaderPad;
+        let method = plan(&shard, raw, Alignment::DEFAULT).unwrap().method;
         match streamed {
             Streamed::Repaired(repaired) => {
-                prop_assert!(needs_padding);
+                prop_assert!(method != Method::Unchanged);
                 let entry = repaired.entry.clone();
                 repaired.keep(&dir.path().join("repaired"), &sha).unwrap();
                 let written = std::fs::read(dir.path().join("repaired/model.safetensors")).unwrap();
                 prop_assert_eq!(&written, &rewritten(&source, dir.path()));
-                prop_assert_eq!(&entry.payload_sha256, &sha256_hex(&source[shard.data_start() as usize..]));
-                prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "src_payload_sha256".to_owned()]);
+                let new_start = 8 + entry.header_len as usize;
+                prop_assert_eq!(&entry.payload_sha256, &sha256_hex(&written[new_start..]));
+                let at = shard.data_start() as usize;
+                if method == Method::Relayout {
+                    for t in &shard.tensors {
+                        let digest = sha256_hex(&source[at + t.begin as usize..at + t.end as usize]);
+                        prop_assert_eq!(entry.tensor_sha256.get(&t.name), Some(&digest));
+                    }
+                    prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "tensor_sha256".to_owned()]);
+                } else {
+                    prop_assert_eq!(&entry.payload_sha256, &sha256_hex(&source[at..]));
+                    prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "src_payload_sha256".to_owned()]);
+                }
                 // The stub: the source's length, its header and first bytes real, the rest zeros (a hole).
                 let real = (shard.data_start() + STUB_HEAD).min(source.len() as u64) as usize;
                 prop_assert_eq!(stub.len(), source.len());
@@ -81,7 +104,7 @@ proptest! {
                 prop_assert_eq!(record.map(|r| r.entry), Some(entry));
             }
             Streamed::Whole => {
-                prop_assert!(!needs_padding);
+                prop_assert_eq!(method, Method::Unchanged);
                 prop_assert_eq!(&stub, &source);
             }
         }
@@ -89,17 +112,13 @@ proptest! {
 }
 
 #[test]
-fn shards_that_need_more_than_padding_or_do_not_parse_are_written_whole() {
+fn shards_that_do_not_parse_are_written_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let reorder = write_mlx_style(
-        &[SynthTensor::filled("a", Dtype::U8, &[3]), SynthTensor::filled("b", Dtype::F32, &[5])],
-        Some("mlx"),
-    );
     let mut broken = header_padded(4096, 3);
     broken[20] = b'#';
     let mut huge = header_padded(4096, 3);
     huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-    for source in [reorder, broken, huge, b"short".to_vec()] {
+    for source in [broken, huge, b"short".to_vec()] {
         let (sha, streamed, whole) = stream(&source, &[7, 1000], dir.path());
         assert!(matches!(streamed, Streamed::Whole));
         assert_eq!((sha, whole), (sha256_hex(&source), source));
