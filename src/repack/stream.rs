@@ -28,6 +28,10 @@ use crate::safetensors::read::ShardHeader;
 use crate::safetensors::rewrite::{Digests, ShardHashes, TEMP_SUFFIX};
 use crate::safetensors::{Alignment, Method, classify};
 
+/// The largest header held in memory while a shard streams (real MLX headers are a few MB); a larger one
+/// (up to the format's 100 MB) makes the shard download whole, so several transfers at once stay bounded.
+pub const STREAM_HEADER_CAP: u64 = 16 << 20;
+
 /// Real bytes a stub keeps after the header: the upload's deduplication reads a file's first 256 KiB for its
 /// first content-defined chunk (at most 128 KiB).
 pub const STUB_HEAD: u64 = 256 << 10;
@@ -167,7 +171,7 @@ impl StreamRepair {
         };
         let n = u64::from_le_bytes(prefix.try_into().unwrap_or_default());
         let end = LEN_PREFIX.saturating_add(n);
-        if n > MAX_HEADER_LEN || end > self.size {
+        if n > MAX_HEADER_LEN.min(STREAM_HEADER_CAP) || end > self.size {
             return self.whole(&head);
         }
         if (head.len() as u64) < end {
