@@ -246,23 +246,13 @@ fn stream_source(
     let payload_at = want.payload.then(|| digests.add(Digest::whole_with_prefix(b"")));
     let new_file_at = want.new_file.map(|prefix| digests.add(Digest::whole_with_prefix(prefix)));
     file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;
-    let (written, writer) = writer.unzip();
-    let (done, read) = pump(&mut file, header.data_len(), digests.0, writer, progress).map_err(|e| match e {
-        PumpError::Read(source) => io_error(src, "read")(source),
-        PumpError::Write(source) => io_error(written.unwrap_or(src), "write")(source),
-    })?;
-    if read != header.data_len() {
-        let detail = format!("source data ended after {read} of {} bytes", header.data_len());
-        return Err(RewriteError::Verify { path: src.to_owned(), detail });
-    }
-    let mut done: Vec<Option<Digest>> = done.into_iter().map(Some).collect();
-    let mut take = |at: Option<usize>| at.and_then(|i| done.get_mut(i)?.take());
+    let mut done = digests.pump(src, &mut file, header.data_len(), writer, progress)?;
     let hashes = SourceHashes {
-        file: take(file_at).and_then(Digest::into_whole_hex),
-        tensors: take(tensors_at).and_then(Digest::into_spans),
-        payload: take(payload_at).and_then(Digest::into_whole_hex),
+        file: done.whole(file_at),
+        tensors: done.take(tensors_at).and_then(Digest::into_spans),
+        payload: done.whole(payload_at),
     };
-    Ok((hashes, take(new_file_at).and_then(Digest::into_whole_hex)))
+    Ok((hashes, done.whole(new_file_at)))
 }
 
 /// Digests for one pump, each added at a known place.
@@ -273,6 +263,41 @@ impl DigestList {
     fn add(&mut self, digest: Digest) -> usize {
         self.0.push(digest);
         self.0.len() - 1
+    }
+
+    /// Feeds `len` bytes of `reader` (read from `src`) to every digest and to `writer` (writing the file it
+    /// names); a reader that ends early is an error.
+    fn pump(
+        self,
+        src: &Path,
+        reader: &mut dyn Read,
+        len: u64,
+        writer: Option<(&Path, Writer<'_>)>,
+        progress: Progress<'_>,
+    ) -> Result<Finished, RewriteError> {
+        let (written, writer) = writer.unzip();
+        let (done, read) = pump(reader, len, self.0, writer, progress).map_err(|e| match e {
+            PumpError::Read(source) => io_error(src, "read")(source),
+            PumpError::Write(source) => io_error(written.unwrap_or(src), "write")(source),
+        })?;
+        if read != len {
+            let detail = format!("source data ended after {read} of {len} bytes");
+            return Err(RewriteError::Verify { path: src.to_owned(), detail });
+        }
+        Ok(Finished(done.into_iter().map(Some).collect()))
+    }
+}
+
+/// The digests of a [`DigestList`] after its pump, each taken once by its place.
+struct Finished(Vec<Option<Digest>>);
+
+impl Finished {
+    fn take(&mut self, at: Option<usize>) -> Option<Digest> {
+        at.and_then(|i| self.0.get_mut(i)?.take())
+    }
+
+    fn whole(&mut self, at: Option<usize>) -> Option<String> {
+        self.take(at).and_then(Digest::into_whole_hex)
     }
 }
 
@@ -345,19 +370,10 @@ fn hash_planned(
     let data_len: u64 = moves.iter().map(|m| m.2).sum();
     let mut digests = DigestList::default();
     let file_at = prefix.map(|p| digests.add(Digest::whole_with_prefix(p)));
-    let payload_at = digests.add(Digest::whole_with_prefix(b""));
+    let payload_at = Some(digests.add(Digest::whole_with_prefix(b"")));
     let mut reader = PlannedOrder { file, moves, next: 0, left: 0 };
-    let (done, read) = pump(&mut reader, data_len, digests.0, None, &mut |_| {}).map_err(|e| match e {
-        PumpError::Read(e) | PumpError::Write(e) => io_error(src, "read")(e),
-    })?;
-    if read != data_len {
-        let detail = format!("source data ended after {read} of {data_len} bytes");
-        return Err(RewriteError::Verify { path: src.to_owned(), detail });
-    }
-    let mut done: Vec<Option<Digest>> = done.into_iter().map(Some).collect();
-    let mut take = |at: usize| done.get_mut(at).and_then(Option::take).and_then(Digest::into_whole_hex);
-    let payload = take(payload_at).unwrap_or_default();
-    Ok((file_at.and_then(take), payload))
+    let mut done = digests.pump(src, &mut reader, data_len, None, &mut |_| {})?;
+    Ok((done.whole(file_at), done.whole(payload_at).unwrap_or_default()))
 }
 
 /// Reads a file's ranges `(source offset, _, length)` one after another, as one stream.
