@@ -19,6 +19,27 @@ pub fn to_hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Whether `s` is `len` hex digits (a git or LFS object id, a recorded digest).
+pub fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Feeds the next `len` bytes of `reader` to `sink`, a MiB at a time; a reader that ends first (a file that
+/// shrank since its size was read) is an error.
+pub fn feed_exact(reader: &mut dyn std::io::Read, len: u64, sink: &mut dyn FnMut(&[u8])) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = reader.read(&mut buf[..left.min(1 << 20) as usize])?;
+        if n == 0 {
+            return Err(std::io::Error::other("the file shrank while read"));
+        }
+        sink(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 /// Hex SHA-256 of a finished hasher.
 pub fn finish_hex(hasher: Sha256) -> String {
     to_hex(&hasher.finalize())

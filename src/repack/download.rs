@@ -7,7 +7,7 @@
 //! transfer resumes from the bytes it had, by range; the hashing and the disk writes run on a blocking
 //! thread, never on the async runtime.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt as _;
@@ -16,7 +16,7 @@ use sha1::Digest as _;
 use thiserror::Error;
 
 use crate::gate;
-use crate::hashing::{Sha256Stream, sha256_hex, to_hex};
+use crate::hashing::{Sha256Stream, is_hex, sha256_hex, to_hex};
 use crate::hub::pacing::Bucket;
 use crate::hub::retry::RetryPolicy;
 use crate::hub::tree::TreeFile;
@@ -152,8 +152,7 @@ fn check_tree(tree: &[TreeFile], max_bytes: u64) -> Result<(), String> {
         if !paths.insert(f.path.as_str()) {
             return Err(format!("file path {} listed twice", gate::quote(&f.path)));
         }
-        let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if !hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !hex(&l.oid, 64)) {
+        if !is_hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !is_hex(&l.oid, 64)) {
             return Err(format!("file {}: its hash is not a git or LFS object id", gate::quote(&f.path)));
         }
         total = total.saturating_add(f.size);
@@ -428,17 +427,7 @@ fn write_streamed(
 /// Feeds the first `len` bytes of `file` to `digest`; a file shorter than that (one that shrank since its
 /// size was read) is an error.
 fn hash_prefix(file: &mut std::fs::File, len: u64, digest: &mut FileDigest) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
-        if n == 0 {
-            return Err(std::io::Error::other("the file shrank while read"));
-        }
-        digest.update(&buf[..n]);
-        left -= n as u64;
-    }
-    Ok(())
+    crate::hashing::feed_exact(file, len, &mut |data| digest.update(data))
 }
 
 /// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes

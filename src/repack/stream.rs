@@ -309,17 +309,11 @@ impl Writes {
             Writes::Moved { out, spans, .. } => {
                 let tensors = spans.finish().ok_or_else(|| io::Error::other("a tensor ended early"))?;
                 // The new order's payload digest: one read of what was just written, from the page cache.
-                let mut reader = io::BufReader::with_capacity(1 << 20, out);
-                io::Seek::seek(&mut reader, io::SeekFrom::Start(plan.data_start()))?;
+                let mut out = out;
+                io::Seek::seek(&mut out, io::SeekFrom::Start(plan.data_start()))?;
+                let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
                 let mut payload = Sha256Stream::default();
-                let mut buf = vec![0u8; 1 << 20];
-                loop {
-                    let n = io::Read::read(&mut reader, &mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    payload.update(&buf[..n]);
-                }
+                crate::hashing::feed_exact(&mut out, data_len, &mut |data| payload.update(data))?;
                 Ok(ShardHashes {
                     src_file_sha256: None,
                     src_payload_sha256: None,

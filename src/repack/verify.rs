@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::hashing::is_hex;
 use crate::manifest::Manifest;
 use crate::safetensors::read::read_shard_header;
 use crate::safetensors::{Alignment, Method, classify};
@@ -46,10 +47,11 @@ pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
         if count != entry.tensors {
             return Err(format!("{}: {count} tensors, the source had {}", entry.file, entry.tensors));
         }
-        if !is_sha256(&entry.payload_sha256) {
+        if !is_hex(&entry.payload_sha256, 64) {
             return Err(format!("{}: no payload digest recorded", entry.file));
         }
-        let named = |t: &crate::safetensors::TensorInfo| entry.tensor_sha256.get(&t.name).is_some_and(|d| is_sha256(d));
+        let named =
+            |t: &crate::safetensors::TensorInfo| entry.tensor_sha256.get(&t.name).is_some_and(|d| is_hex(d, 64));
         let per_tensor = entry.tensor_sha256.len() as u64 == count && header.tensors.iter().all(named);
         if entry.method == Method::Relayout && !per_tensor {
             return Err(format!("{}: reordered, but not every tensor's digest is recorded", entry.file));
@@ -57,10 +59,6 @@ pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
         tensors += count;
     }
     Ok(tensors)
-}
-
-fn is_sha256(hex: &str) -> bool {
-    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Maps every shard and views each tensor as its element type in place, as a zero-copy loader does; counts
