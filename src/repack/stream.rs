@@ -154,7 +154,7 @@ impl StreamRepair {
                 self.partial.write_all(data)
             }
             State::Repairing(r) => {
-                r.take(data, &mut self.source)?;
+                r.take(data, Some(&mut self.source))?;
                 let keep = stub_part(self.kept, r.shard.header.data_start(), data);
                 self.partial.write_all(keep)?;
                 self.kept += keep.len() as u64;
@@ -182,7 +182,7 @@ impl StreamRepair {
             Some(mut r) => {
                 let rest = &head[end as usize..];
                 // The source's digest has these bytes already.
-                r.take(rest, &mut Sha256Stream::default())?;
+                r.take(rest, None)?;
                 let keep = &head[..(end + STUB_HEAD).min(head.len() as u64) as usize];
                 self.partial.write_all(keep)?;
                 self.kept = keep.len() as u64;
@@ -260,19 +260,25 @@ impl StreamRepair {
 }
 
 impl Repairing {
-    /// The next payload bytes: hashed beside `source`, and written where they go.
-    fn take(&mut self, data: &[u8], source: &mut Sha256Stream) -> io::Result<()> {
+    /// The next payload bytes: hashed (beside `source`, unless it has them already), and written where they go.
+    fn take(&mut self, data: &[u8], source: Option<&mut Sha256Stream>) -> io::Result<()> {
         let at = self.payload_seen;
         self.payload_seen += data.len() as u64;
         match &mut self.writes {
             Writes::Padded { writer, payload } => {
-                update_both(source, data, payload, data);
+                match source {
+                    Some(source) => update_both(source, data, payload, data),
+                    None => payload.update(data),
+                }
                 writer.write(data)
             }
             #[cfg(unix)]
             Writes::Moved { out, spans, order } => {
                 use std::os::unix::fs::FileExt;
-                spans.update_with(data, source);
+                match source {
+                    Some(source) => spans.update_with(data, source),
+                    None => spans.update(data),
+                }
                 let start = self.plan.data_start();
                 let placements = &self.plan.placements;
                 // The tensors `data` overlaps, in source order (they tile the payload).
