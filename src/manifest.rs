@@ -4,7 +4,7 @@
 //! verification snippet work unchanged; the extra fields make a reorder checkable tensor by tensor.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -155,13 +155,8 @@ impl Manifest {
             serde_json::Serializer::with_formatter(&mut json, serde_json::ser::PrettyFormatter::with_indent(b" "));
         self.serialize(&mut ser).map_err(|e| io_err(io::Error::other(e)))?;
         json.push(b'\n');
-        let mut builder = tempfile::Builder::new();
         // As any new file, not the 0600 of a temporary one: the manifest ships with the model.
-        #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        let mut temp = builder.prefix(".manifest.").tempfile_in(dir).map_err(io_err)?;
-        temp.write_all(&json).and_then(|()| temp.as_file().sync_all()).map_err(io_err)?;
-        temp.persist(&path).map_err(|e| io_err(e.error))?;
+        crate::safe_fs::write_atomic(&path, &json).map_err(io_err)?;
         Ok(path)
     }
 }

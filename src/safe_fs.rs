@@ -89,6 +89,23 @@ pub fn clear_for_write(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Writes `bytes` to `path` atomically: a temporary file beside it, created as any new file is (not the 0600
+/// of a temporary one), written and synced, then renamed over `path` (replacing a symlink there, never
+/// writing through it).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut temp = builder.prefix(&format!(".{name}.")).tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// Creates (truncating) a file for writing without following a symlink at its name: one already there is
 /// replaced, and one planted between that check and the open makes the open fail rather than write through.
 pub fn create_nofollow(path: &Path) -> io::Result<File> {

@@ -362,13 +362,9 @@ impl Repaired {
         crate::safe_fs::clear_for_write(&dir.join(&file))?;
         self.temp.persist(dir.join(&file)).map_err(|e| e.error)?;
         let json = serde_json::to_vec(&record).map_err(io::Error::other)?;
-        let mut temp = tempfile::Builder::new().prefix(".record.").tempfile_in(dir)?;
-        temp.write_all(&json)?;
-        temp.as_file().sync_all()?;
         let path = StreamedRecord::path(dir, &file);
         crate::safe_fs::clear_for_write(&path)?;
-        temp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        crate::safe_fs::write_atomic(&path, &json)
     }
 }
 
