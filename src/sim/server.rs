@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 
+use super::counters::CounterSnapshot;
 use super::faults::{Bucket, Fault};
 use super::{Shared, read, resolve, write, xet_api};
 
@@ -163,7 +164,8 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         return (status, axum::Json(serde_json::json!({"error": "simulated server error"}))).into_response();
     }
     let (parts, body) = request.into_parts();
-    let request = Request::from_parts(parts, Body::new(Received { inner: body, sim: sim.clone() }));
+    let received = Metered { inner: body, sim: sim.clone(), counter: received_bytes, sent: 0, cut_at: None };
+    let request = Request::from_parts(parts, Body::new(received));
     let mut response = next.run(request).await;
     if let Some(a) = &admission {
         insert_limits(response.headers_mut(), a);
@@ -181,7 +183,7 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         _ => None,
     };
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Body::new(Metered { inner: body, sim, sent: 0, cut_at }))
+    Response::from_parts(parts, Body::new(Metered { inner: body, sim, counter: served_bytes, sent: 0, cut_at }))
 }
 
 fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admission) {
@@ -193,46 +195,23 @@ fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admissi
     }
 }
 
-/// A request body that counts the bytes it brings.
-struct Received {
-    inner: Body,
-    sim: Shared,
-}
-
-impl http_body::Body for Received {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            let n = data.len() as u64;
-            self.sim.counters.update(|c| c.bytes_received += n);
-        }
-        polled
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-}
-
-/// A response body that counts the bytes it sends and, for an injected truncation, fails after `cut_at`
-/// bytes so the connection closes short of its `Content-Length`.
+/// A body that counts the bytes passing through it in one counter (a request's received, a response's
+/// served) and, for an injected truncation, fails after `cut_at` bytes so the connection closes short of
+/// its `Content-Length`.
 struct Metered {
     inner: Body,
     sim: Shared,
+    counter: fn(&mut CounterSnapshot) -> &mut u64,
     sent: u64,
     cut_at: Option<u64>,
+}
+
+fn received_bytes(c: &mut CounterSnapshot) -> &mut u64 {
+    &mut c.bytes_received
+}
+
+fn served_bytes(c: &mut CounterSnapshot) -> &mut u64 {
+    &mut c.bytes_served
 }
 
 impl http_body::Body for Metered {
@@ -255,7 +234,8 @@ impl http_body::Body for Metered {
                 }
                 self.sent += data.len() as u64;
                 let n = data.len() as u64;
-                self.sim.counters.update(|c| c.bytes_served += n);
+                let counter = self.counter;
+                self.sim.counters.update(|c| *counter(c) += n);
                 http_body::Frame::data(data)
             }
             Err(frame) => frame,
