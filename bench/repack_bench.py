@@ -37,6 +37,21 @@ def ts(line):
     return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
+def world(shards, shard_mib, kind="pad"):
+    """The benchmark's simulated Hub directory, holding `bench-org/big-q4`: written once, then reused."""
+    suffix = "" if kind == "pad" else f"-{kind}"
+    root = ROOT / f"target/bench/repack-world-{shards}x{shard_mib}{suffix}"
+    repo = root / "models/bench-org/big-q4"
+    if not repo.exists():
+        repo.mkdir(parents=True)
+        for i in range(shards):
+            name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            subprocess.run([SYNTH, repo / name, str(shard_mib), kind], check=True)
+        (repo / "config.json").write_text('{"model_type": "llama"}')
+        (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
+    return root
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shard-mib", type=int, default=1024)
@@ -47,21 +62,13 @@ def main():
     for tool in (BIN, SYNTH, PY):
         if not tool.exists():
             sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
-    suffix = "" if args.kind == "pad" else f"-{args.kind}"
-    world = ROOT / f"target/bench/repack-world-{args.shards}x{args.shard_mib}{suffix}"
-    repo = world / "models/bench-org/big-q4"
-    if not repo.exists():
-        repo.mkdir(parents=True)
-        for i in range(args.shards):
-            name = f"model-{i + 1:05d}-of-{args.shards:05d}.safetensors"
-            subprocess.run([SYNTH, repo / name, str(args.shard_mib), args.kind], check=True)
-        (repo / "config.json").write_text('{"model_type": "llama"}')
-        (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
+    hub_root = world(args.shards, args.shard_mib, args.kind)
+    repo = hub_root / "models/bench-org/big-q4"
     shards = sorted(repo.glob("*.safetensors"))
     size = sum(p.stat().st_size for p in shards)
     store = Path(tempfile.mkdtemp(prefix="hubsim-store-"))
     started = time.perf_counter()
-    sim = subprocess.Popen([BIN, "sim", "--root", world, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench"],
+    sim = subprocess.Popen([BIN, "sim", "--root", hub_root, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench"],
                            stdout=subprocess.PIPE, text=True)
     url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     ingest_s = time.perf_counter() - started

@@ -26,6 +26,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from repack_bench import world  # the same bundle, written once for both benchmarks
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
 SYNTH = ROOT / "target/release/examples/synth_shard"
@@ -39,20 +41,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def world(shards, shard_mib):
-    """The repack benchmark's bundle, written once and reused."""
-    root = ROOT / f"target/bench/repack-world-{shards}x{shard_mib}"
-    repo = root / "models/bench-org/big-q4"
-    if not repo.exists():
-        repo.mkdir(parents=True)
-        for i in range(shards):
-            name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-            subprocess.run([SYNTH, repo / name, str(shard_mib), "pad"], check=True)
-        (repo / "config.json").write_text('{"model_type": "llama"}')
-        (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
-    return root
 
 
 def serve(binary, url, db, work, workers):
