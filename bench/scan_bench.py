@@ -67,6 +67,7 @@ def kernel_bytes(args):
         unfinished, open_files, total = {}, {}, 0
         for line in trace:
             tid, _, call = line.rstrip("\n").partition(" ")
+            call = call.lstrip()  # strace pads the thread id to five columns
             if call.endswith("<unfinished ...>"):
                 unfinished[tid] = call[: -len("<unfinished ...>")]
                 continue

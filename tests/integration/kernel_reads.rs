@@ -33,7 +33,9 @@ fn reads_per_file(trace: &str, suffix: &str) -> BTreeMap<String, u64> {
     // `<... read resumed>…) = n`, tied by the thread id; they are joined before parsing.
     let mut unfinished: HashMap<&str, &str> = HashMap::new();
     for line in trace.lines() {
+        // strace pads the thread id to five columns: `9177  read(…`.
         let Some((tid, call)) = line.split_once(' ') else { continue };
+        let call = call.trim_start();
         let joined;
         let call = if let Some(entry) = call.strip_suffix("<unfinished ...>") {
             unfinished.insert(tid, entry);
@@ -101,8 +103,8 @@ fn traces_with_and_without_named_descriptors_count_the_same_bytes() {
 8 read(3, <unfinished ...>
 7 read(4, \"\"..., 100)             = 100
 8 <... read resumed>\"\"..., 8)       = 8
-8 pread64(3, \"\"..., 151, 8)         = 151
-8 close(3)                          = 0
+8    pread64(3, \"\"..., 151, 8)         = 151
+8    close(3)                          = 0
 7 openat(AT_FDCWD, \"/t/other.bin\", O_RDONLY) = 3
 7 read(3, \"\"..., 4096) = 4096
 ";
