@@ -54,6 +54,14 @@ pub struct SimArgs {
     /// Share of successful bodies cut short mid-transfer (0 to 1).
     #[arg(long, default_value_t = 0.0, value_name = "RATE")]
     truncate_rate: f64,
+    /// Cut every storage (file download) body after this many bytes, so files arrive only by resuming
+    /// with ranges (0: never).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    storage_cut: u64,
+    /// Answer ranged storage requests with the bytes from this many before the asked start, under the
+    /// asked Content-Range: a lying CDN (0: honest).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    range_skew: u64,
     /// Seed for the fault dice, so a faulty run can be replayed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -85,6 +93,8 @@ impl SimArgs {
             latency: Duration::from_millis(self.latency_ms),
             error_rate: self.error_rate.clamp(0.0, 1.0),
             truncate_rate: self.truncate_rate.clamp(0.0, 1.0),
+            storage_cut: self.storage_cut,
+            range_skew: self.range_skew,
             seed: self.seed,
         };
         config

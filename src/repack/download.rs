@@ -245,8 +245,11 @@ impl FileDigest {
     }
 }
 
-/// Streams one file into `partial` (resuming from its end), checks its size and hash, and renames it to
-/// `dest`. Returns the bytes fetched, or why it failed with the bytes fetched before.
+/// Streams one file into `partial`, checks its size and hash, and renames it to `dest`. One writer takes
+/// every byte of the file, so a cut transfer resumes by range from the byte it stopped at with the hashes
+/// (and a streamed shard's repair) carried on; an earlier attempt's partial file is picked up from its end
+/// (a streamed shard's is not: its hashes cannot be picked up midway). Returns the bytes fetched, or why it
+/// failed with the bytes fetched before.
 async fn fetch_file(
     hub: &HubClient,
     repo: &str,
@@ -257,25 +260,69 @@ async fn fetch_file(
     repair: Option<&RepairTarget>,
 ) -> Result<u64, (String, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
-    let retry = RetryPolicy::default();
-    let mut fetched = 0u64;
-    let mut last = String::new();
-    for attempt in 1..=retry.max_attempts {
-        match transfer(hub, &url, f, partial, repair).await {
-            Ok(Transfer::Complete(n, written)) => {
-                fetched += n;
-                return finish(f, written, partial, dest, repair).map(|()| fetched).map_err(|e| (e, fetched));
-            }
-            Ok(Transfer::Cut(n, why)) => {
-                fetched += n;
-                last = why;
-            }
-            Err(e) => return Err((e, fetched)),
-        }
-        tracing::debug!(shard.file = %f.path, attempt, reason = %last, "transfer cut; resuming");
-        tokio::time::sleep(retry.delay(attempt, crate::hub::retry::jitter_unit())).await;
+    if repair.is_some() {
+        let _ = std::fs::remove_file(partial);
     }
-    Err((format!("{}: {last}", f.path), fetched))
+    let kept = std::fs::symlink_metadata(partial).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
+    let start = if kept > f.size { 0 } else { kept };
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    let writer = spawn_writer(f, partial, start, repair, rx);
+    let retry = RetryPolicy::default();
+    let (mut have, mut fetched) = (start, 0u64);
+    let mut stopped = None;
+    for attempt in 1..=retry.max_attempts {
+        if have == f.size {
+            break;
+        }
+        let sent = send_rest(hub, &url, f, have, &tx).await;
+        fetched += sent.received;
+        have += sent.accepted;
+        match sent.end {
+            End::Complete => break,
+            End::Cut(why) => {
+                tracing::debug!(shard.file = %f.path, attempt, bytes = have, reason = %why, "transfer cut; resuming");
+                stopped = Some(why);
+                // A cut after progress is resumed at once, as curl does; one with none backs off.
+                if sent.accepted == 0 {
+                    tokio::time::sleep(retry.delay(attempt, crate::hub::retry::jitter_unit())).await;
+                }
+            }
+            End::Refused(why) => {
+                stopped = Some(why);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let joined = join_writer(writer.await, f);
+    let complete = matches!(&joined, Ok((written, _)) if start + written == f.size);
+    match (joined, stopped) {
+        (Ok((_, written)), _) if complete => {
+            finish(f, written, partial, dest, repair).map(|()| fetched).map_err(|e| (e, fetched))
+        }
+        (Err(e), _) => Err((e, fetched)),
+        // A partial file that holds wrong bytes fails the hash next time and is fetched whole again.
+        (Ok(_), why) => {
+            Err((why.unwrap_or_else(|| format!("{}: {have} of {} bytes arrived", f.path, f.size)), fetched))
+        }
+    }
+}
+
+/// Starts the thread that writes and hashes a file's bytes as they come: a shard to repair through
+/// [`StreamRepair`], any other file appended to `partial` after its first `start` bytes.
+fn spawn_writer(
+    f: &TreeFile,
+    partial: &Path,
+    start: u64,
+    repair: Option<&RepairTarget>,
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> impl Future<Output = Result<Written, crate::blocking::BlockingError>> + use<> {
+    let (partial, digest, repair) = (partial.to_owned(), FileDigest::new(f), repair.cloned());
+    let (name, size) = (f.path.clone(), f.size);
+    crate::blocking::run("the download's writer", move || match repair {
+        Some(target) => write_streamed(&partial, &name, size, target, rx),
+        None => write_partial(&partial, start, digest, rx).map(|(n, d)| (n, Finished::Whole(d))),
+    })
 }
 
 /// What a writer made of a whole file.
@@ -286,86 +333,88 @@ enum Finished {
     Streamed(String, Streamed),
 }
 
-enum Transfer {
-    /// All `size` bytes arrived and were hashed; this many were fetched now.
-    Complete(u64, Finished),
-    /// The body stopped early (the partial file keeps what came); fetched, and why.
-    Cut(u64, String),
+/// What one request for the rest of a file gave the writer.
+struct Sent {
+    /// Bytes that came over the wire.
+    received: u64,
+    /// Bytes passed on to the writer (a server that ignored the range resent some it already had).
+    accepted: u64,
+    end: End,
 }
 
-/// One request for the rest of the file, appended to `partial` and hashed by a writer thread. A shard to
-/// `repair` as it streams starts from its first byte every time: its hashes cannot be picked up midway.
-async fn transfer(
+/// How a request for the rest of a file ended.
+enum End {
+    /// Every byte the tree lists has reached the writer.
+    Complete,
+    /// The body stopped early, or the answer could not be used; asking again from where the writer stands
+    /// may succeed.
+    Cut(String),
+    /// The request failed, or the server sent more than the tree lists: this attempt at the file is over.
+    Refused(String),
+}
+
+/// Asks for the file from byte `have` on and passes what arrives to the writer, in order. A server that
+/// ignores the range sends the whole file: the bytes the writer already has are skipped. An answer for
+/// another range is not used. Every byte still goes through the hash the tree promises, so a range that
+/// brings other bytes than the file's fails that check.
+async fn send_rest(
     hub: &HubClient,
     url: &str,
     f: &TreeFile,
-    partial: &Path,
-    repair: Option<&RepairTarget>,
-) -> Result<Transfer, String> {
-    if repair.is_some() {
-        let _ = std::fs::remove_file(partial);
-    }
-    let have = std::fs::symlink_metadata(partial).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
-    let have = if have > f.size { 0 } else { have };
-    let spawn_writer = |start: u64, rx| {
-        let (partial, digest, repair) = (partial.to_owned(), FileDigest::new(f), repair.cloned());
-        let (name, size) = (f.path.clone(), f.size);
-        crate::blocking::run("the download's writer", move || match repair {
-            Some(target) => write_streamed(&partial, &name, size, target, rx),
-            None => write_partial(&partial, start, digest, rx).map(|(n, d)| (n, Finished::Whole(d))),
-        })
-    };
-    if have == f.size {
-        // An earlier transfer completed but was not checked: hash what is there.
-        let (_, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(1);
-        let (_, digest) = join_writer(spawn_writer(have, rx).await, f)?;
-        return Ok(Transfer::Complete(0, digest));
-    }
+    have: u64,
+    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+) -> Sent {
+    let mut sent = Sent { received: 0, accepted: 0, end: End::Complete };
     let range = [("range", format!("bytes={have}-"))];
     let headers: &[(&'static str, String)] = if have > 0 { &range } else { &[] };
-    let opened = hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| format!("{}: {e}", f.path))?;
-    // A server that ignores the range sends the whole file: start over rather than append it. One that
-    // answers with some other range cannot be appended either.
-    let start = match opened.status {
-        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(have) => have,
+    let opened = match hub.open(Bucket::Resolvers, url, headers).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            sent.end = End::Refused(format!("{}: {e}", f.path));
+            return sent;
+        }
+    };
+    let mut skip = match opened.status {
+        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(have) => 0,
         StatusCode::PARTIAL_CONTENT => {
-            let _ = std::fs::remove_file(partial);
-            return Ok(Transfer::Cut(0, format!("{}: a range answer that does not start at byte {have}", f.path)));
+            sent.end = End::Cut(format!("{}: a range answer that does not start at byte {have}", f.path));
+            return sent;
         }
-        _ => 0,
+        _ => have,
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
-    let writer = spawn_writer(start, rx);
+    let expected = f.size - have;
     let mut response = opened.response;
-    let mut received = 0u64;
-    let expected = f.size - start;
-    let cut = loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                received = received.saturating_add(chunk.len() as u64);
-                if received > expected {
-                    break Some(format!("{}: more bytes than the {} the tree lists", f.path, f.size));
-                }
-                if tx.send(chunk).await.is_err() {
-                    break None;
-                }
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) => {
+                sent.end = End::Cut(format!("{}: body cut short: {}", f.path, describe(&e)));
+                return sent;
             }
-            Ok(None) => break None,
-            Err(e) => break Some(format!("{}: body cut short: {}", f.path, describe(&e))),
+        };
+        sent.received = sent.received.saturating_add(chunk.len() as u64);
+        let skipped = usize::try_from(skip).unwrap_or(usize::MAX).min(chunk.len());
+        skip -= skipped as u64;
+        let chunk = chunk.slice(skipped..);
+        if chunk.is_empty() {
+            continue;
         }
-    };
-    drop(tx);
-    let (written, digest) = join_writer(writer.await, f)?;
-    match cut {
-        Some(why) if received > expected => {
-            // More than promised: nothing of this transfer can be trusted.
-            let _ = std::fs::remove_file(partial);
-            Ok(Transfer::Cut(received, why))
+        if sent.accepted.saturating_add(chunk.len() as u64) > expected {
+            sent.end = End::Refused(format!("{}: more bytes than the {} the tree lists", f.path, f.size));
+            return sent;
         }
-        Some(why) => Ok(Transfer::Cut(received, why)),
-        None if start + written == f.size => Ok(Transfer::Complete(received, digest)),
-        None => Ok(Transfer::Cut(received, format!("{}: {} of {} bytes arrived", f.path, start + written, f.size))),
+        sent.accepted += chunk.len() as u64;
+        if tx.send(chunk).await.is_err() {
+            // The writer stopped; its own error says why.
+            sent.end = End::Refused(format!("{}: the writer stopped", f.path));
+            return sent;
+        }
     }
+    if sent.accepted < expected {
+        sent.end = End::Cut(format!("{}: {} of {} bytes arrived", f.path, have + sent.accepted, f.size));
+    }
+    sent
 }
 
 type Written = std::io::Result<(u64, Finished)>;

@@ -113,6 +113,12 @@ pub struct FaultConfig {
     pub error_rate: f64,
     /// Share of successful bodies cut short (the connection closes mid-body).
     pub truncate_rate: f64,
+    /// Storage bodies longer than this are cut after this many bytes, every time (0: never), so a file is
+    /// only ever fetched whole by resuming with ranges.
+    pub storage_cut: u64,
+    /// A ranged storage answer carries the bytes from this many before the asked start, under the asked
+    /// `Content-Range` (0: honest): a range that returns other bytes.
+    pub range_skew: u64,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -144,6 +150,17 @@ impl Faults {
     /// Added latency.
     pub fn latency(&self) -> Duration {
         self.config.latency
+    }
+
+    /// Where a storage body of `len` bytes is cut, if it is.
+    pub fn storage_cut(&self, len: u64) -> Option<u64> {
+        let cut = self.config.storage_cut;
+        (cut > 0 && len > cut).then_some(cut)
+    }
+
+    /// The first byte actually served for a range asked from `start` (`len` bytes of a `size`-byte file).
+    pub fn range_start_served(&self, start: u64) -> u64 {
+        start.saturating_sub(self.config.range_skew)
     }
 
     fn next_unit(&self) -> f64 {

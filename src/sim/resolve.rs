@@ -170,7 +170,7 @@ async fn serve_content(
         RangeAnswer::Full => (StatusCode::OK, 0, size),
         RangeAnswer::Partial(r) => {
             set(&mut out, "content-range", format!("bytes {}-{}/{size}", r.start, r.end));
-            (StatusCode::PARTIAL_CONTENT, r.start, r.end - r.start + 1)
+            (StatusCode::PARTIAL_CONTENT, sim.faults.range_start_served(r.start), r.end - r.start + 1)
         }
         RangeAnswer::Unsatisfiable => {
             set(&mut out, "content-range", format!("bytes */{size}"));

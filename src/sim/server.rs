@@ -164,7 +164,8 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         return (status, axum::Json(serde_json::json!({"error": "simulated server error"}))).into_response();
     }
     let (parts, body) = request.into_parts();
-    let received = Metered { inner: body, sim: sim.clone(), counter: received_bytes, sent: 0, cut_at: None };
+    let received =
+        Metered { inner: body, sim: sim.clone(), counter: received_bytes, sent: 0, cut_at: None, cut_flushed: false };
     let request = Request::from_parts(parts, Body::new(received));
     let mut response = next.run(request).await;
     if let Some(a) = &admission {
@@ -176,6 +177,12 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let cut_at = match (fault, declared) {
+        (_, Some(len))
+            if class == "storage" && response.status().is_success() && sim.faults.storage_cut(len).is_some() =>
+        {
+            sim.counters.update(|c| c.faults_injected += 1);
+            sim.faults.storage_cut(len)
+        }
         (Fault::Truncate, Some(len)) if len > 1 && response.status().is_success() => {
             sim.counters.update(|c| c.faults_injected += 1);
             Some(len / 2)
@@ -183,7 +190,10 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         _ => None,
     };
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Body::new(Metered { inner: body, sim, counter: served_bytes, sent: 0, cut_at }))
+    Response::from_parts(
+        parts,
+        Body::new(Metered { inner: body, sim, counter: served_bytes, sent: 0, cut_at, cut_flushed: false }),
+    )
 }
 
 fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admission) {
@@ -204,6 +214,7 @@ struct Metered {
     counter: fn(&mut CounterSnapshot) -> &mut u64,
     sent: u64,
     cut_at: Option<u64>,
+    cut_flushed: bool,
 }
 
 fn received_bytes(c: &mut CounterSnapshot) -> &mut u64 {
@@ -223,6 +234,17 @@ impl http_body::Body for Metered {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         if self.cut_at.is_some_and(|cut| self.sent >= cut) {
+            if !self.cut_flushed {
+                // Pending first, so the server flushes the bytes before the cut; an error right away would
+                // drop them with the connection, and the client would see no answer at all.
+                self.cut_flushed = true;
+                let waker = cx.waker().clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    waker.wake();
+                });
+                return Poll::Pending;
+            }
             return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);

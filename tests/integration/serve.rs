@@ -73,7 +73,13 @@ pub fn start_serve(
 fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     let world = audit_world(4, |c| {
         c.quotas = vec![(Bucket::Api, Quota { requests: 20, window: Duration::from_secs(1) })];
-        c.faults = FaultConfig { error_rate: 0.03, truncate_rate: 0.0, seed: 3, latency: Duration::ZERO };
+        c.faults = FaultConfig {
+            error_rate: 0.03,
+            truncate_rate: 0.0,
+            seed: 3,
+            latency: Duration::ZERO,
+            ..FaultConfig::default()
+        };
     });
     let (dir, db) = db();
     let port = free_port();

@@ -49,7 +49,13 @@ fn a_rate_limit_far_below_the_crawl_rate_is_paced_not_hit() {
 fn random_server_errors_and_truncated_bodies_are_retried_to_the_same_result() {
     let (want_shards, want_states) = reference();
     let world = audit_world(FILLER, |c| {
-        c.faults = FaultConfig { error_rate: 0.05, truncate_rate: 0.05, seed: 9, latency: Duration::ZERO };
+        c.faults = FaultConfig {
+            error_rate: 0.05,
+            truncate_rate: 0.05,
+            seed: 9,
+            latency: Duration::ZERO,
+            ..FaultConfig::default()
+        };
     });
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));

@@ -57,12 +57,7 @@ fn a_failed_download_resumes_with_the_files_it_had_verified() {
         .runtime
         .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
     assert_eq!(job.state, "published");
-    let bundle: i64 = std::fs::read_dir(sim.config.root.join("models/mlx-community/tiny-sharded"))
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_name() != ".hubsim.json")
-        .map(|e| e.metadata().unwrap().len() as i64)
-        .sum();
+    let bundle = bundle_bytes(&sim.config.root.join("models/mlx-community/tiny-sharded"));
     let refetched = std::fs::metadata(&shard).unwrap().len() as i64;
     assert_eq!(job.bytes_downloaded, bundle + refetched, "the bundle once, then the refused shard again");
 }
@@ -146,4 +141,51 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
     let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
     assert_eq!(uploads, 1, "one upload commit, whatever the kills");
     assert!(!mirror.meta.private);
+}
+
+/// Total size of the files the simulator serves for a repo.
+fn bundle_bytes(dir: &std::path::Path) -> i64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != ".hubsim.json")
+        .map(|e| e.metadata().unwrap().len() as i64)
+        .sum()
+}
+
+#[test]
+fn a_download_cut_again_and_again_resumes_by_range_and_fetches_each_byte_once() {
+    // Every storage body is cut after 20,000 bytes: the 125,675-byte shard arrives only by resuming.
+    let world = audit_world(0, |c| c.faults.storage_cut = 20_000);
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let counters = sim.counters.snapshot();
+    assert!(counters.requests["storage"] >= 7, "the shard took seven requests at least: {counters:?}");
+    assert!(counters.range_requests >= 6, "each resumed from where the last stopped: {counters:?}");
+    let job = world
+        .runtime
+        .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
+    assert_eq!(job.state, "published");
+    let bundle = bundle_bytes(&sim.config.root.join("models/lmstudio/tiny-q8"));
+    assert_eq!(job.bytes_downloaded, bundle, "no byte fetched twice");
+    assert!(sim.repos().contains_key("alice/tiny-q8-aligned"));
+}
+
+#[test]
+fn a_range_that_returns_other_bytes_is_refused_and_nothing_is_published() {
+    // Cut every body, and answer each resumed range with the bytes from one before the asked start.
+    let world = audit_world(0, |c| {
+        c.faults.storage_cut = 40_000;
+        c.faults.range_skew = 1;
+    });
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let reason = jobs(&world, &db)[0].2.clone().unwrap_or_default();
+    assert!(reason.contains("model.safetensors: content does not match the Hub's hash"), "{reason}");
+    assert!(sim.counters.snapshot().range_requests > 0);
+    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
 }

@@ -221,6 +221,7 @@ fn faults_are_injected_as_configured_and_counted() {
             truncate_rate: 0.5,
             seed: 42,
             latency: std::time::Duration::from_millis(20),
+            ..Default::default()
         };
     });
     let original = std::fs::read(crate::support::fixture("mlx_lm/q4/model.safetensors")).unwrap();
