@@ -76,6 +76,8 @@ def main():
         import mlx.core as mx
 
         record["mlx_version"] = mx.__version__
+        # Said at once: a worker that publishes while the check runs names this version in the card.
+        print(json.dumps({"started": True, "mlx_version": mx.__version__}), flush=True)
         mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
         manifest = json.loads((args.output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}

@@ -4,6 +4,7 @@
 
 pub mod card;
 pub mod download;
+pub mod held;
 pub mod lifecycle;
 pub mod mlx;
 pub mod policy;
@@ -103,13 +104,15 @@ fn transient(reason: impl Into<String>) -> StepError {
     StepError { reason: reason.into(), retry: true }
 }
 
-/// Runs a disk- or CPU-bound step on the blocking pool, so that a repack never holds an executor thread the
-/// pages and the audit share; a panic there fails the step, to be tried again.
-async fn off_executor<T: Send + 'static>(
+/// Runs a disk- or CPU-bound step on a thread of its own, so that a repack never holds an executor thread
+/// the pages and the audit share; a panic there fails the step, to be tried again. The work starts at once,
+/// not when the result is first awaited.
+fn off_executor<T: Send + 'static>(
     what: &'static str,
     work: impl FnOnce() -> Result<T, StepError> + Send + 'static,
-) -> Result<T, StepError> {
-    crate::blocking::run(what, work).await.map_err(|e| transient(e.to_string()))?
+) -> impl Future<Output = Result<T, StepError>> {
+    let running = crate::blocking::run(what, work);
+    async move { running.await.map_err(|e| transient(e.to_string()))? }
 }
 
 /// What the re-layout step left: a staged bundle to verify and publish, or why there is nothing to do.
@@ -186,7 +189,7 @@ impl Repacker<'_> {
             // The checks ran in the worker that staged the bundle, but this one has not seen the files.
             let staged = output.clone();
             let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
-            return self.publish_staged(job, &source, &output, record, checked).await;
+            return self.publish_staged(job, &source, &output, record, checked, None).await;
         }
         // Nothing that may not be mirrored is even downloaded; publishing checks again.
         if !self.opts.pull_request
@@ -235,12 +238,41 @@ impl Repacker<'_> {
         let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
         let (python, script) = (self.opts.python.clone(), self.opts.mlx_script.clone());
         let out = output.clone();
-        let record = off_executor("the MLX check", move || {
-            mlx::check(&python, &script, &out, mlx_device).map_err(|e| permanent(format!("MLX load check: {e}")))
-        })
-        .await?;
-        let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
-        self.publish_staged(job, &source, &output, record, checked).await
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let check = off_executor("the MLX check", move || {
+            let tell = |line: &serde_json::Value| drop(started_tx.send(line.clone()));
+            mlx::check_with(&python, &script, &out, mlx_device, tell)
+                .map_err(|e| permanent(format!("MLX load check: {e}")))
+        });
+        tokio::pin!(check);
+        // A pull request is proposed after the check (its upload is not held back); a mirror is published
+        // while it runs, once it has said which MLX it runs, for the card.
+        let started = if self.opts.pull_request { None } else { started.await.ok() };
+        let Some(started) = started else {
+            let record = check.await?;
+            let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+            return self.publish_staged(job, &source, &output, record, checked, None).await;
+        };
+        let card_record = serde_json::json!({"ok": true, "device": mlx_device, "mlx_version": started["mlx_version"]});
+        let (verdict_tx, verdict) = tokio::sync::watch::channel(None);
+        let judged = async {
+            let result = check.await;
+            let verdict = match &result {
+                Ok(record) if record["mlx_version"] == card_record["mlx_version"] => Ok(()),
+                Ok(_) => Err("the check ran another MLX version than it announced".to_owned()),
+                Err(e) => Err(e.reason.clone()),
+            };
+            verdict_tx.send_replace(Some(verdict));
+            if let Ok(record) = &result {
+                let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+            }
+            result
+        };
+        let publishing = self.publish_staged(job, &source, &output, card_record.clone(), checked, Some(verdict));
+        let (judged, published) = tokio::join!(judged, publishing);
+        // The check's failure is the reason, whatever the publish made of it (it committed nothing).
+        judged?;
+        published
     }
 
     /// Publishes a verified, staged bundle, with a card written from the manifest, the local checks' counts
@@ -252,6 +284,7 @@ impl Repacker<'_> {
         output: &std::path::Path,
         record: serde_json::Value,
         (manifest, checks): (Manifest, verify::LocalChecks),
+        verdict: Option<tokio::sync::watch::Receiver<held::Verdict>>,
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
@@ -311,6 +344,7 @@ impl Repacker<'_> {
             source: &job.repo_id,
             sources: &sources,
             visibility,
+            verdict,
         };
         let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(publish_err)? {
             publish::Published::Committed { commit, bytes_uploaded } => {

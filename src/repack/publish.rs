@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hf_hub::progress::{Progress, ProgressEvent, ProgressHandler, UploadEvent};
+use hf_hub::repository::CommitOperation;
 use hf_hub::{HFClient, RepoTypeModel};
 
 use super::policy::Visibility;
@@ -145,6 +146,9 @@ pub struct Mirror<'a> {
     pub sources: &'a [PathBuf],
     /// Whether the mirror stays private.
     pub visibility: Visibility,
+    /// The MLX check's verdict when it runs beside the upload: the manifest reaches the commit only once it
+    /// has passed (see [`super::held`]). `None`: the check has already passed.
+    pub verdict: Option<tokio::sync::watch::Receiver<super::held::Verdict>>,
 }
 
 /// Fails unless the mirror is free, unknown to any source yet, or this source's.
@@ -194,8 +198,8 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     check_holder(mirror).await?;
     let meter = UploadMeter::default();
     let commit = repo
-        .upload_folder()
-        .folder_path(dir.to_owned())
+        .create_commit()
+        .operations(operations(dir, mirror.verdict.as_ref()).map_err(|e| failed("reading what to upload to", &e))?)
         .progress(Progress::new(meter.clone()))
         .commit_message(format!("Aligned safetensors from source commit {source_sha}"))
         .send()
@@ -206,6 +210,30 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     }
     let bytes_uploaded = meter.bytes_sent(dir);
     Ok(Published::Committed { commit: commit.commit_oid.unwrap_or_default(), bytes_uploaded })
+}
+
+/// Every file of `dir`, to be added to the mirror; the manifest last, and held back by `verdict` if there is
+/// one (hf-hub reads the files in this order before it uploads any, so the shards are hashed meanwhile).
+fn operations(
+    dir: &Path,
+    verdict: Option<&tokio::sync::watch::Receiver<super::held::Verdict>>,
+) -> std::io::Result<Vec<CommitOperation>> {
+    let mut files = Vec::new();
+    list_files(dir, "", &mut files);
+    files.sort();
+    let mut ops: Vec<CommitOperation> = files
+        .iter()
+        .filter(|(rel, _)| verdict.is_none() || rel != MANIFEST_FILE)
+        .map(|(rel, _)| CommitOperation::add_file(rel.clone(), dir.join(rel)))
+        .collect();
+    if let Some(verdict) = verdict {
+        let manifest = crate::safe_fs::read_capped(&dir.join(MANIFEST_FILE), MANIFEST_CAP as u64)?;
+        ops.push(CommitOperation::Add {
+            path_in_repo: MANIFEST_FILE.to_owned(),
+            source: super::held::HeldFile::source(manifest.into(), verdict.clone()),
+        });
+    }
+    Ok(ops)
 }
 
 /// Counts what an upload sends, from hf-hub's progress events.

@@ -1,0 +1,109 @@
+//! The MLX check runs while the mirror is uploaded, and the commit waits for its verdict (`repack::held`).
+//! A stand-in for the check says it started, waits until the upload has hashed every file and asked the
+//! Hub how to send them, lets the uploader run on, and reads the simulator's counters before answering.
+
+use std::path::{Path, PathBuf};
+
+use super::pipeline::jobs;
+use crate::audit::world::{assert_ok, audit, audit_world, db};
+use crate::sim::world::{ALICE, World};
+use crate::support::{hubalign, python};
+
+/// A stand-in for `python verify_mlx.py` that passes or fails as told, recording what the simulator had
+/// seen when it answered.
+fn stand_in(dir: &Path, endpoint: &str, passes: bool) -> PathBuf {
+    let script = dir.join("check.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"import json, time, urllib.request
+def counters():
+    return json.load(urllib.request.urlopen("{endpoint}/_sim/counters"))["requests"]
+print(json.dumps({{"started": True, "mlx_version": "0.0-stand-in"}}), flush=True)
+deadline = time.time() + 30
+while counters().get("preupload", 0) == 0 and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(1.5)  # time enough for a commit that did not wait
+seen = counters()
+record = {{"ok": {ok}, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1,
+          "preupload_before_verdict": seen.get("preupload", 0), "commits_before_verdict": seen.get("commit", 0)}}
+if not record["ok"]:
+    record["error"] = "ValueError: model.safetensors: w: bytes differ from the source's"
+print(json.dumps(record))
+raise SystemExit(0 if record["ok"] else 1)
+"#,
+            ok = if passes { "True" } else { "False" }
+        ),
+    )
+    .unwrap();
+    let wrapper = dir.join("python");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{}' '{}'\n", python().display(), script.display())).unwrap();
+    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&wrapper, perms).unwrap();
+    wrapper
+}
+
+fn repack_with(world: &World, db: &Path, python: &Path) -> std::process::Output {
+    let endpoint = world.endpoint();
+    let mut child = hubalign()
+        .args(["repack", "lmstudio/tiny-q8", "--endpoint", endpoint.as_str(), "--token", ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+        .arg("--python")
+        .arg(python)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A worker whose commit waited for a verdict that never came would hang: the test ends it instead.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn commits(world: &World) -> u64 {
+    let sim = &world.hub.as_ref().unwrap().sim;
+    sim.counters.snapshot().requests.get("commit").copied().unwrap_or(0)
+}
+
+#[test]
+fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
+    let world = audit_world(0, |_| {});
+    let (dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let python = stand_in(dir.path(), &world.endpoint(), true);
+    let out = repack_with(&world, &db, &python);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        store.jobs().await.unwrap().into_iter().find(|j| j.repo_id == "lmstudio/tiny-q8").unwrap()
+    });
+    assert_eq!(job.state, "published", "{:?}", job.reason);
+    let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
+    assert_eq!(record["preupload_before_verdict"], 1, "the upload had hashed every file before the verdict");
+    assert_eq!(record["commits_before_verdict"], 0, "and committed nothing: {record}");
+    assert_eq!(commits(&world), 1);
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let card_sha = sim.repos()["alice/tiny-q8-aligned"].head().unwrap().files["README.md"].sha256.clone();
+    let card = std::fs::read_to_string(sim.store.join("blobs").join(card_sha)).unwrap();
+    assert!(card.contains("(MLX 0.0-stand-in) returned\n  every array of every shard bit-identical"), "{card}");
+}
+
+#[test]
+fn a_check_that_fails_during_the_upload_leaves_no_commit() {
+    let world = audit_world(0, |_| {});
+    let (dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let python = stand_in(dir.path(), &world.endpoint(), false);
+    let out = repack_with(&world, &db, &python);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, state, reason) = jobs(&world, &db).into_iter().find(|j| j.0 == "lmstudio/tiny-q8").unwrap();
+    assert_eq!(state, "failed");
+    assert!(reason.unwrap_or_default().contains("MLX load check: ValueError: model.safetensors: w: bytes differ"));
+    assert_eq!(commits(&world), 0, "nothing committed");
+}
