@@ -223,6 +223,7 @@ fn exit_for(state: JobState) -> Exit {
 }
 
 pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
+    hubalign::blocking::run_as_batch("the repack command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         gate::check_repo_id(&args.repo)?;
@@ -277,6 +278,7 @@ fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
 }
 
 pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
+    hubalign::blocking::run_as_batch("the worker command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
