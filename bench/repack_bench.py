@@ -60,6 +60,10 @@ def main():
                     help="pad: header padding fixes the shards; relayout: they need a reorder")
     ap.add_argument("--worker", type=Path, default=BIN,
                     help="the hubalign that audits and repacks (another build, to compare; the simulator is this one)")
+    ap.add_argument("--storage-mbps", type=float, default=0,
+                    help="hold each storage answer to this rate, as a CDN holds each connection (0: no limit)")
+    ap.add_argument("--connections", type=int,
+                    help="the repack's --download-connections (default: the worker's own default)")
     args = ap.parse_args()
     for tool in (BIN, SYNTH, PY):
         if not tool.exists():
@@ -70,7 +74,8 @@ def main():
     size = sum(p.stat().st_size for p in shards)
     store = Path(tempfile.mkdtemp(prefix="hubsim-store-"))
     started = time.perf_counter()
-    sim = subprocess.Popen([BIN, "sim", "--root", hub_root, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench"],
+    sim = subprocess.Popen([BIN, "sim", "--root", hub_root, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench",
+                            "--storage-mbps", str(args.storage_mbps)],
                            stdout=subprocess.PIPE, text=True)
     url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     ingest_s = time.perf_counter() - started
@@ -83,7 +88,8 @@ def main():
         inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
         t0 = time.time()
         run = subprocess.run([args.worker, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
-                              "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY],
+                              "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY,
+                              *(["--download-connections", str(args.connections)] if args.connections else [])],
                              capture_output=True, text=True, env=dict(os.environ, RUST_LOG="hubalign=info"))
         t_end = time.time()
         # What the repack and the processes it started read from storage (512-byte blocks; page-cache hits
@@ -145,6 +151,7 @@ def main():
     # Every byte sent to the Hub: the commit's body and every API call's included, not only Xet and LFS.
     up = counters["bytes_received"]
     published = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "published"]
+    memory = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "worker memory"]
     metered = published[0].get("bytes") if published else None
     print(f"bundle: {args.shards} {args.kind} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
     print("| step | wall time | bytes moved | baseline (same run) | step / baseline |")
@@ -162,6 +169,13 @@ def main():
         print(f"| {name} | {seconds:.1f} s | {moved / 1e9:.2f} GB | {base_name}: {base:.1f} s | {seconds / base:.2f}x |")
     total = sum(d for d in durations.values())
     print(f"| whole repack | {total:.1f} s | | raw GET to disk, synced: {raw_disk:.1f} s | {total / raw_disk:.2f}x |")
+    if memory:
+        # The peak so far as each step starts: what the steps before it held at most.
+        so_far = {l["fields"]["step"]: l["fields"].get("rss.peak_bytes", 0) / 2**20 for l in steps
+                  if l.get("fields", {}).get("message") == "step"}
+        print(f"\npeak RSS of the worker (VmHWM; the MLX check's process apart): "
+              f"{memory[0]['rss.peak_bytes'] / 2**20:.1f} MiB; before the download {so_far.get('downloading', float('nan')):.1f} MiB, by its end "
+              f"{so_far.get('relaying', float('nan')):.1f} MiB, before publishing {so_far.get('publishing', float('nan')):.1f} MiB")
     print(f"\nread from storage by the repack and its children (getrusage ru_inblock): {read_from_disk / 1e9:.2f} GB, "
           f"{read_from_disk / size:.2f} per byte of bundle")
     print(f"\nbytes uploaded for the header-padded republish (the simulator's count of request bodies): {up:,} bytes, "

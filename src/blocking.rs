@@ -128,6 +128,14 @@ pub fn run_as_batch(what: &str) {
     lower_priority(what);
 }
 
+/// This process's peak resident memory so far (`VmHWM`: processes it started are not in it), where the
+/// system says.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim();
+    kib.parse::<u64>().ok()?.checked_mul(1024)
+}
+
 /// Lowers this thread's priority. On Linux the nice value belongs to the thread, not the process, so the
 /// server's threads keep theirs; refused (some sandboxes), the work still runs.
 fn lower_priority(what: &str) {

@@ -76,6 +76,10 @@ pub struct WorkerArgs {
     /// never for another owner's private repos, never for gated ones).
     #[arg(long)]
     private_mirrors: bool,
+    /// Connections a job's download holds at once, shared by the files it fetches at once; a file fetched
+    /// alone comes in 4 MiB ranges over several of them (a CDN limits each connection's rate).
+    #[arg(long, default_value_t = hubalign::repack::download::DEFAULT_CONNECTIONS, value_name = "N")]
+    download_connections: usize,
     #[command(flatten)]
     pub(super) bounds: HubBounds,
 }
@@ -207,6 +211,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         bot_user: user,
         max_bundle_bytes: (args.max_bundle_gb.max(0.0) * 1e9) as u64,
         private_mirrors: PrivateMirrors(args.private_mirrors.then(|| target_namespace.clone())),
+        download_connections: args.download_connections.clamp(1, 64),
     };
     Ok(Setup { hub, hf, store, opts, device })
 }
@@ -256,6 +261,9 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         };
         let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
         let state = repacker.run(&job).await?;
+        if let Some(bytes) = hubalign::blocking::peak_rss() {
+            tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
+        }
         let done = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
         println!(
             "{}@{}: {}{}",

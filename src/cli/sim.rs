@@ -62,6 +62,10 @@ pub struct SimArgs {
     /// asked Content-Range: a lying CDN (0: honest).
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     range_skew: u64,
+    /// Send each storage (file download) answer at most this many MB per second, as a CDN limits each
+    /// connection (0: as fast as it goes).
+    #[arg(long, default_value_t = 0.0, value_name = "MB_PER_S")]
+    storage_mbps: f64,
     /// Seed for the fault dice, so a faulty run can be replayed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -95,6 +99,7 @@ impl SimArgs {
             truncate_rate: self.truncate_rate.clamp(0.0, 1.0),
             storage_cut: self.storage_cut,
             range_skew: self.range_skew,
+            storage_rate: (self.storage_mbps.max(0.0) * 1e6) as u64,
             seed: self.seed,
         };
         config

@@ -4,26 +4,26 @@
 //! gate; nothing else names a file. Each file streams from the resolve URL (through its redirect to
 //! storage) into a partial file of the job's own, hashed as it arrives against the Hub's hash (sha256 for
 //! LFS and Xet files, the git blob id for the rest), and is renamed into place only when it matches. A cut
-//! transfer resumes from the bytes it had, by range; the hashing and the disk writes run on a blocking
-//! thread, never on the async runtime.
+//! transfer resumes from the bytes it had, by range, and a large file comes in ranges over several
+//! connections ([`super::transfer`]); the hashing and the disk writes run on a blocking thread, never on
+//! the async runtime.
 
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt as _;
-use reqwest::StatusCode;
 use sha1::Digest as _;
 use thiserror::Error;
 
 use crate::gate;
 use crate::hashing::{Sha256Stream, is_hex, sha256_hex, to_hex};
-use crate::hub::pacing::Bucket;
+use crate::hub::HubClient;
 use crate::hub::retry::RetryPolicy;
 use crate::hub::tree::TreeFile;
-use crate::hub::{HubClient, describe};
 use crate::safe_fs;
 
 use super::stream::{RepairTarget, StreamRepair, Streamed, StreamedRecord};
+use super::transfer::{End, SEGMENTED_FROM, send_rest, send_segments};
 
 /// What a download fetched.
 #[derive(Debug, Clone)]
@@ -76,7 +76,13 @@ pub struct Layout {
     /// Where shards that header padding fixes are repaired as they stream (the bundle then keeps only a
     /// stub of each: see [`stream`](super::stream)); `None` downloads every file whole.
     pub repair: Option<RepairTarget>,
+    /// Connections the download may hold at once, shared by the files it fetches at once: a file of its own
+    /// gets several, for ranges of it at once (0: [`DEFAULT_CONNECTIONS`]).
+    pub connections: usize,
 }
+
+/// Connections a download holds at once unless told otherwise.
+pub const DEFAULT_CONNECTIONS: usize = 4;
 
 /// Downloads `repo` at `sha` and checks each file against the tree's hash. Resumes an interrupted attempt: a
 /// file already in place that matches its hash is kept, and a partial transfer continues from its end.
@@ -114,9 +120,16 @@ pub async fn download(
     // transfer at a time leaves the other cores (and connections) idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
     let streamed = wanted.iter().filter(|w| w.3.is_some()).count();
-    let at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(MAX_TRANSFERS);
-    let transfers: Vec<_> =
-        wanted.iter().map(|(f, partial, dest, repair)| fetch_file(hub, repo, sha, f, partial, dest, *repair)).collect();
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let at_once = cores.min(MAX_TRANSFERS).min(wanted.len()).max(1);
+    let connections = if layout.connections == 0 { DEFAULT_CONNECTIONS } else { layout.connections };
+    // The connections go to the large files that are fetched at the same time (small ones take one each).
+    let large = wanted.iter().filter(|(f, ..)| f.size >= SEGMENTED_FROM).count();
+    let per_file = (connections / at_once.min(large).max(1)).max(1);
+    let transfers: Vec<_> = wanted
+        .iter()
+        .map(|(f, partial, dest, repair)| fetch_file(hub, repo, sha, f, (partial, dest), *repair, per_file))
+        .collect();
     let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
     let mut bytes = 0u64;
     // A file that fails does not stop the others: the next attempt then fetches only what failed.
@@ -255,9 +268,9 @@ async fn fetch_file(
     repo: &str,
     sha: &str,
     f: &TreeFile,
-    partial: &Path,
-    dest: &Path,
+    (partial, dest): (&Path, &Path),
     repair: Option<&RepairTarget>,
+    connections: usize,
 ) -> Result<u64, (String, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
     if repair.is_some() {
@@ -270,21 +283,32 @@ async fn fetch_file(
     let retry = RetryPolicy::default();
     let (mut have, mut fetched) = (start, 0u64);
     let mut stopped = None;
-    for attempt in 1..=retry.max_attempts {
+    // Only requests that bring nothing count against the retry policy; ones that make progress are bounded
+    // by the file's size (a server that cuts every answer after 1 MiB still gets the file across).
+    let (mut attempt, mut requests, most) = (0u32, 0u64, u64::from(retry.max_attempts) + f.size / (1 << 20));
+    while attempt < retry.max_attempts && requests < most {
         if have == f.size {
             break;
         }
-        let sent = send_rest(hub, &url, f, have, &tx).await;
+        requests += 1;
+        let sent = if connections > 1 && f.size - have >= SEGMENTED_FROM {
+            send_segments(hub, &url, f, have, connections, &tx).await
+        } else {
+            send_rest(hub, &url, f, have, &tx).await
+        };
         fetched += sent.received;
         have += sent.accepted;
         match sent.end {
             End::Complete => break,
             End::Cut(why) => {
-                tracing::debug!(shard.file = %f.path, attempt, bytes = have, reason = %why, "transfer cut; resuming");
+                tracing::debug!(shard.file = %f.path, requests, bytes = have, reason = %why, "transfer cut; resuming");
                 stopped = Some(why);
                 // A cut after progress is resumed at once, as curl does; one with none backs off.
                 if sent.accepted == 0 {
+                    attempt += 1;
                     tokio::time::sleep(retry.delay(attempt, crate::hub::retry::jitter_unit())).await;
+                } else {
+                    attempt = 0;
                 }
             }
             End::Refused(why) => {
@@ -333,90 +357,6 @@ enum Finished {
     Streamed(String, Streamed),
 }
 
-/// What one request for the rest of a file gave the writer.
-struct Sent {
-    /// Bytes that came over the wire.
-    received: u64,
-    /// Bytes passed on to the writer (a server that ignored the range resent some it already had).
-    accepted: u64,
-    end: End,
-}
-
-/// How a request for the rest of a file ended.
-enum End {
-    /// Every byte the tree lists has reached the writer.
-    Complete,
-    /// The body stopped early, or the answer could not be used; asking again from where the writer stands
-    /// may succeed.
-    Cut(String),
-    /// The request failed, or the server sent more than the tree lists: this attempt at the file is over.
-    Refused(String),
-}
-
-/// Asks for the file from byte `have` on and passes what arrives to the writer, in order. A server that
-/// ignores the range sends the whole file: the bytes the writer already has are skipped. An answer for
-/// another range is not used. Every byte still goes through the hash the tree promises, so a range that
-/// brings other bytes than the file's fails that check.
-async fn send_rest(
-    hub: &HubClient,
-    url: &str,
-    f: &TreeFile,
-    have: u64,
-    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
-) -> Sent {
-    let mut sent = Sent { received: 0, accepted: 0, end: End::Complete };
-    let range = [("range", format!("bytes={have}-"))];
-    let headers: &[(&'static str, String)] = if have > 0 { &range } else { &[] };
-    let opened = match hub.open(Bucket::Resolvers, url, headers).await {
-        Ok(opened) => opened,
-        Err(e) => {
-            sent.end = End::Refused(format!("{}: {e}", f.path));
-            return sent;
-        }
-    };
-    let mut skip = match opened.status {
-        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(have) => 0,
-        StatusCode::PARTIAL_CONTENT => {
-            sent.end = End::Cut(format!("{}: a range answer that does not start at byte {have}", f.path));
-            return sent;
-        }
-        _ => have,
-    };
-    let expected = f.size - have;
-    let mut response = opened.response;
-    loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => break,
-            Err(e) => {
-                sent.end = End::Cut(format!("{}: body cut short: {}", f.path, describe(&e)));
-                return sent;
-            }
-        };
-        sent.received = sent.received.saturating_add(chunk.len() as u64);
-        let skipped = usize::try_from(skip).unwrap_or(usize::MAX).min(chunk.len());
-        skip -= skipped as u64;
-        let chunk = chunk.slice(skipped..);
-        if chunk.is_empty() {
-            continue;
-        }
-        if sent.accepted.saturating_add(chunk.len() as u64) > expected {
-            sent.end = End::Refused(format!("{}: more bytes than the {} the tree lists", f.path, f.size));
-            return sent;
-        }
-        sent.accepted += chunk.len() as u64;
-        if tx.send(chunk).await.is_err() {
-            // The writer stopped; its own error says why.
-            sent.end = End::Refused(format!("{}: the writer stopped", f.path));
-            return sent;
-        }
-    }
-    if sent.accepted < expected {
-        sent.end = End::Cut(format!("{}: {} of {} bytes arrived", f.path, have + sent.accepted, f.size));
-    }
-    sent
-}
-
 type Written = std::io::Result<(u64, Finished)>;
 
 fn join_writer(
@@ -424,11 +364,6 @@ fn join_writer(
     f: &TreeFile,
 ) -> Result<(u64, Finished), String> {
     joined.map_err(|e| format!("{}: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
-}
-
-fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
-    let v = opened.response.headers().get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
-    v.strip_prefix("bytes ")?.split('-').next()?.trim().parse().ok()
 }
 
 /// Hashes the partial file's first `start` bytes (what an earlier transfer left), then appends and hashes

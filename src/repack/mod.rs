@@ -13,6 +13,7 @@ pub mod publish;
 pub mod pull_request;
 pub mod runner;
 pub mod stream;
+mod transfer;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ pub struct RepackOptions {
     pub bot_user: String,
     /// The largest bundle a job downloads; a larger one is refused.
     pub max_bundle_bytes: u64,
+    /// Connections a download may hold at once (0: [`download::DEFAULT_CONNECTIONS`]).
+    pub download_connections: usize,
     /// Where private mirrors of private sources are allowed (none unless the operator says).
     pub private_mirrors: policy::PrivateMirrors,
 }
@@ -165,7 +168,8 @@ impl Repacker<'_> {
         if let Some(ms) = std::env::var("HUBALIGN_DEBUG_STEP_PAUSE_MS").ok().and_then(|v| v.parse().ok()) {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
-        tracing::info!(job.id = job.id, repo.id = %job.repo_id, step = state.as_str(), "step");
+        let rss = crate::blocking::peak_rss().unwrap_or(0);
+        tracing::info!(job.id = job.id, repo.id = %job.repo_id, step = state.as_str(), rss.peak_bytes = rss, "step");
         match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(transient("the lease was lost to another worker")),
@@ -205,7 +209,12 @@ impl Repacker<'_> {
         // by this worker (the bundle keeps a stub of each).
         let streamed = dir.join("streamed");
         let repair = Some(stream::RepairTarget { dir: streamed.clone(), alignment: self.opts.alignment });
-        let layout = download::Layout { source: source.clone(), partial: dir.join("partial"), repair };
+        let layout = download::Layout {
+            source: source.clone(),
+            partial: dir.join("partial"),
+            repair,
+            connections: self.opts.download_connections,
+        };
         let fetched =
             download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
         let bytes = fetched.as_ref().map_or_else(download::DownloadError::bytes, |done| done.bytes);

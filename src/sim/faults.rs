@@ -119,6 +119,9 @@ pub struct FaultConfig {
     /// A ranged storage answer carries the bytes from this many before the asked start, under the asked
     /// `Content-Range` (0: honest): a range that returns other bytes.
     pub range_skew: u64,
+    /// Each storage answer is sent at most this many bytes per second (0: as fast as it goes), as a CDN
+    /// limits each connection.
+    pub storage_rate: u64,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -156,6 +159,11 @@ impl Faults {
     pub fn storage_cut(&self, len: u64) -> Option<u64> {
         let cut = self.config.storage_cut;
         (cut > 0 && len > cut).then_some(cut)
+    }
+
+    /// The rate each storage answer is held to, in bytes per second, if any.
+    pub fn storage_rate(&self) -> Option<u64> {
+        (self.config.storage_rate > 0).then_some(self.config.storage_rate)
     }
 
     /// The first byte actually served for a range asked from `start` (`len` bytes of a `size`-byte file).

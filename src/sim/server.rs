@@ -2,7 +2,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -164,8 +164,7 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         return (status, axum::Json(serde_json::json!({"error": "simulated server error"}))).into_response();
     }
     let (parts, body) = request.into_parts();
-    let received =
-        Metered { inner: body, sim: sim.clone(), counter: received_bytes, sent: 0, cut_at: None, cut_flushed: false };
+    let received = Metered::new(body, sim.clone(), received_bytes, None, None);
     let request = Request::from_parts(parts, Body::new(received));
     let mut response = next.run(request).await;
     if let Some(a) = &admission {
@@ -189,11 +188,9 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         }
         _ => None,
     };
+    let pace = sim.faults.storage_rate().filter(|_| class == "storage");
     let (parts, body) = response.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(Metered { inner: body, sim, counter: served_bytes, sent: 0, cut_at, cut_flushed: false }),
-    )
+    Response::from_parts(parts, Body::new(Metered::new(body, sim, served_bytes, cut_at, pace)))
 }
 
 fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admission) {
@@ -215,6 +212,22 @@ struct Metered {
     sent: u64,
     cut_at: Option<u64>,
     cut_flushed: bool,
+    /// Bytes per second the body is held to, from when it was made; and the wait before its next frame.
+    pace: Option<(u64, Instant)>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Metered {
+    fn new(
+        inner: Body,
+        sim: Shared,
+        counter: fn(&mut CounterSnapshot) -> &mut u64,
+        cut_at: Option<u64>,
+        rate: Option<u64>,
+    ) -> Metered {
+        let pace = rate.map(|r| (r, Instant::now()));
+        Metered { inner, sim, counter, sent: 0, cut_at, cut_flushed: false, pace, wait: None }
+    }
 }
 
 fn received_bytes(c: &mut CounterSnapshot) -> &mut u64 {
@@ -233,6 +246,12 @@ impl http_body::Body for Metered {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if let Some(wait) = self.wait.as_mut() {
+            if wait.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.wait = None;
+        }
         if self.cut_at.is_some_and(|cut| self.sent >= cut) {
             if !self.cut_flushed {
                 // Pending first, so the server flushes the bytes before the cut; an error right away would
@@ -258,6 +277,14 @@ impl http_body::Body for Metered {
                 let n = data.len() as u64;
                 let counter = self.counter;
                 self.sim.counters.update(|c| *counter(c) += n);
+                if let Some((rate, started)) = self.pace {
+                    // The next frame waits until this many bytes would have taken at the rate.
+                    let due =
+                        crate::time::instant_after(started, Duration::from_secs_f64(self.sent as f64 / rate as f64));
+                    if due > Instant::now() {
+                        self.wait = Some(Box::pin(tokio::time::sleep_until(due.into())));
+                    }
+                }
                 http_body::Frame::data(data)
             }
             Err(frame) => frame,

@@ -6,4 +6,5 @@ mod pipeline;
 mod pull_request;
 mod recovery;
 mod runner;
+mod segments;
 mod upload_share;

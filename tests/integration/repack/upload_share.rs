@@ -12,6 +12,11 @@ use crate::sim::world::{World, start_on};
 /// A simulated Hub holding `big-org/big-q4`: a 128 MiB shard whose data starts off an 8-byte boundary while
 /// every relative offset is aligned (header padding fixes it). Returns the Hub's directory and the shard size.
 fn header_padded_bundle() -> (tempfile::TempDir, u64) {
+    header_padded_bundle_of(32768)
+}
+
+/// [`header_padded_bundle`] with a shard of `rows` × 4 KiB.
+pub(super) fn header_padded_bundle_of(rows: u64) -> (tempfile::TempDir, u64) {
     let root = tempfile::tempdir().unwrap();
     let repo = root.path().join("models/big-org/big-q4");
     std::fs::create_dir_all(&repo).unwrap();
@@ -21,11 +26,11 @@ fn header_padded_bundle() -> (tempfile::TempDir, u64) {
         .map(|n| format!("model.layers.0.mlp.{}.weight", "x".repeat(n)))
         .find(|w| {
             let specs: [(&str, Dtype, &[u64]); 2] =
-                [(w.as_str(), Dtype::U32, &[32768, 1024]), ("norm", Dtype::BF16, &[64])];
+                [(w.as_str(), Dtype::U32, &[rows, 1024]), ("norm", Dtype::BF16, &[64])];
             !(8 + mlx_header(&specs, Some("mlx")).len()).is_multiple_of(8)
         })
         .unwrap();
-    let specs: [(&str, Dtype, &[u64]); 2] = [(name.as_str(), Dtype::U32, &[32768, 1024]), ("norm", Dtype::BF16, &[64])];
+    let specs: [(&str, Dtype, &[u64]); 2] = [(name.as_str(), Dtype::U32, &[rows, 1024]), ("norm", Dtype::BF16, &[64])];
     let mut file = std::fs::File::create(repo.join("model.safetensors")).unwrap();
     let size = write_mlx_style_stream(&mut file, &specs, Some("mlx"), 5).unwrap();
     drop(file);
