@@ -2,17 +2,18 @@
 //! large file, in fixed-size ranges over several connections at once whose answers are passed on in file
 //! order (a CDN limits each connection's rate; the file's hash is one chain that needs its bytes in order).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use reqwest::StatusCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::hub::pacing::Bucket;
 use crate::hub::tree::TreeFile;
 use crate::hub::{HubClient, describe};
 
-/// Bytes one ranged request asks for when a file comes over several connections. With the writer's queue,
-/// a file holds at most `connections × SEGMENT + QUEUED × SLICE` in memory.
+/// Bytes one ranged request asks for when a file comes over several connections. A file then holds about
+/// `connections × SEGMENT` in flight, plus the writer's queue of [`SLICE`]-sized pieces.
 pub(super) const SEGMENT: u64 = 4 << 20;
 
 /// Pieces a segment is handed to the writer in, so that the writer's queue holds little.
@@ -51,7 +52,7 @@ pub(super) async fn send_rest(
     url: &str,
     f: &TreeFile,
     have: u64,
-    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
 ) -> Sent {
     let mut sent = Sent { received: 0, accepted: 0, end: End::Complete };
     let range = [("range", format!("bytes={have}-"))];
