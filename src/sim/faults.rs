@@ -166,7 +166,7 @@ impl Faults {
         (self.config.storage_rate > 0).then_some(self.config.storage_rate)
     }
 
-    /// The first byte actually served for a range asked from `start` (`len` bytes of a `size`-byte file).
+    /// The first byte actually served for a range asked from `start`: `range_skew` bytes earlier, if set.
     pub fn range_start_served(&self, start: u64) -> u64 {
         start.saturating_sub(self.config.range_skew)
     }

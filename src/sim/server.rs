@@ -175,12 +175,11 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let storage_cut = declared.and_then(|len| sim.faults.storage_cut(len)).filter(|_| class == "storage");
     let cut_at = match (fault, declared) {
-        (_, Some(len))
-            if class == "storage" && response.status().is_success() && sim.faults.storage_cut(len).is_some() =>
-        {
+        _ if storage_cut.is_some() && response.status().is_success() => {
             sim.counters.update(|c| c.faults_injected += 1);
-            sim.faults.storage_cut(len)
+            storage_cut
         }
         (Fault::Truncate, Some(len)) if len > 1 && response.status().is_success() => {
             sim.counters.update(|c| c.faults_injected += 1);
