@@ -16,81 +16,189 @@ const DIRECT_ALIGN: usize = 4096;
 /// Bytes gathered before each write.
 const STAGING_BYTES: usize = 8 << 20;
 
-/// Writes a stream front to back into an existing file, through `O_DIRECT` where the file system takes it and
-/// through the page cache otherwise.
-pub struct DirectWriter {
-    direct: Option<File>,
-    buffered: File,
+/// A staging buffer whose usable part starts on the alignment.
+struct Staging {
     storage: Vec<u8>,
     start: usize,
+}
+
+impl Staging {
+    fn new() -> Staging {
+        let storage = vec![0u8; STAGING_BYTES + DIRECT_ALIGN];
+        let start = storage.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+        Staging { storage, start }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + STAGING_BYTES]
+    }
+}
+
+/// A write for the I/O thread: the buffer, how much of it, and where in the file.
+type Job = (Staging, usize, u64);
+
+/// Writes a stream front to back into an existing file, through `O_DIRECT` where the file system takes it and
+/// through the page cache otherwise. Two staging buffers take turns: one fills while a thread of its own
+/// writes the other, so the disk is never left waiting while the next buffer is filled.
+pub struct DirectWriter {
+    buffered: File,
+    staging: Option<Staging>,
     filled: usize,
+    /// Bytes handed to the I/O thread.
     written: u64,
+    to_io: Option<std::sync::mpsc::SyncSender<Job>>,
+    back: std::sync::mpsc::Receiver<(Staging, io::Result<()>)>,
+    /// Buffers with the I/O thread now, and buffers made (two at most: one filling while one is written).
+    in_flight: usize,
+    allocated: usize,
+    io: Option<std::thread::JoinHandle<()>>,
+    direct: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DirectWriter {
     /// A writer into `path`, already open as `buffered`, from its first byte. `prefer_direct` false, or a
     /// file system that refuses `O_DIRECT`, writes through the page cache instead.
     pub fn new(path: &Path, buffered: File, prefer_direct: bool) -> DirectWriter {
-        let direct = prefer_direct.then(|| open_direct(path).ok()).flatten();
-        let storage = vec![0u8; STAGING_BYTES + DIRECT_ALIGN];
-        let start = storage.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
-        DirectWriter { direct, buffered, storage, start, filled: 0, written: 0 }
+        let direct_file = prefer_direct.then(|| open_direct(path).ok()).flatten();
+        let direct = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(direct_file.is_some()));
+        let (to_io, jobs) = std::sync::mpsc::sync_channel::<Job>(1);
+        let (done, back) = std::sync::mpsc::sync_channel(2);
+        let writes = buffered.try_clone();
+        let still_direct = direct.clone();
+        let io = std::thread::Builder::new()
+            .name("direct writer".into())
+            .spawn(move || {
+                let mut target = Target { direct: direct_file, buffered: writes, still_direct };
+                for (staging, len, offset) in jobs {
+                    let result = target.write(&staging.storage[staging.start..staging.start + len], offset);
+                    if done.send((staging, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        DirectWriter {
+            buffered,
+            staging: Some(Staging::new()),
+            filled: 0,
+            written: 0,
+            to_io: Some(to_io),
+            back,
+            in_flight: 0,
+            allocated: 1,
+            io,
+            direct,
+        }
     }
 
     /// Whether bytes still go past the page cache.
     pub fn is_direct(&self) -> bool {
-        self.direct.is_some()
+        self.direct.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Appends bytes to the stream; errors are the file's.
     pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            let took = self.stage(data);
+            let took = self.stage(data)?;
             data = &data[took..];
             if self.filled == STAGING_BYTES {
-                self.write_staged(STAGING_BYTES)?;
-                self.filled = 0;
+                self.hand_over(STAGING_BYTES)?;
             }
         }
         Ok(())
     }
 
-    /// Writes what is staged and cuts the file to the stream's length; the caller syncs it.
+    /// Writes what is staged, waits for every write, and cuts the file to the stream's length; the caller
+    /// syncs it.
     pub fn finish(mut self) -> io::Result<u64> {
         let len = self.written + self.filled as u64;
         // A direct write must end on the alignment: the tail goes out zero-padded and the file is cut back.
         let padded = self.filled.next_multiple_of(DIRECT_ALIGN);
-        let staging = &mut self.storage[self.start..self.start + STAGING_BYTES];
-        staging[self.filled..padded].fill(0);
-        self.write_staged(padded)?;
+        let filled = self.filled;
+        self.current()?.bytes()[filled..padded].fill(0);
+        self.hand_over(padded)?;
+        while self.in_flight > 0 {
+            self.take_back()?;
+        }
+        self.to_io = None;
+        if let Some(io) = self.io.take() {
+            io.join().map_err(|_| io::Error::other("the direct writer's thread panicked"))?;
+        }
         self.buffered.set_len(len)?;
         Ok(len)
     }
 
-    fn stage(&mut self, data: &[u8]) -> usize {
-        let take = data.len().min(STAGING_BYTES - self.filled);
-        let at = self.start + self.filled;
-        self.storage[at..at + take].copy_from_slice(&data[..take]);
-        self.filled += take;
-        take
+    /// The buffer being filled: the one in hand, a second one while there are not two, or the next to come
+    /// back from the I/O thread (one being written, one waiting to be).
+    fn current(&mut self) -> io::Result<&mut Staging> {
+        if self.staging.is_none() {
+            let next = if self.allocated < 2 {
+                self.allocated += 1;
+                Staging::new()
+            } else {
+                self.take_back()?
+            };
+            self.staging = Some(next);
+        }
+        self.staging.as_mut().ok_or_else(|| io::Error::other("no staging buffer"))
     }
 
-    fn write_staged(&mut self, len: usize) -> io::Result<()> {
-        let staging = &self.storage[self.start..self.start + len];
+    fn stage(&mut self, data: &[u8]) -> io::Result<usize> {
+        let filled = self.filled;
+        let take = data.len().min(STAGING_BYTES - filled);
+        self.current()?.bytes()[filled..filled + take].copy_from_slice(&data[..take]);
+        self.filled += take;
+        Ok(take)
+    }
+
+    /// Sends the staged buffer's first `len` bytes to the I/O thread.
+    fn hand_over(&mut self, len: usize) -> io::Result<()> {
+        let staging = match self.staging.take() {
+            Some(staging) => staging,
+            None if len == 0 => return Ok(()),
+            None => return Err(io::Error::other("nothing staged")),
+        };
+        let gone = || io::Error::other("the direct writer's thread stopped");
+        let to_io = self.to_io.as_ref().ok_or_else(gone)?;
+        to_io.send((staging, len, self.written)).map_err(|_| gone())?;
+        self.in_flight += 1;
+        self.written += len as u64;
+        self.filled = 0;
+        Ok(())
+    }
+
+    /// Waits for a write to finish; its buffer comes back, or its error.
+    fn take_back(&mut self) -> io::Result<Staging> {
+        let (staging, result) = self.back.recv().map_err(|_| io::Error::other("the direct writer's thread stopped"))?;
+        self.in_flight -= 1;
+        result.map(|()| staging)
+    }
+}
+
+/// Where the I/O thread writes: past the page cache while the file system takes it.
+struct Target {
+    direct: Option<File>,
+    buffered: io::Result<File>,
+    still_direct: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Target {
+    fn write(&mut self, data: &[u8], offset: u64) -> io::Result<()> {
         if let Some(direct) = &self.direct {
-            match write_all_at(direct, staging, self.written) {
-                Ok(()) => {
-                    self.written += len as u64;
-                    return Ok(());
-                }
+            match write_all_at(direct, data, offset) {
+                Ok(()) => return Ok(()),
                 // Opened but refused on writing (some file systems): the page cache it is, from here on.
-                Err(e) if e.raw_os_error() == Some(EINVAL) => self.direct = None,
+                Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                    self.direct = None;
+                    self.still_direct.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
                 Err(e) => return Err(e),
             }
         }
-        write_all_at(&self.buffered, staging, self.written)?;
-        self.written += len as u64;
-        Ok(())
+        match &self.buffered {
+            Ok(file) => write_all_at(file, data, offset),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        }
     }
 }
 
