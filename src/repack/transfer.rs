@@ -55,25 +55,15 @@ pub(super) async fn send_rest(
     tx: &tokio::sync::mpsc::Sender<Bytes>,
 ) -> Sent {
     let mut sent = Sent { received: 0, accepted: 0, end: End::Complete };
-    let range = [("range", format!("bytes={have}-"))];
-    let headers: &[(&'static str, String)] = if have > 0 { &range } else { &[] };
-    let opened = match hub.open(Bucket::Resolvers, url, headers).await {
-        Ok(opened) => opened,
-        Err(e) => {
-            sent.end = End::Refused(format!("{}: {e}", f.path));
+    let (mut response, whole) = match open_at(hub, url, f, have, None).await {
+        Ok(answer) => answer,
+        Err(end) => {
+            sent.end = end;
             return sent;
         }
     };
-    let mut skip = match opened.status {
-        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(have) => 0,
-        StatusCode::PARTIAL_CONTENT => {
-            sent.end = End::Cut(format!("{}: a range answer that does not start at byte {have}", f.path));
-            return sent;
-        }
-        _ => have,
-    };
+    let mut skip = if whole { have } else { 0 };
     let expected = f.size - have;
-    let mut response = opened.response;
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
@@ -107,7 +97,30 @@ pub(super) async fn send_rest(
     sent
 }
 
-pub(super) fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
+/// Asks for the file from byte `start` (up to `last`, if given): the answer's body, and whether it is the
+/// whole file (a `200`: a server that ignores ranges). A `206` must start at `start`; one for another range,
+/// like a failed request, is the end given back.
+async fn open_at(
+    hub: &HubClient,
+    url: &str,
+    f: &TreeFile,
+    start: u64,
+    last: Option<u64>,
+) -> Result<(reqwest::Response, bool), End> {
+    let range = [("range", last.map_or_else(|| format!("bytes={start}-"), |last| format!("bytes={start}-{last}")))];
+    let headers: &[(&'static str, String)] = if start > 0 || last.is_some() { &range } else { &[] };
+    let opened =
+        hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| End::Refused(format!("{}: {e}", f.path)))?;
+    match opened.status {
+        StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(start) => Ok((opened.response, false)),
+        StatusCode::PARTIAL_CONTENT => {
+            Err(End::Cut(format!("{}: a range answer that does not start at byte {start}", f.path)))
+        }
+        _ => Ok((opened.response, true)),
+    }
+}
+
+fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
     let v = opened.response.headers().get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
     v.strip_prefix("bytes ")?.split('-').next()?.trim().parse().ok()
 }
@@ -164,20 +177,17 @@ async fn fetch_segment(
     received: &AtomicU64,
 ) -> (Bytes, Option<End>) {
     let (start, last) = (range.start, range.end - 1);
-    let headers = [("range", format!("bytes={start}-{last}"))];
-    let opened = match hub.open(Bucket::Resolvers, url, &headers).await {
-        Ok(opened) => opened,
-        Err(e) => return (Bytes::new(), Some(End::Refused(format!("{}: {e}", f.path)))),
+    let mut response = match open_at(hub, url, f, start, Some(last)).await {
+        Ok((response, false)) => response,
+        // The whole file is not the range asked for: ask again.
+        Ok((_, true)) => {
+            let why = format!("{}: a range answer that does not start at byte {start}", f.path);
+            return (Bytes::new(), Some(End::Cut(why)));
+        }
+        Err(end) => return (Bytes::new(), Some(end)),
     };
-    if opened.status != StatusCode::PARTIAL_CONTENT || content_range_start(&opened) != Some(start) {
-        return (
-            Bytes::new(),
-            Some(End::Cut(format!("{}: a range answer that does not start at byte {start}", f.path))),
-        );
-    }
     let want = usize::try_from(range.end - start).unwrap_or(usize::MAX);
     let mut buf = BytesMut::with_capacity(want);
-    let mut response = opened.response;
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {

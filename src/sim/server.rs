@@ -211,7 +211,8 @@ struct Metered {
     sent: u64,
     cut_at: Option<u64>,
     cut_flushed: bool,
-    /// Bytes per second the body is held to, from when it was made; and the wait before its next frame.
+    /// Bytes per second the body is held to, from when it was made; and the wait before its next frame (the
+    /// rate's, or the one before a cut).
     pace: Option<(u64, Instant)>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -252,18 +253,14 @@ impl http_body::Body for Metered {
             self.wait = None;
         }
         if self.cut_at.is_some_and(|cut| self.sent >= cut) {
-            if !self.cut_flushed {
-                // Pending first, so the server flushes the bytes before the cut; an error right away would
-                // drop them with the connection, and the client would see no answer at all.
-                self.cut_flushed = true;
-                let waker = cx.waker().clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    waker.wake();
-                });
-                return Poll::Pending;
+            if self.cut_flushed {
+                return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
             }
-            return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
+            // A wait first, so the server flushes the bytes before the cut; an error right away would drop
+            // them with the connection, and the client would see no answer at all.
+            self.cut_flushed = true;
+            self.wait = Some(Box::pin(tokio::time::sleep(Duration::from_millis(20))));
+            return self.poll_frame(cx);
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         let Poll::Ready(Some(Ok(frame))) = polled else { return polled };

@@ -66,6 +66,17 @@ fn repack_with(world: &World, db: &Path, python: &Path) -> std::process::Output 
     child.wait_with_output().unwrap()
 }
 
+/// The standard world audited, then `lmstudio/tiny-q8` repacked with a stand-in check that passes or fails:
+/// the world, the store's directory and file, and the worker's output.
+fn audited_then_repacked(passes: bool) -> (World, tempfile::TempDir, PathBuf, std::process::Output) {
+    let world = audit_world(0, |_| {});
+    let (dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let python = stand_in(dir.path(), &world.endpoint(), passes);
+    let out = repack_with(&world, &db, &python);
+    (world, dir, db, out)
+}
+
 fn commits(world: &World) -> u64 {
     let sim = &world.hub.as_ref().unwrap().sim;
     sim.counters.snapshot().requests.get("commit").copied().unwrap_or(0)
@@ -73,11 +84,7 @@ fn commits(world: &World) -> u64 {
 
 #[test]
 fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
-    let world = audit_world(0, |_| {});
-    let (dir, db) = db();
-    assert_ok(&audit(&world, &db, &[]));
-    let python = stand_in(dir.path(), &world.endpoint(), true);
-    let out = repack_with(&world, &db, &python);
+    let (world, _dir, db, out) = audited_then_repacked(true);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let job = world.runtime.block_on(async {
         let store = hubalign::store::Store::open(&db).await.unwrap();
@@ -96,11 +103,7 @@ fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
 
 #[test]
 fn a_check_that_fails_during_the_upload_leaves_no_commit() {
-    let world = audit_world(0, |_| {});
-    let (dir, db) = db();
-    assert_ok(&audit(&world, &db, &[]));
-    let python = stand_in(dir.path(), &world.endpoint(), false);
-    let out = repack_with(&world, &db, &python);
+    let (world, _dir, db, out) = audited_then_repacked(false);
     assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
     let (_, state, reason) = jobs(&world, &db).into_iter().find(|j| j.0 == "lmstudio/tiny-q8").unwrap();
     assert_eq!(state, "failed");
