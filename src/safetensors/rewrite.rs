@@ -131,6 +131,9 @@ pub fn rewrite(
             new_payload_sha256: payload,
             tensor_sha256: source.tensors,
         }
+    } else if !all {
+        let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
+        relay_direct(src, shard, plan, &prefix, (&temp_path, DirectWriter::new(&temp_path, buffered, true)), progress)?
     } else {
         out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
         // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
@@ -301,13 +304,69 @@ impl Finished {
     }
 }
 
+/// Re-lays a reordered shard with the default digests in one read of the source, in the new order: each
+/// chunk read goes to each tensor's digest, to the new payload's (one core each) and straight to the disk
+/// past the page cache. Per-tensor digests do not depend on the order they are taken in, and the bytes
+/// hashed are the very bytes written. Against copying with copy_file_range beside two more readers of the
+/// source, this saves a read of every byte and the kernel's copy, both CPU this needs for hashing.
+fn relay_direct(
+    src: &Path,
+    shard: &ShardHeader,
+    plan: &LayoutPlan,
+    prefix: &[u8],
+    (temp_path, mut writer): (&Path, DirectWriter),
+    progress: Progress<'_>,
+) -> Result<ShardHashes, RewriteError> {
+    let order = destination_order(plan);
+    let moves = plan_moves(shard, plan);
+    let file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
+    let size = file.metadata().map_err(io_error(src, "stat"))?.len();
+    if size != shard.header.file_size {
+        let detail = format!("source changed size while being read ({} → {size} bytes)", shard.header.file_size);
+        return Err(RewriteError::Verify { path: src.to_owned(), detail });
+    }
+    let mut digests = DigestList::default();
+    let lens = order.iter().map(|&i| plan.placements[i].len).collect();
+    let tensors_at = Some(digests.add(Digest::Spans(SpanHasher::new(lens))));
+    let payload_at = Some(digests.add(Digest::whole_with_prefix(b"")));
+    writer.write(prefix).map_err(io_error(temp_path, "write"))?;
+    let data_len = shard.header.data_len();
+    let mut reader = PlannedOrder { file, moves: &moves, next: 0, left: 0 };
+    let mut done =
+        digests.pump(src, &mut reader, data_len, Some((temp_path, &mut |chunk| writer.write(chunk))), progress)?;
+    writer.finish().map_err(io_error(temp_path, "write"))?;
+    let tensor_sha256 = done.take(tensors_at).and_then(Digest::into_spans).map(|in_new_order| {
+        let mut by_tensor = vec![String::new(); in_new_order.len()];
+        for (digest, &tensor) in in_new_order.into_iter().zip(&order) {
+            by_tensor[tensor] = digest;
+        }
+        by_tensor
+    });
+    Ok(ShardHashes {
+        src_file_sha256: None,
+        src_payload_sha256: None,
+        new_file_sha256: None,
+        new_payload_sha256: done.whole(payload_at).unwrap_or_default(),
+        tensor_sha256,
+    })
+}
+
+/// Tensor indices (`Header::tensors` order) in the order the plan places them.
+fn destination_order(plan: &LayoutPlan) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..plan.placements.len()).collect();
+    order.sort_by_key(|&i| plan.placements[i].dst_begin);
+    order
+}
+
 /// Byte ranges to copy, `(source offset, destination offset, length)`, one per tensor, in destination order
 /// so the result grows front to back with no holes.
 fn plan_moves(shard: &ShardHeader, plan: &LayoutPlan) -> Vec<(u64, u64, u64)> {
     let (from, to) = (shard.header.data_start(), plan.data_start());
-    let mut moves: Vec<_> = plan.placements.iter().map(|p| (from + p.src_begin, to + p.dst_begin, p.len)).collect();
-    moves.sort_by_key(|m| m.1);
-    moves
+    destination_order(plan)
+        .into_iter()
+        .map(|i| &plan.placements[i])
+        .map(|p| (from + p.src_begin, to + p.dst_begin, p.len))
+        .collect()
 }
 
 /// Bytes copied between two requests to flush the copy to disk.

@@ -91,6 +91,7 @@ fn each_digest_set_computes_what_it_promises_and_nothing_else() {
         for digests in [Digests::Minimal, Digests::All] {
             let (original, written, outcome, p) = run(&tensors, 8, false, digests);
             assert_eq!(outcome.hashes, expected(&original, &written, digests, p.method), "{:?} {digests:?}", p.method);
+            assert_eq!(tensors_of(&original), tensors_of(&written), "{:?} {digests:?}", p.method);
         }
     }
 }

@@ -174,6 +174,22 @@ fn a_download_cut_again_and_again_resumes_by_range_and_fetches_each_byte_once() 
 }
 
 #[test]
+fn a_server_that_cuts_every_answer_short_gets_a_bounded_number_of_requests() {
+    // Each answer brings 1,000 bytes: progress every time, so no request counts as a failed attempt, but the
+    // 125,675-byte shard would take 126 of them. The bound (8 attempts + one per MiB of the file) stops it.
+    let world = audit_world(0, |c| c.faults.storage_cut = 1_000);
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let reason = jobs(&world, &db)[0].2.clone().unwrap_or_default();
+    assert!(reason.contains("model.safetensors"), "the reason names the file: {reason}");
+    let storage = sim.counters.snapshot().requests["storage"];
+    assert!((8..=9).contains(&storage), "8 requests for the shard (and at most one for a small file): {storage}");
+    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
+}
+
+#[test]
 fn a_range_that_returns_other_bytes_is_refused_and_nothing_is_published() {
     // Cut every body, and answer each resumed range with the bytes from one before the asked start.
     let world = audit_world(0, |c| {
