@@ -219,6 +219,17 @@ struct SourceHashes {
     tensors: Option<Vec<String>>,
 }
 
+/// Opens the source, which must still be the size its header was read at.
+fn open_unchanged(src: &Path, shard: &ShardHeader) -> Result<File, RewriteError> {
+    let file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
+    let size = file.metadata().map_err(io_error(src, "stat"))?.len();
+    if size != shard.header.file_size {
+        let detail = format!("source changed size while being read ({} → {size} bytes)", shard.header.file_size);
+        return Err(RewriteError::Verify { path: src.to_owned(), detail });
+    }
+    Ok(file)
+}
+
 /// Reads the source once, front to back, computing what `want` asks (spread over the cores by [`pump`]) and
 /// handing the payload to `writer` (writing the file named with it) when given. Returns the source's digests
 /// and the new file's.
@@ -230,12 +241,7 @@ fn stream_source(
     progress: Progress<'_>,
 ) -> Result<(SourceHashes, Option<String>), RewriteError> {
     let header = &shard.header;
-    let mut file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
-    let size = file.metadata().map_err(io_error(src, "stat"))?.len();
-    if size != header.file_size {
-        let detail = format!("source changed size while being read ({} → {size} bytes)", header.file_size);
-        return Err(RewriteError::Verify { path: src.to_owned(), detail });
-    }
+    let mut file = open_unchanged(src, shard)?;
     let mut digests = DigestList::default();
     // In this order, two lanes pair the file with the payload and the tensors with the new file.
     let file_at = want.file.then(|| {
@@ -318,13 +324,8 @@ fn relay_direct(
     progress: Progress<'_>,
 ) -> Result<ShardHashes, RewriteError> {
     let order = destination_order(plan);
-    let moves = plan_moves(shard, plan);
-    let file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
-    let size = file.metadata().map_err(io_error(src, "stat"))?.len();
-    if size != shard.header.file_size {
-        let detail = format!("source changed size while being read ({} → {size} bytes)", shard.header.file_size);
-        return Err(RewriteError::Verify { path: src.to_owned(), detail });
-    }
+    let moves = moves_in(&order, shard, plan);
+    let file = open_unchanged(src, shard)?;
     let mut digests = DigestList::default();
     let lens = order.iter().map(|&i| plan.placements[i].len).collect();
     let tensors_at = Some(digests.add(Digest::Spans(SpanHasher::new(lens))));
@@ -361,12 +362,13 @@ fn destination_order(plan: &LayoutPlan) -> Vec<usize> {
 /// Byte ranges to copy, `(source offset, destination offset, length)`, one per tensor, in destination order
 /// so the result grows front to back with no holes.
 fn plan_moves(shard: &ShardHeader, plan: &LayoutPlan) -> Vec<(u64, u64, u64)> {
+    moves_in(&destination_order(plan), shard, plan)
+}
+
+/// The moves of the tensors `order` lists, in that order.
+fn moves_in(order: &[usize], shard: &ShardHeader, plan: &LayoutPlan) -> Vec<(u64, u64, u64)> {
     let (from, to) = (shard.header.data_start(), plan.data_start());
-    destination_order(plan)
-        .into_iter()
-        .map(|i| &plan.placements[i])
-        .map(|p| (from + p.src_begin, to + p.dst_begin, p.len))
-        .collect()
+    order.iter().map(|&i| &plan.placements[i]).map(|p| (from + p.src_begin, to + p.dst_begin, p.len)).collect()
 }
 
 /// Bytes copied between two requests to flush the copy to disk.
