@@ -14,6 +14,7 @@ pub mod info;
 pub mod listing;
 pub mod pacing;
 pub mod pages;
+pub mod post;
 pub mod probe;
 pub mod retry;
 pub mod tree;

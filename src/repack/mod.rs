@@ -4,7 +4,7 @@
 
 pub mod card;
 pub mod download;
-pub mod held;
+pub mod lfs;
 pub mod lifecycle;
 pub mod mlx;
 pub mod policy;
@@ -14,6 +14,7 @@ pub mod pull_request;
 pub mod runner;
 pub mod stream;
 mod transfer;
+pub mod upload;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -293,7 +294,7 @@ impl Repacker<'_> {
         output: &std::path::Path,
         record: serde_json::Value,
         (manifest, checks): (Manifest, verify::LocalChecks),
-        verdict: Option<tokio::sync::watch::Receiver<held::Verdict>>,
+        verdict: Option<tokio::sync::watch::Receiver<upload::Verdict>>,
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.

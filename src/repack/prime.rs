@@ -28,11 +28,32 @@ use crate::hub::{BodyLimit, HubClient, SMALL_CAP, read_capped};
 /// Largest global-dedup answer read: a shard's chunk list is a few MB even for the largest files.
 const DEDUP_SHARD_CAP: usize = 64 << 20;
 
+/// A CAS write token for one repo, as the Hub hands it out.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct XetToken {
-    access_token: String,
-    cas_url: String,
+pub(super) struct XetToken {
+    pub(super) access_token: String,
+    pub(super) cas_url: String,
+    /// When it expires, in Unix seconds.
+    #[serde(default)]
+    pub(super) exp: u64,
+}
+
+/// Where `target`'s CAS write token comes from (and is refreshed).
+pub(super) fn write_token_url(hub: &HubClient, target: &str) -> String {
+    format!("{}/api/models/{}/xet-write-token/main", hub.endpoint(), crate::gate::encode_path(target))
+}
+
+/// A CAS write token for `target`, or `None` where the Hub offers no Xet storage (a 404).
+pub(super) async fn write_token(hub: &HubClient, target: &str) -> Result<Option<XetToken>, String> {
+    let url = write_token_url(hub, target);
+    match hub.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await {
+        Ok(answer) => {
+            serde_json::from_slice(&answer.body).map(Some).map_err(|e| format!("{target}: Xet write token: {e}"))
+        }
+        Err(crate::hub::HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// What priming found.
@@ -60,10 +81,7 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed
 }
 
 async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
-    let url = format!("{}/api/models/{}/xet-write-token/main", hub.endpoint(), crate::gate::encode_path(target));
-    let answer = hub.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await.map_err(|e| e.to_string())?;
-    let token: XetToken =
-        serde_json::from_slice(&answer.body).map_err(|e| format!("{target}: Xet write token: {e}"))?;
+    let token = write_token(hub, target).await?.ok_or("no Xet storage on this Hub")?;
     let ctx = XetContext::default().map_err(|e| format!("Xet context: {e}"))?;
     // The same path hf-hub's upload session computes for this CAS.
     let session = SessionContext {

@@ -1,17 +1,13 @@
-//! Publishing a verified bundle as `{namespace}/{name}-aligned` through hf-hub's commit API (Xet, so a
-//! header-padded shard uploads little more than what changed).
+//! Publishing a verified bundle as `{namespace}/{name}-aligned`: the repo and its settings through hf-hub,
+//! the files and the commit through [`super::upload`] (Xet, so a header-padded shard uploads little more
+//! than what changed).
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
-use hf_hub::progress::{Progress, ProgressEvent, ProgressHandler, UploadEvent};
-use hf_hub::repository::CommitOperation;
 use hf_hub::{HFClient, RepoTypeModel};
 
 use super::policy::Visibility;
-use super::prime::prime;
+use super::upload::{self, Verdict};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
@@ -146,9 +142,9 @@ pub struct Mirror<'a> {
     pub sources: &'a [PathBuf],
     /// Whether the mirror stays private.
     pub visibility: Visibility,
-    /// The MLX check's verdict when it runs beside the upload: the manifest reaches the commit only once it
-    /// has passed (see [`super::held`]). `None`: the check has already passed.
-    pub verdict: Option<tokio::sync::watch::Receiver<super::held::Verdict>>,
+    /// The MLX check's verdict when it runs beside the upload: the commit is sent only once it has passed.
+    /// `None`: the check has already passed.
+    pub verdict: Option<tokio::sync::watch::Receiver<Verdict>>,
 }
 
 /// Fails unless the mirror is free, unknown to any source yet, or this source's.
@@ -193,88 +189,39 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         .send()
         .await
         .map_err(|e| failed("creating", &e))?;
-    prime(mirror.hub, target, mirror.sources).await;
+    // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
+    let files = upload::files_of(dir);
+    let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await.map_err(PublishError::Failed)?;
+    let (to_store, inline): (Vec<_>, Vec<_>) =
+        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
+    let (mut stored, through_xet) =
+        upload::to_xet(mirror.hub, target, &to_store, mirror.sources).await.map_err(PublishError::Failed)?;
+    if let Some(verdict) = &mirror.verdict {
+        wait_for_verdict(verdict.clone(), target).await?;
+    }
     // Again, right before the commit: the name may have been taken since it was chosen.
     check_holder(mirror).await?;
-    let meter = UploadMeter::default();
-    let commit = repo
-        .create_commit()
-        .operations(operations(dir, mirror.verdict.as_ref()).map_err(|e| failed("reading what to upload to", &e))?)
-        .progress(Progress::new(meter.clone()))
-        .commit_message(format!("Aligned safetensors from source commit {source_sha}"))
-        .send()
-        .await
-        .map_err(|e| failed("uploading to", &e))?;
+    let stored: Vec<_> = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    let summary = format!("Aligned safetensors from source commit {source_sha}");
+    let (commit, committed) =
+        upload::commit(mirror.hub, target, &summary, &stored, &inline).await.map_err(PublishError::Failed)?;
     if public {
         repo.update_settings().private(false).send().await.map_err(|e| failed("making public", &e))?;
     }
-    let bytes_uploaded = meter.bytes_sent(dir);
-    Ok(Published::Committed { commit: commit.commit_oid.unwrap_or_default(), bytes_uploaded })
+    tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
+    Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
 }
 
-/// Every file of `dir`, to be added to the mirror; the manifest last, and held back by `verdict` if there is
-/// one (hf-hub reads the files in this order before it uploads any, so the shards are hashed meanwhile).
-fn operations(
-    dir: &Path,
-    verdict: Option<&tokio::sync::watch::Receiver<super::held::Verdict>>,
-) -> std::io::Result<Vec<CommitOperation>> {
-    let mut files = Vec::new();
-    list_files(dir, "", &mut files);
-    files.sort();
-    let mut ops: Vec<CommitOperation> = files
-        .iter()
-        .filter(|(rel, _)| verdict.is_none() || rel != MANIFEST_FILE)
-        .map(|(rel, _)| CommitOperation::add_file(rel.clone(), dir.join(rel)))
-        .collect();
-    if let Some(verdict) = verdict {
-        let manifest = crate::safe_fs::read_capped(&dir.join(MANIFEST_FILE), MANIFEST_CAP as u64)?;
-        ops.push(CommitOperation::Add {
-            path_in_repo: MANIFEST_FILE.to_owned(),
-            source: super::held::HeldFile::source(manifest.into(), verdict.clone()),
-        });
-    }
-    Ok(ops)
-}
-
-/// Counts what an upload sends, from hf-hub's progress events.
-#[derive(Clone, Default)]
-struct UploadMeter {
-    transferred: Arc<AtomicU64>,
-    through_xet: Arc<Mutex<HashSet<String>>>,
-}
-
-impl ProgressHandler for UploadMeter {
-    fn on_progress(&self, event: &ProgressEvent) {
-        if let ProgressEvent::Upload(UploadEvent::Progress { transfer_bytes_completed, files, .. }) = event {
-            self.transferred.fetch_max(*transfer_bytes_completed, Ordering::Relaxed);
-            let mut xet = self.through_xet.lock().unwrap_or_else(|p| p.into_inner());
-            xet.extend(files.iter().map(|f| f.filename.clone()));
-        }
-    }
-}
-
-impl UploadMeter {
-    /// Xet's transfer plus every file of `dir` that did not go through Xet, as it travels inline in the
-    /// commit: base64, four bytes for every three.
-    fn bytes_sent(&self, dir: &Path) -> u64 {
-        let xet = self.through_xet.lock().unwrap_or_else(|p| p.into_inner());
-        let mut files = Vec::new();
-        list_files(dir, "", &mut files);
-        let inline: u64 = files.iter().filter(|(rel, _)| !xet.contains(rel)).map(|(_, len)| len.div_ceil(3) * 4).sum();
-        self.transferred.load(Ordering::Relaxed) + inline
-    }
-}
-
-/// Every regular file under `dir`, as (path relative to it with `/`, size).
-fn list_files(dir: &Path, prefix: &str, out: &mut Vec<(String, u64)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
-        match entry.metadata() {
-            Ok(m) if m.is_dir() => list_files(&entry.path(), &format!("{name}/"), out),
-            Ok(m) => out.push((name, m.len())),
-            Err(_) => {}
-        }
+/// Waits for the MLX check's verdict; anything but a pass commits nothing.
+async fn wait_for_verdict(
+    mut verdict: tokio::sync::watch::Receiver<Verdict>,
+    target: &str,
+) -> Result<(), PublishError> {
+    let decided = verdict.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
+    match decided {
+        Some(Ok(())) => Ok(()),
+        Some(Err(why)) => Err(PublishError::Failed(format!("nothing committed to {target}: {why}"))),
+        None => Err(PublishError::Failed(format!("nothing committed to {target}: the MLX check gave no verdict"))),
     }
 }
 

@@ -1,6 +1,6 @@
-//! The MLX check runs while the mirror is uploaded, and the commit waits for its verdict (`repack::held`).
-//! A stand-in for the check says it started, waits until the upload has hashed every file and asked the
-//! Hub how to send them, lets the uploader run on, and reads the simulator's counters before answering.
+//! The MLX check runs while the mirror is uploaded, and the commit waits for its verdict (`repack::upload`).
+//! A stand-in for the check says it started, waits until the upload has asked the Hub how to send each file,
+//! lets the uploader run on, and reads the simulator's counters before answering.
 
 use std::path::{Path, PathBuf};
 
@@ -17,16 +17,20 @@ fn stand_in(dir: &Path, endpoint: &str, passes: bool) -> PathBuf {
         &script,
         format!(
             r#"import json, time, urllib.request
+def snapshot():
+    return json.load(urllib.request.urlopen("{endpoint}/_sim/counters"))
 def counters():
-    return json.load(urllib.request.urlopen("{endpoint}/_sim/counters"))["requests"]
+    return snapshot()["requests"]
 print(json.dumps({{"started": True, "mlx_version": "0.0-stand-in"}}), flush=True)
 deadline = time.time() + 30
 while counters().get("preupload", 0) == 0 and time.time() < deadline:
     time.sleep(0.05)
 time.sleep(1.5)  # time enough for a commit that did not wait
-seen = counters()
+whole = snapshot()
+seen = whole["requests"]
 record = {{"ok": {ok}, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1,
-          "preupload_before_verdict": seen.get("preupload", 0), "commits_before_verdict": seen.get("commit", 0)}}
+          "preupload_before_verdict": seen.get("preupload", 0), "commits_before_verdict": seen.get("commit", 0),
+          "xet_bytes_before_verdict": whole["xet_bytes_received"]}}
 if not record["ok"]:
     record["error"] = "ValueError: model.safetensors: w: bytes differ from the source's"
 print(json.dumps(record))
@@ -92,7 +96,8 @@ fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
     });
     assert_eq!(job.state, "published", "{:?}", job.reason);
     let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
-    assert_eq!(record["preupload_before_verdict"], 1, "the upload had hashed every file before the verdict");
+    assert_eq!(record["preupload_before_verdict"], 1, "the upload had asked how to send each file before the verdict");
+    assert!(record["xet_bytes_before_verdict"].as_u64().unwrap() > 0, "and sent the shard to the CAS: {record}");
     assert_eq!(record["commits_before_verdict"], 0, "and committed nothing: {record}");
     assert_eq!(commits(&world), 1);
     let sim = &world.hub.as_ref().unwrap().sim;

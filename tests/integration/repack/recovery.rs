@@ -60,6 +60,9 @@ fn a_failed_download_resumes_with_the_files_it_had_verified() {
     let bundle = bundle_bytes(&sim.config.root.join("models/mlx-community/tiny-sharded"));
     let refetched = std::fs::metadata(&shard).unwrap().len() as i64;
     assert_eq!(job.bytes_downloaded, bundle + refetched, "the bundle once, then the refused shard again");
+    // A Hub without Xet storage gets the shards by Git LFS's basic transfer (the batch, then a PUT of each
+    // file its storage does not hold yet: the re-laid shard; the others are the source's bytes).
+    assert!(second.lfs_bytes_received > 0 && second.requests["lfs"] >= 2, "{second:?}");
 }
 
 #[test]

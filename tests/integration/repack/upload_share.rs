@@ -76,16 +76,18 @@ fn republish(extra: &[&str]) -> Republished {
 fn a_header_padded_bundle_republishes_with_little_upload() {
     let r = republish(&[]);
     let (size, uploaded) = (r.size, r.uploaded);
-    // What the worker recorded for /metrics, from hf-hub's transfer counts, against the simulator's count.
+    // What the worker recorded for /metrics against the simulator's count.
     let job = r
         .world
         .runtime
         .block_on(async { hubalign::store::Store::open(&r.db).await.unwrap().jobs().await.unwrap().remove(0) });
     eprintln!("the job recorded {} bytes up, {} down", job.bytes_uploaded, job.bytes_downloaded);
     assert_eq!(job.bytes_downloaded as u64, size + 2, "the shard and config.json");
+    // The job counts the bodies it sends itself (preupload, commit) and Xet's own count of its uploads; it
+    // does not see the repo's creation and settings (hf-hub's) or Xet's framing: 0.93x here.
     let recorded = job.bytes_uploaded as f64;
     assert!(
-        recorded >= uploaded as f64 * 0.5 && recorded <= uploaded as f64 * 2.0,
+        recorded >= uploaded as f64 * 0.85 && recorded <= uploaded as f64,
         "recorded {recorded}, counted {uploaded}"
     );
 }

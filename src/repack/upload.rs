@@ -1,0 +1,178 @@
+//! A mirror's upload, in the Hub's own commit flow: a preupload question (which files go to LFS), each LFS
+//! file through Xet (whose chunking computes the file's SHA-256 beside it, the LFS oid the commit names),
+//! then one NDJSON commit with the small files inline.
+//!
+//! hf-hub 1.0's `create_commit` reads every file twice (a SHA-256 pass before the upload, then the upload)
+//! and needs every file before it sends any; this reads each once, and its steps stand on their own, so a
+//! shard could go up as soon as it is written.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use tokio::io::AsyncReadExt as _;
+use xet::xet_session::{Sha256Policy, XetSessionBuilder};
+
+use super::prime::{prime, write_token, write_token_url};
+use crate::hub::HubClient;
+use crate::hub::post::Resend;
+
+/// What the MLX check beside the upload decided: nothing yet, passed, or failed with its reason.
+pub type Verdict = Option<Result<(), String>>;
+
+/// One file stored in the CAS, as the commit names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its SHA-256, the LFS oid.
+    pub sha256: String,
+    /// Its size.
+    pub size: u64,
+}
+
+/// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
+const PREUPLOAD_BATCH: usize = 256;
+/// Bytes of each file the preupload question carries.
+const SAMPLE: u64 = 512;
+
+/// Asks the Hub which of `files` (path in the repo, path here, size) go to LFS; the others travel inline in
+/// the commit. An empty file is never LFS. Returns the LFS paths and the bytes sent.
+pub async fn preupload(
+    hub: &HubClient,
+    target: &str,
+    files: &[(String, PathBuf, u64)],
+) -> Result<(Vec<String>, u64), String> {
+    let url = format!("{}/api/models/{}/preupload/main", hub.endpoint(), crate::gate::encode_path(target));
+    let (mut lfs, mut sent) = (Vec::new(), 0u64);
+    for batch in files.chunks(PREUPLOAD_BATCH) {
+        let mut asked = Vec::with_capacity(batch.len());
+        for (rel, path, size) in batch {
+            let mut sample = Vec::with_capacity(SAMPLE as usize);
+            let file = tokio::fs::File::open(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            let sample = base64::engine::general_purpose::STANDARD.encode(sample);
+            asked.push(serde_json::json!({"path": rel, "sample": sample, "size": size}));
+        }
+        let body = serde_json::to_vec(&serde_json::json!({ "files": asked })).map_err(|e| e.to_string())?;
+        sent += body.len() as u64;
+        let answer = hub
+            .post(&url, "application/json", body, Resend::Idempotent)
+            .await
+            .map_err(|e| format!("preupload to {target}: {e}"))?;
+        let answer: serde_json::Value =
+            serde_json::from_slice(&answer.body).map_err(|e| format!("preupload to {target}: {e}"))?;
+        let modes = answer["files"].as_array().cloned().unwrap_or_default();
+        for (rel, _, size) in batch {
+            let mode = modes.iter().find(|m| m["path"] == rel.as_str()).and_then(|m| m["uploadMode"].as_str());
+            if *size > 0 && mode == Some("lfs") {
+                lfs.push(rel.clone());
+            }
+        }
+    }
+    Ok((lfs, sent))
+}
+
+/// Uploads `files` (path in the repo, path here) to `target`'s CAS in one Xet upload, after priming its
+/// deduplication with the source shards `sources` (or, where the Hub has no Xet, through Git LFS). Returns
+/// each file's oid and size, and the bytes sent.
+pub async fn to_xet(
+    hub: &HubClient,
+    target: &str,
+    files: &[(String, PathBuf)],
+    sources: &[PathBuf],
+) -> Result<(HashMap<String, Stored>, u64), String> {
+    if files.is_empty() {
+        return Ok((HashMap::new(), 0));
+    }
+    let Some(token) = write_token(hub, target).await? else {
+        // A Hub without Xet storage takes Git LFS's basic transfer.
+        return super::lfs::upload(hub, target, files).await;
+    };
+    prime(hub, target, sources).await;
+    let xet_error = |e: &dyn std::fmt::Display| format!("Xet upload to {target}: {e}");
+    let session = XetSessionBuilder::new().build().map_err(|e| xet_error(&e))?;
+    let refresh = write_token_url(hub, target);
+    let commit = session
+        .new_upload_commit()
+        .map_err(|e| xet_error(&e))?
+        .with_endpoint(token.cas_url.clone())
+        .with_token_info(token.access_token.clone(), token.exp)
+        .with_token_refresh_url(refresh.clone(), hub.auth_headers(&refresh))
+        .build()
+        .await
+        .map_err(|e| xet_error(&e))?;
+    let mut tasks = HashMap::new();
+    for (rel, path) in files {
+        let handle = commit.upload_from_path(path.clone(), Sha256Policy::Compute).await.map_err(|e| xet_error(&e))?;
+        tasks.insert(handle.task_id(), rel.clone());
+    }
+    let report = commit.commit().await.map_err(|e| xet_error(&e))?;
+    let mut stored = HashMap::new();
+    for (task, uploaded) in report.uploads {
+        let Some(rel) = tasks.remove(&task) else { continue };
+        let info = uploaded.xet_info;
+        let sha256 = info.sha256.filter(|s| crate::hashing::is_hex(s, 64)).ok_or_else(|| xet_error(&"no SHA-256"))?;
+        stored.insert(rel, Stored { sha256, size: info.file_size.unwrap_or_default() });
+    }
+    if let Some(missing) = tasks.values().next() {
+        return Err(xet_error(&format!("{missing} was not stored")));
+    }
+    Ok((stored, report.dedup_metrics.total_bytes_uploaded))
+}
+
+/// Commits to `target`'s main branch: each of `stored` as an LFS pointer, each of `inline` with its content.
+/// Sent once, never again (a lost answer and a second send would make two commits). Returns the commit and
+/// the bytes sent.
+pub async fn commit(
+    hub: &HubClient,
+    target: &str,
+    summary: &str,
+    stored: &[(String, Stored)],
+    inline: &[(String, PathBuf)],
+) -> Result<(String, u64), String> {
+    let line = |key: &str, value: serde_json::Value| {
+        let mut bytes = serde_json::to_vec(&serde_json::json!({"key": key, "value": value})).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    };
+    let mut body = line("header", serde_json::json!({ "summary": summary }));
+    for (rel, s) in stored {
+        let value = serde_json::json!({"path": rel, "algo": "sha256", "oid": s.sha256, "size": s.size});
+        body.extend(line("lfsFile", value));
+    }
+    for (rel, path) in inline {
+        let content = tokio::fs::read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        let content = base64::engine::general_purpose::STANDARD.encode(content);
+        body.extend(line("file", serde_json::json!({"path": rel, "content": content, "encoding": "base64"})));
+    }
+    let sent = body.len() as u64;
+    let url = format!("{}/api/models/{}/commit/main", hub.endpoint(), crate::gate::encode_path(target));
+    let answer = hub
+        .post(&url, "application/x-ndjson", body, Resend::Once)
+        .await
+        .map_err(|e| format!("committing to {target}: {e}"))?;
+    let answer: serde_json::Value =
+        serde_json::from_slice(&answer.body).map_err(|e| format!("committing to {target}: {e}"))?;
+    let oid = answer["commitOid"].as_str().filter(|s| crate::gate::check_revision(s).is_ok());
+    let oid = oid.ok_or_else(|| format!("committing to {target}: the answer names no commit"))?;
+    Ok((oid.to_owned(), sent))
+}
+
+/// Every regular file under `dir`, as (path relative to it with `/`, path, size), sorted.
+pub fn files_of(dir: &Path) -> Vec<(String, PathBuf, u64)> {
+    let mut out = Vec::new();
+    list(dir, "", &mut out);
+    out.sort();
+    out
+}
+
+fn list(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf, u64)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+        match entry.metadata() {
+            Ok(m) if m.is_dir() => list(&entry.path(), &format!("{name}/"), out),
+            Ok(m) if m.is_file() => out.push((name, entry.path(), m.len())),
+            _ => {}
+        }
+    }
+}
