@@ -101,6 +101,7 @@ impl SimArgs {
             range_skew: self.range_skew,
             storage_rate: (self.storage_mbps.max(0.0) * 1e6) as u64,
             seed: self.seed,
+            ..FaultConfig::default()
         };
         config
     }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{RequestBuilder, StatusCode};
 use serde::Serialize;
 
@@ -213,7 +213,7 @@ impl HubClient {
         extra: &[(&'static str, String)],
         limit: BodyLimit,
     ) -> Result<Fetched, HubError> {
-        match self.exchange(bucket, url, extra, Some(limit)).await? {
+        match self.exchange(bucket, url, &Ask::get(extra), Some(limit)).await? {
             Exchange::Read(fetched) => Ok(fetched),
             Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
         }
@@ -222,7 +222,7 @@ impl HubClient {
     /// Like [`HubClient::get`], but a successful response is returned with its body unread, for the caller
     /// to stream under its own limits.
     pub async fn open(&self, bucket: Bucket, url: &str, extra: &[(&'static str, String)]) -> Result<Opened, HubError> {
-        match self.exchange(bucket, url, extra, None).await? {
+        match self.exchange(bucket, url, &Ask::get(extra), None).await? {
             Exchange::Open(opened) => Ok(opened),
             Exchange::Read(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "body read".into() }),
         }
@@ -257,11 +257,11 @@ impl HubClient {
         HubError::WaitTooLong { url: url.to_owned(), seconds, max_seconds: self.max_wait.as_secs() }
     }
 
-    async fn exchange(
+    pub(super) async fn exchange(
         &self,
         bucket: Bucket,
         url: &str,
-        extra: &[(&'static str, String)],
+        ask: &Ask<'_>,
         limit: Option<BodyLimit>,
     ) -> Result<Exchange, HubError> {
         let mut attempts = 0;
@@ -273,7 +273,7 @@ impl HubClient {
                 Bucket::Api => self.stats.api_requests.fetch_add(1, Ordering::Relaxed),
                 Bucket::Resolvers => self.stats.resolver_requests.fetch_add(1, Ordering::Relaxed),
             };
-            let failure = match self.attempt(url, extra, limit).await {
+            let failure = match self.attempt(url, ask, limit).await {
                 Ok(exchange) => {
                     let (status, hub_headers) = exchange.status_and_hub_headers();
                     self.pacer(bucket).observe(hub_headers, Instant::now());
@@ -323,12 +323,16 @@ impl HubClient {
         }
     }
 
-    fn build(&self, url: &str, extra: &[(&'static str, String)], streaming: bool) -> RequestBuilder {
-        let mut req = if streaming { self.stream_http.get(url) } else { self.http.get(url) };
+    fn build(&self, url: &str, ask: &Ask<'_>, streaming: bool) -> RequestBuilder {
+        let http = if streaming { &self.stream_http } else { &self.http };
+        let mut req = match &ask.body {
+            Some((content_type, body)) => http.post(url).header(CONTENT_TYPE, *content_type).body(body.clone()),
+            None => http.get(url),
+        };
         if let Some(token) = self.config.token.as_ref().filter(|_| same_origin(url, &self.config.endpoint)) {
             req = req.bearer_auth(token.expose());
         }
-        for (k, v) in extra {
+        for (k, v) in ask.extra {
             if let Ok(v) = HeaderValue::from_str(v) {
                 req = req.header(*k, v);
             }
@@ -339,19 +343,15 @@ impl HubClient {
     /// One attempt, following redirects with the same headers (a `Range` stays, the token stays on the Hub).
     /// Every answer, even an error status, is `Ok` so the caller can read its headers; with no `limit`, a
     /// successful answer's body is left for the caller.
-    async fn attempt(
-        &self,
-        url: &str,
-        extra: &[(&'static str, String)],
-        limit: Option<BodyLimit>,
-    ) -> Result<Exchange, Failure> {
+    async fn attempt(&self, url: &str, ask: &Ask<'_>, limit: Option<BodyLimit>) -> Result<Exchange, Failure> {
         let mut target = url.to_owned();
         let mut hub_headers = None;
         let mut response = None;
         for _ in 0..=MAX_REDIRECTS {
-            let r = self.build(&target, extra, limit.is_none()).send().await.map_err(|e| describe(&e))?;
+            let r = self.build(&target, ask, limit.is_none()).send().await.map_err(|e| describe(&e))?;
             let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            match location.filter(|_| r.status().is_redirection()) {
+            // A body is never sent on to another place: a redirected POST is the Hub's answer.
+            match location.filter(|_| r.status().is_redirection() && ask.body.is_none()) {
                 Some(location) => {
                     hub_headers.get_or_insert_with(|| r.headers().clone());
                     let next = r.url().join(&location).map_err(|e| {
@@ -433,8 +433,26 @@ impl HubClient {
     }
 }
 
+/// What one exchange sends: a GET with extra headers, or a POST of a body (sent again after a failure like
+/// a GET, so only a request that a second send cannot make twice is POSTed this way).
+pub(super) struct Ask<'a> {
+    extra: &'a [(&'static str, String)],
+    /// The content type and the body of a POST.
+    body: Option<(&'a str, Bytes)>,
+}
+
+impl<'a> Ask<'a> {
+    fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
+        Ask { extra, body: None }
+    }
+
+    pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
+        Ask { extra: &[], body: Some((content_type, body)) }
+    }
+}
+
 /// What an attempt brought back: a body read, or a successful response left open.
-enum Exchange {
+pub(super) enum Exchange {
     Read(Fetched),
     Open(Opened),
 }

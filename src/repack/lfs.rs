@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use super::upload::Stored;
 use crate::hashing::Sha256Stream;
 use crate::hub::HubClient;
-use crate::hub::post::Resend;
 
 /// Uploads `files` (path in the repo, path here) to `target`'s LFS storage. Returns each file's oid and size,
 /// and the bytes sent.
@@ -31,7 +30,7 @@ pub async fn upload(
     let mut sent = body.len() as u64;
     let url = format!("{}/{}.git/info/lfs/objects/batch", hub.endpoint(), crate::gate::encode_path(target));
     let answer = hub
-        .post(&url, "application/vnd.git-lfs+json", body, Resend::Idempotent)
+        .post(&url, "application/vnd.git-lfs+json", body)
         .await
         .map_err(|e| format!("Git LFS batch for {target}: {e}"))?;
     let answer: serde_json::Value =
@@ -58,7 +57,7 @@ pub async fn upload(
         if let Some(verify) = object["actions"]["verify"]["href"].as_str() {
             let body = serde_json::to_vec(&serde_json::json!({"oid": s.sha256, "size": s.size})).unwrap_or_default();
             sent += body.len() as u64;
-            hub.post(verify, "application/vnd.git-lfs+json", body, Resend::Idempotent)
+            hub.post(verify, "application/vnd.git-lfs+json", body)
                 .await
                 .map_err(|e| format!("verifying {rel} on {target}: {e}"))?;
         }

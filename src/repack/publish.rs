@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use hf_hub::{HFClient, RepoTypeModel};
 
 use super::policy::Visibility;
-use super::upload::{self, Verdict};
+use super::upload::{self, CommitError, Verdict};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
@@ -178,8 +178,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     {
         // A worker that died between the upload and making the mirror public left it private.
         repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
-        let head = repo.info().send().await.map_err(|e| failed("reading", &e))?;
-        return Ok(Published::AlreadyThere(head.sha.unwrap_or_default()));
+        return Ok(Published::AlreadyThere(head(mirror.hub, target).await?));
     }
     hf.create_repository()
         .repo_id(target)
@@ -201,15 +200,31 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     }
     // Again, right before the commit: the name may have been taken since it was chosen.
     check_holder(mirror).await?;
+    let parent = head(mirror.hub, target).await?;
     let stored: Vec<_> = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
     let summary = format!("Aligned safetensors from source commit {source_sha}");
-    let (commit, committed) =
-        upload::commit(mirror.hub, target, &summary, &stored, &inline).await.map_err(PublishError::Failed)?;
+    let (commit, committed) = match upload::commit(mirror.hub, target, &parent, &summary, &stored, &inline).await {
+        Ok(made) => made,
+        // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
+        Err(CommitError::Moved) => match check_holder(mirror).await? {
+            Holder::Source { revision: Some(rev), .. } if rev == source_sha => (head(mirror.hub, target).await?, 0),
+            _ => return Err(PublishError::Failed(format!("{target}: its main branch moved during the commit"))),
+        },
+        Err(CommitError::Failed(why)) => return Err(PublishError::Failed(why)),
+    };
     if public {
         repo.update_settings().private(false).send().await.map_err(|e| failed("making public", &e))?;
     }
     tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
+}
+
+/// The commit `target`'s main branch is at.
+async fn head(hub: &HubClient, target: &str) -> Result<String, PublishError> {
+    let info = hub.model_info(target).await.map_err(|e| PublishError::Failed(format!("reading {target}: {e}")))?;
+    info.sha
+        .filter(|s| crate::gate::check_revision(s).is_ok())
+        .ok_or_else(|| PublishError::Failed(format!("{target}: the Hub names no commit for its main branch")))
 }
 
 /// Waits for the MLX check's verdict; anything but a pass commits nothing.

@@ -10,12 +10,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use reqwest::StatusCode;
 use tokio::io::AsyncReadExt as _;
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
 
 use super::prime::{prime, write_token, write_token_url};
-use crate::hub::HubClient;
-use crate::hub::post::Resend;
+use crate::hub::{HubClient, HubError};
 
 /// What the MLX check beside the upload decided: nothing yet, passed, or failed with its reason.
 pub type Verdict = Option<Result<(), String>>;
@@ -54,10 +54,8 @@ pub async fn preupload(
         }
         let body = serde_json::to_vec(&serde_json::json!({ "files": asked })).map_err(|e| e.to_string())?;
         sent += body.len() as u64;
-        let answer = hub
-            .post(&url, "application/json", body, Resend::Idempotent)
-            .await
-            .map_err(|e| format!("preupload to {target}: {e}"))?;
+        let answer =
+            hub.post(&url, "application/json", body).await.map_err(|e| format!("preupload to {target}: {e}"))?;
         let answer: serde_json::Value =
             serde_json::from_slice(&answer.body).map_err(|e| format!("preupload to {target}: {e}"))?;
         let modes = answer["files"].as_array().cloned().unwrap_or_default();
@@ -119,42 +117,59 @@ pub async fn to_xet(
     Ok((stored, report.dedup_metrics.total_bytes_uploaded))
 }
 
-/// Commits to `target`'s main branch: each of `stored` as an LFS pointer, each of `inline` with its content.
-/// Sent once, never again (a lost answer and a second send would make two commits). Returns the commit and
-/// the bytes sent.
+/// Commits to `target`'s main branch on top of `parent` (its head when the upload began): each of `stored`
+/// as an LFS pointer, each of `inline` with its content. Returns the commit and the bytes sent.
+///
+/// The commit names its parent, so sending it again after a lost answer cannot make a second commit: if the
+/// first one landed, the Hub refuses the second with 412 ([`CommitError::Moved`]).
 pub async fn commit(
     hub: &HubClient,
     target: &str,
+    parent: &str,
     summary: &str,
     stored: &[(String, Stored)],
     inline: &[(String, PathBuf)],
-) -> Result<(String, u64), String> {
+) -> Result<(String, u64), CommitError> {
     let line = |key: &str, value: serde_json::Value| {
         let mut bytes = serde_json::to_vec(&serde_json::json!({"key": key, "value": value})).unwrap_or_default();
         bytes.push(b'\n');
         bytes
     };
-    let mut body = line("header", serde_json::json!({ "summary": summary }));
+    let mut body = line("header", serde_json::json!({ "summary": summary, "parentCommit": parent }));
     for (rel, s) in stored {
         let value = serde_json::json!({"path": rel, "algo": "sha256", "oid": s.sha256, "size": s.size});
         body.extend(line("lfsFile", value));
     }
     for (rel, path) in inline {
-        let content = tokio::fs::read(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        let content =
+            tokio::fs::read(path).await.map_err(|e| CommitError::Failed(format!("{}: {e}", path.display())))?;
         let content = base64::engine::general_purpose::STANDARD.encode(content);
         body.extend(line("file", serde_json::json!({"path": rel, "content": content, "encoding": "base64"})));
     }
     let sent = body.len() as u64;
     let url = format!("{}/api/models/{}/commit/main", hub.endpoint(), crate::gate::encode_path(target));
-    let answer = hub
-        .post(&url, "application/x-ndjson", body, Resend::Once)
-        .await
-        .map_err(|e| format!("committing to {target}: {e}"))?;
-    let answer: serde_json::Value =
-        serde_json::from_slice(&answer.body).map_err(|e| format!("committing to {target}: {e}"))?;
+    let answer = match hub.post(&url, "application/x-ndjson", body).await {
+        Ok(answer) => answer,
+        Err(HubError::Status { status: StatusCode::PRECONDITION_FAILED, .. }) => return Err(CommitError::Moved),
+        Err(e) => return Err(CommitError::Failed(format!("committing to {target}: {e}"))),
+    };
+    let failed = |why: String| CommitError::Failed(format!("committing to {target}: {why}"));
+    let answer: serde_json::Value = serde_json::from_slice(&answer.body).map_err(|e| failed(e.to_string()))?;
     let oid = answer["commitOid"].as_str().filter(|s| crate::gate::check_revision(s).is_ok());
-    let oid = oid.ok_or_else(|| format!("committing to {target}: the answer names no commit"))?;
+    let oid = oid.ok_or_else(|| failed("the answer names no commit".into()))?;
     Ok((oid.to_owned(), sent))
+}
+
+/// Why a commit was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The branch is no longer at the parent named: another commit (perhaps this one, sent before and its
+    /// answer lost) came first.
+    #[error("the branch moved since the upload began")]
+    Moved,
+    /// Anything else, said in full.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Every regular file under `dir`, as (path relative to it with `/`, path, size), sorted.

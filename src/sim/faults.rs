@@ -122,6 +122,9 @@ pub struct FaultConfig {
     /// Each storage answer is sent at most this many bytes per second (0: as fast as it goes), as a CDN
     /// limits each connection.
     pub storage_rate: u64,
+    /// The first this many successful commit answers are cut short after the commit is made, as an answer
+    /// lost on its way back: the client cannot tell whether its commit landed.
+    pub lost_commit_answers: u32,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -142,12 +145,27 @@ pub enum Fault {
 pub struct Faults {
     config: FaultConfig,
     state: Mutex<u64>,
+    commit_answers_lost: std::sync::atomic::AtomicU32,
 }
 
 impl Faults {
     /// Faults as configured.
     pub fn new(config: FaultConfig) -> Faults {
-        Faults { config, state: Mutex::new(config.seed ^ 0x9E37_79B9_7F4A_7C15) }
+        Faults {
+            config,
+            state: Mutex::new(config.seed ^ 0x9E37_79B9_7F4A_7C15),
+            commit_answers_lost: Default::default(),
+        }
+    }
+
+    /// Whether this successful commit's answer is to be lost.
+    pub fn lose_commit_answer(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let lost = &self.commit_answers_lost;
+        lost.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < self.config.lost_commit_answers).then_some(n + 1)
+        })
+        .is_ok()
     }
 
     /// Added latency.

@@ -181,6 +181,10 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
             sim.counters.update(|c| c.faults_injected += 1);
             storage_cut
         }
+        _ if class == "commit" && response.status().is_success() && sim.faults.lose_commit_answer() => {
+            sim.counters.update(|c| c.faults_injected += 1);
+            Some(declared.unwrap_or(0) / 2)
+        }
         (Fault::Truncate, Some(len)) if len > 1 && response.status().is_success() => {
             sim.counters.update(|c| c.faults_injected += 1);
             Some(len / 2)

@@ -110,7 +110,7 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let (runs, jobs) = loop {
         std::thread::sleep(Duration::from_millis(300));
-        assert!(Instant::now() < deadline, "two cycles did not complete");
+        assert!(Instant::now() < deadline, "two cycles did not complete: {}", get(&format!("{base}/api/jobs")));
         let Some(runs) = try_get(&format!("{base}/api/runs")) else { continue };
         let runs: Vec<serde_json::Value> = serde_json::from_str(&runs).unwrap_or_default();
         let jobs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs"))).unwrap_or_default();

@@ -208,3 +208,23 @@ fn a_range_that_returns_other_bytes_is_refused_and_nothing_is_published() {
     assert!(sim.counters.snapshot().range_requests > 0);
     assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
 }
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_sent_again_and_lands_once() {
+    // The simulator makes the first commit, then cuts its answer short: the worker cannot tell whether it
+    // landed. Its resend names the same parent, so the Hub refuses it (412), and the worker finds its
+    // manifest on the mirror.
+    let world = audit_world(0, |c| c.faults.lost_commit_answers = 1);
+    let (_dir, db) = db();
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sim.counters.snapshot().requests["commit"], 2, "the commit was sent again once");
+    let job = &jobs(&world, &db)[0];
+    assert_eq!(job.1, "published", "{job:?}");
+    let repos = sim.repos();
+    let mirror = &repos["alice/tiny-q8-aligned"];
+    let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
+    assert_eq!(uploads, 1, "one commit, though it was sent twice");
+    assert!(!mirror.meta.private);
+}
