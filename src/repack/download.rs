@@ -79,6 +79,9 @@ pub struct Layout {
     /// Connections the download may hold at once, shared by the files it fetches at once: a file of its own
     /// gets several, for ranges of it at once (0: [`DEFAULT_CONNECTIONS`]).
     pub connections: usize,
+    /// Told the repo path of each shard repaired as it streamed, as soon as it is checked and in place in
+    /// the repair directory (under the same name), so its upload can start while the rest download.
+    pub ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// Connections a download holds at once unless told otherwise.
@@ -109,7 +112,12 @@ pub async fn download(
     for f in &tree {
         let dest = destination(&layout.source, &f.path).map_err(|e| fail(format!("{}: {e}", f.path)))?;
         let repair = layout.repair.as_ref().filter(|_| streamable(f));
-        if repaired_on_disk(repair, &dest, f) || matches_on_disk(&dest, f).await {
+        if repaired_on_disk(repair, &dest, f) {
+            reused += 1;
+            layout.announce(&f.path);
+            continue;
+        }
+        if matches_on_disk(&dest, f).await {
             reused += 1;
             continue;
         }
@@ -128,7 +136,13 @@ pub async fn download(
     let per_file = (connections / at_once.min(large).max(1)).max(1);
     let transfers: Vec<_> = wanted
         .iter()
-        .map(|(f, partial, dest, repair)| fetch_file(hub, repo, sha, f, (partial, dest), *repair, per_file))
+        .map(|(f, partial, dest, repair)| async move {
+            let fetched = fetch_file(hub, repo, sha, f, (partial, dest), *repair, per_file).await;
+            if let Ok((_, true)) = fetched {
+                layout.announce(&f.path);
+            }
+            fetched.map(|(bytes, _)| bytes)
+        })
         .collect();
     let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
     let mut bytes = 0u64;
@@ -153,6 +167,15 @@ pub async fn download(
         tracing::debug!(repo.id = %repo, files = streamed, "shards repaired as they streamed where header padding fixes them");
     }
     Ok(Downloaded { tree, bytes, reused })
+}
+
+impl Layout {
+    fn announce(&self, path: &str) {
+        if let Some(ready) = &self.ready {
+            // Nobody listening only means no upload ahead: the publish step uploads it then.
+            let _ = ready.send(path.to_owned());
+        }
+    }
 }
 
 /// Every path passes the gate, none twice, none a prefix directory of another, and the sizes add up to at
@@ -271,7 +294,7 @@ async fn fetch_file(
     (partial, dest): (&Path, &Path),
     repair: Option<&RepairTarget>,
     connections: usize,
-) -> Result<u64, (String, u64)> {
+) -> Result<(u64, bool), (String, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
     if repair.is_some() {
         let _ = std::fs::remove_file(partial);
@@ -322,7 +345,7 @@ async fn fetch_file(
     let complete = matches!(&joined, Ok((written, _)) if start + written == f.size);
     match (joined, stopped) {
         (Ok((_, written)), _) if complete => {
-            finish(f, written, partial, dest, repair).map(|()| fetched).map_err(|e| (e, fetched))
+            finish(f, written, partial, dest, repair).map(|repaired| (fetched, repaired)).map_err(|e| (e, fetched))
         }
         (Err(e), _) => Err((e, fetched)),
         // A partial file that holds wrong bytes fails the hash next time and is fetched whole again.
@@ -415,14 +438,14 @@ fn hash_prefix(file: &mut std::fs::File, len: u64, digest: &mut FileDigest) -> s
 }
 
 /// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes
-/// it so the next attempt fetches it whole.
+/// it so the next attempt fetches it whole. Says whether a repaired shard was kept beside it.
 fn finish(
     f: &TreeFile,
     written: Finished,
     partial: &Path,
     dest: &Path,
     repair: Option<&RepairTarget>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let (matches, repaired) = match written {
         Finished::Whole(digest) => (digest.matches(), None),
         Finished::Streamed(sha256, streamed) => {
@@ -441,11 +464,16 @@ fn finish(
         let _ = std::fs::remove_file(partial);
         return Err(format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path));
     }
-    if let (Some((r, oid)), Some(target)) = (repaired, repair) {
-        r.keep(&target.dir, &oid).map_err(|e| format!("{}: keeping the repaired shard: {e}", f.path))?;
-    }
+    let kept = match (repaired, repair) {
+        (Some((r, oid)), Some(target)) => {
+            r.keep(&target.dir, &oid).map_err(|e| format!("{}: keeping the repaired shard: {e}", f.path))?;
+            true
+        }
+        _ => false,
+    };
     safe_fs::clear_for_write(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
-    std::fs::rename(partial, dest).map_err(|e| format!("{}: {e}", dest.display()))
+    std::fs::rename(partial, dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    Ok(kept)
 }
 
 #[cfg(test)]

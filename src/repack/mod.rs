@@ -2,6 +2,7 @@
 //! an `-aligned` mirror with a model card and `MEI_ALIGN_MANIFEST.json`. Each step is recorded on the job;
 //! nothing is published that did not pass every required check.
 
+pub mod ahead;
 pub mod card;
 pub mod download;
 pub mod lfs;
@@ -119,6 +120,15 @@ fn off_executor<T: Send + 'static>(
     async move { running.await.map_err(|e| transient(e.to_string()))? }
 }
 
+/// What the publish step waits for from the work that runs beside it.
+#[derive(Default)]
+struct Beside {
+    /// The MLX check's verdict, when the check runs during the upload.
+    verdict: Option<tokio::sync::watch::Receiver<upload::Verdict>>,
+    /// What went up ahead, once the uploads ahead have ended.
+    ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+}
+
 /// What the re-layout step left: a staged bundle to verify and publish, or why there is nothing to do.
 enum Relaid {
     Staged,
@@ -194,30 +204,65 @@ impl Repacker<'_> {
             // The checks ran in the worker that staged the bundle, but this one has not seen the files.
             let staged = output.clone();
             let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
-            return self.publish_staged(job, &source, &output, record, checked, None).await;
+            return self.publish_staged(job, &source, &output, record, checked, Beside::default()).await;
         }
         // Nothing that may not be mirrored is even downloaded; publishing checks again.
-        if !self.opts.pull_request
-            && let (Err(reason), _) = self.visibility(job).await?
-        {
-            return Ok(JobOutcome::Skipped { reason: reason.into() });
+        let mut private = None;
+        if !self.opts.pull_request {
+            match self.visibility(job).await? {
+                (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+                (Ok(visibility), _) => private = Some(visibility == policy::Visibility::Private),
+            }
         }
+        // A bundle that waits for the Metal runner is published by whichever worker takes it back: nothing
+        // goes up ahead for it.
+        if self.device(job) == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+            private = None;
+        }
+        // Shards that header padding fixes are repaired as they stream: written once, and never read again
+        // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done.
+        let streamed = dir.join("streamed");
+        let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
+        let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
+        let uploads = async {
+            let sent = match private {
+                Some(private) => self.upload_ahead(job, private, (&source, &streamed), ready).await,
+                None => None,
+            };
+            let _ = ahead_tx.send(sent);
+        };
+        let ready = private.is_some().then_some(ready_tx);
+        let ahead = private.is_some().then_some(ahead);
+        let (outcome, ()) = tokio::join!(self.download_to_publish(job, dir, ready, ahead), uploads);
+        outcome
+    }
+
+    /// Everything after the visibility check: download, re-lay, verify, publish; `ready` is told of each
+    /// shard repaired as it streamed, and `ahead` brings what went up ahead of the publish step.
+    async fn download_to_publish(
+        &self,
+        job: &Job,
+        dir: &std::path::Path,
+        ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+    ) -> Result<JobOutcome, StepError> {
+        let (source, output, streamed) = (dir.join("source"), dir.join("aligned"), dir.join("streamed"));
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         let _ = std::fs::remove_dir_all(&output);
 
         self.step(job, JobState::Downloading).await?;
-        // Shards that header padding fixes are repaired as they stream: written once, and never read again
-        // by this worker (the bundle keeps a stub of each).
-        let streamed = dir.join("streamed");
         let repair = Some(stream::RepairTarget { dir: streamed.clone(), alignment: self.opts.alignment });
         let layout = download::Layout {
             source: source.clone(),
             partial: dir.join("partial"),
             repair,
             connections: self.opts.download_connections,
+            ready,
         };
         let fetched =
             download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
+        // The uploads ahead end once the download has told them of its last shard.
+        drop(layout);
         let bytes = fetched.as_ref().map_or_else(download::DownloadError::bytes, |done| done.bytes);
         if let Err(e) = self.store.add_job_bytes(job.id, bytes, 0).await {
             tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
@@ -241,7 +286,7 @@ impl Repacker<'_> {
         self.step(job, JobState::Verifying).await?;
         let staged = output.clone();
         let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
-        let device = if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal };
+        let device = self.device(job);
         if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             return Ok(JobOutcome::AwaitMetal);
         }
@@ -261,7 +306,7 @@ impl Repacker<'_> {
         let Some(started) = started else {
             let record = check.await?;
             let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
-            return self.publish_staged(job, &source, &output, record, checked, None).await;
+            return self.publish_staged(job, &source, &output, record, checked, Beside { verdict: None, ahead }).await;
         };
         let card_record = serde_json::json!({"ok": true, "device": mlx_device, "mlx_version": started["mlx_version"]});
         let (verdict_tx, verdict) = tokio::sync::watch::channel(None);
@@ -278,11 +323,53 @@ impl Repacker<'_> {
             }
             result
         };
-        let publishing = self.publish_staged(job, &source, &output, card_record.clone(), checked, Some(verdict));
+        let beside = Beside { verdict: Some(verdict), ahead };
+        let publishing = self.publish_staged(job, &source, &output, card_record.clone(), checked, beside);
         let (judged, published) = tokio::join!(judged, publishing);
         // The check's failure is the reason, whatever the publish made of it (it committed nothing).
         judged?;
         published
+    }
+
+    fn device(&self, job: &Job) -> VerifyDevice {
+        if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal }
+    }
+
+    /// Sends each shard named on `ready` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen
+    /// and created at the first one. Any failure only leaves the work to the publish step.
+    async fn upload_ahead(
+        &self,
+        job: &Job,
+        private: bool,
+        (source, repaired): (&std::path::Path, &std::path::Path),
+        mut ready: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Option<ahead::Ahead> {
+        // Nothing is created for a bundle with no shard to send ahead.
+        let first = ready.recv().await?;
+        let namespace = &self.opts.target_namespace;
+        let chosen = publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, private).await;
+        let target =
+            chosen.inspect_err(|e| tracing::warn!(repo.id = %job.repo_id, error = %e, "no upload ahead")).ok()?;
+        let mirror = publish::Mirror {
+            hf: self.hf,
+            hub: self.hub,
+            target: &target,
+            source: &job.repo_id,
+            sources: &[],
+            visibility: policy::Visibility::Private,
+            verdict: None,
+            ahead: None,
+        };
+        match publish::ready_for_uploads(&mirror, &job.source_sha).await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!(repo.id = %target, error = %e, "no upload ahead");
+                return None;
+            }
+        }
+        let uploader = ahead::Uploader { hub: self.hub, target: &target, repaired, source };
+        Some(uploader.run(first, ready).await)
     }
 
     /// Publishes a verified, staged bundle, with a card written from the manifest, the local checks' counts
@@ -294,7 +381,7 @@ impl Repacker<'_> {
         output: &std::path::Path,
         record: serde_json::Value,
         (manifest, checks): (Manifest, verify::LocalChecks),
-        verdict: Option<tokio::sync::watch::Receiver<upload::Verdict>>,
+        Beside { verdict, ahead }: Beside,
     ) -> Result<JobOutcome, StepError> {
         self.step(job, JobState::Publishing).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
@@ -347,6 +434,16 @@ impl Repacker<'_> {
         let data = card::CardData::new(&manifest, inputs);
         std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
             .map_err(|e| transient(e.to_string()))?;
+        let ahead = match ahead {
+            Some(sent) => sent.await.ok().flatten(),
+            None => None,
+        };
+        if let Some(sent) = &ahead {
+            tracing::info!(repo.id = %target, files = sent.files.len(), xet.bytes = sent.bytes, "uploaded ahead");
+            if let Err(e) = self.store.add_job_bytes(job.id, 0, sent.bytes).await {
+                tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
+            }
+        }
         let mirror = publish::Mirror {
             hf: self.hf,
             hub: self.hub,
@@ -355,6 +452,7 @@ impl Repacker<'_> {
             sources: &sources,
             visibility,
             verdict,
+            ahead: ahead.as_ref(),
         };
         let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(publish_err)? {
             publish::Published::Committed { commit, bytes_uploaded } => {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use hf_hub::{HFClient, RepoTypeModel};
 
+use super::ahead::{self, Ahead};
 use super::policy::Visibility;
 use super::upload::{self, CommitError, Verdict};
 use crate::hashing::sha256_hex;
@@ -145,6 +146,8 @@ pub struct Mirror<'a> {
     /// The MLX check's verdict when it runs beside the upload: the commit is sent only once it has passed.
     /// `None`: the check has already passed.
     pub verdict: Option<tokio::sync::watch::Receiver<Verdict>>,
+    /// What went to the CAS while the bundle still downloaded.
+    pub ahead: Option<&'a Ahead>,
 }
 
 /// Fails unless the mirror is free, unknown to any source yet, or this source's.
@@ -180,28 +183,27 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
         return Ok(Published::AlreadyThere(head(mirror.hub, target).await?));
     }
-    hf.create_repository()
-        .repo_id(target)
-        .repo_type(RepoTypeModel)
-        .private(true)
-        .exist_ok(true)
-        .send()
-        .await
-        .map_err(|e| failed("creating", &e))?;
+    create_private(hf, target).await?;
     // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
     let files = upload::files_of(dir);
     let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await.map_err(PublishError::Failed)?;
     let (to_store, inline): (Vec<_>, Vec<_>) =
         files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
+    let order: Vec<String> = to_store.iter().map(|(rel, _)| rel.clone()).collect();
+    let (to_send, sent_ahead) = ahead::still_to_send(to_store, mirror.ahead);
+    // Priming asks about the sources of the files still to send only.
+    let sources: Vec<PathBuf> =
+        mirror.sources.iter().filter(|p| to_send.iter().any(|(rel, _)| p.ends_with(rel))).cloned().collect();
     let (mut stored, through_xet) =
-        upload::to_xet(mirror.hub, target, &to_store, mirror.sources).await.map_err(PublishError::Failed)?;
+        upload::to_xet(mirror.hub, target, &to_send, &sources).await.map_err(PublishError::Failed)?;
+    stored.extend(sent_ahead);
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
     }
     // Again, right before the commit: the name may have been taken since it was chosen.
     check_holder(mirror).await?;
     let parent = head(mirror.hub, target).await?;
-    let stored: Vec<_> = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    let stored: Vec<_> = order.into_iter().filter_map(|rel| Some((rel.clone(), stored.remove(&rel)?))).collect();
     let summary = format!("Aligned safetensors from source commit {source_sha}");
     let (commit, committed) = match upload::commit(mirror.hub, target, &parent, &summary, &stored, &inline).await {
         Ok(made) => made,
@@ -217,6 +219,25 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     }
     tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
+}
+
+/// Creates `target`, private, unless it exists.
+async fn create_private(hf: &HFClient, target: &str) -> Result<(), PublishError> {
+    let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true).exist_ok(true);
+    request.send().await.map_err(|e| PublishError::Failed(format!("creating {target}: {e}")))?;
+    Ok(())
+}
+
+/// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
+/// is nothing to upload ahead, because it already holds this source commit's repair.
+pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, PublishError> {
+    if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
+        && rev == source_sha
+    {
+        return Ok(false);
+    }
+    create_private(mirror.hf, mirror.target).await?;
+    Ok(true)
 }
 
 /// The commit `target`'s main branch is at.

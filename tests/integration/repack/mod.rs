@@ -1,6 +1,7 @@
 //! The repack worker against the simulator: audit → jobs → repack → verify (MLX on the CPU) → publish, judged
 //! by the official client; refusals; a worker killed at each step.
 
+mod ahead;
 mod overlap;
 mod pipeline;
 mod pull_request;

@@ -1,0 +1,155 @@
+//! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked,
+//! while the next ones still download and repair, so the publish step is left with the reordered shards
+//! and the small files.
+//!
+//! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
+//! The publish step uses a file uploaded ahead only if the staged file is that very file (same inode, size
+//! and modification time); otherwise it uploads it again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::upload::{self, Stored};
+
+/// Which file was uploaded: a staged file that is still this one needs no second upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified_ns: i128,
+}
+
+impl FileId {
+    /// The identity of the file at `path` (a symlink is never followed), if it can be read.
+    pub fn of(path: &Path) -> Option<FileId> {
+        let m = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        let modified = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(FileId { device, inode, size: m.len(), modified_ns: i128::try_from(modified.as_nanos()).ok()? })
+    }
+}
+
+/// What went up ahead of the publish step.
+#[derive(Debug, Default)]
+pub struct Ahead {
+    /// Each file uploaded, by its path in the repo: which file it was, and what the CAS stored.
+    pub files: HashMap<String, (FileId, Stored)>,
+    /// Bytes sent for them.
+    pub bytes: u64,
+}
+
+impl Ahead {
+    /// What the CAS holds for the file staged at `path` as `rel`, if it went up ahead and is unchanged.
+    pub fn stored(&self, rel: &str, path: &Path) -> Option<&Stored> {
+        let (id, stored) = self.files.get(rel)?;
+        (FileId::of(path) == Some(*id)).then_some(stored)
+    }
+}
+
+/// Where the uploads ahead go.
+pub struct Uploader<'a> {
+    /// The crawler's client, for the write token, priming and the transfer.
+    pub hub: &'a crate::hub::HubClient,
+    /// The mirror, already created.
+    pub target: &'a str,
+    /// Where repaired shards are kept (the name in the repo is the name there).
+    pub repaired: &'a Path,
+    /// Where the source's stubs are (for priming deduplication).
+    pub source: &'a Path,
+}
+
+impl Uploader<'_> {
+    /// Uploads `first`, then each shard named on `ready` as it comes, until the channel closes. A failed
+    /// upload is only logged: the publish step uploads that shard again.
+    pub async fn run(&self, first: String, mut ready: tokio::sync::mpsc::UnboundedReceiver<String>) -> Ahead {
+        let mut ahead = Ahead::default();
+        let mut next = Some(first);
+        loop {
+            let rel = match next.take() {
+                Some(rel) => rel,
+                None => match ready.recv().await {
+                    Some(rel) => rel,
+                    None => break,
+                },
+            };
+            let file = self.repaired.join(&rel);
+            let Some(id) = FileId::of(&file) else { continue };
+            let sources = [self.source.join(&rel)];
+            let sent = upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], &sources).await;
+            match sent {
+                Ok((mut stored, bytes)) => {
+                    ahead.bytes = ahead.bytes.saturating_add(bytes);
+                    // The file must not have changed while it went up.
+                    if let Some(s) = stored.remove(&rel)
+                        && FileId::of(&file) == Some(id)
+                    {
+                        tracing::debug!(repo.id = %self.target, shard.file = %rel, bytes, "uploaded ahead");
+                        ahead.files.insert(rel, (id, s));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(repo.id = %self.target, shard.file = %rel, error = %e, "upload ahead failed; the publish step sends it");
+                }
+            }
+        }
+        ahead
+    }
+}
+
+/// A staged file: its path in the repo, and here.
+pub type StagedFile = (String, PathBuf);
+
+/// Splits the staged `files` into those still to send and those that went up ahead, with what the CAS
+/// stored for each.
+pub fn still_to_send(files: Vec<StagedFile>, ahead: Option<&Ahead>) -> (Vec<StagedFile>, Vec<(String, Stored)>) {
+    let mut sent = Vec::new();
+    let mut rest = Vec::new();
+    for (rel, path) in files {
+        match ahead.and_then(|a| a.stored(&rel, &path)) {
+            Some(stored) => sent.push((rel, stored.clone())),
+            None => rest.push((rel, path)),
+        }
+    }
+    (rest, sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_taken_as_sent_ahead_only_while_it_is_the_very_file_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sent, linked, rewritten) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+        std::fs::write(&sent, b"shard").unwrap();
+        std::fs::write(&rewritten, b"shard").unwrap();
+        let stored = Stored { sha256: "0".repeat(64), size: 5 };
+        let mut ahead = Ahead::default();
+        for (rel, path) in [("a.safetensors", &sent), ("c.safetensors", &rewritten)] {
+            ahead.files.insert(rel.into(), (FileId::of(path).unwrap(), stored.clone()));
+        }
+        // Staged by a hard link: the same file.
+        std::fs::hard_link(&sent, &linked).unwrap();
+        // Rewritten since (a new file renamed over it, as a re-layout writes): another file.
+        let new = dir.path().join("c.new");
+        std::fs::write(&new, b"shard").unwrap();
+        std::fs::rename(&new, &rewritten).unwrap();
+        let staged = vec![
+            ("a.safetensors".to_owned(), linked),
+            ("c.safetensors".to_owned(), rewritten.clone()),
+            ("config.json".to_owned(), dir.path().join("config.json")),
+        ];
+        let (rest, done) = still_to_send(staged, Some(&ahead));
+        assert_eq!(done, [("a.safetensors".to_owned(), stored)]);
+        let rest: Vec<&str> = rest.iter().map(|(rel, _)| rel.as_str()).collect();
+        assert_eq!(rest, ["c.safetensors", "config.json"]);
+        assert_eq!(still_to_send(vec![("a.safetensors".into(), sent)], None).0.len(), 1);
+    }
+}
