@@ -102,6 +102,8 @@ def main():
         import sqlite3
         with sqlite3.connect(db) as conn:
             record = json.loads(conn.execute("SELECT verification FROM jobs").fetchone()[0] or "{}")
+            # The job's own meter: everything it sent, ahead of the publish step included.
+            metered = conn.execute("SELECT bytes_uploaded FROM jobs").fetchone()[0]
         # An earlier build ran the check inside the verify step; this one runs it beside the upload.
         mlx_s = record.get("seconds", float("nan"))
         steps = [json.loads(l) for l in run.stderr.splitlines() if l.startswith("{")]
@@ -150,9 +152,7 @@ def main():
     gb = size / 1e9
     # Every byte sent to the Hub: the commit's body and every API call's included, not only Xet and LFS.
     up = counters["bytes_received"]
-    published = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "published"]
     memory = [l["fields"] for l in steps if l.get("fields", {}).get("message") == "worker memory"]
-    metered = published[0].get("bytes") if published else None
     print(f"bundle: {args.shards} {args.kind} shards, {gb:.2f} GB; simulator start (Xet ingest of the bundle) {ingest_s:.1f} s\n")
     print("| step | wall time | bytes moved | baseline (same run) | step / baseline |")
     print("|---|---|---|---|---|")
