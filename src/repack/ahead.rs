@@ -66,40 +66,58 @@ pub struct Uploader<'a> {
 }
 
 impl Uploader<'_> {
-    /// Uploads `first`, then each shard named on `ready` as it comes, until the channel closes. A failed
-    /// upload is only logged: the publish step uploads that shard again.
+    /// Uploads `first`, then each shard named on `ready` as it comes, until the channel closes; as many at
+    /// once as there are cores (shards repaired at the same moment go up side by side, as one upload of the
+    /// bundle would send them). A failed upload is only logged: the publish step sends that shard again.
     pub async fn run(&self, first: String, mut ready: tokio::sync::mpsc::UnboundedReceiver<String>) -> Ahead {
+        let at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let mut ahead = Ahead::default();
-        let mut next = Some(first);
+        let mut waiting = std::collections::VecDeque::from([first]);
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        let mut open = true;
         loop {
-            let rel = match next.take() {
-                Some(rel) => rel,
-                None => match ready.recv().await {
-                    Some(rel) => rel,
-                    None => break,
+            while running.len() < at_once
+                && let Some(rel) = waiting.pop_front()
+            {
+                running.push(self.one(rel));
+            }
+            tokio::select! {
+                next = ready.recv(), if open => match next {
+                    Some(rel) => waiting.push_back(rel),
+                    None => open = false,
                 },
-            };
-            let file = self.repaired.join(&rel);
-            let Some(id) = FileId::of(&file) else { continue };
-            let sources = [self.source.join(&rel)];
-            let sent = upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], &sources).await;
-            match sent {
-                Ok((mut stored, bytes)) => {
-                    ahead.bytes = ahead.bytes.saturating_add(bytes);
-                    // The file must not have changed while it went up.
-                    if let Some(s) = stored.remove(&rel)
-                        && FileId::of(&file) == Some(id)
-                    {
-                        tracing::debug!(repo.id = %self.target, shard.file = %rel, bytes, "uploaded ahead");
-                        ahead.files.insert(rel, (id, s));
+                Some((rel, sent)) = futures_util::StreamExt::next(&mut running), if !running.is_empty() => {
+                    if let Some((id, stored, bytes)) = sent {
+                        ahead.bytes = ahead.bytes.saturating_add(bytes);
+                        if let Some(stored) = stored {
+                            ahead.files.insert(rel, (id, stored));
+                        }
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(repo.id = %self.target, shard.file = %rel, error = %e, "upload ahead failed; the publish step sends it");
-                }
+                else => break,
             }
         }
         ahead
+    }
+
+    /// One shard to the CAS: which file it was, what the CAS stored (`None` if the file changed while it
+    /// went up) and the bytes sent; `None` if it could not be sent.
+    async fn one(&self, rel: String) -> (String, Option<(FileId, Option<Stored>, u64)>) {
+        let file = self.repaired.join(&rel);
+        let Some(id) = FileId::of(&file) else { return (rel, None) };
+        let sources = [self.source.join(&rel)];
+        match upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], &sources).await {
+            Ok((mut stored, bytes)) => {
+                let unchanged = FileId::of(&file) == Some(id);
+                let stored = stored.remove(&rel).filter(|_| unchanged);
+                tracing::debug!(repo.id = %self.target, shard.file = %rel, bytes, "uploaded ahead");
+                (rel, Some((id, stored, bytes)))
+            }
+            Err(e) => {
+                tracing::warn!(repo.id = %self.target, shard.file = %rel, error = %e, "upload ahead failed; the publish step sends it");
+                (rel, None)
+            }
+        }
     }
 }
 

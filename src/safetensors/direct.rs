@@ -13,8 +13,9 @@ use std::path::Path;
 
 /// The alignment `O_DIRECT` wants of offsets, lengths and memory; 4 KiB covers every block size in use.
 const DIRECT_ALIGN: usize = 4096;
-/// Bytes gathered before each write.
-const STAGING_BYTES: usize = 8 << 20;
+/// Bytes gathered before each write: large enough that each write keeps the disk busy for milliseconds,
+/// small enough that a download writing two shards at once stays within its memory bound.
+const STAGING_BYTES: usize = 4 << 20;
 
 /// A staging buffer whose usable part starts on the alignment.
 struct Staging {
