@@ -3,8 +3,9 @@
 #
 # Installs what the tests drive and cannot build themselves, then runs `cargo test --locked`:
 # - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
-#   strace (the kernel's count of what `scan` reads), through apt-get, with sudo when not root; skipped when
-#   already on PATH;
+#   strace (the kernel's count of what `scan` reads), and qemu-user with the aarch64 cross linker (the
+#   aarch64 SHA-256 kernel's check), through apt-get, with sudo when not root; skipped when already on PATH;
+# - Rust's aarch64-unknown-linux-gnu standard library, through rustup, for that check;
 # - the pinned Python venv in target/py-venv (safetensors, mlx[cpu], mlx-lm, huggingface_hub, hf_xet, numpy)
 #   for the interop tests, by tests/python/setup-venv.sh (idempotent).
 # Nothing is skipped: a tool that cannot be installed fails the run here, saying which.
@@ -15,6 +16,8 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v strace >/dev/null || missing+=(strace)
+command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
+command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 if ((${#missing[@]})); then
     echo "tests/run.sh: installing ${missing[*]} with apt-get" >&2
     sudo_if_needed=""
@@ -22,6 +25,8 @@ if ((${#missing[@]})); then
     $sudo_if_needed apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
 bash tests/python/setup-venv.sh
 exec cargo test --locked "$@"

@@ -2,6 +2,8 @@
 
 use sha2::{Digest, Sha256};
 
+#[cfg(target_arch = "aarch64")]
+mod sha_arm;
 #[cfg(target_arch = "x86_64")]
 mod sha_ni;
 mod stream;

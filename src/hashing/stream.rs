@@ -92,6 +92,9 @@ pub enum PairKernel {
     /// Interleaved with the x86 SHA extensions.
     #[cfg(target_arch = "x86_64")]
     ShaNi,
+    /// Interleaved with the Armv8 SHA-2 instructions.
+    #[cfg(target_arch = "aarch64")]
+    ArmSha2,
 }
 
 impl PairKernel {
@@ -101,6 +104,10 @@ impl PairKernel {
         #[cfg(target_arch = "x86_64")]
         if !cfg!(debug_assertions) && super::sha_ni::available() {
             return PairKernel::ShaNi;
+        }
+        #[cfg(target_arch = "aarch64")]
+        if !cfg!(debug_assertions) && super::sha_arm::available() {
+            return PairKernel::ArmSha2;
         }
         PairKernel::Sequential
     }
@@ -123,6 +130,8 @@ pub fn update_both_with(kernel: PairKernel, a: &mut Sha256Stream, a_data: &[u8],
         }
         #[cfg(target_arch = "x86_64")]
         PairKernel::ShaNi => super::sha_ni::compress_pair(&mut a.state, a_blocks, &mut b.state, b_blocks),
+        #[cfg(target_arch = "aarch64")]
+        PairKernel::ArmSha2 => super::sha_arm::compress_pair(&mut a.state, a_blocks, &mut b.state, b_blocks),
     }
     a.keep(a_tail);
     b.keep(b_tail);
@@ -139,6 +148,10 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if crate::hashing::sha_ni::available() {
             return vec![PairKernel::Sequential, PairKernel::ShaNi];
+        }
+        #[cfg(target_arch = "aarch64")]
+        if crate::hashing::sha_arm::available() {
+            return vec![PairKernel::Sequential, PairKernel::ArmSha2];
         }
         vec![PairKernel::Sequential]
     }

@@ -9,6 +9,7 @@ mod cli_scan;
 mod deploy;
 mod docs;
 mod fixtures;
+mod hashing_aarch64;
 mod hostile;
 mod interop;
 mod kernel_reads;
