@@ -67,10 +67,12 @@ pub struct Uploader<'a> {
 
 impl Uploader<'_> {
     /// Uploads `first`, then each shard named on `ready` as it comes, until the channel closes; as many at
-    /// once as there are cores (shards repaired at the same moment go up side by side, as one upload of the
-    /// bundle would send them). A failed upload is only logged: the publish step sends that shard again.
+    /// once as half the cores. A failed upload is only logged: the publish step sends that shard again.
     pub async fn run(&self, first: String, mut ready: tokio::sync::mpsc::UnboundedReceiver<String>) -> Ahead {
-        let at_once = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        // Half the cores: the download and the MLX check need the rest. With all of them, a 2-core `serve`
+        // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let at_once = (cores / 2).max(1);
         let mut ahead = Ahead::default();
         let mut waiting = std::collections::VecDeque::from([first]);
         let mut running = futures_util::stream::FuturesUnordered::new();
