@@ -4,7 +4,7 @@
 //!
 //! hf-hub 1.0's `create_commit` reads every file twice (a SHA-256 pass before the upload, then the upload)
 //! and needs every file before it sends any; this reads each once, and its steps stand on their own, so a
-//! shard could go up as soon as it is written.
+//! shard goes up as soon as it is written (`repack::ahead`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -121,7 +121,7 @@ pub async fn to_xet(
     Ok((stored, report.dedup_metrics.total_bytes_uploaded))
 }
 
-/// Commits to `target`'s main branch on top of `parent` (its head when the upload began): each of `stored`
+/// Commits to `target`'s main branch on top of `parent` (its head, read right before): each of `stored`
 /// as an LFS pointer, each of `inline` with its content. Returns the commit and the bytes sent.
 ///
 /// The commit names its parent, so sending it again after a lost answer cannot make a second commit: if the
