@@ -2,6 +2,8 @@
 
 use sha2::{Digest, Sha256};
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod pair;
 #[cfg(target_arch = "aarch64")]
 mod sha_arm;
 #[cfg(target_arch = "x86_64")]

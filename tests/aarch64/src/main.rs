@@ -1,5 +1,7 @@
 //! Checks the interleaved aarch64 kernel against `sha2`'s own compression, block for block.
 
+#[path = "../../../src/hashing/pair.rs"]
+mod pair;
 #[path = "../../../src/hashing/sha_arm.rs"]
 mod sha_arm;
 
