@@ -65,10 +65,24 @@ pub struct Primed {
     pub found: usize,
 }
 
-/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`. A failure only costs
-/// deduplication, so it is logged, never raised into the job.
+/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, fetching `target`'s
+/// write token first. A failure only costs deduplication, so it is logged, never raised into the job.
 pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
-    match try_prime(hub, target, sources).await {
+    match write_token(hub, target).await {
+        Ok(Some(token)) => prime_with(&token, target, sources).await,
+        Ok(None) => log_outcome(target, sources, Err("no Xet storage on this Hub".into())),
+        Err(e) => log_outcome(target, sources, Err(e)),
+    }
+}
+
+/// [`prime`] with the write token the upload already holds, so priming costs no request to the Hub's API.
+pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
+    let outcome = try_prime(token, sources).await;
+    log_outcome(target, sources, outcome)
+}
+
+fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, String>) -> Primed {
+    match outcome {
         Ok(p) => {
             tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication");
             p
@@ -80,8 +94,7 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed
     }
 }
 
-async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result<Primed, String> {
-    let token = write_token(hub, target).await?.ok_or("no Xet storage on this Hub")?;
+async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, String> {
     let ctx = XetContext::default().map_err(|e| format!("Xet context: {e}"))?;
     // The same path hf-hub's upload session computes for this CAS.
     let session = SessionContext {
@@ -98,7 +111,11 @@ async fn try_prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Result
     let mut primed = Primed::default();
     for source in sources {
         primed.asked += 1;
-        let hash = first_chunk_hash(source).map_err(|e| format!("{}: {e}", source.display()))?;
+        let path = source.clone();
+        let hash = crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{}: {e}", source.display()))?;
         let key = Key { prefix: ctx.config.data.default_prefix.clone(), hash };
         let response = http
             .get(format!("{}/v1/chunks/{key}", token.cas_url))

@@ -15,7 +15,7 @@ use tokio::io::AsyncReadExt as _;
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
 use xet_runtime::config::XetConfig;
 
-use super::prime::{prime, write_token, write_token_url};
+use super::prime::{prime_with, write_token, write_token_url};
 use crate::hub::{HubClient, HubError};
 
 /// What the MLX check beside the upload decided: nothing yet, passed, or failed with its reason.
@@ -86,7 +86,7 @@ pub async fn to_xet(
         // A Hub without Xet storage takes Git LFS's basic transfer.
         return super::lfs::upload(hub, target, files).await;
     };
-    prime(hub, target, sources).await;
+    prime_with(&token, target, sources).await;
     let xet_error = |e: &dyn std::fmt::Display| format!("Xet upload to {target}: {e}");
     // One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
     // need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).

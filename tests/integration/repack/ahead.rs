@@ -73,4 +73,7 @@ fn a_repaired_shard_goes_up_while_the_next_one_still_downloads() {
     // The publish step sent neither again: its own Xet upload had nothing left to send.
     let publish = log.lines().find(|l| l.contains("hubalign::repack::publish: uploaded")).unwrap_or_default();
     assert!(publish.contains("xet.bytes=0"), "{publish}");
+    // One write token per upload (one per shard), which priming its deduplication reuses.
+    let tokens = sim.counters.snapshot().requests.get("xet_token").copied();
+    assert_eq!(tokens, Some(2), "{log}");
 }
