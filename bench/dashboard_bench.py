@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time the dashboard and the JSON API with 50,000 repos in the store.
 
-    cargo build --release --bins && python3 bench/dashboard_bench.py [--repos 50000]
+    cargo build --release --bins && python3 bench/dashboard_bench.py [--repos 50000]  # HUBALIGN_BIN=... for another build
 
 Creates a store with `hubalign report` (which runs the migrations), fills it with --repos audited repos
 (2.5 shards each, 500 namespaces, one of them holding a fifth of all repos) straight through SQLite,
@@ -12,6 +12,7 @@ each page as the median of --rounds GETs. The baseline is /healthz in the same r
 """
 
 import argparse
+import os
 import random
 import re
 import sqlite3
@@ -23,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target/release/hubalign"
+BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
 VERDICTS = ["aligned", "header_pad", "header_pad", "relayout", "invalid"]
 
 

@@ -33,6 +33,7 @@ pub struct AppState {
     next_run: Arc<Mutex<String>>,
     hub_url: String,
     health: Arc<Health>,
+    overview: Arc<overview::OverviewCache>,
 }
 
 /// What is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count of
@@ -117,7 +118,8 @@ pub fn router(
     runner: Option<Arc<RunnerApi>>,
     admin: Option<AdminApi>,
 ) -> Result<Router, minijinja::Error> {
-    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url, health };
+    let overview = Arc::new(overview::OverviewCache::new(store.clone()));
+    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url, health, overview };
     let app = Router::new()
         .route("/", get(overview::overview))
         .route("/ns/{namespace}", get(pages::namespace))

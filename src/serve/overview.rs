@@ -7,9 +7,15 @@ use minijinja::context;
 use minijinja::value::Serde;
 use serde::Deserialize;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::pages::{render, size_label};
 use super::{AppState, internal};
-use crate::store::queries::TrendPoint;
+use crate::report::Publisher;
+use crate::store::changes::Changes;
+use crate::store::queries::{Progress, RunRow, Totals, TrendPoint};
+use crate::store::{Store, StoreError};
 
 /// Audits the trend shows at most.
 const TREND_RUNS: i64 = 60;
@@ -22,19 +28,60 @@ pub(super) struct SortQuery {
     sort: Option<String>,
 }
 
+/// What `/` reads from the store: six queries over the whole store, so it is kept until the next commit.
+struct Figures {
+    totals: Totals,
+    publishers: Vec<Publisher>,
+    runs: Vec<RunRow>,
+    progress: HashMap<String, Progress>,
+    trend: Vec<TrendPoint>,
+    mirrored_bytes: i64,
+}
+
+/// The overview's figures as of the store's last commit: a page costs one `data_version` read until something
+/// changes, however large the store, and however busy the machine is with a repack.
+pub(super) struct OverviewCache {
+    changes: Changes,
+    kept: tokio::sync::Mutex<Option<(i64, Arc<Figures>)>>,
+}
+
+impl OverviewCache {
+    pub(super) fn new(store: Store) -> OverviewCache {
+        OverviewCache { changes: Changes::new(store), kept: tokio::sync::Mutex::new(None) }
+    }
+
+    async fn figures(&self, store: &Store) -> Result<Arc<Figures>, StoreError> {
+        // The version is read before the queries: a commit while they run makes the next page read again.
+        let version = self.changes.version().await?;
+        if let (Some(version), Some((kept_version, figures))) = (version, self.kept.lock().await.as_ref())
+            && version == *kept_version
+        {
+            return Ok(figures.clone());
+        }
+        let (totals, publishers, runs, progress, trend, mirrored_bytes) = tokio::try_join!(
+            store.totals(),
+            crate::report::by_publisher(store),
+            store.runs(1),
+            store.progress(),
+            store.trend(TREND_RUNS),
+            store.mirrored_bytes()
+        )?;
+        let figures = Arc::new(Figures { totals, publishers, runs, progress, trend, mirrored_bytes });
+        if let Some(version) = version {
+            *self.kept.lock().await = Some((version, figures.clone()));
+        }
+        Ok(figures)
+    }
+}
+
 /// `/`.
 pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
-    let (totals, mut publishers, runs, progress, trend, mirrored_bytes) = match tokio::try_join!(
-        state.store.totals(),
-        crate::report::by_publisher(&state.store),
-        state.store.runs(1),
-        state.store.progress(),
-        state.store.trend(TREND_RUNS),
-        state.store.mirrored_bytes()
-    ) {
-        Ok(all) => all,
+    let figures = match state.overview.figures(&state.store).await {
+        Ok(figures) => figures,
         Err(e) => return internal(e),
     };
+    let Figures { totals, publishers, runs, progress, trend, mirrored_bytes } = &*figures;
+    let (mirrored_bytes, mut publishers) = (*mirrored_bytes, publishers.clone());
     let progress_of = |ns: &str| progress.get(ns).cloned().unwrap_or_default();
     match q.sort.as_deref() {
         Some("namespace") => publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace)),
@@ -87,7 +134,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
             totals => Serde(&totals), share_affected => percent(totals.repos_affected, totals.repos_audited),
             gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
             mirrored_share => percent(mirrored_bytes, totals.misaligned_bytes), mirrored_bytes => size_label(mirrored_bytes),
-            trend => trend_chart(&trend),
+            trend => trend_chart(trend),
             last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
                 r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
             next_run, problems => state.health.problems(),
@@ -127,5 +174,56 @@ fn trend_chart(points: &[TrendPoint]) -> minijinja::Value {
         bytes_line => line(|p| p.bytes_duplicated, max_bytes), repos_line => line(|p| p.repos_affected, max_repos),
         max_bytes => size_label(max_bytes), max_repos,
         first => points.first().map(|p| p.at.clone()), last => points.last().map(|p| p.at.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::OverviewCache;
+    use crate::store::{RunStats, Store};
+
+    async fn page(base: &str) -> String {
+        reqwest::get(format!("{base}/")).await.unwrap().text().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_overview_shows_a_commit_by_another_process_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("store.db");
+        let store = Store::open(&db).await.unwrap();
+        let next_run = Arc::new(Mutex::new(String::new()));
+        let app = super::super::router(store, "http://hub.test".into(), next_run, Arc::default(), None, None).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        assert!(page(&base).await.contains("Last audit: none yet"));
+        // Another pool on the same file stands for another process (a `hubalign worker`, an audit).
+        let other = Store::open(&db).await.unwrap();
+        let run = other.start_run("http://hub.test", "mlx").await.unwrap();
+        let running = page(&base).await;
+        assert!(running.contains("(running)"), "{running}");
+        other.finish_run(run, "finished", &RunStats::default(), None).await.unwrap();
+        let finished = page(&base).await;
+        assert!(finished.contains("(finished)"), "{finished}");
+    }
+
+    #[tokio::test]
+    async fn the_figures_are_kept_until_the_next_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.db")).await.unwrap();
+        let cache = OverviewCache::new(store.clone());
+        let first = cache.figures(&store).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &cache.figures(&store).await.unwrap()), "nothing changed: kept");
+        store.start_run("http://hub.test", "mlx").await.unwrap();
+        let second = cache.figures(&store).await.unwrap();
+        assert!(!Arc::ptr_eq(&first, &second), "a run was committed: read again");
+        assert_eq!(second.runs.len(), 1);
+        assert!(Arc::ptr_eq(&second, &cache.figures(&store).await.unwrap()));
+        // An in-memory store cannot tell, so it is read every time.
+        let memory = Store::open_url("sqlite::memory:").await.unwrap();
+        let cache = OverviewCache::new(memory.clone());
+        assert!(!Arc::ptr_eq(&cache.figures(&memory).await.unwrap(), &cache.figures(&memory).await.unwrap()));
     }
 }

@@ -3,6 +3,7 @@
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
 
+pub mod changes;
 pub mod jobs;
 pub mod mirrors;
 pub mod queries;
@@ -53,6 +54,9 @@ fn sql(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: SqlitePool,
+    /// Whether the database lives in memory (its connections share one cache, which `data_version` does
+    /// not watch).
+    in_memory: bool,
 }
 
 /// Where the database lives unless `--db` or `DATABASE_URL` say otherwise:
@@ -71,15 +75,16 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_owned(), source })?;
         }
-        Store::connect(SqliteConnectOptions::new().filename(path)).await
+        Store::connect(SqliteConnectOptions::new().filename(path), false).await
     }
 
     /// Opens a `sqlite:` URL (`sqlite::memory:` for tests).
     pub async fn open_url(url: &str) -> Result<Store, StoreError> {
-        Store::connect(SqliteConnectOptions::from_str(url).map_err(sql("parse URL"))?).await
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        Store::connect(SqliteConnectOptions::from_str(url).map_err(sql("parse URL"))?, in_memory).await
     }
 
-    async fn connect(options: SqliteConnectOptions) -> Result<Store, StoreError> {
+    async fn connect(options: SqliteConnectOptions, in_memory: bool) -> Result<Store, StoreError> {
         let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -93,7 +98,7 @@ impl Store {
             .await
             .map_err(sql("open"))?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool })
+        Ok(Store { pool, in_memory })
     }
 
     /// The pool, for queries elsewhere in the crate.
