@@ -4,7 +4,9 @@
 # Installs what the tests drive and cannot build themselves, then runs `cargo test --locked`:
 # - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
 #   strace (the kernel's count of what `scan` reads), and qemu-user with the aarch64 cross linker (the
-#   aarch64 SHA-256 kernel's check), through apt-get, with sudo when not root; skipped when already on PATH;
+#   aarch64 SHA-256 kernel's check), and postgresql (the store's suites on PostgreSQL: each test process starts
+#   a scratch server of its own with initdb, as the `postgres` user when root), through apt-get, with sudo
+#   when not root; skipped when already installed;
 # - Rust's aarch64-unknown-linux-gnu standard library, through rustup, for that check;
 # - the pinned Python venv in target/py-venv (safetensors, mlx[cpu], mlx-lm, huggingface_hub, hf_xet, numpy)
 #   for the interop tests, by tests/python/setup-venv.sh (idempotent).
@@ -18,6 +20,7 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v strace >/dev/null || missing+=(strace)
 command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
     echo "tests/run.sh: installing ${missing[*]} with apt-get" >&2
     sudo_if_needed=""

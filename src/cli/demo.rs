@@ -34,6 +34,9 @@ pub struct DemoArgs {
     /// Where the simulated Hub, the database and the work directory go (reused when run again).
     #[arg(long, default_value = "hubalign-demo", value_name = "DIR")]
     data_dir: PathBuf,
+    /// The store: a SQLite file or a `postgres://` URL [default: DIR/hubalign.db].
+    #[arg(long, value_name = "PATH|URL")]
+    db: Option<String>,
     /// Python with `mlx` for the MLX load check [default: target/py-venv, built by tests/python/setup-venv.sh
     /// when missing].
     #[arg(long, env = "HUBALIGN_PYTHON", value_name = "PYTHON")]
@@ -56,7 +59,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
     let hub = sim_runtime.block_on(sim::start(config)).context("starting the simulated Hub")?;
     println!("simulated Hub: {} ({} repos under {})", hub.base_url, REPOS.len(), hub_root.display());
 
-    let db = args.data_dir.join("hubalign.db");
+    let db = args.db.clone().unwrap_or_else(|| args.data_dir.join("hubalign.db").to_string_lossy().into_owned());
+    let work_dir = args.data_dir.join("hubalign.work").to_string_lossy().into_owned();
     let listen = format!("127.0.0.1:{}", args.port);
     let token = DEMO_TOKEN.split(':').next().unwrap_or_default();
     let argv = [
@@ -65,7 +69,9 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
         "--token",
         token,
         "--db",
-        &db.to_string_lossy(),
+        &db,
+        "--work-dir",
+        &work_dir,
         "--verify-device",
         "cpu",
         "--python",
@@ -76,8 +82,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
         "3600",
     ];
     let serve_args: super::serve::ServeArgs = parse_args("serve", &argv)?;
-    let report_args: super::report::ReportArgs =
-        parse_args("report", &["--by-publisher", "--db", &db.to_string_lossy()])?;
+    let report_args: super::report::ReportArgs = parse_args("report", &["--by-publisher", "--db", &db])?;
     std::thread::spawn(move || {
         if let Err(e) = wait_for_first_cycle(&listen) {
             eprintln!("demo: {e:#}");

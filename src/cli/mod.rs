@@ -11,6 +11,7 @@ mod scan;
 mod serve;
 mod sim;
 mod store_args;
+mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -136,6 +137,9 @@ enum Command {
     /// republishing (MLX load check on the CPU), prints `report --by-publisher` and the dashboard's address,
     /// and keeps serving until Ctrl-C. Run it again and it reuses the data directory.
     Demo(demo::DemoArgs),
+    /// Move a store's records between backends: `export` writes them as JSON Lines, `import` reads them into
+    /// an empty store (SQLite or PostgreSQL).
+    Store(store_cmd::StoreCmdArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -178,6 +182,7 @@ pub fn run() -> std::process::ExitCode {
         Command::VerifyRunner(args) => repack::run_runner(args),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Store(args) => store_cmd::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {}", describe(&e));

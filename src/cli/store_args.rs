@@ -1,27 +1,29 @@
-//! Where the audit store is: `--db PATH`, else `DATABASE_URL` (`sqlite:…`), else the user's data directory.
+//! Where the audit store is: `--db PATH|URL`, else `DATABASE_URL` (`sqlite:…` or `postgres://…`), else the
+//! user's data directory.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use hubalign::store::{Store, default_db_path};
+use hubalign::store::{Store, default_db_path, is_postgres_url, redact_url};
 
 use super::UsageError;
 
 /// The store's location.
 #[derive(Args, Clone, Debug)]
 pub struct StoreArgs {
-    /// SQLite database file [default: $XDG_DATA_HOME/hubalign/hubalign.db, or DATABASE_URL if set].
-    #[arg(long, value_name = "PATH")]
-    db: Option<PathBuf>,
+    /// SQLite database file, or a PostgreSQL server's `postgres://user@host/db` URL (one store that many
+    /// workers and replicas share) [default: DATABASE_URL if set, else $XDG_DATA_HOME/hubalign/hubalign.db].
+    #[arg(long, value_name = "PATH|URL")]
+    db: Option<String>,
 }
 
 impl StoreArgs {
     /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
     /// machine never share staged files.
     pub fn default_work_dir(&self) -> PathBuf {
-        match &self.db {
-            Some(db) => db.with_extension("work"),
+        match self.db.as_deref().filter(|db| !is_postgres_url(db)) {
+            Some(db) => PathBuf::from(db).with_extension("work"),
             None => default_db_path().with_extension("work"),
         }
     }
@@ -30,7 +32,8 @@ impl StoreArgs {
     /// mistyped path, not an empty store to report on.
     pub async fn open_existing(&self) -> anyhow::Result<Store> {
         let path = match (&self.db, std::env::var("DATABASE_URL")) {
-            (Some(path), _) => path.clone(),
+            (Some(url), _) if is_postgres_url(url) => return self.open().await,
+            (Some(path), _) => PathBuf::from(path),
             (None, Ok(_)) => return self.open().await,
             (None, Err(_)) => default_db_path(),
         };
@@ -47,11 +50,14 @@ impl StoreArgs {
 
     /// Opens the store, creating it if needed, and applies migrations.
     pub async fn open(&self) -> anyhow::Result<Store> {
+        if let Some(url) = self.db.as_deref().filter(|db| is_postgres_url(db)) {
+            return Store::open_url(url).await.with_context(|| format!("opening {}", redact_url(url)));
+        }
         if let Some(path) = &self.db {
-            return Store::open(path).await.with_context(|| format!("opening {}", path.display()));
+            return Store::open(path.as_ref()).await.with_context(|| format!("opening {path}"));
         }
         if let Ok(url) = std::env::var("DATABASE_URL") {
-            return Store::open_url(&url).await.with_context(|| format!("opening DATABASE_URL {url}"));
+            return Store::open_url(&url).await.with_context(|| format!("opening DATABASE_URL {}", redact_url(&url)));
         }
         let path = default_db_path();
         Store::open(&path).await.with_context(|| format!("opening {}", path.display()))

@@ -4,7 +4,7 @@
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::Mutex;
 
-use super::{Store, StoreError, sql};
+use super::{Pool, Store, StoreError, sql};
 
 /// A connection of its own that only reads SQLite's `data_version`: the value changes exactly when another
 /// connection commits, and the pool's connections are all "other" to this one.
@@ -21,14 +21,15 @@ impl Changes {
     }
 
     /// A value that differs from the previous one whenever something was committed in between; `None` when the
-    /// store cannot tell (an in-memory database, whose connections are not watched this way).
+    /// store cannot tell (an in-memory database, whose connections are not watched this way, or PostgreSQL).
     pub async fn version(&self) -> Result<Option<i64>, StoreError> {
+        let Pool::Sqlite(pool) = &self.store.pool else { return Ok(None) };
         if self.store.in_memory {
             return Ok(None);
         }
         let mut watcher = self.watcher.lock().await;
         if watcher.is_none() {
-            let options = self.store.pool.connect_options();
+            let options = pool.connect_options();
             *watcher = Some(options.connect().await.map_err(sql("open the change watcher"))?);
         }
         let Some(conn) = watcher.as_mut() else { return Ok(None) };

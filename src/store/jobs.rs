@@ -4,9 +4,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::Row;
 
-use super::{Store, StoreError, sql};
+use super::{Store, StoreError, on_pool, sql};
 use crate::repack::policy::SourceFlags;
 
 /// Where a job is.
@@ -214,68 +213,74 @@ impl Store {
     /// excludes get a `skipped` job saying why. Returns how many jobs were queued.
     pub async fn enqueue_affected(&self, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
         let affected = self.affected(policy.min_bytes).await?;
-        let flags: std::collections::HashMap<String, SourceFlags> = sqlx::query_as::<_, (String, bool, bool, bool)>(
-            "SELECT r.id, r.private, r.gated, r.disabled FROM repos r JOIN repo_sums s ON s.repo = r.id
+        let flags: std::collections::HashMap<String, SourceFlags> =
+            on_pool!(self, |pool| sqlx::query_as::<_, (String, bool, bool, bool)>(
+                "SELECT r.id, r.private, r.gated, r.disabled FROM repos r JOIN repo_sums s ON s.repo = r.id
              WHERE s.misaligned_bytes > 0",
-        )
-        .fetch_all(self.pool())
-        .await
-        .map_err(sql("source flags"))?
-        .into_iter()
-        .map(|(id, private, gated, disabled)| (id, SourceFlags { private, gated, disabled }))
-        .collect();
+            )
+            .fetch_all(pool)
+            .await)
+            .map_err(sql("source flags"))?
+            .into_iter()
+            .map(|(id, private, gated, disabled)| (id, SourceFlags { private, gated, disabled }))
+            .collect();
         // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
         // skipped whatever the target.
         let target_ns = policy.private_mirrors.0.as_deref().unwrap_or("");
         let now = crate::time::now_utc();
         let mut queued = 0;
-        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
-        for repo in affected {
-            let flags =
-                flags.get(&repo.repo).copied().unwrap_or(SourceFlags { private: true, gated: false, disabled: false });
-            let visible = crate::repack::policy::visibility(&repo.repo, flags, target_ns, &policy.private_mirrors);
-            let excluded = if let Err(reason) = visible {
-                Some(reason)
-            } else if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
-                Some("the owner opted out")
-            } else if policy.skip.contains(&repo.namespace) {
-                Some("publisher skipped by policy")
-            } else if !policy.include.is_empty() && !policy.include.contains(&repo.namespace) {
-                Some("publisher not included by policy")
-            } else if repo.shards_invalid > 0 {
-                Some("the bundle has invalid shards")
-            } else {
-                None
-            };
-            let state = if excluded.is_some() { "skipped" } else { "queued" };
-            let inserted = sqlx::query(
-                "INSERT INTO jobs (repo_id, source_sha, state, reason, verify_device, misaligned_bytes, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (repo_id, source_sha) DO NOTHING",
-            )
-            .bind(&repo.repo)
-            .bind(&repo.sha)
-            .bind(state)
-            .bind(excluded)
-            .bind(&policy.verify_device)
-            .bind(repo.misaligned_bytes)
-            .bind(&now)
-            .bind(&now)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("enqueue"))?;
-            if inserted.rows_affected() == 1 && excluded.is_none() {
-                queued += 1;
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            for repo in affected {
+                let flags = flags.get(&repo.repo).copied().unwrap_or(SourceFlags {
+                    private: true,
+                    gated: false,
+                    disabled: false,
+                });
+                let visible = crate::repack::policy::visibility(&repo.repo, flags, target_ns, &policy.private_mirrors);
+                let excluded = if let Err(reason) = visible {
+                    Some(reason)
+                } else if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
+                    Some("the owner opted out")
+                } else if policy.skip.contains(&repo.namespace) {
+                    Some("publisher skipped by policy")
+                } else if !policy.include.is_empty() && !policy.include.contains(&repo.namespace) {
+                    Some("publisher not included by policy")
+                } else if repo.shards_invalid > 0 {
+                    Some("the bundle has invalid shards")
+                } else {
+                    None
+                };
+                let state = if excluded.is_some() { "skipped" } else { "queued" };
+                let inserted = sqlx::query(
+                    "INSERT INTO jobs (repo_id, source_sha, state, reason, verify_device, misaligned_bytes, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (repo_id, source_sha) DO NOTHING",
+                )
+                .bind(&repo.repo)
+                .bind(&repo.sha)
+                .bind(state)
+                .bind(excluded)
+                .bind(&policy.verify_device)
+                .bind(repo.misaligned_bytes)
+                .bind(&now)
+                .bind(&now)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("enqueue"))?;
+                if inserted.rows_affected() == 1 && excluded.is_none() {
+                    queued += 1;
+                }
             }
-        }
-        tx.commit().await.map_err(sql("commit enqueue"))?;
-        Ok(queued)
+            tx.commit().await.map_err(sql("commit enqueue"))?;
+            Ok(queued)
+        })
     }
 
     /// Adds one job by hand (for `hubalign repack`), or returns the existing one for that commit.
     pub async fn job_for(&self, repo: &str, sha: &str, verify_device: &str) -> Result<Job, StoreError> {
         let now = crate::time::now_utc();
-        sqlx::query(
-            "INSERT INTO jobs (repo_id, source_sha, verify_device, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+        on_pool!(self, |pool| sqlx::query(
+            "INSERT INTO jobs (repo_id, source_sha, verify_device, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (repo_id, source_sha) DO NOTHING",
         )
         .bind(repo)
@@ -283,15 +288,16 @@ impl Store {
         .bind(verify_device)
         .bind(&now)
         .bind(&now)
-        .execute(self.pool())
+        .execute(pool)
         .await
+        .map(|done| done.rows_affected()))
         .map_err(sql("add job"))?;
-        sqlx::query_as("SELECT * FROM jobs WHERE repo_id = ? AND source_sha = ?")
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE repo_id = $1 AND source_sha = $2")
             .bind(repo)
             .bind(sha)
-            .fetch_one(self.pool())
-            .await
-            .map_err(sql("read job"))
+            .fetch_one(pool)
+            .await)
+        .map_err(sql("read job"))
     }
 
     /// Claims the most valuable claimable job for `worker` in one statement: a queued job past its backoff,
@@ -299,13 +305,13 @@ impl Store {
     /// repack by hand) is taken whatever its backoff.
     pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
-        let job: Option<Job> = sqlx::query_as(
-            "UPDATE jobs SET lease_owner = ?1, lease_expires_at = ?2, attempts = attempts + 1, updated_at = ?3
+        let job: Option<Job> = on_pool!(self, |pool| sqlx::query_as(
+            "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, updated_at = $3
              WHERE id = (
                 SELECT id FROM jobs
-                WHERE attempts < max_attempts AND (?5 IS NULL OR id = ?5)
-                  AND COALESCE(lease_expires_at, 0) < ?4
-                  AND ((state = 'queued' AND (not_before <= ?4 OR ?5 IS NOT NULL))
+                WHERE attempts < max_attempts AND ($5 IS NULL OR id = $5)
+                  AND COALESCE(lease_expires_at, 0) < $4
+                  AND ((state = 'queued' AND (not_before <= $4 OR $5 IS NOT NULL))
                        OR state IN ('downloading', 'relaying', 'verifying', 'publishing'))
                 ORDER BY misaligned_bytes DESC, id LIMIT 1)
              RETURNING *",
@@ -315,8 +321,8 @@ impl Store {
         .bind(crate::time::now_utc())
         .bind(now)
         .bind(only)
-        .fetch_optional(self.pool())
-        .await
+        .fetch_optional(pool)
+        .await)
         .map_err(sql("claim job"))?;
         if let Some(job) = &job {
             self.job_event(job.id, "claimed", Some(&format!("{worker}, attempt {}", job.attempts))).await?;
@@ -325,14 +331,17 @@ impl Store {
     }
 
     async fn job_event(&self, id: i64, state: &str, detail: Option<&str>) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO job_events (job_id, at, state, detail) VALUES (?, ?, ?, ?)")
-            .bind(id)
-            .bind(crate::time::now_utc())
-            .bind(state)
-            .bind(detail)
-            .execute(self.pool())
-            .await
-            .map_err(sql("job event"))?;
+        on_pool!(self, |pool| sqlx::query(
+            "INSERT INTO job_events (job_id, at, state, detail) VALUES ($1, $2, $3, $4)"
+        )
+        .bind(id)
+        .bind(crate::time::now_utc())
+        .bind(state)
+        .bind(detail)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("job event"))?;
         Ok(())
     }
 
@@ -345,55 +354,57 @@ impl Store {
         state: JobState,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE jobs SET state = ?, lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_owner = ?",
+        let done = on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND lease_owner = $5",
         )
         .bind(state.as_str())
         .bind(lease_until(unix_now(), lease))
         .bind(crate::time::now_utc())
         .bind(id)
         .bind(worker)
-        .execute(self.pool())
+        .execute(pool)
         .await
+        .map(|done| done.rows_affected()))
         .map_err(sql("advance job"))?;
-        if done.rows_affected() == 1 {
+        if done == 1 {
             self.job_event(id, state.as_str(), None).await?;
         }
-        Ok(done.rows_affected() == 1)
+        Ok(done == 1)
     }
 
     /// Records the mirror repo a job publishes to.
     pub async fn set_job_target(&self, id: i64, target: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE jobs SET target_repo = ? WHERE id = ?")
+        on_pool!(self, |pool| sqlx::query("UPDATE jobs SET target_repo = $1 WHERE id = $2")
             .bind(target)
             .bind(id)
-            .execute(self.pool())
+            .execute(pool)
             .await
-            .map_err(sql("job target"))?;
+            .map(|done| done.rows_affected()))
+        .map_err(sql("job target"))?;
         Ok(())
     }
 
     /// Records the MLX load check's result.
     pub async fn set_job_verification(&self, id: i64, verification: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE jobs SET verification = ? WHERE id = ?")
+        on_pool!(self, |pool| sqlx::query("UPDATE jobs SET verification = $1 WHERE id = $2")
             .bind(verification)
             .bind(id)
-            .execute(self.pool())
+            .execute(pool)
             .await
-            .map_err(sql("job verification"))?;
+            .map(|done| done.rows_affected()))
+        .map_err(sql("job verification"))?;
         Ok(())
     }
 
     /// Ends a step: published, failed (back to the queue with backoff while attempts remain), skipped, or
     /// handed to the macOS runner. The lease is released.
     pub async fn finish_job(&self, id: i64, outcome: &JobOutcome) -> Result<JobState, StoreError> {
-        let row = sqlx::query("SELECT attempts, max_attempts FROM jobs WHERE id = ?")
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
+        let (attempts, max): (i64, i64) =
+            on_pool!(self, |pool| sqlx::query_as("SELECT attempts, max_attempts FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(pool)
+                .await)
             .map_err(sql("read job"))?;
-        let attempts: i64 = row.try_get("attempts").map_err(sql("read job"))?;
-        let max: i64 = row.try_get("max_attempts").map_err(sql("read job"))?;
         let (state, reason, commit, target, not_before) = match outcome {
             JobOutcome::Published { target, commit } => {
                 (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
@@ -405,11 +416,11 @@ impl Store {
             }
             JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
         };
-        sqlx::query(
-            "UPDATE jobs SET state = ?1, reason = COALESCE(?2, reason), published_commit = COALESCE(?3, published_commit),
-             target_repo = COALESCE(?4, target_repo), not_before = ?5, lease_owner = NULL, lease_expires_at = NULL,
-             updated_at = ?6, finished_at = CASE WHEN ?1 IN ('published', 'failed', 'skipped') THEN ?6 ELSE NULL END
-             WHERE id = ?7",
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
+             target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
+             updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END
+             WHERE id = $7",
         )
         .bind(state.as_str())
         .bind(reason)
@@ -418,8 +429,8 @@ impl Store {
         .bind(not_before)
         .bind(crate::time::now_utc())
         .bind(id)
-        .execute(self.pool())
-        .await
+        .execute(pool)
+        .await.map(|done| done.rows_affected()))
         .map_err(sql("finish job"))?;
         self.job_event(id, state.as_str(), reason).await?;
         Ok(state)
@@ -428,9 +439,9 @@ impl Store {
     /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease.
     pub async fn claim_metal_job(&self, runner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
-        let job: Option<Job> = sqlx::query_as(
-            "UPDATE jobs SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3
-             WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < ?4
+        let job: Option<Job> = on_pool!(self, |pool| sqlx::query_as(
+            "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
+             WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < $4
                          ORDER BY id LIMIT 1)
              RETURNING *",
         )
@@ -438,8 +449,8 @@ impl Store {
         .bind(lease_until(now, lease))
         .bind(crate::time::now_utc())
         .bind(now)
-        .fetch_optional(self.pool())
-        .await
+        .fetch_optional(pool)
+        .await)
         .map_err(sql("claim metal job"))?;
         if let Some(job) = &job {
             self.job_event(job.id, "metal_claimed", Some(runner)).await?;
@@ -453,22 +464,23 @@ impl Store {
         // Checked and recorded in one statement: a lease that lapses and goes to another runner between a
         // check and the write would otherwise let two results in. A failure keeps the lease until the
         // job is failed just below, so no runner claims it in between.
-        let taken = sqlx::query(
-            "UPDATE jobs SET verification = ?1, updated_at = ?2,
-                state = CASE WHEN ?3 THEN 'publishing' ELSE state END,
-                lease_owner = CASE WHEN ?3 THEN NULL ELSE lease_owner END,
-                lease_expires_at = CASE WHEN ?3 THEN NULL ELSE lease_expires_at END
-             WHERE id = ?4 AND lease_owner = ?5 AND state = 'awaiting_metal_verify'",
+        let taken = on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET verification = $1, updated_at = $2,
+                state = CASE WHEN $3 THEN 'publishing' ELSE state END,
+                lease_owner = CASE WHEN $3 THEN NULL ELSE lease_owner END,
+                lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END
+             WHERE id = $4 AND lease_owner = $5 AND state = 'awaiting_metal_verify'",
         )
         .bind(record)
         .bind(crate::time::now_utc())
         .bind(passed)
         .bind(id)
         .bind(runner)
-        .execute(self.pool())
+        .execute(pool)
         .await
+        .map(|done| done.rows_affected()))
         .map_err(sql("metal result"))?;
-        if taken.rows_affected() == 0 {
+        if taken == 0 {
             return Ok(false);
         }
         if passed {
@@ -482,31 +494,32 @@ impl Store {
 
     /// One job by id.
     pub async fn job(&self, id: i64) -> Result<Option<Job>, StoreError> {
-        sqlx::query_as("SELECT * FROM jobs WHERE id = ?").bind(id).fetch_optional(self.pool()).await.map_err(sql("job"))
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE id = $1").bind(id).fetch_optional(pool).await)
+            .map_err(sql("job"))
     }
 
     /// Jobs per state.
     pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("job counts"))
+        on_pool!(self, |pool| sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
+            .fetch_all(pool)
+            .await)
+        .map_err(sql("job counts"))
     }
 
     /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry);
     /// `None` if there is no such job, `Some(false)` if it is not failed or skipped.
     pub async fn retry_job(&self, id: i64) -> Result<Option<bool>, StoreError> {
         let Some(job) = self.job(id).await? else { return Ok(None) };
-        let done = sqlx::query(
+        let done = on_pool!(self, |pool| sqlx::query(
             "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
-             updated_at = ? WHERE id = ? AND state IN ('failed', 'skipped')",
+             updated_at = $1 WHERE id = $2 AND state IN ('failed', 'skipped')",
         )
         .bind(crate::time::now_utc())
         .bind(id)
-        .execute(self.pool())
-        .await
+        .execute(pool)
+        .await.map(|done| done.rows_affected()))
         .map_err(sql("retry job"))?;
-        if done.rows_affected() == 0 {
+        if done == 0 {
             return Ok(Some(false));
         }
         self.job_event(id, "queued", Some(&format!("retried by an administrator after {}", job.state))).await?;
@@ -515,60 +528,63 @@ impl Store {
 
     /// Adds what a step moved over the network to the job's totals.
     pub async fn add_job_bytes(&self, id: i64, downloaded: u64, uploaded: u64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE jobs SET bytes_downloaded = bytes_downloaded + ?, bytes_uploaded = bytes_uploaded + ? WHERE id = ?",
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET bytes_downloaded = bytes_downloaded + $1, bytes_uploaded = bytes_uploaded + $2 WHERE id = $3",
         )
         .bind(downloaded as i64)
         .bind(uploaded as i64)
         .bind(id)
-        .execute(self.pool())
-        .await
+        .execute(pool)
+        .await.map(|done| done.rows_affected()))
         .map_err(sql("job bytes"))?;
         Ok(())
     }
 
     /// Bytes all jobs downloaded and uploaded.
     pub async fn job_bytes(&self) -> Result<(i64, i64), StoreError> {
-        sqlx::query_as("SELECT COALESCE(SUM(bytes_downloaded), 0), COALESCE(SUM(bytes_uploaded), 0) FROM jobs")
-            .fetch_one(self.pool())
-            .await
-            .map_err(sql("job bytes"))
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT CAST(COALESCE(SUM(bytes_downloaded), 0) AS BIGINT), CAST(COALESCE(SUM(bytes_uploaded), 0) AS BIGINT) FROM jobs"
+        )
+        .fetch_one(pool)
+        .await)
+        .map_err(sql("job bytes"))
     }
 
     /// The history of every job of a repo, oldest first.
     pub async fn repo_job_events(&self, repo: &str) -> Result<Vec<JobEvent>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT e.job_id, e.at, e.state, e.detail FROM job_events e JOIN jobs j ON j.id = e.job_id
-             WHERE j.repo_id = ? ORDER BY e.id",
+             WHERE j.repo_id = $1 ORDER BY e.id",
         )
         .bind(repo)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("job events"))
     }
 
     /// A repo's jobs, newest first.
     pub async fn repo_jobs(&self, repo: &str) -> Result<Vec<Job>, StoreError> {
-        sqlx::query_as("SELECT * FROM jobs WHERE repo_id = ? ORDER BY id DESC")
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE repo_id = $1 ORDER BY id DESC")
             .bind(repo)
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("repo jobs"))
+            .fetch_all(pool)
+            .await)
+        .map_err(sql("repo jobs"))
     }
 
     /// Jobs, newest first, `limit` of them after `offset`.
     pub async fn jobs_page(&self, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
-        sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC LIMIT ? OFFSET ?")
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC LIMIT $1 OFFSET $2")
             .bind(limit)
             .bind(offset)
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("jobs"))
+            .fetch_all(pool)
+            .await)
+        .map_err(sql("jobs"))
     }
 
     /// Every job, newest first.
     pub async fn jobs(&self) -> Result<Vec<Job>, StoreError> {
-        sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(self.pool()).await.map_err(sql("jobs"))
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(pool).await)
+            .map_err(sql("jobs"))
     }
 }
 
@@ -585,8 +601,12 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_runner_holding_a_job_records_its_metal_result() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        for test in crate::store::both::stores().await {
+            only_the_holder_records_on(&test.store).await;
+        }
+    }
+
+    async fn only_the_holder_records_on(store: &Store) {
         let lease = Duration::from_secs(60);
         for passed in [true, false] {
             let job = store.job_for(&format!("ns/passed-{passed}"), "sha", "metal").await.unwrap();
@@ -594,11 +614,12 @@ mod tests {
             store.finish_job(job.id, &JobOutcome::AwaitMetal).await.unwrap();
             store.claim_metal_job("runner-a", lease).await.unwrap().unwrap();
             // runner-a's lease runs out, and runner-b takes the job over.
-            sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = ?")
+            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
                 .bind(job.id)
-                .execute(store.pool())
+                .execute(pool)
                 .await
-                .unwrap();
+                .map(|_| ()))
+            .unwrap();
             assert_eq!(store.claim_metal_job("runner-b", lease).await.unwrap().map(|j| j.id), Some(job.id));
             assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
             let record = format!(r#"{{"ok": {passed}}}"#);

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Store, StoreError, sql};
+use super::{Store, StoreError, on_pool, sql};
 
 /// A mirror as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -25,32 +25,32 @@ pub struct MirrorRow {
 impl Store {
     /// The mirror recorded for `source`, if any.
     pub async fn mirror_of(&self, source: &str) -> Result<Option<MirrorRow>, StoreError> {
-        sqlx::query_as("SELECT * FROM mirrors WHERE source_repo = ?")
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM mirrors WHERE source_repo = $1")
             .bind(source)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(sql("mirror of source"))
+            .fetch_optional(pool)
+            .await)
+        .map_err(sql("mirror of source"))
     }
 
     /// The source that holds the mirror name `target`, if any.
     pub async fn mirror_holder(&self, target: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar("SELECT source_repo FROM mirrors WHERE target_repo = ?")
+        on_pool!(self, |pool| sqlx::query_scalar("SELECT source_repo FROM mirrors WHERE target_repo = $1")
             .bind(target)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(sql("mirror holder"))
+            .fetch_optional(pool)
+            .await)
+        .map_err(sql("mirror holder"))
     }
 
     /// Takes the name `target` for `source` in one statement; `false` if another source holds it (or `source`
     /// already has another mirror), so two workers can never give one name to two sources.
     pub async fn claim_mirror(&self, target: &str, source: &str, private: bool) -> Result<bool, StoreError> {
-        sqlx::query("INSERT INTO mirrors (target_repo, source_repo, created_at, private) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        on_pool!(self, |pool| sqlx::query("INSERT INTO mirrors (target_repo, source_repo, created_at, private) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
             .bind(target)
             .bind(source)
             .bind(crate::time::now_utc())
             .bind(private)
-            .execute(self.pool())
-            .await
+            .execute(pool)
+            .await.map(|done| done.rows_affected()))
             .map_err(sql("claim mirror"))?;
         Ok(self.mirror_holder(target).await?.as_deref() == Some(source))
     }
@@ -58,39 +58,45 @@ impl Store {
     /// Records that a mirror was published with this visibility (clearing an earlier hiding: its source was
     /// checked public again just before).
     pub async fn mirror_published(&self, target: &str, private: bool) -> Result<(), StoreError> {
-        sqlx::query("UPDATE mirrors SET private = ?, hidden_reason = NULL, hidden_at = NULL WHERE target_repo = ?")
-            .bind(private)
-            .bind(target)
-            .execute(self.pool())
-            .await
-            .map_err(sql("mirror published"))?;
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE mirrors SET private = $1, hidden_reason = NULL, hidden_at = NULL WHERE target_repo = $2"
+        )
+        .bind(private)
+        .bind(target)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("mirror published"))?;
         Ok(())
     }
 
     /// Records that a mirror was made private, and why.
     pub async fn hide_mirror(&self, target: &str, reason: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE mirrors SET private = 1, hidden_reason = ?, hidden_at = ? WHERE target_repo = ?")
-            .bind(reason)
-            .bind(crate::time::now_utc())
-            .bind(target)
-            .execute(self.pool())
-            .await
-            .map_err(sql("hide mirror"))?;
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE mirrors SET private = TRUE, hidden_reason = $1, hidden_at = $2 WHERE target_repo = $3"
+        )
+        .bind(reason)
+        .bind(crate::time::now_utc())
+        .bind(target)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("hide mirror"))?;
         Ok(())
     }
 
     /// Public mirrors whose source the store no longer knows as public: its state is not `ok`, it is flagged
     /// private, gated or disabled, or the newest finished audit did not list it. Each needs a fresh look.
     pub async fn mirrors_to_recheck(&self) -> Result<Vec<MirrorRow>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT m.* FROM mirrors m LEFT JOIN repos r ON r.id = m.source_repo
-             WHERE m.private = 0 AND (
+             WHERE m.private = FALSE AND (
                 r.id IS NULL OR r.state NOT IN ('ok', 'moved', 'error', 'pending') OR r.private OR r.gated OR r.disabled
                 OR COALESCE(r.last_listed_run, 0) < COALESCE((SELECT MAX(id) FROM audit_runs WHERE status = 'finished'), 0))
              ORDER BY m.target_repo",
         )
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("mirrors to recheck"))
     }
 }

@@ -1,4 +1,7 @@
-//! The audit store: SQLite through sqlx, in WAL mode, with the migrations in `migrations/` embedded.
+//! The audit store, through sqlx: SQLite (in WAL mode) on one machine, PostgreSQL where many share it. One API
+//! over both, chosen by the location's scheme; each backend's migrations (`migrations/sqlite`,
+//! `migrations/postgres`) are embedded. Queries are written once, in the SQL both accept (`$N` parameters,
+//! explicit casts where PostgreSQL's types are stricter), and run on whichever pool the store holds.
 //!
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
@@ -8,13 +11,16 @@ pub mod jobs;
 pub mod mirrors;
 pub mod queries;
 mod records;
+pub mod scratch;
+pub mod transfer;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
 use thiserror::Error;
 
 pub use self::records::{RepoOutcome, RepoState, RunStats, ShardRow};
@@ -50,10 +56,39 @@ fn sql(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Sql { what, source }
 }
 
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// One file, one machine: the embedded default.
+    Sqlite,
+    /// A server that many workers and replicas share.
+    Postgres,
+}
+
+/// The pool of the store's backend.
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the store's pool, whichever backend it is: the body is compiled once per
+/// backend, so the same query text runs, with each driver's own types, on either.
+macro_rules! on_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match $store.pool() {
+            $crate::store::Pool::Sqlite($pool) => $body,
+            $crate::store::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
 /// The store.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: Pool,
     /// Whether the database lives in memory (its connections share one cache, which `data_version` does
     /// not watch).
     in_memory: bool,
@@ -78,10 +113,25 @@ impl Store {
         Store::connect(SqliteConnectOptions::new().filename(path), false).await
     }
 
-    /// Opens a `sqlite:` URL (`sqlite::memory:` for tests).
+    /// Opens a URL: `postgres://…` (or `postgresql://…`) on a PostgreSQL server, `sqlite:…` on a file
+    /// (`sqlite::memory:` for tests).
     pub async fn open_url(url: &str) -> Result<Store, StoreError> {
+        if is_postgres_url(url) {
+            return Store::connect_postgres(PgConnectOptions::from_str(url).map_err(sql("parse URL"))?).await;
+        }
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         Store::connect(SqliteConnectOptions::from_str(url).map_err(sql("parse URL"))?, in_memory).await
+    }
+
+    async fn connect_postgres(options: PgConnectOptions) -> Result<Store, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POSTGRES_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.application_name("hubalign"))
+            .await
+            .map_err(sql("open"))?;
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(Store { pool: Pool::Postgres(pool), in_memory: false })
     }
 
     async fn connect(options: SqliteConnectOptions, in_memory: bool) -> Result<Store, StoreError> {
@@ -97,12 +147,73 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(sql("open"))?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool, in_memory })
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(Store { pool: Pool::Sqlite(pool), in_memory })
     }
 
-    /// The pool, for queries elsewhere in the crate.
-    pub(crate) fn pool(&self) -> &SqlitePool {
+    /// The pool, for queries elsewhere in the crate (through [`on_pool!`]).
+    pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// How a transaction that writes begins. SQLite's takes the write lock at once: a deferred one that reads
+    /// first fails with "database is locked" when another connection wrote meanwhile, whatever the busy
+    /// timeout. PostgreSQL locks rows as they are written.
+    pub(crate) fn begin_write(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "BEGIN IMMEDIATE",
+            Pool::Postgres(_) => "BEGIN",
+        }
+    }
+
+    /// Which database this store runs on.
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+}
+
+/// Connections each process keeps to a PostgreSQL server: enough for the pages, the scheduler and a few
+/// workers at once, and few enough that dozens of processes fit a default server's 100.
+const POSTGRES_CONNECTIONS: u32 = 8;
+
+/// Whether `location` names a PostgreSQL server rather than a SQLite file.
+pub fn is_postgres_url(location: &str) -> bool {
+    location.starts_with("postgres://") || location.starts_with("postgresql://")
+}
+
+/// `url` without its password, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        Err(_) => "(an unparsable database URL)".to_owned(),
+    }
+}
+
+/// For the store's own tests: one fresh store on each backend.
+#[cfg(test)]
+pub(crate) mod both {
+    use super::{Store, scratch::ScratchPostgres};
+
+    /// A store under test and what keeps it alive.
+    pub(crate) struct TestStore {
+        pub(crate) store: Store,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A SQLite file and a database of its own on the process's scratch PostgreSQL server. A machine without
+    /// PostgreSQL fails here: the suite runs on both or fails, never on one silently.
+    pub(crate) async fn stores() -> Vec<TestStore> {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Store::open(&dir.path().join("t.db")).await.unwrap();
+        let url = ScratchPostgres::shared().and_then(|pg| pg.database()).unwrap();
+        let postgres = Store::open_url(&url).await.unwrap();
+        vec![TestStore { store: sqlite, _dir: tempfile::tempdir().unwrap() }, TestStore { store: postgres, _dir: dir }]
     }
 }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::records::ShardRow;
-use super::{Store, StoreError, sql};
+use super::{Store, StoreError, on_pool, sql};
 
 /// One publisher (namespace) in `report --by-publisher`.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -239,100 +239,101 @@ pub struct RunRow {
 impl Store {
     /// Publishers, most bytes duplicated first.
     pub async fn publishers(&self) -> Result<Vec<PublisherRow>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT namespace, repos_audited, repos_affected, shards_aligned, shards_header_pad, shards_relayout,
                 shards_invalid, misaligned_tensors, misaligned_bytes
              FROM namespace_sums ORDER BY misaligned_bytes DESC, namespace",
         )
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("publishers"))
     }
 
     /// Writers, most bytes duplicated first.
     pub async fn writers(&self) -> Result<Vec<WriterRow>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT COALESCE(s.writer, '(none)') AS writer, COUNT(*) AS shards,
-                SUM(COALESCE(s.misaligned_bytes, 0) > 0) AS shards_affected,
-                COALESCE(SUM(s.misaligned_tensors), 0) AS misaligned_tensors,
-                COALESCE(SUM(s.misaligned_bytes), 0) AS misaligned_bytes
+                COUNT(*) FILTER (WHERE s.misaligned_bytes > 0) AS shards_affected,
+                CAST(COALESCE(SUM(s.misaligned_tensors), 0) AS BIGINT) AS misaligned_tensors,
+                CAST(COALESCE(SUM(s.misaligned_bytes), 0) AS BIGINT) AS misaligned_bytes
              FROM shards s JOIN repos r ON r.id = s.repo_id WHERE r.state = 'ok'
              GROUP BY 1 ORDER BY misaligned_bytes DESC, writer",
         )
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("writers"))
     }
 
     /// Repos with tensors a copying loader duplicates, at least `min_bytes` of them, most first.
     pub async fn affected(&self, min_bytes: i64) -> Result<Vec<AffectedRepo>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
-             FROM repo_sums WHERE misaligned_bytes > 0 AND misaligned_bytes >= ? ORDER BY misaligned_bytes DESC, repo",
+             FROM repo_sums WHERE misaligned_bytes > 0 AND misaligned_bytes >= $1 ORDER BY misaligned_bytes DESC, repo",
         )
         .bind(min_bytes)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("affected repos"))
     }
 
     /// Every shard of one repo, by path.
     pub async fn repo_shards(&self, repo: &str) -> Result<Vec<ShardRow>, StoreError> {
-        sqlx::query_as("SELECT * FROM shards WHERE repo_id = ? ORDER BY path")
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM shards WHERE repo_id = $1 ORDER BY path")
             .bind(repo)
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("repo shards"))
+            .fetch_all(pool)
+            .await)
+        .map_err(sql("repo shards"))
     }
 
     /// Every shard, by repo and path.
     pub async fn all_shards(&self) -> Result<Vec<ShardRow>, StoreError> {
-        sqlx::query_as("SELECT * FROM shards ORDER BY repo_id, path")
-            .fetch_all(self.pool())
-            .await
+        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM shards ORDER BY repo_id, path").fetch_all(pool).await)
             .map_err(sql("shards"))
     }
 
     /// Repos per state (`pending` for listed but never audited).
     pub async fn states(&self) -> Result<Vec<StateCount>, StoreError> {
-        sqlx::query_as("SELECT state, COUNT(*) AS repos FROM repos GROUP BY state ORDER BY state")
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("states"))
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, COUNT(*) AS repos FROM repos GROUP BY state ORDER BY state"
+        )
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("states"))
     }
 
     /// One trivial query: the database is open and answering (for health checks).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(self.pool()).await.map_err(sql("ping"))?;
+        on_pool!(self, |pool| sqlx::query("SELECT 1").execute(pool).await.map(|done| done.rows_affected()))
+            .map_err(sql("ping"))?;
         Ok(())
     }
 
     /// Store-wide figures.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
-        sqlx::query_as(
-            "SELECT COALESCE(SUM(repos_audited), 0) AS repos_audited, COALESCE(SUM(repos_affected), 0) AS repos_affected,
-                COALESCE(SUM(shards_aligned + shards_header_pad + shards_relayout + shards_invalid), 0) AS shards,
-                COALESCE(SUM(shards_aligned), 0) AS shards_aligned, COALESCE(SUM(shards_header_pad), 0) AS shards_header_pad,
-                COALESCE(SUM(shards_relayout), 0) AS shards_relayout, COALESCE(SUM(shards_invalid), 0) AS shards_invalid,
-                COALESCE(SUM(misaligned_bytes), 0) AS misaligned_bytes,
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT CAST(COALESCE(SUM(repos_audited), 0) AS BIGINT) AS repos_audited, CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) AS repos_affected,
+                CAST(COALESCE(SUM(shards_aligned + shards_header_pad + shards_relayout + shards_invalid), 0) AS BIGINT) AS shards,
+                CAST(COALESCE(SUM(shards_aligned), 0) AS BIGINT) AS shards_aligned, CAST(COALESCE(SUM(shards_header_pad), 0) AS BIGINT) AS shards_header_pad,
+                CAST(COALESCE(SUM(shards_relayout), 0) AS BIGINT) AS shards_relayout, CAST(COALESCE(SUM(shards_invalid), 0) AS BIGINT) AS shards_invalid,
+                CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) AS misaligned_bytes,
                 (SELECT COUNT(*) FROM jobs WHERE state = 'published') AS mirrors_published
              FROM namespace_sums",
         )
-        .fetch_one(self.pool())
-        .await
+        .fetch_one(pool)
+        .await)
         .map_err(sql("totals"))
     }
 
     /// The newest `limit` runs' figures, oldest first.
     pub async fn trend(&self, limit: i64) -> Result<Vec<TrendPoint>, StoreError> {
-        let mut points: Vec<TrendPoint> = sqlx::query_as(
+        let mut points: Vec<TrendPoint> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT id AS run_id, COALESCE(finished_at, started_at) AS at, repos_affected_after AS repos_affected,
                 bytes_duplicated_after AS bytes_duplicated
-             FROM audit_runs WHERE repos_affected_after IS NOT NULL ORDER BY id DESC LIMIT ?",
+             FROM audit_runs WHERE repos_affected_after IS NOT NULL ORDER BY id DESC LIMIT $1",
         )
         .bind(limit)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("trend"))?;
         points.reverse();
         Ok(points)
@@ -341,22 +342,23 @@ impl Store {
     /// Per namespace: affected repos with a published public mirror, and repos fixed upstream.
     pub async fn progress(&self) -> Result<std::collections::HashMap<String, Progress>, StoreError> {
         // CROSS JOIN keeps SQLite's join order: from the few mirrors (and the few repos once affected) to their
-        // sums, never from every repo's sums (30 ms at 50,000 repos, against well under one).
-        let mirrored: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT s.namespace, COUNT(*) FROM mirrors m CROSS JOIN repo_sums s ON s.repo = m.source_repo
-             WHERE s.misaligned_bytes > 0 AND m.private = 0
+        // sums, never from every repo's sums (30 ms at 50,000 repos, against well under one). The join's
+        // condition is in WHERE, where PostgreSQL (whose CROSS JOIN takes no ON) accepts it too.
+        let mirrored: Vec<(String, i64)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT s.namespace, COUNT(*) FROM mirrors m CROSS JOIN repo_sums s
+             WHERE s.repo = m.source_repo AND s.misaligned_bytes > 0 AND m.private = FALSE
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')
              GROUP BY s.namespace",
         )
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("mirrored per namespace"))?;
-        let fixed: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT r.namespace, COUNT(*) FROM repos r CROSS JOIN repo_sums s ON s.repo = r.id
-             WHERE r.was_affected = 1 AND s.misaligned_bytes = 0 GROUP BY r.namespace",
+        let fixed: Vec<(String, i64)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT r.namespace, COUNT(*) FROM repos r CROSS JOIN repo_sums s
+             WHERE s.repo = r.id AND r.was_affected = 1 AND s.misaligned_bytes = 0 GROUP BY r.namespace",
         )
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("fixed upstream per namespace"))?;
         let mut out: std::collections::HashMap<String, Progress> = std::collections::HashMap::new();
         for (ns, n) in mirrored {
@@ -370,42 +372,46 @@ impl Store {
 
     /// Bytes a copying loader duplicates in repos that have a published public aligned mirror.
     pub async fn mirrored_bytes(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar(
-            "SELECT COALESCE(SUM(s.misaligned_bytes), 0) FROM mirrors m CROSS JOIN repo_sums s ON s.repo = m.source_repo
-             WHERE s.misaligned_bytes > 0 AND m.private = 0
+        on_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT CAST(COALESCE(SUM(s.misaligned_bytes), 0) AS BIGINT) FROM mirrors m CROSS JOIN repo_sums s
+             WHERE s.repo = m.source_repo AND s.misaligned_bytes > 0 AND m.private = FALSE
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = s.repo AND j.state = 'published')",
-        )
-        .fetch_one(self.pool())
-        .await
+            )
+            .fetch_one(pool)
+            .await
+        })
         .map_err(sql("mirrored bytes"))
     }
 
     /// Repos by `filter`, most bytes duplicated first.
     pub async fn repo_listing(&self, filter: &RepoFilter) -> Result<Vec<RepoListing>, StoreError> {
-        sqlx::query_as(listing!(
-            "WHERE (?1 IS NULL OR r.namespace = ?1) AND (?2 IS NULL OR (COALESCE(s.misaligned_bytes, 0) > 0) = ?2)
-             ORDER BY misaligned_bytes DESC, r.id LIMIT ?3 OFFSET ?4"
+        on_pool!(self, |pool| sqlx::query_as(listing!(
+            "WHERE ($1 IS NULL OR r.namespace = $1) AND ($2 IS NULL OR (COALESCE(s.misaligned_bytes, 0) > 0) = $2)
+             ORDER BY misaligned_bytes DESC, r.id LIMIT $3 OFFSET $4"
         ))
         .bind(&filter.namespace)
         .bind(filter.affected)
         .bind(filter.limit)
         .bind(filter.offset)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("repo listing"))
     }
 
     /// One repo as the store knows it, audited or not.
     pub async fn repo(&self, id: &str) -> Result<Option<RepoListing>, StoreError> {
-        sqlx::query_as(listing!("WHERE r.id = ?")).bind(id).fetch_optional(self.pool()).await.map_err(sql("repo"))
+        on_pool!(self, |pool| sqlx::query_as(listing!("WHERE r.id = $1")).bind(id).fetch_optional(pool).await)
+            .map_err(sql("repo"))
     }
 
     /// Whether the store knows any repo of `namespace`.
     pub async fn has_namespace(&self, namespace: &str) -> Result<bool, StoreError> {
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM repos WHERE namespace = ? LIMIT 1")
-            .bind(namespace)
-            .fetch_optional(self.pool())
-            .await
+        let found: Option<i64> =
+            on_pool!(self, |pool| sqlx::query_scalar("SELECT 1 FROM repos WHERE namespace = $1 LIMIT 1")
+                .bind(namespace)
+                .fetch_optional(pool)
+                .await)
             .map_err(sql("namespace"))?;
         Ok(found.is_some())
     }
@@ -413,11 +419,13 @@ impl Store {
     /// One namespace's repos that are not audited (gated, private to others, disabled, failed, invalid
     /// listing entries), by id.
     pub async fn namespace_unaudited(&self, namespace: &str) -> Result<Vec<RepoListing>, StoreError> {
-        sqlx::query_as(listing!("WHERE r.namespace = ? AND r.state != 'ok' ORDER BY r.id LIMIT 1000"))
-            .bind(namespace)
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("namespace's repos not audited"))
+        on_pool!(self, |pool| sqlx::query_as(listing!(
+            "WHERE r.namespace = $1 AND r.state != 'ok' ORDER BY r.id LIMIT 1000"
+        ))
+        .bind(namespace)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("namespace's repos not audited"))
     }
 
     /// One namespace's audited repos, most bytes duplicated first, a page at a time.
@@ -427,60 +435,62 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> Result<Vec<AffectedRepo>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
-             FROM repo_sums WHERE namespace = ? ORDER BY misaligned_bytes DESC, repo LIMIT ? OFFSET ?",
+             FROM repo_sums WHERE namespace = $1 ORDER BY misaligned_bytes DESC, repo LIMIT $2 OFFSET $3",
         )
         .bind(namespace)
         .bind(limit)
         .bind(offset)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("namespace repos"))
     }
 
     /// Every repository, by id.
     pub async fn repos(&self) -> Result<Vec<RepoRow>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| {
+            sqlx::query_as(
             "SELECT id, namespace, listed_sha, audited_sha, state, private, gated, disabled, last_audited_at, last_error
              FROM repos ORDER BY id",
         )
-        .fetch_all(self.pool())
+        .fetch_all(pool)
         .await
+        })
         .map_err(sql("repos"))
     }
 
     /// Runs per status.
     pub async fn run_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        sqlx::query_as("SELECT status, COUNT(*) FROM audit_runs GROUP BY status ORDER BY status")
-            .fetch_all(self.pool())
-            .await
-            .map_err(sql("run counts"))
+        on_pool!(self, |pool| sqlx::query_as("SELECT status, COUNT(*) FROM audit_runs GROUP BY status ORDER BY status")
+            .fetch_all(pool)
+            .await)
+        .map_err(sql("run counts"))
     }
 
     /// The most recent runs, newest first.
     /// When the newest finished run ended, in Unix seconds.
     pub async fn last_finished_run_at(&self) -> Result<Option<i64>, StoreError> {
-        let at: Option<String> = sqlx::query_scalar(
+        let at: Option<String> = on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT finished_at FROM audit_runs WHERE status = 'finished' AND finished_at IS NOT NULL ORDER BY id DESC LIMIT 1",
         )
-        .fetch_optional(self.pool())
-        .await
+        .fetch_optional(pool)
+        .await)
         .map_err(sql("last finished run"))?;
         Ok(at.as_deref().and_then(crate::time::parse_utc))
     }
 
     /// Runs, newest first, `limit` of them after `offset`.
     pub async fn runs_page(&self, limit: i64, offset: i64) -> Result<Vec<RunRow>, StoreError> {
-        sqlx::query_as(
+        on_pool!(self, |pool| sqlx::query_as(
             "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,
                 resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
-             FROM audit_runs ORDER BY id DESC LIMIT ? OFFSET ?",
+             FROM audit_runs ORDER BY id DESC LIMIT $1 OFFSET $2",
         )
         .bind(limit)
         .bind(offset)
-        .fetch_all(self.pool())
-        .await
+        .fetch_all(pool)
+        .await)
         .map_err(sql("runs"))
     }
 
@@ -517,8 +527,10 @@ mod tests {
     /// Rows as (key, integer columns).
     async fn rows(store: &Store, query: String) -> Vec<(String, Vec<i64>)> {
         use sqlx::Row;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(query)).fetch_all(store.pool()).await.unwrap();
-        rows.iter().map(|r| (r.get(0), (1..r.len()).map(|i| r.get::<i64, _>(i)).collect())).collect()
+        on_pool!(store, |pool| {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(query)).fetch_all(pool).await.unwrap();
+            rows.iter().map(|r| (r.get(0), (1..r.len()).map(|i| r.get::<i64, _>(i)).collect())).collect()
+        })
     }
 
     const SUMS: &str =
@@ -527,8 +539,12 @@ mod tests {
     /// The trigger-kept tables always equal the aggregates they stand for, whatever audits did.
     #[tokio::test]
     async fn trigger_kept_sums_match_the_live_aggregates() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        for test in crate::store::both::stores().await {
+            trigger_kept_sums_match_on(&test.store).await;
+        }
+    }
+
+    async fn trigger_kept_sums_match_on(store: &Store) {
         let run = store.start_run("test", "{}").await.unwrap();
         let states = [RepoState::Ok, RepoState::Ok, RepoState::Ok, RepoState::Error, RepoState::Vanished];
         let verdicts = ["aligned", "header_pad", "relayout", "invalid"];
@@ -558,9 +574,75 @@ mod tests {
                 let outcome = RepoOutcome { id: r.id.clone(), sha: format!("{round}"), state, shards, error: None };
                 store.record_repo(run, &outcome).await.unwrap();
             }
+            let kept = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
+            let live = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
+            assert_eq!(kept, live, "round {round} on {:?}", store.backend());
+            let by_ns = rows(
+                store,
+                format!(
+                    "SELECT namespace, repos_audited, repos_affected, {SUMS} FROM namespace_sums ORDER BY namespace"
+                ),
+            )
+            .await;
+            let grouped = rows(
+                store,
+                "SELECT namespace, COUNT(*), CAST(SUM(CASE WHEN misaligned_bytes > 0 THEN 1 ELSE 0 END) AS BIGINT),
+                   CAST(SUM(shards_aligned) AS BIGINT), CAST(SUM(shards_header_pad) AS BIGINT),
+                   CAST(SUM(shards_relayout) AS BIGINT), CAST(SUM(shards_invalid) AS BIGINT),
+                   CAST(SUM(misaligned_tensors) AS BIGINT), CAST(SUM(misaligned_bytes) AS BIGINT)
+                 FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
+                    .to_owned(),
+            )
+            .await;
+            assert_eq!(by_ns, grouped, "round {round} on {:?}", store.backend());
+        }
+        assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
+    }
+
+    /// Eight writers at once, on both backends, auditing repos of the same namespaces (some the same repos):
+    /// the kept sums still equal the live aggregates.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_sums_stay_exact_under_concurrent_writers() {
+        for test in crate::store::both::stores().await {
+            let store = test.store;
+            let run = store.start_run("test", "{}").await.unwrap();
+            let listed: Vec<ListedRepo> = (0..40)
+                .map(|i| serde_json::from_value(serde_json::json!({"id": format!("ns{}/r{i}", i % 3), "sha": "1"})))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            store.record_listing(run, &listed, false).await.unwrap();
+            let mut writers = tokio::task::JoinSet::new();
+            for w in 0..8u64 {
+                let store = store.clone();
+                writers.spawn(async move {
+                    for round in 0..6u64 {
+                        // Writer w takes repos w, w+5, w+10 …: neighbours overlap, so the same repo is written by
+                        // two writers at once too.
+                        for i in (w % 5..40).step_by(5) {
+                            let id = format!("ns{}/r{i}", i % 3);
+                            let bad = ((i + w + round) % 3) as i64;
+                            let state = if (i + round) % 7 == 0 { RepoState::Vanished } else { RepoState::Ok };
+                            let shards = if state == RepoState::Ok {
+                                let verdict = if bad > 0 { "relayout" } else { "aligned" };
+                                (0..1 + (i + round) % 3)
+                                    .map(|k| shard(&id, &format!("m{k}.safetensors"), verdict, bad))
+                                    .collect()
+                            } else {
+                                vec![]
+                            };
+                            let outcome =
+                                RepoOutcome { id: id.clone(), sha: format!("{round}"), state, shards, error: None };
+                            store.record_repo(run, &outcome).await.unwrap();
+                        }
+                    }
+                });
+            }
+            while let Some(done) = writers.join_next().await {
+                done.unwrap();
+            }
             let kept = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
             let live = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
-            assert_eq!(kept, live, "round {round}");
+            assert_eq!(kept, live, "on {:?}", store.backend());
             let by_ns = rows(
                 &store,
                 format!(
@@ -570,15 +652,17 @@ mod tests {
             .await;
             let grouped = rows(
                 &store,
-                "SELECT namespace, COUNT(*), SUM(misaligned_bytes > 0), SUM(shards_aligned), SUM(shards_header_pad),
-                   SUM(shards_relayout), SUM(shards_invalid), SUM(misaligned_tensors), SUM(misaligned_bytes)
+                "SELECT namespace, COUNT(*), CAST(SUM(CASE WHEN misaligned_bytes > 0 THEN 1 ELSE 0 END) AS BIGINT),
+                   CAST(SUM(shards_aligned) AS BIGINT), CAST(SUM(shards_header_pad) AS BIGINT),
+                   CAST(SUM(shards_relayout) AS BIGINT), CAST(SUM(shards_invalid) AS BIGINT),
+                   CAST(SUM(misaligned_tensors) AS BIGINT), CAST(SUM(misaligned_bytes) AS BIGINT)
                  FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
                     .to_owned(),
             )
             .await;
-            assert_eq!(by_ns, grouped, "round {round}");
+            assert_eq!(by_ns, grouped, "on {:?}", store.backend());
+            assert!(!kept.is_empty());
         }
-        assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
     }
 
     fn outcome(id: &str, sha: &str, bad: i64) -> RepoOutcome {
@@ -591,8 +675,12 @@ mod tests {
     /// with the figures it ended with.
     #[tokio::test]
     async fn fixed_upstream_and_the_trend_follow_the_audits() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        for test in crate::store::both::stores().await {
+            fixed_upstream_and_the_trend_on(&test.store).await;
+        }
+    }
+
+    async fn fixed_upstream_and_the_trend_on(store: &Store) {
         let first = store.start_run("test", "{}").await.unwrap();
         let listed: Vec<ListedRepo> =
             serde_json::from_value(serde_json::json!([{"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1"}]))
@@ -611,18 +699,20 @@ mod tests {
         let figures: Vec<(i64, i64)> = trend.iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
         assert_eq!(figures, [(2, 5000), (1, 3000)]);
 
-        // The migration fills in runs recorded before it from repo_history: the same figures.
-        let migration = include_str!("../../migrations/20261201160000_progress.sql");
+        // The SQLite migration fills in runs recorded before it from repo_history: the same figures. (No
+        // PostgreSQL store predates the trend.)
+        let crate::store::Pool::Sqlite(pool) = store.pool() else { return };
+        let migration = include_str!("../../migrations/sqlite/20261201160000_progress.sql");
         let backfill = migration
             .split(';')
             .map(|stmt| stmt.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n"))
             .find(|stmt| stmt.trim_start().starts_with("UPDATE audit_runs"))
             .unwrap();
         sqlx::query("UPDATE audit_runs SET repos_affected_after = NULL, bytes_duplicated_after = NULL")
-            .execute(store.pool())
+            .execute(pool)
             .await
             .unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(backfill)).execute(store.pool()).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(backfill)).execute(pool).await.unwrap();
         let again: Vec<(i64, i64)> =
             store.trend(60).await.unwrap().iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
         assert_eq!(again, figures);

@@ -1,9 +1,8 @@
 //! What the crawler records: runs, repos (with their access state), shards, and history.
 
 use serde::Serialize;
-use sqlx::Row;
 
-use super::{Store, StoreError, sql};
+use super::{Store, StoreError, on_pool, sql};
 use crate::hub::listing::{InvalidListing, ListedRepo};
 use crate::safetensors::Verdict;
 
@@ -129,37 +128,42 @@ impl RepoOutcome {
 impl Store {
     /// Marks runs a killed process left `running` as `interrupted`.
     pub async fn interrupt_stale_runs(&self) -> Result<(), StoreError> {
-        sqlx::query("UPDATE audit_runs SET status = 'interrupted', finished_at = ? WHERE status = 'running'")
-            .bind(crate::time::now_utc())
-            .execute(self.pool())
-            .await
-            .map_err(sql("interrupt stale runs"))?;
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE audit_runs SET status = 'interrupted', finished_at = $1 WHERE status = 'running'"
+        )
+        .bind(crate::time::now_utc())
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("interrupt stale runs"))?;
         Ok(())
     }
 
     /// Marks runs left `running` by a task that died (a panic) as `failed`, with the reason.
     pub async fn fail_running_runs(&self, reason: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE audit_runs SET status = 'failed', finished_at = ?, error = ? WHERE status = 'running'")
-            .bind(crate::time::now_utc())
-            .bind(reason)
-            .execute(self.pool())
-            .await
-            .map_err(sql("fail running runs"))?;
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE audit_runs SET status = 'failed', finished_at = $1, error = $2 WHERE status = 'running'"
+        )
+        .bind(crate::time::now_utc())
+        .bind(reason)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("fail running runs"))?;
         Ok(())
     }
 
     /// Records the start of a run.
     pub async fn start_run(&self, endpoint: &str, query: &str) -> Result<i64, StoreError> {
-        let row = sqlx::query(
-            "INSERT INTO audit_runs (started_at, status, endpoint, query) VALUES (?, 'running', ?, ?) RETURNING id",
+        on_pool!(self, |pool| sqlx::query_scalar(
+            "INSERT INTO audit_runs (started_at, status, endpoint, query) VALUES ($1, 'running', $2, $3) RETURNING id",
         )
         .bind(crate::time::now_utc())
         .bind(endpoint)
         .bind(query)
-        .fetch_one(self.pool())
-        .await
-        .map_err(sql("start run"))?;
-        row.try_get::<i64, _>("id").map_err(sql("start run"))
+        .fetch_one(pool)
+        .await)
+        .map_err(sql("start run"))
     }
 
     /// Records the end of a run.
@@ -170,13 +174,13 @@ impl Store {
         stats: &RunStats,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE audit_runs SET finished_at = ?, status = ?, repos_listed = ?, repos_probed = ?, shards_probed = ?,
-             api_requests = ?, resolver_requests = ?, bytes_read = ?, rate_limited = ?, retries = ?, errors = ?,
-             invalid_listings = ?, error = ?,
-             repos_affected_after = (SELECT COALESCE(SUM(repos_affected), 0) FROM namespace_sums),
-             bytes_duplicated_after = (SELECT COALESCE(SUM(misaligned_bytes), 0) FROM namespace_sums)
-             WHERE id = ?",
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE audit_runs SET finished_at = $1, status = $2, repos_listed = $3, repos_probed = $4, shards_probed = $5,
+             api_requests = $6, resolver_requests = $7, bytes_read = $8, rate_limited = $9, retries = $10, errors = $11,
+             invalid_listings = $12, error = $13,
+             repos_affected_after = (SELECT CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) FROM namespace_sums),
+             bytes_duplicated_after = (SELECT CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) FROM namespace_sums)
+             WHERE id = $14",
         )
         .bind(crate::time::now_utc())
         .bind(status)
@@ -192,8 +196,8 @@ impl Store {
         .bind(stats.invalid_listings as i64)
         .bind(error)
         .bind(run)
-        .execute(self.pool())
-        .await
+        .execute(pool)
+        .await.map(|done| done.rows_affected()))
         .map_err(sql("finish run"))?;
         Ok(())
     }
@@ -201,36 +205,38 @@ impl Store {
     /// Records a listing page in one transaction; returns, for each repo, whether it needs probing (its listed
     /// commit is not the one last audited to completion, or `force`).
     pub async fn record_listing(&self, run: i64, repos: &[ListedRepo], force: bool) -> Result<Vec<bool>, StoreError> {
-        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
-        let mut pending = Vec::with_capacity(repos.len());
-        for r in repos {
-            let audited: Option<Option<String>> = sqlx::query_scalar("SELECT audited_sha FROM repos WHERE id = ?")
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            let mut pending = Vec::with_capacity(repos.len());
+            for r in repos {
+                let audited: Option<Option<String>> = sqlx::query_scalar("SELECT audited_sha FROM repos WHERE id = $1")
+                    .bind(&r.id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(sql("read repo"))?;
+                sqlx::query(
+                    "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (id) DO UPDATE SET listed_sha = excluded.listed_sha, last_modified = excluded.last_modified,
+                       private = excluded.private, gated = excluded.gated, disabled = excluded.disabled,
+                       last_listed_run = excluded.last_listed_run",
+                )
                 .bind(&r.id)
-                .fetch_optional(&mut *tx)
+                .bind(r.namespace())
+                .bind(&r.sha)
+                .bind(&r.last_modified)
+                .bind(r.flags.private)
+                .bind(r.flags.is_gated())
+                .bind(r.flags.disabled)
+                .bind(run)
+                .execute(&mut *tx)
                 .await
-                .map_err(sql("read repo"))?;
-            sqlx::query(
-                "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (id) DO UPDATE SET listed_sha = excluded.listed_sha, last_modified = excluded.last_modified,
-                   private = excluded.private, gated = excluded.gated, disabled = excluded.disabled,
-                   last_listed_run = excluded.last_listed_run",
-            )
-            .bind(&r.id)
-            .bind(r.namespace())
-            .bind(&r.sha)
-            .bind(&r.last_modified)
-            .bind(r.flags.private)
-            .bind(r.flags.is_gated())
-            .bind(r.flags.disabled)
-            .bind(run)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("record listing"))?;
-            pending.push(force || r.sha.is_none() || audited.flatten() != r.sha);
-        }
-        tx.commit().await.map_err(sql("commit listing"))?;
-        Ok(pending)
+                .map_err(sql("record listing"))?;
+                pending.push(force || r.sha.is_none() || audited.flatten() != r.sha);
+            }
+            tx.commit().await.map_err(sql("commit listing"))?;
+            Ok(pending)
+        })
     }
 
     /// Records the listing entries the gate refused, under their escaped ids, with the reason; a history row
@@ -240,130 +246,146 @@ impl Store {
             return Ok(());
         }
         let now = crate::time::now_utc();
-        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
-        for e in entries {
-            let previous: Option<String> = sqlx::query_scalar("SELECT state FROM repos WHERE id = ?")
-                .bind(&e.id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql("read repo"))?;
-            sqlx::query(
-                "INSERT INTO repos (id, namespace, state, last_listed_run, last_error) VALUES (?, ?, 'invalid_listing', ?, ?)
-                 ON CONFLICT (id) DO UPDATE SET state = 'invalid_listing', last_listed_run = excluded.last_listed_run,
-                   last_error = excluded.last_error",
-            )
-            .bind(&e.id)
-            .bind(&e.namespace)
-            .bind(run)
-            .bind(&e.reason)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("record invalid listing"))?;
-            if previous.as_deref() != Some(RepoState::InvalidListing.as_str()) {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            for e in entries {
+                let previous: Option<String> = sqlx::query_scalar("SELECT state FROM repos WHERE id = $1")
+                    .bind(&e.id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(sql("read repo"))?;
                 sqlx::query(
-                    "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
-                     VALUES (?, ?, ?, NULL, 'invalid_listing', 0, 0)",
+                    "INSERT INTO repos (id, namespace, state, last_listed_run, last_error) VALUES ($1, $2, 'invalid_listing', $3, $4)
+                     ON CONFLICT (id) DO UPDATE SET state = 'invalid_listing', last_listed_run = excluded.last_listed_run,
+                       last_error = excluded.last_error",
                 )
                 .bind(&e.id)
+                .bind(&e.namespace)
                 .bind(run)
-                .bind(&now)
+                .bind(&e.reason)
                 .execute(&mut *tx)
                 .await
-                .map_err(sql("record history"))?;
+                .map_err(sql("record invalid listing"))?;
+                if previous.as_deref() != Some(RepoState::InvalidListing.as_str()) {
+                    sqlx::query(
+                        "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
+                         VALUES ($1, $2, $3, NULL, 'invalid_listing', FALSE, 0)",
+                    )
+                    .bind(&e.id)
+                    .bind(run)
+                    .bind(&now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record history"))?;
+                }
             }
-        }
-        tx.commit().await.map_err(sql("commit invalid listings"))?;
-        Ok(())
+            tx.commit().await.map_err(sql("commit invalid listings"))?;
+            Ok(())
+        })
     }
 
     /// Records one repo's audit atomically: its shards replaced, its state and audited commit set, and a
     /// history row when anything a report shows changed.
     pub async fn record_repo(&self, run: i64, outcome: &RepoOutcome) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await.map_err(sql("begin"))?;
-        let previous: Option<(Option<String>, String, i64)> = sqlx::query_as(
-            "SELECT audited_sha, state, COALESCE((SELECT SUM(misaligned_bytes) FROM shards WHERE repo_id = repos.id), 0)
-             FROM repos WHERE id = ?",
-        )
-        .bind(&outcome.id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(sql("read repo"))?;
-        let now = crate::time::now_utc();
-        if outcome.state.is_final() {
-            sqlx::query("DELETE FROM shards WHERE repo_id = ?")
-                .bind(&outcome.id)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("clear shards"))?;
-            for s in &outcome.shards {
-                sqlx::query(
-                    "INSERT INTO shards (repo_id, path, sha, size, header_len, data_start, data_start_mod8, tensors,
-                     misaligned_tensors, misaligned_bytes, verdict, writer, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(&s.repo)
-                .bind(&s.path)
-                .bind(&s.sha)
-                .bind(s.size)
-                .bind(s.header_len)
-                .bind(s.data_start)
-                .bind(s.data_start_mod8)
-                .bind(s.tensors)
-                .bind(s.misaligned_tensors)
-                .bind(s.misaligned_bytes)
-                .bind(&s.verdict)
-                .bind(&s.writer)
-                .bind(&s.error)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("record shard"))?;
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            if self.backend() == super::Backend::Postgres {
+                // Two audits of one repo at once (a webhook and the crawl) take turns, so the second replaces
+                // the first's shards instead of colliding with them. (SQLite has one writer at a time anyway.)
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('repo:' || $1, 0))")
+                    .bind(&outcome.id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("lock repo"))?;
             }
-        }
-        let audited_sha = outcome.state.is_final().then_some(outcome.sha.as_str());
-        sqlx::query(
-            "UPDATE repos SET audited_sha = COALESCE(?, audited_sha), state = ?, last_audited_run = ?, last_audited_at = ?,
-             last_error = ? WHERE id = ?",
-        )
-        .bind(audited_sha)
-        .bind(outcome.state.as_str())
-        .bind(run)
-        .bind(&now)
-        .bind(&outcome.error)
-        .bind(&outcome.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(sql("record repo"))?;
-        let bytes =
-            if outcome.state.is_final() { outcome.misaligned_bytes() } else { previous.as_ref().map_or(0, |p| p.2) };
-        let changed = match &previous {
-            None => true,
-            Some((sha, state, old_bytes)) => {
-                sha.as_deref() != audited_sha.or(sha.as_deref())
-                    || state != outcome.state.as_str()
-                    || (*old_bytes > 0) != (bytes > 0)
+            let previous: Option<(Option<String>, String, i64)> = sqlx::query_as(
+                "SELECT audited_sha, state, CAST(COALESCE((SELECT SUM(misaligned_bytes) FROM shards WHERE repo_id = repos.id), 0) AS BIGINT)
+                 FROM repos WHERE id = $1",
+            )
+            .bind(&outcome.id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(sql("read repo"))?;
+            let now = crate::time::now_utc();
+            if outcome.state.is_final() {
+                sqlx::query("DELETE FROM shards WHERE repo_id = $1")
+                    .bind(&outcome.id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("clear shards"))?;
+                for s in &outcome.shards {
+                    sqlx::query(
+                        "INSERT INTO shards (repo_id, path, sha, size, header_len, data_start, data_start_mod8, tensors,
+                         misaligned_tensors, misaligned_bytes, verdict, writer, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    )
+                    .bind(&s.repo)
+                    .bind(&s.path)
+                    .bind(&s.sha)
+                    .bind(s.size)
+                    .bind(s.header_len)
+                    .bind(s.data_start)
+                    .bind(s.data_start_mod8)
+                    .bind(s.tensors)
+                    .bind(s.misaligned_tensors)
+                    .bind(s.misaligned_bytes)
+                    .bind(&s.verdict)
+                    .bind(&s.writer)
+                    .bind(&s.error)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record shard"))?;
+                }
             }
-        };
-        if bytes > 0 {
-            sqlx::query("UPDATE repos SET was_affected = 1 WHERE id = ?")
-                .bind(&outcome.id)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("record affected"))?;
-        }
-        if changed {
-            sqlx::query("INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)")
-                .bind(&outcome.id)
-                .bind(run)
-                .bind(&now)
-                .bind(&outcome.sha)
-                .bind(outcome.state.as_str())
-                .bind(bytes > 0)
-                .bind(bytes)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("record history"))?;
-        }
-        tx.commit().await.map_err(sql("commit repo"))?;
-        Ok(())
+            let audited_sha = outcome.state.is_final().then_some(outcome.sha.as_str());
+            sqlx::query(
+                "UPDATE repos SET audited_sha = COALESCE($1, audited_sha), state = $2, last_audited_run = $3, last_audited_at = $4,
+                 last_error = $5 WHERE id = $6",
+            )
+            .bind(audited_sha)
+            .bind(outcome.state.as_str())
+            .bind(run)
+            .bind(&now)
+            .bind(&outcome.error)
+            .bind(&outcome.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("record repo"))?;
+            let bytes = if outcome.state.is_final() {
+                outcome.misaligned_bytes()
+            } else {
+                previous.as_ref().map_or(0, |p| p.2)
+            };
+            let changed = match &previous {
+                None => true,
+                Some((sha, state, old_bytes)) => {
+                    sha.as_deref() != audited_sha.or(sha.as_deref())
+                        || state != outcome.state.as_str()
+                        || (*old_bytes > 0) != (bytes > 0)
+                }
+            };
+            if bytes > 0 {
+                sqlx::query("UPDATE repos SET was_affected = 1 WHERE id = $1")
+                    .bind(&outcome.id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record affected"))?;
+            }
+            if changed {
+                sqlx::query("INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                    .bind(&outcome.id)
+                    .bind(run)
+                    .bind(&now)
+                    .bind(&outcome.sha)
+                    .bind(outcome.state.as_str())
+                    .bind(bytes > 0)
+                    .bind(bytes)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record history"))?;
+            }
+            tx.commit().await.map_err(sql("commit repo"))?;
+            Ok(())
+        })
     }
 }
 

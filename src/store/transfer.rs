@@ -1,0 +1,434 @@
+//! Moving a store between backends (`hubalign store export | import`): every recorded row as JSON Lines, in an
+//! order that satisfies the foreign keys, so a one-machine SQLite store can become the shared PostgreSQL one.
+//!
+//! The sums (`repo_sums`, `namespace_sums`) are not exported: the importing store's triggers rebuild them from
+//! the rows, exactly as they keep them for every other write.
+
+use std::io::{BufRead, Write};
+
+use futures_util::TryStreamExt;
+use serde_json::{Map, Value};
+use sqlx::Row;
+use thiserror::Error;
+
+use super::{Store, StoreError, on_pool, sql};
+
+/// What a column holds, as both backends store it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Int,
+    Text,
+    /// 0/1 on SQLite, BOOLEAN on PostgreSQL; `true`/`false` in the export.
+    Flag,
+}
+
+use Kind::{Flag, Int, Text};
+
+/// A table that is exported: its name, its key (the export's order) and its columns.
+struct Table {
+    name: &'static str,
+    order_by: &'static str,
+    columns: &'static [(&'static str, Kind)],
+    /// Whether `id` comes from a sequence (PostgreSQL's must be moved past the imported ids).
+    serial: bool,
+}
+
+/// The recorded tables, parents before children.
+const TABLES: &[Table] = &[
+    Table {
+        name: "audit_runs",
+        order_by: "id",
+        serial: true,
+        columns: &[
+            ("id", Int),
+            ("started_at", Text),
+            ("finished_at", Text),
+            ("status", Text),
+            ("endpoint", Text),
+            ("query", Text),
+            ("repos_listed", Int),
+            ("repos_probed", Int),
+            ("shards_probed", Int),
+            ("api_requests", Int),
+            ("resolver_requests", Int),
+            ("bytes_read", Int),
+            ("rate_limited", Int),
+            ("retries", Int),
+            ("errors", Int),
+            ("error", Text),
+            ("invalid_listings", Int),
+            ("repos_affected_after", Int),
+            ("bytes_duplicated_after", Int),
+        ],
+    },
+    Table {
+        name: "repos",
+        order_by: "id",
+        serial: false,
+        columns: &[
+            ("id", Text),
+            ("namespace", Text),
+            ("listed_sha", Text),
+            ("audited_sha", Text),
+            ("last_modified", Text),
+            ("private", Flag),
+            ("gated", Flag),
+            ("disabled", Flag),
+            ("state", Text),
+            ("last_listed_run", Int),
+            ("last_audited_run", Int),
+            ("last_audited_at", Text),
+            ("last_error", Text),
+            ("was_affected", Int),
+        ],
+    },
+    Table {
+        name: "shards",
+        order_by: "repo_id, path",
+        serial: false,
+        columns: &[
+            ("repo_id", Text),
+            ("path", Text),
+            ("sha", Text),
+            ("size", Int),
+            ("header_len", Int),
+            ("data_start", Int),
+            ("data_start_mod8", Int),
+            ("tensors", Int),
+            ("misaligned_tensors", Int),
+            ("misaligned_bytes", Int),
+            ("verdict", Text),
+            ("writer", Text),
+            ("error", Text),
+        ],
+    },
+    Table {
+        name: "repo_history",
+        order_by: "id",
+        serial: true,
+        columns: &[
+            ("id", Int),
+            ("repo_id", Text),
+            ("run_id", Int),
+            ("at", Text),
+            ("sha", Text),
+            ("state", Text),
+            ("affected", Flag),
+            ("misaligned_bytes", Int),
+        ],
+    },
+    Table {
+        name: "jobs",
+        order_by: "id",
+        serial: true,
+        columns: &[
+            ("id", Int),
+            ("repo_id", Text),
+            ("source_sha", Text),
+            ("state", Text),
+            ("reason", Text),
+            ("target_repo", Text),
+            ("published_commit", Text),
+            ("verify_device", Text),
+            ("verification", Text),
+            ("attempts", Int),
+            ("max_attempts", Int),
+            ("lease_owner", Text),
+            ("lease_expires_at", Int),
+            ("not_before", Int),
+            ("misaligned_bytes", Int),
+            ("created_at", Text),
+            ("updated_at", Text),
+            ("bytes_downloaded", Int),
+            ("bytes_uploaded", Int),
+            ("finished_at", Text),
+        ],
+    },
+    Table {
+        name: "job_events",
+        order_by: "id",
+        serial: true,
+        columns: &[("id", Int), ("job_id", Int), ("at", Text), ("state", Text), ("detail", Text)],
+    },
+    Table {
+        name: "mirrors",
+        order_by: "target_repo",
+        serial: false,
+        columns: &[
+            ("target_repo", Text),
+            ("source_repo", Text),
+            ("created_at", Text),
+            ("private", Flag),
+            ("hidden_reason", Text),
+            ("hidden_at", Text),
+        ],
+    },
+];
+
+/// The export's first line names its format, so an import can refuse anything else.
+const FORMAT: &str = "hubalign-store";
+const VERSION: u64 = 1;
+
+/// Why an export or import failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TransferError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Writing the export or reading the import failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The import's line `line` is not what an export writes.
+    #[error("line {line}: {reason}")]
+    Malformed {
+        /// 1-based.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The importing store already holds records.
+    #[error("the store already holds {rows} rows in {table}; import into an empty store")]
+    NotEmpty {
+        /// The first table found non-empty.
+        table: &'static str,
+        /// Its rows.
+        rows: i64,
+    },
+}
+
+/// Rows written per table, in export order.
+pub type Counts = Vec<(&'static str, u64)>;
+
+impl Store {
+    /// Writes every recorded row to `out` as JSON Lines: a header line, then `{"table": …, "row": {…}}` per
+    /// row, tables parents first, rows in key order.
+    pub async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Counts, TransferError> {
+        let header = serde_json::json!({ "format": FORMAT, "version": VERSION, "from": self.backend() });
+        writeln!(out, "{header}")?;
+        let mut counts = Vec::new();
+        for table in TABLES {
+            let columns: Vec<&str> = table.columns.iter().map(|(c, _)| *c).collect();
+            let query = format!("SELECT {} FROM {} ORDER BY {}", columns.join(", "), table.name, table.order_by);
+            // Streamed: a row is written as it arrives, so a store of millions of shards needs no more memory
+            // than one row.
+            let written: u64 = on_pool!(self, |pool| {
+                // Names from TABLES above, never from input.
+                let mut rows = sqlx::query(sqlx::AssertSqlSafe(query)).fetch(pool);
+                let mut written = 0u64;
+                while let Some(row) = rows.try_next().await.map_err(sql("export"))? {
+                    let mut object = Map::new();
+                    for (i, (column, kind)) in table.columns.iter().enumerate() {
+                        let value = match kind {
+                            Int => row.try_get::<Option<i64>, _>(i).map(Value::from),
+                            Text => row.try_get::<Option<String>, _>(i).map(Value::from),
+                            Flag => row.try_get::<Option<bool>, _>(i).map(Value::from),
+                        };
+                        object.insert((*column).to_owned(), value.map_err(sql("export"))?);
+                    }
+                    writeln!(out, "{}", serde_json::json!({ "table": table.name, "row": object }))?;
+                    written += 1;
+                }
+                written
+            });
+            counts.push((table.name, written));
+        }
+        out.flush()?;
+        Ok(counts)
+    }
+
+    /// Reads an export into this store, which must hold no records, in one transaction: all of it or, on any
+    /// error, nothing.
+    pub async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Counts, TransferError> {
+        for table in TABLES {
+            let count = format!("SELECT COUNT(*) FROM {}", table.name);
+            let rows: i64 = on_pool!(self, |pool| sqlx::query_scalar(sqlx::AssertSqlSafe(count))
+                .fetch_one(pool)
+                .await
+                .map_err(sql("count rows")))?;
+            if rows > 0 {
+                return Err(TransferError::NotEmpty { table: table.name, rows });
+            }
+        }
+        let mut lines = input.lines().enumerate();
+        let malformed = |line: usize, reason: String| TransferError::Malformed { line: line + 1, reason };
+        let (_, first) = lines.next().ok_or_else(|| malformed(0, "empty input".into()))?;
+        let header: Value = serde_json::from_str(&first?).map_err(|e| malformed(0, e.to_string()))?;
+        if header["format"] != FORMAT || header["version"] != VERSION {
+            return Err(malformed(0, format!("not a {FORMAT} export of version {VERSION}: {header}")));
+        }
+        let mut counts: Counts = TABLES.iter().map(|t| (t.name, 0)).collect();
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin import"))?;
+            for (n, line) in lines {
+                let line = line?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let entry: Value = serde_json::from_str(&line).map_err(|e| malformed(n, e.to_string()))?;
+                let name = entry["table"].as_str().unwrap_or_default();
+                let index = TABLES.iter().position(|t| t.name == name);
+                let index = index.ok_or_else(|| malformed(n, format!("unknown table {:?}", entry["table"])))?;
+                let table = &TABLES[index];
+                let row = entry["row"].as_object().ok_or_else(|| malformed(n, "no row object".into()))?;
+                let marks: Vec<String> = (1..=table.columns.len()).map(|i| format!("${i}")).collect();
+                let columns: Vec<&str> = table.columns.iter().map(|(c, _)| *c).collect();
+                let insert =
+                    format!("INSERT INTO {} ({}) VALUES ({})", table.name, columns.join(", "), marks.join(", "));
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(insert));
+                for (column, kind) in table.columns {
+                    let value = row.get(*column).unwrap_or(&Value::Null);
+                    let wrong = || malformed(n, format!("{name}.{column}: {value} is not {kind:?}"));
+                    query = match (kind, value) {
+                        (Int, Value::Null) => query.bind(None::<i64>),
+                        (Int, v) => query.bind(Some(v.as_i64().ok_or_else(wrong)?)),
+                        (Text, Value::Null) => query.bind(None::<String>),
+                        (Text, v) => query.bind(Some(v.as_str().ok_or_else(wrong)?.to_owned())),
+                        (Flag, Value::Null) => query.bind(None::<bool>),
+                        (Flag, v) => query.bind(Some(v.as_bool().ok_or_else(wrong)?)),
+                    };
+                }
+                query.execute(&mut *tx).await.map_err(|e| malformed(n, format!("{name}: {e}")))?;
+                counts[index].1 += 1;
+            }
+            if self.backend() == super::Backend::Postgres {
+                for table in TABLES.iter().filter(|t| t.serial) {
+                    let name = table.name;
+                    // The next id after the imported ones (the sequence never went past 1 here).
+                    let advance = format!(
+                        "SELECT setval(pg_get_serial_sequence('{name}', 'id'), COALESCE((SELECT MAX(id) FROM {name}), 0) + 1, false)"
+                    );
+                    sqlx::query(sqlx::AssertSqlSafe(advance)).execute(&mut *tx).await.map_err(sql("advance ids"))?;
+                }
+            }
+            tx.commit().await.map_err(sql("commit import"))?;
+        });
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::listing::ListedRepo;
+    use crate::store::both::stores;
+    use crate::store::jobs::JobOutcome;
+    use crate::store::{Backend, RepoOutcome, RepoState, RunStats, ShardRow};
+
+    /// A store with a bit of everything: two runs, repos in several states, shards, history, jobs with
+    /// events, a mirror made private, and text that JSON must escape.
+    async fn fill(store: &Store) {
+        let run = store.start_run("http://hub.test", "mlx \"quoted\"\n").await.unwrap();
+        let listed: Vec<ListedRepo> = serde_json::from_value(serde_json::json!([
+            {"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1", "private": true}, {"id": "other/c", "sha": "2"}
+        ]))
+        .unwrap();
+        store.record_listing(run, &listed, false).await.unwrap();
+        for (id, bad) in [("ns/a", 3), ("ns/b", 0)] {
+            let shard = ShardRow {
+                repo: id.into(),
+                path: "model.safetensors".into(),
+                sha: "1".into(),
+                size: 5_000_000_000,
+                header_len: Some(1234),
+                data_start: Some(1242),
+                data_start_mod8: Some(2),
+                tensors: Some(7),
+                misaligned_tensors: Some(bad),
+                misaligned_bytes: Some(bad * 1_000_000_000),
+                verdict: if bad > 0 { "header_pad" } else { "aligned" }.into(),
+                error: None,
+                writer: Some("mlx".into()),
+            };
+            let outcome =
+                RepoOutcome { id: id.into(), sha: "1".into(), state: RepoState::Ok, shards: vec![shard], error: None };
+            store.record_repo(run, &outcome).await.unwrap();
+        }
+        let gone = RepoOutcome {
+            id: "other/c".into(),
+            sha: "2".into(),
+            state: RepoState::Error,
+            shards: vec![],
+            error: Some("ünïcode\twith a tab".into()),
+        };
+        store.record_repo(run, &gone).await.unwrap();
+        store.finish_run(run, "finished", &RunStats { repos_listed: 3, ..RunStats::default() }, None).await.unwrap();
+        let job = store.job_for("ns/a", "1", "cpu").await.unwrap();
+        store.claim_job("w", std::time::Duration::from_secs(60), Some(job.id)).await.unwrap();
+        let published = JobOutcome::Published { target: "me/a-aligned".into(), commit: "c0ffee".into() };
+        store.finish_job(job.id, &published).await.unwrap();
+        store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap();
+        store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
+        store.start_run("http://hub.test", "mlx").await.unwrap();
+    }
+
+    async fn exported(store: &Store) -> Vec<String> {
+        let mut out = Vec::new();
+        store.export(&mut out).await.unwrap();
+        // The header names the backend it came from; the rows must be the same.
+        String::from_utf8(out).unwrap().lines().skip(1).map(str::to_owned).collect()
+    }
+
+    /// SQLite → PostgreSQL → SQLite gives back the same rows, and the importing store's sums and reports
+    /// equal the original's.
+    #[tokio::test]
+    async fn an_export_imports_into_the_other_backend_row_for_row() {
+        let [sqlite, postgres] = <[_; 2]>::try_from(stores().await).ok().unwrap();
+        let (sqlite, postgres) = (&sqlite.store, &postgres.store);
+        fill(sqlite).await;
+        let original = exported(sqlite).await;
+        assert!(original.iter().any(|l| l.contains("\"table\":\"mirrors\"")), "every table has rows");
+        let mut export = Vec::new();
+        sqlite.export(&mut export).await.unwrap();
+        let counts = postgres.import(&mut export.as_slice()).await.unwrap();
+        assert_eq!(counts.iter().map(|c| c.1).sum::<u64>() as usize, original.len());
+        assert_eq!(exported(postgres).await, original);
+        assert_eq!(postgres.totals().await.unwrap(), sqlite.totals().await.unwrap());
+        let (a, b) = (crate::report::by_publisher(postgres).await, crate::report::by_publisher(sqlite).await);
+        assert_eq!(a.unwrap(), b.unwrap());
+        // New rows continue after the imported ids.
+        let next = postgres.start_run("http://hub.test", "mlx").await.unwrap();
+        assert_eq!(next, 3);
+        // And back: into a fresh SQLite store.
+        let dir = tempfile::tempdir().unwrap();
+        let again = Store::open(&dir.path().join("back.db")).await.unwrap();
+        let mut export = Vec::new();
+        postgres.export(&mut export).await.unwrap();
+        again.import(&mut export.as_slice()).await.unwrap();
+        assert_eq!(exported(&again).await, exported(postgres).await);
+        // A store that holds records refuses an import, and a failed import leaves nothing.
+        let refused = again.import(&mut export.as_slice()).await.unwrap_err();
+        assert!(matches!(refused, TransferError::NotEmpty { table: "audit_runs", .. }), "{refused}");
+        let empty = Store::open(&dir.path().join("empty.db")).await.unwrap();
+        let mut broken = export.clone();
+        broken.extend_from_slice(b"{\"table\": \"repos\", \"row\": {\"id\": 5}}\n");
+        let failed = empty.import(&mut broken.as_slice()).await.unwrap_err();
+        assert!(failed.to_string().contains("repos.id"), "{failed}");
+        assert!(exported(&empty).await.is_empty(), "all or nothing");
+    }
+
+    /// The columns listed here are every column of each table, on both backends: an export loses nothing.
+    #[tokio::test]
+    async fn the_exported_columns_are_the_tables_columns() {
+        for test in stores().await {
+            let store = &test.store;
+            for table in TABLES {
+                let query = match store.backend() {
+                    Backend::Sqlite => format!("SELECT name FROM pragma_table_info('{}') ORDER BY name", table.name),
+                    Backend::Postgres => format!(
+                        "SELECT CAST(column_name AS TEXT) FROM information_schema.columns WHERE table_name = '{}' ORDER BY 1",
+                        table.name
+                    ),
+                };
+                let mut actual: Vec<String> = on_pool!(store, |pool| sqlx::query_scalar(sqlx::AssertSqlSafe(query))
+                    .fetch_all(pool)
+                    .await
+                    .unwrap());
+                let mut listed: Vec<String> = table.columns.iter().map(|(c, _)| (*c).to_owned()).collect();
+                actual.sort();
+                listed.sort();
+                assert_eq!(listed, actual, "{} on {:?}", table.name, store.backend());
+            }
+        }
+    }
+}
