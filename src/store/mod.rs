@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{ConnectOptions, PgPool, SqlitePool};
 use thiserror::Error;
 
 pub use self::records::{RepoOutcome, RepoState, RunStats, ShardRow};
@@ -124,10 +124,14 @@ impl Store {
     }
 
     async fn connect_postgres(options: PgConnectOptions) -> Result<Store, StoreError> {
+        let options = options.application_name("hubalign");
+        // One connection first, so a wrong host, port, user or database fails at once with the server's
+        // reason, not after the pool's 30 s of retries as "timed out".
+        sqlx::Connection::close(options.connect().await.map_err(sql("connect"))?).await.map_err(sql("connect"))?;
         let pool = PgPoolOptions::new()
             .max_connections(POSTGRES_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options.application_name("hubalign"))
+            .connect_with(options)
             .await
             .map_err(sql("open"))?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;

@@ -13,6 +13,7 @@ mod hashing_aarch64;
 mod hostile;
 mod interop;
 mod kernel_reads;
+mod postgres;
 mod properties;
 mod repack;
 mod serve;
