@@ -150,6 +150,15 @@ fn lower_priority(what: &str) {
     }
 }
 
+/// What ended a task that did not return: "cancelled", or "panicked: " and its message (control characters
+/// escaped: it goes to logs, the store and the dashboard).
+pub fn join_error_message(e: tokio::task::JoinError) -> String {
+    if e.is_cancelled() {
+        return "cancelled".into();
+    }
+    format!("panicked: {}", crate::gate::escape_control(&panic_message(&*e.into_panic())))
+}
+
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()

@@ -31,3 +31,4 @@ pub mod serve;
 pub mod sim;
 pub mod store;
 pub mod time;
+pub mod worker;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -12,10 +13,11 @@ use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
 use hubalign::repack::policy::PrivateMirrors;
 use hubalign::repack::runner::{self, RunnerApi};
-use hubalign::repack::{RepackOptions, Repacker, VerifyDevice};
+use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
 use hubalign::serve::listener::{self, Limits};
 use hubalign::store::jobs::{EnqueuePolicy, JobState};
+use hubalign::worker::{WhenIdle, WorkerLoop};
 
 use super::Exit;
 use super::audit::HubBounds;
@@ -260,7 +262,9 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
         };
         let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
-        let state = repacker.run(&job).await?;
+        let Some(state) = repacker.run(&job).await? else {
+            bail!("{}@{}: another worker took the job over (this one's lease ran out)", args.repo, sha);
+        };
         if let Some(bytes) = hubalign::blocking::peak_rss() {
             tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
         }
@@ -307,36 +311,60 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
                 }
             });
         }
-        let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
-        let mut failures = 0;
-        loop {
-            let queued = s.store.enqueue_affected(&policy).await?;
-            if queued > 0 {
-                tracing::info!(jobs = queued, "queued repack jobs from the audit");
-            }
-            for hidden in reconcile_mirrors(&s.hub, &s.hf, &s.store).await? {
-                println!("{}: {}", hidden.target, hidden.reason);
-            }
-            let claimed = tokio::select! {
-                job = s.store.claim_job(&s.opts.worker, s.opts.lease, None) => job?,
-                _ = tokio::signal::ctrl_c() => return Ok(Exit::Clean),
-            };
-            match claimed {
-                Some(job) => {
-                    let state = repacker.run(&job).await?;
-                    println!("{}@{}: {}", job.repo_id, job.source_sha, state.as_str());
-                    failures += u32::from(state == JobState::Failed);
-                }
-                None if args.once => return Ok(if failures > 0 { Exit::Failure } else { Exit::Clean }),
-                None => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
-                        _ = tokio::signal::ctrl_c() => return Ok(Exit::Clean),
+        // Queue the audit's affected repos and check the mirrors' sources now and every 30 s, beside the loop.
+        let (store, hub, hf) = (s.store.clone(), Arc::new(s.hub), Arc::new(s.hf));
+        queue_and_reconcile(&store, &hub, &hf, &policy).await?;
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        if !args.once {
+            let (store, hub, hf) = (store.clone(), hub.clone(), hf.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    if let Err(e) = queue_and_reconcile(&store, &hub, &hf, &policy).await {
+                        tracing::warn!(error = %e, "queueing jobs or checking mirrors failed");
                     }
                 }
-            }
+            });
         }
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = stop_tx.send(true);
+            }
+        });
+        let worker = WorkerLoop {
+            store: store.clone(),
+            worker: s.opts.worker.clone(),
+            lease: s.opts.lease,
+            idle: Duration::from_secs(30),
+            jobs_on: tokio::runtime::Handle::current(),
+            on_panic: None,
+            runner: Arc::new(RepackRunner { hub, hf, store, opts: s.opts }),
+        };
+        let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
+        let summary = worker.run(stop, when_idle).await;
+        println!(
+            "{} jobs: {} failed, {} panicked, {} taken over by another worker",
+            summary.claimed, summary.failed, summary.panicked, summary.lost
+        );
+        Ok(if summary.failed + summary.panicked > 0 { Exit::Failure } else { Exit::Clean })
     })
+}
+
+/// Queues the affected repos by policy and makes private the mirrors whose source stopped being public.
+async fn queue_and_reconcile(
+    store: &hubalign::store::Store,
+    hub: &HubClient,
+    hf: &HFClient,
+    policy: &EnqueuePolicy,
+) -> anyhow::Result<()> {
+    let queued = store.enqueue_affected(policy).await?;
+    if queued > 0 {
+        tracing::info!(jobs = queued, "queued repack jobs from the audit");
+    }
+    for hidden in reconcile_mirrors(hub, hf, store).await? {
+        println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
+    }
+    Ok(())
 }
 
 pub fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {

@@ -135,9 +135,29 @@ enum Relaid {
     Skipped(String),
 }
 
+/// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
+pub struct RepackRunner {
+    /// The Hub client.
+    pub hub: std::sync::Arc<HubClient>,
+    /// HF's client, for the commits it makes.
+    pub hf: std::sync::Arc<HFClient>,
+    /// The store.
+    pub store: Store,
+    /// The worker's options (its name is the loop's).
+    pub opts: RepackOptions,
+}
+
+impl crate::worker::JobRunner for RepackRunner {
+    async fn run(&self, job: Job) -> Result<Option<JobState>, StoreError> {
+        let repacker = Repacker { hub: &self.hub, hf: &self.hf, store: &self.store, opts: &self.opts };
+        repacker.run(&job).await
+    }
+}
+
 impl Repacker<'_> {
-    /// Runs a claimed job to its end (or to the Metal handoff) and records the outcome.
-    pub async fn run(&self, job: &Job) -> Result<JobState, StoreError> {
+    /// Runs a claimed job to its end (or to the Metal handoff) and records the outcome. `None` if the worker
+    /// lost the job meanwhile (its lease ran out and another worker took it over, whose outcome stands).
+    pub async fn run(&self, job: &Job) -> Result<Option<JobState>, StoreError> {
         let dir = self.opts.work_dir.join(format!("job-{}", job.id));
         let outcome = match self.steps(job, &dir).await {
             Ok(outcome) => outcome,
@@ -146,13 +166,17 @@ impl Repacker<'_> {
                 JobOutcome::Failed { reason: e.reason, retry: e.retry }
             }
         };
-        let state = self.store.finish_job(job.id, &outcome).await?;
+        let Some(state) = self.store.finish_job(job.id, &self.opts.worker, &outcome).await? else {
+            // The files may be the new holder's now (two workers of one service share a work directory).
+            tracing::warn!(repo.id = %job.repo_id, job.id = job.id, "the job was taken over; its outcome is not recorded");
+            return Ok(None);
+        };
         // A job waiting for the Metal check keeps its staged files for the runner and the publish after it;
         // one that will be tried again keeps its downloads.
         if !matches!(state, JobState::AwaitingMetalVerify | JobState::Queued) {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        Ok(state)
+        Ok(Some(state))
     }
 
     /// How the source may be mirrored now, from the Hub's answer (`Err` inside says why it may not be), with

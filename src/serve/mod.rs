@@ -19,9 +19,10 @@ use hf_hub::HFClient;
 use crate::audit::{AuditOptions, audit};
 use crate::hub::HubClient;
 use crate::repack::runner::{RunnerApi, router as runner_router};
-use crate::repack::{RepackOptions, Repacker};
+use crate::repack::{RepackOptions, RepackRunner};
 use crate::store::Store;
-use crate::store::jobs::{EnqueuePolicy, JobOutcome};
+use crate::store::jobs::EnqueuePolicy;
+use crate::worker::{WhenIdle, WorkerLoop};
 use admin::AdminApi;
 use schedule::Schedule;
 
@@ -64,20 +65,6 @@ impl Health {
     fn panicked(&self) {
         self.panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-/// The message of a panic, for the record.
-fn panic_message(e: tokio::task::JoinError) -> String {
-    if e.is_cancelled() {
-        return "cancelled".into();
-    }
-    let payload = e.into_panic();
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into());
-    format!("panicked: {}", crate::gate::escape_control(&text))
 }
 
 /// A 500 that says what failed.
@@ -223,7 +210,27 @@ pub async fn serve(
     for n in 0..config.workers {
         let mut opts = config.repack.clone();
         opts.worker = format!("{}-w{n}", opts.worker);
-        let id = tasks.spawn(worker(shared.clone(), stop.clone(), opts, batch.handle().clone())).id();
+        let health = shared.health.clone();
+        let worker = WorkerLoop {
+            store: shared.store.clone(),
+            worker: opts.worker.clone(),
+            lease: opts.lease,
+            idle: Duration::from_secs(2),
+            jobs_on: batch.handle().clone(),
+            on_panic: Some(Arc::new(move || health.panicked())),
+            runner: Arc::new(RepackRunner {
+                hub: shared.hub.clone(),
+                hf: shared.hf.clone(),
+                store: shared.store.clone(),
+                opts,
+            }),
+        };
+        let stop = stop.clone();
+        let id = tasks
+            .spawn(async move {
+                worker.run(stop, WhenIdle::Wait).await;
+            })
+            .id();
         names.insert(id, format!("worker {n}"));
     }
     tokio::pin!(shutdown);
@@ -238,7 +245,7 @@ pub async fn serve(
             Some(ended) = tasks.join_next_with_id() => {
                 let (id, why) = match ended {
                     Ok((id, ())) => (id, "it returned".to_owned()),
-                    Err(e) => (e.id(), panic_message(e)),
+                    Err(e) => (e.id(), crate::blocking::join_error_message(e)),
                 };
                 health.stopped(names.get(&id).map_or("a task", String::as_str), why);
             }
@@ -302,7 +309,7 @@ async fn scheduler(
             Some(Ok(Err(e))) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
             Some(Err(e)) => {
                 shared.health.panicked();
-                let why = format!("the audit task {}", panic_message(e));
+                let why = format!("the audit task {}", crate::blocking::join_error_message(e));
                 tracing::error!(reason = %why, "audit failed; the next one resumes");
                 if let Err(e) = shared.store.fail_running_runs(&why).await {
                     tracing::warn!(error = %e, "recording the failed audit failed");
@@ -318,55 +325,5 @@ async fn scheduler(
             Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
         }
         next = schedule.next(started, SystemTime::now());
-    }
-}
-
-/// One repack worker: claims jobs and runs each in a task of its own on the batch runtime, so a panic fails
-/// that job (to be retried while attempts remain) rather than the worker.
-async fn worker(
-    shared: Arc<Shared>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    opts: RepackOptions,
-    batch: tokio::runtime::Handle,
-) {
-    let opts = Arc::new(opts);
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        match shared.store.claim_job(&opts.worker, opts.lease, None).await {
-            Ok(Some(job)) => {
-                let run = {
-                    let (shared, opts, job) = (shared.clone(), opts.clone(), job.clone());
-                    batch.spawn(async move {
-                        let repacker = Repacker { hub: &shared.hub, hf: &shared.hf, store: &shared.store, opts: &opts };
-                        repacker.run(&job).await
-                    })
-                };
-                match run.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => tracing::warn!(job.id = job.id, error = %e, "recording a job failed"),
-                    Err(e) => {
-                        shared.health.panicked();
-                        let reason = format!("the repack task {}", panic_message(e));
-                        tracing::error!(job.id = job.id, repo.id = %job.repo_id, reason = %reason, "repack failed");
-                        let outcome = JobOutcome::Failed { reason, retry: true };
-                        if let Err(e) = shared.store.finish_job(job.id, &outcome).await {
-                            tracing::warn!(job.id = job.id, error = %e, "recording a job failed");
-                        }
-                    }
-                }
-            }
-            Ok(None) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "claiming a job failed");
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        }
     }
 }

@@ -8,6 +8,20 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 use crate::repack::policy::SourceFlags;
 
+/// Inserts a job's event on the transaction `$tx` that changes its state.
+macro_rules! record_event {
+    ($tx:expr, $id:expr, $state:expr, $detail:expr) => {
+        sqlx::query("INSERT INTO job_events (job_id, at, state, detail) VALUES ($1, $2, $3, $4)")
+            .bind($id)
+            .bind(crate::time::now_utc())
+            .bind($state)
+            .bind($detail)
+            .execute(&mut *$tx)
+            .await
+            .map_err(sql("job event"))
+    };
+}
+
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -300,12 +314,14 @@ impl Store {
         .map_err(sql("read job"))
     }
 
-    /// Claims the most valuable claimable job for `worker` in one statement: a queued job past its backoff,
-    /// or one whose holder's lease ran out mid-step. Its attempt count goes up. A job asked for by id (a
-    /// repack by hand) is taken whatever its backoff.
+    /// Claims the most valuable claimable job for `worker`: a queued job past its backoff, or one whose
+    /// holder's lease ran out mid-step. Its attempt count goes up. A job asked for by id (a repack by hand) is
+    /// taken whatever its backoff. The claim and its event are one transaction; on PostgreSQL the row is
+    /// picked with `FOR UPDATE SKIP LOCKED`, so workers on many machines each get a different job without
+    /// waiting on one another (SQLite has one writer at a time).
     pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
-        let job: Option<Job> = on_pool!(self, |pool| sqlx::query_as(
+        let claim = format!(
             "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, updated_at = $3
              WHERE id = (
                 SELECT id FROM jobs
@@ -313,40 +329,58 @@ impl Store {
                   AND COALESCE(lease_expires_at, 0) < $4
                   AND ((state = 'queued' AND (not_before <= $4 OR $5 IS NOT NULL))
                        OR state IN ('downloading', 'relaying', 'verifying', 'publishing'))
-                ORDER BY misaligned_bytes DESC, id LIMIT 1)
+                ORDER BY misaligned_bytes DESC, id LIMIT 1{})
              RETURNING *",
-        )
-        .bind(worker)
-        .bind(lease_until(now, lease))
-        .bind(crate::time::now_utc())
-        .bind(now)
-        .bind(only)
-        .fetch_optional(pool)
-        .await)
-        .map_err(sql("claim job"))?;
-        if let Some(job) = &job {
-            self.job_event(job.id, "claimed", Some(&format!("{worker}, attempt {}", job.attempts))).await?;
-        }
-        Ok(job)
+            self.skip_locked()
+        );
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin claim"))?;
+            // One of two texts, both built here.
+            let job: Option<Job> = sqlx::query_as(sqlx::AssertSqlSafe(claim))
+                .bind(worker)
+                .bind(lease_until(now, lease))
+                .bind(crate::time::now_utc())
+                .bind(now)
+                .bind(only)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("claim job"))?;
+            if let Some(job) = &job {
+                record_event!(tx, job.id, "claimed", Some(format!("{worker}, attempt {}", job.attempts)))?;
+            }
+            tx.commit().await.map_err(sql("commit claim"))?;
+            Ok(job)
+        })
     }
 
-    async fn job_event(&self, id: i64, state: &str, detail: Option<&str>) -> Result<(), StoreError> {
-        on_pool!(self, |pool| sqlx::query(
-            "INSERT INTO job_events (job_id, at, state, detail) VALUES ($1, $2, $3, $4)"
+    /// ` FOR UPDATE SKIP LOCKED` where the backend has it.
+    fn skip_locked(&self) -> &'static str {
+        match self.backend() {
+            super::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            super::Backend::Sqlite => "",
+        }
+    }
+
+    /// Extends `worker`'s lease on job `id` while a long step runs (the heartbeat). `false` if the worker no
+    /// longer holds it (its lease ran out and another may have taken the job over): it must stop.
+    pub async fn renew_lease(&self, id: i64, worker: &str, lease: Duration) -> Result<bool, StoreError> {
+        let now = unix_now();
+        let renewed = on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND lease_expires_at >= $4"
         )
+        .bind(lease_until(now, lease))
         .bind(id)
-        .bind(crate::time::now_utc())
-        .bind(state)
-        .bind(detail)
+        .bind(worker)
+        .bind(now)
         .execute(pool)
         .await
         .map(|done| done.rows_affected()))
-        .map_err(sql("job event"))?;
-        Ok(())
+        .map_err(sql("renew lease"))?;
+        Ok(renewed == 1)
     }
 
-    /// Moves a held job to its next step and renews the lease; `false` if the lease was lost to another
-    /// worker (which must then stop).
+    /// Moves `worker`'s job to `state` and renews its lease, with the event, in one transaction. `false` if
+    /// the worker no longer holds the job (which must then stop).
     pub async fn advance_job(
         &self,
         id: i64,
@@ -354,22 +388,26 @@ impl Store {
         state: JobState,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let done = on_pool!(self, |pool| sqlx::query(
-            "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND lease_owner = $5",
-        )
-        .bind(state.as_str())
-        .bind(lease_until(unix_now(), lease))
-        .bind(crate::time::now_utc())
-        .bind(id)
-        .bind(worker)
-        .execute(pool)
-        .await
-        .map(|done| done.rows_affected()))
-        .map_err(sql("advance job"))?;
-        if done == 1 {
-            self.job_event(id, state.as_str(), None).await?;
-        }
-        Ok(done == 1)
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin advance"))?;
+            let done = sqlx::query(
+                "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND lease_owner = $5",
+            )
+            .bind(state.as_str())
+            .bind(lease_until(unix_now(), lease))
+            .bind(crate::time::now_utc())
+            .bind(id)
+            .bind(worker)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("advance job"))?;
+            let held = done.rows_affected() == 1;
+            if held {
+                record_event!(tx, id, state.as_str(), None::<String>)?;
+            }
+            tx.commit().await.map_err(sql("commit advance"))?;
+            Ok(held)
+        })
     }
 
     /// Records the mirror repo a job publishes to.
@@ -396,100 +434,124 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a step: published, failed (back to the queue with backoff while attempts remain), skipped, or
-    /// handed to the macOS runner. The lease is released.
-    pub async fn finish_job(&self, id: i64, outcome: &JobOutcome) -> Result<JobState, StoreError> {
-        let (attempts, max): (i64, i64) =
-            on_pool!(self, |pool| sqlx::query_as("SELECT attempts, max_attempts FROM jobs WHERE id = $1")
-                .bind(id)
-                .fetch_one(pool)
-                .await)
-            .map_err(sql("read job"))?;
-        let (state, reason, commit, target, not_before) = match outcome {
-            JobOutcome::Published { target, commit } => {
-                (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
-            }
-            JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
-            JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
-            JobOutcome::Failed { reason, retry } if *retry && attempts < max => {
-                (JobState::Queued, Some(reason.as_str()), None, None, lease_until(unix_now(), backoff(attempts)))
-            }
-            JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
-        };
-        on_pool!(self, |pool| sqlx::query(
-            "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
-             target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
-             updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END
-             WHERE id = $7",
-        )
-        .bind(state.as_str())
-        .bind(reason)
-        .bind(commit)
-        .bind(target)
-        .bind(not_before)
-        .bind(crate::time::now_utc())
-        .bind(id)
-        .execute(pool)
-        .await.map(|done| done.rows_affected()))
-        .map_err(sql("finish job"))?;
-        self.job_event(id, state.as_str(), reason).await?;
-        Ok(state)
+    /// Ends `holder`'s step: published, failed (back to the queue with backoff while attempts remain),
+    /// skipped, or handed to the macOS runner; the lease is released and the event recorded, in one
+    /// transaction. `None` if `holder` no longer holds the job: another worker took it over after its lease
+    /// ran out, and that one's outcome stands.
+    pub async fn finish_job(
+        &self,
+        id: i64,
+        holder: &str,
+        outcome: &JobOutcome,
+    ) -> Result<Option<JobState>, StoreError> {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin finish"))?;
+            let held: Option<(i64, i64)> =
+                sqlx::query_as("SELECT attempts, max_attempts FROM jobs WHERE id = $1 AND lease_owner = $2")
+                    .bind(id)
+                    .bind(holder)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(sql("read job"))?;
+            let Some((attempts, max)) = held else { return Ok(None) };
+            let (state, reason, commit, target, not_before) = match outcome {
+                JobOutcome::Published { target, commit } => {
+                    (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
+                }
+                JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
+                JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
+                JobOutcome::Failed { reason, retry } if *retry && attempts < max => {
+                    (JobState::Queued, Some(reason.as_str()), None, None, lease_until(unix_now(), backoff(attempts)))
+                }
+                JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
+            };
+            sqlx::query(
+                "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
+                 target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
+                 updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END
+                 WHERE id = $7",
+            )
+            .bind(state.as_str())
+            .bind(reason)
+            .bind(commit)
+            .bind(target)
+            .bind(not_before)
+            .bind(crate::time::now_utc())
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("finish job"))?;
+            record_event!(tx, id, state.as_str(), reason)?;
+            tx.commit().await.map_err(sql("commit finish"))?;
+            Ok(Some(state))
+        })
     }
 
-    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease.
+    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
+    /// runner is claiming at that moment, on PostgreSQL).
     pub async fn claim_metal_job(&self, runner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
-        let job: Option<Job> = on_pool!(self, |pool| sqlx::query_as(
+        let claim = format!(
             "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
              WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < $4
-                         ORDER BY id LIMIT 1)
+                         ORDER BY id LIMIT 1{})
              RETURNING *",
-        )
-        .bind(runner)
-        .bind(lease_until(now, lease))
-        .bind(crate::time::now_utc())
-        .bind(now)
-        .fetch_optional(pool)
-        .await)
-        .map_err(sql("claim metal job"))?;
-        if let Some(job) = &job {
-            self.job_event(job.id, "metal_claimed", Some(runner)).await?;
-        }
-        Ok(job)
+            self.skip_locked()
+        );
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin metal claim"))?;
+            // One of two texts, both built here.
+            let job: Option<Job> = sqlx::query_as(sqlx::AssertSqlSafe(claim))
+                .bind(runner)
+                .bind(lease_until(now, lease))
+                .bind(crate::time::now_utc())
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("claim metal job"))?;
+            if let Some(job) = &job {
+                record_event!(tx, job.id, "metal_claimed", Some(runner))?;
+            }
+            tx.commit().await.map_err(sql("commit metal claim"))?;
+            Ok(job)
+        })
     }
 
     /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
-    /// failure fails it for good. `false` if the runner no longer holds the job.
+    /// failure fails it for good. `false` if the runner no longer holds the job. Checked and recorded in one
+    /// transaction, so a lease that lapses and goes to another runner cannot let two results in.
     pub async fn metal_result(&self, id: i64, runner: &str, passed: bool, record: &str) -> Result<bool, StoreError> {
-        // Checked and recorded in one statement: a lease that lapses and goes to another runner between a
-        // check and the write would otherwise let two results in. A failure keeps the lease until the
-        // job is failed just below, so no runner claims it in between.
-        let taken = on_pool!(self, |pool| sqlx::query(
-            "UPDATE jobs SET verification = $1, updated_at = $2,
-                state = CASE WHEN $3 THEN 'publishing' ELSE state END,
-                lease_owner = CASE WHEN $3 THEN NULL ELSE lease_owner END,
-                lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END
-             WHERE id = $4 AND lease_owner = $5 AND state = 'awaiting_metal_verify'",
-        )
-        .bind(record)
-        .bind(crate::time::now_utc())
-        .bind(passed)
-        .bind(id)
-        .bind(runner)
-        .execute(pool)
-        .await
-        .map(|done| done.rows_affected()))
-        .map_err(sql("metal result"))?;
-        if taken == 0 {
-            return Ok(false);
-        }
-        if passed {
-            self.job_event(id, "publishing", Some("Metal check passed")).await?;
+        let now = crate::time::now_utc();
+        let (state, reason) = if passed {
+            ("publishing", "Metal check passed".to_owned())
         } else {
-            let reason = format!("Metal load check failed: {record}");
-            self.finish_job(id, &JobOutcome::Failed { reason, retry: false }).await?;
-        }
-        Ok(true)
+            ("failed", format!("Metal load check failed: {record}"))
+        };
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin metal result"))?;
+            let taken = sqlx::query(
+                "UPDATE jobs SET verification = $1, updated_at = $2, state = $3,
+                    reason = CASE WHEN $3 = 'failed' THEN $4 ELSE reason END,
+                    finished_at = CASE WHEN $3 = 'failed' THEN $2 ELSE NULL END,
+                    lease_owner = NULL, lease_expires_at = NULL
+                 WHERE id = $5 AND lease_owner = $6 AND state = 'awaiting_metal_verify'",
+            )
+            .bind(record)
+            .bind(&now)
+            .bind(state)
+            .bind(&reason)
+            .bind(id)
+            .bind(runner)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("metal result"))?;
+            if taken.rows_affected() == 0 {
+                return Ok(false);
+            }
+            record_event!(tx, id, state, Some(reason))?;
+            tx.commit().await.map_err(sql("commit metal result"))?;
+            Ok(true)
+        })
     }
 
     /// One job by id.
@@ -506,24 +568,34 @@ impl Store {
         .map_err(sql("job counts"))
     }
 
-    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry);
-    /// `None` if there is no such job, `Some(false)` if it is not failed or skipped.
+    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry), with
+    /// the event, in one transaction; `None` if there is no such job, `Some(false)` if it is not failed or
+    /// skipped.
     pub async fn retry_job(&self, id: i64) -> Result<Option<bool>, StoreError> {
-        let Some(job) = self.job(id).await? else { return Ok(None) };
-        let done = on_pool!(self, |pool| sqlx::query(
-            "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
-             updated_at = $1 WHERE id = $2 AND state IN ('failed', 'skipped')",
-        )
-        .bind(crate::time::now_utc())
-        .bind(id)
-        .execute(pool)
-        .await.map(|done| done.rows_affected()))
-        .map_err(sql("retry job"))?;
-        if done == 0 {
-            return Ok(Some(false));
-        }
-        self.job_event(id, "queued", Some(&format!("retried by an administrator after {}", job.state))).await?;
-        Ok(Some(true))
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin retry"))?;
+            let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql("read job"))?;
+            let Some(state) = state else { return Ok(None) };
+            if state != "failed" && state != "skipped" {
+                return Ok(Some(false));
+            }
+            sqlx::query(
+                "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL,
+                 lease_expires_at = NULL, finished_at = NULL, updated_at = $1 WHERE id = $2",
+            )
+            .bind(crate::time::now_utc())
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("retry job"))?;
+            record_event!(tx, id, "queued", Some(format!("retried by an administrator after {state}")))?;
+            tx.commit().await.map_err(sql("commit retry"))?;
+            Ok(Some(true))
+        })
     }
 
     /// Adds what a step moved over the network to the job's totals.
@@ -611,7 +683,7 @@ mod tests {
         for passed in [true, false] {
             let job = store.job_for(&format!("ns/passed-{passed}"), "sha", "metal").await.unwrap();
             store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
-            store.finish_job(job.id, &JobOutcome::AwaitMetal).await.unwrap();
+            store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal).await.unwrap();
             store.claim_metal_job("runner-a", lease).await.unwrap().unwrap();
             // runner-a's lease runs out, and runner-b takes the job over.
             on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
@@ -628,6 +700,66 @@ mod tests {
             assert_eq!(after.state, if passed { "publishing" } else { "failed" });
             assert_eq!(after.verification.as_deref(), Some(record.as_str()));
             assert!(!store.metal_result(job.id, "runner-b", passed, "{}").await.unwrap(), "a second result");
+        }
+    }
+
+    /// Only the holder of a job's lease advances, renews or finishes it; after its lease ran out and another
+    /// worker claimed the job, the first one's outcome is refused.
+    #[tokio::test]
+    async fn a_lapsed_holder_can_neither_renew_nor_finish() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let job = store.job_for("ns/r", "sha", "cpu").await.unwrap();
+            let short = Duration::from_secs(60);
+            store.claim_job("a", short, None).await.unwrap().unwrap();
+            assert!(store.renew_lease(job.id, "a", short).await.unwrap());
+            assert!(!store.renew_lease(job.id, "b", short).await.unwrap(), "b does not hold it");
+            // a's lease runs out; b claims the job.
+            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
+                .bind(job.id)
+                .execute(pool)
+                .await
+                .map(|_| ()))
+            .unwrap();
+            assert!(!store.renew_lease(job.id, "a", short).await.unwrap(), "a lapsed lease is not renewed");
+            assert_eq!(store.claim_job("b", short, None).await.unwrap().map(|j| j.id), Some(job.id));
+            let published = JobOutcome::Published { target: "me/r-aligned".into(), commit: "c".into() };
+            assert_eq!(store.finish_job(job.id, "a", &published).await.unwrap(), None, "{:?}", store.backend());
+            assert!(!store.advance_job(job.id, "a", JobState::Publishing, short).await.unwrap());
+            assert_eq!(store.finish_job(job.id, "b", &published).await.unwrap(), Some(JobState::Published));
+            let events: Vec<String> =
+                store.repo_job_events("ns/r").await.unwrap().into_iter().map(|e| e.state).collect();
+            assert_eq!(events, ["claimed", "claimed", "published"], "{:?}", store.backend());
+        }
+    }
+
+    /// Eight workers claiming at once from one queue: every job is claimed exactly once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_claims_take_each_job_once() {
+        for test in crate::store::both::stores().await {
+            let store = test.store;
+            for i in 0..120 {
+                store.job_for(&format!("ns/r{i}"), "sha", "cpu").await.unwrap();
+            }
+            let mut workers = tokio::task::JoinSet::new();
+            for w in 0..8 {
+                let store = store.clone();
+                workers.spawn(async move {
+                    let mut mine = Vec::new();
+                    while let Some(job) =
+                        store.claim_job(&format!("w{w}"), Duration::from_secs(600), None).await.unwrap()
+                    {
+                        mine.push(job.id);
+                    }
+                    mine
+                });
+            }
+            let mut claimed = Vec::new();
+            while let Some(mine) = workers.join_next().await {
+                claimed.extend(mine.unwrap());
+            }
+            claimed.sort_unstable();
+            assert_eq!(claimed, (1..=120).collect::<Vec<i64>>(), "on {:?}", store.backend());
         }
     }
 }

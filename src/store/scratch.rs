@@ -109,7 +109,7 @@ impl ScratchPostgres {
             .spawn()
             .map_err(|e| step("starting postgres", &e))?;
         let scratch = ScratchPostgres { port, dir, child: std::sync::Mutex::new(Some(child)) };
-        scratch.wait_ready()?;
+        scratch.wait_ready(&bin)?;
         Ok(scratch)
     }
 
@@ -143,10 +143,16 @@ impl ScratchPostgres {
         Ok(self.url(&name))
     }
 
-    fn wait_ready(&self) -> Result<(), ScratchError> {
+    /// Waits until the server accepts connections (`pg_isready`: a listening socket is not enough, the
+    /// server answers "starting up" for a while after it opens one).
+    fn wait_ready(&self, bin: &Path) -> Result<(), ScratchError> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
                 return Ok(());
             }
             let exited = self.child.lock().ok().and_then(|mut c| c.as_mut().and_then(|c| c.try_wait().ok().flatten()));
@@ -171,7 +177,7 @@ impl Drop for ScratchPostgres {
 
 /// Where `initdb` and `postgres` are.
 fn bin_dir() -> Option<PathBuf> {
-    let has = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    let has = |dir: &Path| ["initdb", "postgres", "pg_isready"].iter().all(|b| dir.join(b).is_file());
     let from_pg_config = Command::new("pg_config")
         .arg("--bindir")
         .output()

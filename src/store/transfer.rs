@@ -356,7 +356,7 @@ mod tests {
         let job = store.job_for("ns/a", "1", "cpu").await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(job.id)).await.unwrap();
         let published = JobOutcome::Published { target: "me/a-aligned".into(), commit: "c0ffee".into() };
-        store.finish_job(job.id, &published).await.unwrap();
+        store.finish_job(job.id, "w", &published).await.unwrap();
         store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap();
         store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
         store.start_run("http://hub.test", "mlx").await.unwrap();

@@ -15,6 +15,7 @@ mod interop;
 mod kernel_reads;
 mod postgres;
 mod properties;
+mod queue;
 mod repack;
 mod serve;
 mod sim;

@@ -1,0 +1,150 @@
+//! The one worker loop, used by `hubalign worker`, `serve` and the demo: claim a job, run it on the batch
+//! runtime while a heartbeat keeps its lease, record a panic as a failure to retry, and go on until told to
+//! stop (or, for `worker --once`, until the queue is empty). Workers on any number of machines share the queue
+//! through the store alone.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::store::jobs::{Job, JobOutcome, JobState};
+use crate::store::{Store, StoreError};
+
+/// What the loop runs for each claimed job.
+pub trait JobRunner: Send + Sync + 'static {
+    /// Runs `job` (claimed by this worker) to its end and records its outcome with
+    /// [`Store::finish_job`]; `None` if the job was lost to another worker meanwhile.
+    fn run(&self, job: Job) -> impl Future<Output = Result<Option<JobState>, StoreError>> + Send;
+}
+
+/// When the queue has nothing to claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenIdle {
+    /// Look again after the idle wait (a service).
+    Wait,
+    /// Return (`worker --once`).
+    Stop,
+}
+
+/// How one worker loop runs.
+pub struct WorkerLoop<R> {
+    /// The queue.
+    pub store: Store,
+    /// What runs each job.
+    pub runner: Arc<R>,
+    /// This worker's name in leases and events (unique per worker: host, process, index).
+    pub worker: String,
+    /// How long a claim or a heartbeat holds the job.
+    pub lease: Duration,
+    /// How long to wait when the queue is empty, or after a failed claim.
+    pub idle: Duration,
+    /// Where jobs run (the batch runtime, so a repack never shares threads with pages).
+    pub jobs_on: tokio::runtime::Handle,
+    /// Called when a job's task panicked (the service counts them for `/healthz`).
+    pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// What one loop did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopSummary {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Of those, jobs that ended failed for good.
+    pub failed: u64,
+    /// Jobs whose task panicked.
+    pub panicked: u64,
+    /// Jobs lost to another worker (a lease that ran out, or a heartbeat refused).
+    pub lost: u64,
+}
+
+impl<R: JobRunner> WorkerLoop<R> {
+    /// Runs until `stop` turns true (a job in hand is finished first) or, with [`WhenIdle::Stop`], until the
+    /// queue is empty. Store failures are logged and retried after the idle wait, never fatal.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>, when_idle: WhenIdle) -> LoopSummary {
+        let mut summary = LoopSummary::default();
+        loop {
+            if *stop.borrow() {
+                return summary;
+            }
+            match self.store.claim_job(&self.worker, self.lease, None).await {
+                Ok(Some(job)) => {
+                    summary.claimed += 1;
+                    match self.run_one(job).await {
+                        Ran::Ended(JobState::Failed) => summary.failed += 1,
+                        Ran::Ended(_) => {}
+                        Ran::Panicked => summary.panicked += 1,
+                        Ran::Lost => summary.lost += 1,
+                    }
+                }
+                Ok(None) if when_idle == WhenIdle::Stop => return summary,
+                Ok(None) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.idle) => {}
+                        _ = stop.wait_for(|s| *s) => return summary,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %self.worker, error = %e, "claiming a job failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.idle) => {}
+                        _ = stop.wait_for(|s| *s) => return summary,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
+    /// (another worker holds the job now) stops the task.
+    async fn run_one(&self, job: Job) -> Ran {
+        let (id, repo) = (job.id, job.repo_id.clone());
+        let runner = self.runner.clone();
+        let mut task = self.jobs_on.spawn(async move { runner.run(job).await });
+        let beat = (self.lease / 3).max(Duration::from_millis(100));
+        let joined = loop {
+            tokio::select! {
+                joined = &mut task => break joined,
+                _ = tokio::time::sleep(beat) => match self.store.renew_lease(id, &self.worker, self.lease).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(job.id = id, repo.id = %repo, worker = %self.worker, "lost the job's lease; stopping it");
+                        task.abort();
+                        let _ = task.await;
+                        return Ran::Lost;
+                    }
+                    // The store is away for a moment: the job goes on, and the next beat tries again.
+                    Err(e) => tracing::warn!(job.id = id, error = %e, "renewing the job's lease failed"),
+                },
+            }
+        };
+        match joined {
+            Ok(Ok(Some(state))) => Ran::Ended(state),
+            Ok(Ok(None)) => Ran::Lost,
+            Ok(Err(e)) => {
+                tracing::warn!(job.id = id, error = %e, "recording the job's outcome failed");
+                Ran::Ended(JobState::Queued)
+            }
+            Err(e) => {
+                if let Some(hook) = &self.on_panic {
+                    hook();
+                }
+                let reason = format!("the repack task {}", crate::blocking::join_error_message(e));
+                tracing::error!(job.id = id, repo.id = %repo, reason = %reason, "job failed");
+                let outcome = JobOutcome::Failed { reason, retry: true };
+                if let Err(e) = self.store.finish_job(id, &self.worker, &outcome).await {
+                    tracing::warn!(job.id = id, error = %e, "recording the job's failure failed");
+                }
+                Ran::Panicked
+            }
+        }
+    }
+}
+
+/// How one job went, for the loop's summary.
+enum Ran {
+    Ended(JobState),
+    Panicked,
+    Lost,
+}
