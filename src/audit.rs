@@ -30,6 +30,8 @@ pub struct AuditOptions {
     pub alignment: Alignment,
     /// The longest a run may take; one that reaches it ends `interrupted` and the next run resumes.
     pub deadline: Duration,
+    /// Who starts the run, as the store records it (the `serve` replica that leads; none from the CLI).
+    pub started_by: Option<String>,
 }
 
 /// How long a run may take unless told otherwise.
@@ -44,6 +46,7 @@ impl Default for AuditOptions {
             force: false,
             alignment: Alignment::DEFAULT,
             deadline: DEFAULT_DEADLINE,
+            started_by: None,
         }
     }
 }
@@ -113,7 +116,7 @@ pub async fn audit(
 ) -> Result<AuditSummary, AuditError> {
     store.interrupt_stale_runs().await?;
     let query_text = opts.query.first_url("");
-    let run = store.start_run(client.endpoint(), &query_text).await?;
+    let run = store.start_run(client.endpoint(), &query_text, opts.started_by.as_deref()).await?;
     #[cfg(debug_assertions)]
     debug_panic();
     let mut stats = RunStats::default();

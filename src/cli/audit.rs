@@ -96,6 +96,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             force: args.force,
             alignment: args.alignment.unwrap_or_default(),
             deadline: args.bounds.deadline(),
+            started_by: None,
         };
         let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
         let mut shards = 0u64;

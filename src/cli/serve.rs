@@ -26,7 +26,8 @@ pub struct ServeArgs {
     /// Address of the dashboard, the JSON API and /metrics.
     #[arg(long, env = "HUBALIGN_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: std::net::SocketAddr,
-    /// Seconds from the start of one audit to the start of the next; the first starts at once.
+    /// Seconds from the start of one audit to the start of the next; the first starts at once unless the
+    /// store's last audit started less than SECS ago.
     #[arg(long, env = "HUBALIGN_INTERVAL", default_value_t = 86_400, value_name = "SECS")]
     interval: u64,
     /// Audit at the times of this cron expression instead, in UTC: five fields (`0 3 * * *`), six with
@@ -62,6 +63,11 @@ pub struct ServeArgs {
     /// `POST /api/admin/jobs/{id}/retry`, answered only with `Authorization: Bearer <token>`.
     #[arg(long, env = "HUBALIGN_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Seconds the scheduler lease holds unrenewed. Replicas sharing a store (PostgreSQL, or one SQLite file)
+    /// all serve pages and run workers; the lease's holder alone runs the scheduled audits, and when it dies
+    /// another takes over within about this long.
+    #[arg(long, env = "HUBALIGN_SCHEDULER_LEASE", default_value_t = 30, value_name = "SECS")]
+    scheduler_lease: u64,
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
@@ -95,6 +101,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             repack: s.opts.clone(),
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),
+            scheduler_lease: Duration::from_secs(args.scheduler_lease.max(1)),
         };
         let workers = if args.workers == 1 { "1 worker".to_owned() } else { format!("{} workers", args.workers) };
         println!("hubalign serve: {url} (audit {}, {workers})", config.schedule.describe());

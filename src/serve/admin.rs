@@ -42,6 +42,10 @@ async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response 
     if !bearer_matches(&headers, &api.token) {
         return refused();
     }
+    // In the store for whichever replica leads the schedule, and a wake-up for this one in case it does.
+    if let Err(e) = api.store.request(crate::store::leases::SCHEDULER).await {
+        return super::internal(e);
+    }
     api.audit_now.notify_one();
     tracing::info!("audit requested by an administrator");
     (StatusCode::ACCEPTED, "audit requested\n").into_response()

@@ -8,15 +8,16 @@ mod metrics;
 mod overview;
 mod pages;
 pub mod schedule;
+mod scheduler;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use hf_hub::HFClient;
 
-use crate::audit::{AuditOptions, audit};
+use crate::audit::AuditOptions;
 use crate::hub::HubClient;
 use crate::repack::runner::{RunnerApi, router as runner_router};
 use crate::repack::{RepackOptions, RepackRunner};
@@ -93,6 +94,9 @@ pub struct ServeConfig {
     pub runner_token: Option<String>,
     /// The administrators' token; the endpoints that change state are not served without one.
     pub admin_token: Option<String>,
+    /// How long the scheduler lease holds without renewal: after the leading replica dies, another starts
+    /// auditing within about this long.
+    pub scheduler_lease: Duration,
 }
 
 /// Builds the router: dashboard, JSON API, health, metrics, and (each with its token) the runners' and the
@@ -190,17 +194,16 @@ pub async fn serve(
         })
         .id();
     names.insert(id, "the HTTP server".to_owned());
-    let id = tasks
-        .spawn(scheduler(
-            shared.clone(),
-            stop.clone(),
-            config.audit.clone(),
-            config.policy.clone(),
-            config.schedule.clone(),
-            next_run,
-            audit_now,
-        ))
-        .id();
+    let scheduling = scheduler::SchedulerConfig {
+        opts: config.audit.clone(),
+        policy: config.policy.clone(),
+        schedule: config.schedule.clone(),
+        lease: config.scheduler_lease,
+        me: config.repack.worker.clone(),
+        next_run,
+        audit_now,
+    };
+    let id = tasks.spawn(scheduler::scheduler(shared.clone(), stop.clone(), scheduling)).id();
     names.insert(id, "the scheduler".to_owned());
     // Repacks run on a runtime of their own at a lower priority, so that their downloads, uploads and
     // checks never hold a thread or a core a page is waiting for.
@@ -255,75 +258,4 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// The scheduled audits, one at a time; after each, the affected repos are queued and mirrors whose source
-/// stopped being public are made private.
-async fn scheduler(
-    shared: Arc<Shared>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    opts: AuditOptions,
-    policy: EnqueuePolicy,
-    schedule: Schedule,
-    next_run: Arc<Mutex<String>>,
-    audit_now: Arc<tokio::sync::Notify>,
-) {
-    let now = SystemTime::now();
-    let mut next = if schedule.audits_at_start() { now } else { schedule.next(now, now) };
-    loop {
-        if let Ok(mut n) = next_run.lock() {
-            *n = crate::time::format_utc(next.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
-        }
-        let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = audit_now.notified() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        let started = SystemTime::now();
-        tracing::info!("audit started");
-        let run = {
-            let (hub, store, opts) = (shared.hub.clone(), shared.store.clone(), opts.clone());
-            tokio::spawn(async move { audit(&hub, &store, &opts, &mut |_| {}).await })
-        };
-        let abort = run.abort_handle();
-        let outcome = tokio::select! {
-            outcome = run => Some(outcome),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        match outcome {
-            None => {
-                abort.abort();
-                // Each repo recorded so far is complete; the next start resumes after them.
-                if let Err(e) = shared.store.interrupt_stale_runs().await {
-                    tracing::warn!(error = %e, "marking the audit interrupted failed");
-                }
-                return;
-            }
-            Some(Ok(Ok(summary))) => match &summary.interrupted {
-                None => tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished"),
-                Some(reason) => {
-                    tracing::warn!(run = summary.run_id, reason = %reason, "audit interrupted; the next one resumes")
-                }
-            },
-            Some(Ok(Err(e))) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
-            Some(Err(e)) => {
-                shared.health.panicked();
-                let why = format!("the audit task {}", crate::blocking::join_error_message(e));
-                tracing::error!(reason = %why, "audit failed; the next one resumes");
-                if let Err(e) = shared.store.fail_running_runs(&why).await {
-                    tracing::warn!(error = %e, "recording the failed audit failed");
-                }
-            }
-        }
-        if let Err(e) = shared.store.enqueue_affected(&policy).await {
-            tracing::warn!(error = %e, "queueing repack jobs failed");
-        }
-        match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store).await {
-            Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
-        }
-        next = schedule.next(started, SystemTime::now());
-    }
 }

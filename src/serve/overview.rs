@@ -201,7 +201,7 @@ mod tests {
         assert!(page(&base).await.contains("Last audit: none yet"));
         // Another pool on the same file stands for another process (a `hubalign worker`, an audit).
         let other = Store::open(&db).await.unwrap();
-        let run = other.start_run("http://hub.test", "mlx").await.unwrap();
+        let run = other.start_run("http://hub.test", "mlx", None).await.unwrap();
         let running = page(&base).await;
         assert!(running.contains("(running)"), "{running}");
         other.finish_run(run, "finished", &RunStats::default(), None).await.unwrap();
@@ -216,7 +216,7 @@ mod tests {
         let cache = OverviewCache::new(store.clone());
         let first = cache.figures(&store).await.unwrap();
         assert!(Arc::ptr_eq(&first, &cache.figures(&store).await.unwrap()), "nothing changed: kept");
-        store.start_run("http://hub.test", "mlx").await.unwrap();
+        store.start_run("http://hub.test", "mlx", None).await.unwrap();
         let second = cache.figures(&store).await.unwrap();
         assert!(!Arc::ptr_eq(&first, &second), "a run was committed: read again");
         assert_eq!(second.runs.len(), 1);

@@ -58,7 +58,7 @@ mod tests {
         let first = changes.version().await.unwrap().unwrap();
         store.totals().await.unwrap();
         assert_eq!(changes.version().await.unwrap(), Some(first), "a read changes nothing");
-        let run = store.start_run("http://hub.test", "mlx").await.unwrap();
+        let run = store.start_run("http://hub.test", "mlx", None).await.unwrap();
         let second = changes.version().await.unwrap().unwrap();
         assert_ne!(second, first, "run {run} was committed");
         assert_eq!(changes.version().await.unwrap(), Some(second));

@@ -8,6 +8,7 @@
 
 pub mod changes;
 pub mod jobs;
+pub mod leases;
 pub mod mirrors;
 pub mod queries;
 mod records;

@@ -545,7 +545,7 @@ mod tests {
     }
 
     async fn trigger_kept_sums_match_on(store: &Store) {
-        let run = store.start_run("test", "{}").await.unwrap();
+        let run = store.start_run("test", "{}", None).await.unwrap();
         let states = [RepoState::Ok, RepoState::Ok, RepoState::Ok, RepoState::Error, RepoState::Vanished];
         let verdicts = ["aligned", "header_pad", "relayout", "invalid"];
         let mut seed = 7u64;
@@ -605,7 +605,7 @@ mod tests {
     async fn the_sums_stay_exact_under_concurrent_writers() {
         for test in crate::store::both::stores().await {
             let store = test.store;
-            let run = store.start_run("test", "{}").await.unwrap();
+            let run = store.start_run("test", "{}", None).await.unwrap();
             let listed: Vec<ListedRepo> = (0..40)
                 .map(|i| serde_json::from_value(serde_json::json!({"id": format!("ns{}/r{i}", i % 3), "sha": "1"})))
                 .collect::<Result<_, _>>()
@@ -681,7 +681,7 @@ mod tests {
     }
 
     async fn fixed_upstream_and_the_trend_on(store: &Store) {
-        let first = store.start_run("test", "{}").await.unwrap();
+        let first = store.start_run("test", "{}", None).await.unwrap();
         let listed: Vec<ListedRepo> =
             serde_json::from_value(serde_json::json!([{"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1"}]))
                 .unwrap();
@@ -689,7 +689,7 @@ mod tests {
         store.record_repo(first, &outcome("ns/a", "1", 2)).await.unwrap();
         store.record_repo(first, &outcome("ns/b", "1", 3)).await.unwrap();
         store.finish_run(first, "finished", &RunStats::default(), None).await.unwrap();
-        let second = store.start_run("test", "{}").await.unwrap();
+        let second = store.start_run("test", "{}", None).await.unwrap();
         store.record_repo(second, &outcome("ns/a", "2", 0)).await.unwrap();
         store.finish_run(second, "finished", &RunStats::default(), None).await.unwrap();
 

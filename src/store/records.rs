@@ -153,16 +153,20 @@ impl Store {
         Ok(())
     }
 
-    /// Records the start of a run.
-    pub async fn start_run(&self, endpoint: &str, query: &str) -> Result<i64, StoreError> {
-        on_pool!(self, |pool| sqlx::query_scalar(
-            "INSERT INTO audit_runs (started_at, status, endpoint, query) VALUES ($1, 'running', $2, $3) RETURNING id",
+    /// Records the start of a run (by `started_by`, the `serve` replica that leads, if any).
+    pub async fn start_run(&self, endpoint: &str, query: &str, started_by: Option<&str>) -> Result<i64, StoreError> {
+        on_pool!(self, |pool| {
+            sqlx::query_scalar(
+            "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by) VALUES ($1, 'running', $2, $3, $4)
+             RETURNING id",
         )
         .bind(crate::time::now_utc())
         .bind(endpoint)
         .bind(query)
+        .bind(started_by)
         .fetch_one(pool)
-        .await)
+        .await
+        })
         .map_err(sql("start run"))
     }
 

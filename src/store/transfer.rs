@@ -59,6 +59,7 @@ const TABLES: &[Table] = &[
             ("invalid_listings", Int),
             ("repos_affected_after", Int),
             ("bytes_duplicated_after", Int),
+            ("started_by", Text),
         ],
     },
     Table {
@@ -318,7 +319,7 @@ mod tests {
     /// A store with a bit of everything: two runs, repos in several states, shards, history, jobs with
     /// events, a mirror made private, and text that JSON must escape.
     async fn fill(store: &Store) {
-        let run = store.start_run("http://hub.test", "mlx \"quoted\"\n").await.unwrap();
+        let run = store.start_run("http://hub.test", "mlx \"quoted\"\n", Some("replica-1")).await.unwrap();
         let listed: Vec<ListedRepo> = serde_json::from_value(serde_json::json!([
             {"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1", "private": true}, {"id": "other/c", "sha": "2"}
         ]))
@@ -359,7 +360,7 @@ mod tests {
         store.finish_job(job.id, "w", &published).await.unwrap();
         store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap();
         store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
-        store.start_run("http://hub.test", "mlx").await.unwrap();
+        store.start_run("http://hub.test", "mlx", None).await.unwrap();
     }
 
     async fn exported(store: &Store) -> Vec<String> {
@@ -387,7 +388,7 @@ mod tests {
         let (a, b) = (crate::report::by_publisher(postgres).await, crate::report::by_publisher(sqlite).await);
         assert_eq!(a.unwrap(), b.unwrap());
         // New rows continue after the imported ids.
-        let next = postgres.start_run("http://hub.test", "mlx").await.unwrap();
+        let next = postgres.start_run("http://hub.test", "mlx", None).await.unwrap();
         assert_eq!(next, 3);
         // And back: into a fresh SQLite store.
         let dir = tempfile::tempdir().unwrap();

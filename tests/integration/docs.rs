@@ -5,8 +5,11 @@ use crate::support::{root, run, stdout};
 #[test]
 fn readme_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    for sub in ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"] {
-        let help = stdout(&run(&[sub, "--help"]));
+    let subs = ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"];
+    for sub in subs.iter().map(|s| vec![*s]).chain([vec!["store", "export"], vec!["store", "import"]]) {
+        let sub = sub.join(" ");
+        let args: Vec<&str> = sub.split(' ').chain(["--help"]).collect();
+        let help = stdout(&run(&args));
         let flags: Vec<&str> = help
             .split_whitespace()
             .filter(|w| w.starts_with("--") && w.len() > 2)

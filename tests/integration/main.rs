@@ -17,6 +17,7 @@ mod postgres;
 mod properties;
 mod queue;
 mod repack;
+mod replicas;
 mod serve;
 mod sim;
 mod support;

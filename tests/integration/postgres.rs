@@ -64,6 +64,7 @@ const VOLATILE: &[&str] = &[
     "last_modified",
     "hidden_at",
     "endpoint",
+    "started_by",
     "lease_owner",
     "lease_expires_at",
     "not_before",

@@ -1,0 +1,164 @@
+//! The scheduled audits. Any number of `serve` replicas may share a store; the one holding the `scheduler`
+//! lease runs the audits, one at a time, renewing the lease while it lives; when it dies, another takes the
+//! lease over once it lapses and goes on from the last run's start, so each tick is audited once.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, watch};
+
+use super::Shared;
+use super::schedule::Schedule;
+use crate::audit::{AuditOptions, audit};
+use crate::store::jobs::EnqueuePolicy;
+use crate::store::leases::SCHEDULER;
+
+/// What the scheduler needs beside the shared clients.
+pub(super) struct SchedulerConfig {
+    pub(super) opts: AuditOptions,
+    pub(super) policy: EnqueuePolicy,
+    pub(super) schedule: Schedule,
+    /// How long the lease holds without renewal; it is renewed every third of it.
+    pub(super) lease: Duration,
+    /// This replica's name in the lease and the runs it starts.
+    pub(super) me: String,
+    /// What the overview shows as the next audit.
+    pub(super) next_run: Arc<Mutex<String>>,
+    /// Woken by an administrator's "audit now" on this replica (the request is in the store for any other).
+    pub(super) audit_now: Arc<Notify>,
+}
+
+/// Runs the scheduler until `stop`, then gives the lease up so another replica takes over at once.
+pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<bool>, config: SchedulerConfig) {
+    let beat = (config.lease / 3).max(Duration::from_secs(1));
+    let mut opts = config.opts.clone();
+    opts.started_by = Some(config.me.clone());
+    // The next audit's time, with the start of the last run it was computed from: kept while that is still the
+    // last run, so a cron time is waited for, not pushed past by computing it again from "now" after the wait.
+    let mut target: Option<(Option<i64>, SystemTime)> = None;
+    while !*stop.borrow() {
+        let leading = match shared.store.try_lead(SCHEDULER, &config.me, config.lease).await {
+            Ok(leading) => leading,
+            Err(e) => {
+                tracing::warn!(error = %e, "taking the scheduler lease failed");
+                false
+            }
+        };
+        if !leading {
+            target = None;
+            let holder = shared.store.lease_holder(SCHEDULER).await.ok().flatten().unwrap_or_default();
+            show(&config.next_run, format!("run by another replica ({holder})"));
+            wait(beat, &config.audit_now, &mut stop).await;
+            continue;
+        }
+        let now = SystemTime::now();
+        let last = shared.store.last_run_started().await.ok().flatten().as_deref().and_then(crate::time::parse_utc);
+        let next = match target {
+            Some((from, at)) if from == last => at,
+            _ => {
+                let at = match last {
+                    Some(at) => config.schedule.next(UNIX_EPOCH + Duration::from_secs(at.max(0) as u64), now),
+                    None if config.schedule.audits_at_start() => now,
+                    None => config.schedule.next(now, now),
+                };
+                target = Some((last, at));
+                at
+            }
+        };
+        show(&config.next_run, crate::time::format_utc(next.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())));
+        let requested = shared.store.take_request(SCHEDULER, &config.me).await.unwrap_or(false);
+        if next > now && !requested {
+            wait(next.duration_since(now).unwrap_or_default().min(beat), &config.audit_now, &mut stop).await;
+            continue;
+        }
+        if requested {
+            tracing::info!("audit requested by an administrator");
+        }
+        run_audit(&shared, &mut stop, &config, &opts, beat).await;
+        target = None;
+    }
+    if let Err(e) = shared.store.resign(SCHEDULER, &config.me).await {
+        tracing::warn!(error = %e, "giving the scheduler lease up failed");
+    }
+}
+
+fn show(next_run: &Mutex<String>, text: String) {
+    if let Ok(mut shown) = next_run.lock() {
+        *shown = text;
+    }
+}
+
+/// Resolves once the service stops (the watch's guard is dropped here, never held across an await).
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Sleeps `d`, or less if an administrator asks for an audit or the service stops.
+async fn wait(d: Duration, audit_now: &Notify, stop: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = audit_now.notified() => {}
+        () = stopping(stop) => {}
+    }
+}
+
+/// One audit, renewing the lease while it runs (and stopping it if the lease is lost), then the queueing of
+/// what it found and the check of the mirrors' sources.
+async fn run_audit(
+    shared: &Arc<Shared>,
+    stop: &mut watch::Receiver<bool>,
+    config: &SchedulerConfig,
+    opts: &AuditOptions,
+    beat: Duration,
+) {
+    tracing::info!(replica = %config.me, "audit started");
+    let mut run = {
+        let (hub, store, opts) = (shared.hub.clone(), shared.store.clone(), opts.clone());
+        tokio::spawn(async move { audit(&hub, &store, &opts, &mut |_| {}).await })
+    };
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut run => break Some(outcome),
+            () = stopping(stop) => break None,
+            _ = tokio::time::sleep(beat) => {
+                if let Ok(false) = shared.store.try_lead(SCHEDULER, &config.me, config.lease).await {
+                    tracing::warn!(replica = %config.me, "lost the scheduler lease; stopping the audit");
+                    break None;
+                }
+            }
+        }
+    };
+    let Some(outcome) = outcome else {
+        run.abort();
+        // Each repo recorded so far is complete; the next audit, by whichever replica, resumes after them.
+        if let Err(e) = shared.store.interrupt_stale_runs().await {
+            tracing::warn!(error = %e, "marking the audit interrupted failed");
+        }
+        return;
+    };
+    match outcome {
+        Ok(Ok(summary)) => match &summary.interrupted {
+            None => tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished"),
+            Some(reason) => {
+                tracing::warn!(run = summary.run_id, reason = %reason, "audit interrupted; the next one resumes")
+            }
+        },
+        Ok(Err(e)) => tracing::warn!(error = %e, "audit failed; the next one resumes"),
+        Err(e) => {
+            shared.health.panicked();
+            let why = format!("the audit task {}", crate::blocking::join_error_message(e));
+            tracing::error!(reason = %why, "audit failed; the next one resumes");
+            if let Err(e) = shared.store.fail_running_runs(&why).await {
+                tracing::warn!(error = %e, "recording the failed audit failed");
+            }
+        }
+    }
+    if let Err(e) = shared.store.enqueue_affected(&config.policy).await {
+        tracing::warn!(error = %e, "queueing repack jobs failed");
+    }
+    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store).await {
+        Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
+    }
+}

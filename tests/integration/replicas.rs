@@ -1,0 +1,96 @@
+//! `serve` replicas sharing one PostgreSQL store: every replica answers, exactly one runs the scheduled audit
+//! at each tick, and when it is killed another takes the schedule over.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::audit::world::audit_world;
+use crate::postgres::postgres_url;
+use crate::serve::{Service, free_port, try_get};
+use crate::sim::world::ALICE;
+use crate::support::{hubalign, python};
+
+/// Starts a replica (no workers, an audit every 2 s, a 3 s scheduler lease) and waits until it answers.
+fn replica(endpoint: &str, db: &str) -> (Service, String) {
+    let port = free_port();
+    let child = hubalign()
+        .args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db, "--workers", "0"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "2", "--scheduler-lease", "3"])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu"])
+        .arg("--python")
+        .arg(python())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while try_get(&format!("{base}/healthz")).is_none() {
+        assert!(Instant::now() < deadline, "the replica never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (Service(child), base)
+}
+
+/// The audit runs as (start in unix seconds, replica that started it), oldest first.
+fn runs(db: &str) -> Vec<(i64, String)> {
+    let out = hubalign().args(["store", "export", "--db", db]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["table"] == "audit_runs")
+        .map(|e| {
+            let at = hubalign::time::parse_utc(e["row"]["started_at"].as_str().unwrap()).unwrap();
+            (at, e["row"]["started_by"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// No two runs start within one interval (2 s; starts are stored to the second).
+fn one_per_tick(runs: &[(i64, String)]) {
+    for pair in runs.windows(2) {
+        assert!(pair[1].0 - pair[0].0 >= 1, "two audits in one tick: {runs:?}");
+    }
+}
+
+#[test]
+fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
+    let world = audit_world(0, |_| {});
+    let endpoint = world.endpoint();
+    let db = postgres_url();
+    let (first, first_url) = replica(&endpoint, &db);
+    let (second, second_url) = replica(&endpoint, &db);
+    let first_pid = first.0.id().to_string();
+    std::thread::sleep(Duration::from_secs(8));
+    let before = runs(&db);
+    assert!(before.len() >= 3, "audits every 2 s: {before:?}");
+    let leaders: std::collections::BTreeSet<&str> = before.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(leaders.len(), 1, "one replica ran them all: {before:?}");
+    assert!(leaders.iter().next().unwrap().ends_with(&format!("-{first_pid}")), "the first to start leads");
+    one_per_tick(&before);
+    // Both serve the same store.
+    for base in [&first_url, &second_url] {
+        let api: Vec<serde_json::Value> = serde_json::from_str(&try_get(&format!("{base}/api/runs")).unwrap()).unwrap();
+        assert!(api.len() >= before.len());
+    }
+    // The leader dies without giving its lease up; the survivor takes over once the lease lapses.
+    drop(first);
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(30);
+    let after = loop {
+        let all = runs(&db);
+        if all.iter().skip(before.len()).any(|r| !leaders.contains(r.1.as_str())) {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "no replica took the schedule over: {all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(3 + 2 + 3), "took over in {took:?} (lease 3 s, interval 2 s)");
+    one_per_tick(&after);
+    let second_pid = second.0.id().to_string();
+    assert!(after.last().unwrap().1.ends_with(&format!("-{second_pid}")), "{after:?}");
+    drop(second);
+}
