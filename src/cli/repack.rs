@@ -142,6 +142,10 @@ pub struct WorkerLoopArgs {
     /// Run the jobs there are and exit, instead of polling for more.
     #[arg(long)]
     once: bool,
+    /// Only run jobs: leave queueing the audit's affected repos and checking the mirrors' sources to
+    /// `serve`'s scheduler (many worker hosts beside `serve` replicas on one PostgreSQL store).
+    #[arg(long)]
+    drain_only: bool,
     /// Serve the macOS runners' API (claim a job waiting for the Metal check, fetch its shards, post the
     /// result) on this address.
     #[arg(long, value_name = "ADDR", requires = "runner_token")]
@@ -313,9 +317,11 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         }
         // Queue the audit's affected repos and check the mirrors' sources now and every 30 s, beside the loop.
         let (store, hub, hf) = (s.store.clone(), Arc::new(s.hub), Arc::new(s.hf));
-        queue_and_reconcile(&store, &hub, &hf, &policy).await?;
+        if !args.drain_only {
+            queue_and_reconcile(&store, &hub, &hf, &policy).await?;
+        }
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        if !args.once {
+        if !args.once && !args.drain_only {
             let (store, hub, hf) = (store.clone(), hub.clone(), hf.clone());
             tokio::spawn(async move {
                 loop {

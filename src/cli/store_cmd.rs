@@ -29,6 +29,12 @@ enum StoreAction {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Create the store or bring its tables up to date (what every command does when it opens the store), and
+    /// exit: a deployment's migration step, before its services start.
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Read an export into an empty store, in one transaction: all of it or, on any error, nothing.
     ///
     /// To move a one-machine store to PostgreSQL: `hubalign store export --db OLD.db --out store.jsonl`, then
@@ -66,6 +72,11 @@ pub fn run(args: &StoreCmdArgs) -> anyhow::Result<Exit> {
                 let mut stdout = std::io::BufWriter::new(std::io::stdout());
                 Ok(store.export(&mut stdout).await.context("exporting to stdout")?)
             }
+            StoreAction::Migrate { store } => {
+                let store = store.open().await?;
+                eprintln!("the {:?} store is up to date", store.backend());
+                Ok(Vec::new())
+            }
             StoreAction::Import { store, input } => {
                 let file = std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
                 let store = store.open().await?;
@@ -74,7 +85,9 @@ pub fn run(args: &StoreCmdArgs) -> anyhow::Result<Exit> {
             }
         }
     })?;
-    let summary: Vec<String> = counts.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
-    eprintln!("rows: {}", summary.join(", "));
+    if !counts.is_empty() {
+        let summary: Vec<String> = counts.iter().map(|(table, rows)| format!("{table} {rows}")).collect();
+        eprintln!("rows: {}", summary.join(", "));
+    }
     Ok(Exit::Clean)
 }

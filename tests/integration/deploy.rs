@@ -23,6 +23,13 @@ fn kubernetes_manifests_match_the_api_schema() {
     for resource in ["deployment/hubalign", "cronjob/hubalign-audit", "persistentvolumeclaim/hubalign-data"] {
         assert!(text(&out).contains(&format!("passed for resource {resource}")), "{resource}: {}", text(&out));
     }
+    let shared = kubernetes_validate(&root().join("deploy/k8s/hubalign-postgres.yaml"));
+    assert!(shared.status.success(), "{}", text(&shared));
+    for resource in
+        ["job/hubalign-migrate", "deployment/hubalign-web", "service/hubalign-web", "deployment/hubalign-worker"]
+    {
+        assert!(text(&shared).contains(&format!("passed for resource {resource}")), "{resource}: {}", text(&shared));
+    }
     // The validator must be able to fail: a misspelt field is caught.
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("broken.yaml");
@@ -67,10 +74,11 @@ fn systemd_verify(root_dir: &Path, units: &[PathBuf]) -> Output {
 #[test]
 fn systemd_units_verify_without_a_warning() {
     let (dir, units_dir) = systemd_root();
-    let units: Vec<PathBuf> = ["hubalign.service", "hubalign-audit.service", "hubalign-audit.timer"]
-        .iter()
-        .map(|u| units_dir.join(u))
-        .collect();
+    let units: Vec<PathBuf> =
+        ["hubalign.service", "hubalign-audit.service", "hubalign-audit.timer", "hubalign-worker.service"]
+            .iter()
+            .map(|u| units_dir.join(u))
+            .collect();
     let out = systemd_verify(dir.path(), &units);
     assert!(out.status.success() && text(&out).trim().is_empty(), "{}", text(&out));
     // A bad setting is reported, so the empty output above means something.
@@ -136,7 +144,18 @@ fn the_container_is_multi_stage_non_root_and_ships_only_the_binary() {
 #[test]
 fn the_deploy_readme_covers_scopes_rate_budget_disk_and_every_file() {
     let readme = std::fs::read_to_string(root().join("deploy/README.md")).unwrap();
-    for needle in ["write", "per day", "disk", "dockerfile", "hubalign.service", "hubalign-audit.timer"] {
+    for needle in [
+        "write",
+        "per day",
+        "disk",
+        "dockerfile",
+        "hubalign.service",
+        "hubalign-audit.timer",
+        "hubalign-worker.service",
+        "hubalign-postgres.yaml",
+        "store export",
+        "store import",
+    ] {
         assert!(readme.to_lowercase().contains(needle), "deploy/README.md does not mention {needle}");
     }
     for entry in std::fs::read_dir(root().join("deploy")).unwrap() {
