@@ -23,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from scratch_pg import scratch_postgres
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
 VERDICTS = ["aligned", "header_pad", "header_pad", "relayout", "invalid"]
@@ -54,6 +56,37 @@ def fill(db, repos, seed=11):
     return len(shard_rows)
 
 
+def time_pages(db, tmp, rounds):
+    """Starts `serve` on `db` (against an empty simulator) and times each page: (page, median ms) pairs."""
+    hub = Path(tmp) / "hub"
+    hub.mkdir(exist_ok=True)
+    sim = subprocess.Popen([BIN, "sim", "--root", hub, "--port", "0", "--token", "hf_bench:bench"],
+                           stdout=subprocess.PIPE, text=True)
+    endpoint = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
+    serve = subprocess.Popen([BIN, "serve", "--endpoint", endpoint, "--token", "hf_bench", "--db", db,
+                              "--listen", "127.0.0.1:18391", "--verify-device", "cpu", "--work-dir", f"{tmp}/work",
+                              "--include", "no-such-publisher"],
+                             stdout=subprocess.DEVNULL)
+    base = "http://127.0.0.1:18391"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{base}/healthz").read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        return [(p, median_ms(base + p, rounds)) for p in PAGES]
+    finally:
+        serve.terminate()
+        sim.terminate()
+        serve.wait()
+        sim.wait()
+
+
+PAGES = ["/healthz", "/", "/?sort=repos", "/ns/mlx-community", "/ns/mlx-community?page=99", "/ns/pub007",
+         "/repo/mlx-community/model-000005", "/api/publishers", "/api/repos?namespace=mlx-community", "/metrics"]
+
+
 def median_ms(url, rounds):
     times = []
     for _ in range(rounds):
@@ -68,42 +101,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repos", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = f"{tmp}/hubalign.db"
         subprocess.run([BIN, "report", "--db", db, "--create-db"], check=True, stdout=subprocess.DEVNULL)
         shards = fill(db, args.repos)
-        (Path(tmp) / "hub").mkdir()
-        sim = subprocess.Popen([BIN, "sim", "--root", f"{tmp}/hub", "--port", "0", "--token", "hf_bench:bench"],
-                               stdout=subprocess.PIPE, text=True)
-        endpoint = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
-        serve = subprocess.Popen([BIN, "serve", "--endpoint", endpoint, "--token", "hf_bench", "--db", db,
-                                  "--listen", "127.0.0.1:18391", "--verify-device", "cpu",
-                                  "--include", "no-such-publisher"],
-                                 stdout=subprocess.DEVNULL)
-        base = "http://127.0.0.1:18391"
-        try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(f"{base}/healthz").read()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            pages = ["/healthz", "/", "/?sort=repos", "/ns/mlx-community", "/ns/mlx-community?page=99",
-                     "/ns/pub007", "/repo/mlx-community/model-000005", "/api/publishers",
-                     "/api/repos?namespace=mlx-community", "/metrics"]
-            results = [(p, median_ms(base + p, args.rounds)) for p in pages]
-        finally:
-            serve.terminate()
-            sim.terminate()
-            serve.wait()
-            sim.wait()
-    healthz = results[0][1]
+        columns = [("SQLite", time_pages(db, tmp, args.rounds))]
+        if "postgres" in args.backends:
+            # The same rows on PostgreSQL, moved with the store's own export and import.
+            subprocess.run([BIN, "store", "export", "--db", db, "--out", f"{tmp}/store.jsonl"], check=True)
+            with scratch_postgres() as new_database:
+                url = new_database()
+                t = time.perf_counter()
+                subprocess.run([BIN, "store", "import", "--db", url, f"{tmp}/store.jsonl"], check=True)
+                print(f"imported into PostgreSQL in {time.perf_counter() - t:.1f} s")
+                columns.append(("PostgreSQL", time_pages(url, tmp, args.rounds)))
     print(f"{args.repos} repos, {shards} shards; median of {args.rounds} GETs each\n")
-    print("| page | median | against /healthz |")
-    print("|---|---|---|")
-    for page, ms in results:
-        print(f"| `{page}` | {ms:.1f} ms | {ms / healthz:.1f}× |")
+    print("| page | " + " | ".join(f"{name} median | against {name} /healthz" for name, _ in columns) + " |")
+    print("|---|" + "---|---|" * len(columns))
+    for i, page in enumerate(PAGES):
+        cells = [f"{r[i][1]:.1f} ms | {r[i][1] / r[0][1]:.1f}×" for _, r in columns]
+        print(f"| `{page}` | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

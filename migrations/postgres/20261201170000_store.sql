@@ -1,7 +1,7 @@
 -- The audit store on PostgreSQL: the same tables, columns and meaning as the SQLite migrations leave, in one
 -- step (no PostgreSQL store predates it). Integers are BIGINT (sizes pass 2^31), flags BOOLEAN, times TEXT
 -- (RFC 3339, as on SQLite) and unix seconds. The sums that triggers keep are kept exact under concurrent
--- writers: each recompute of a repo's row takes that repo's transaction-scoped advisory lock first.
+-- writers: each recompute of a repo's row locks that repo's row in `repos` first.
 
 CREATE TABLE audit_runs (
     id                     BIGSERIAL PRIMARY KEY,
@@ -165,10 +165,12 @@ CREATE TABLE namespace_sums (
 );
 
 -- Recomputes one repo's row from its shards. Two transactions writing the same repo's shards take turns (the
--- lock lasts to each one's commit), and the second reads the first's committed shards, so the row is exact.
+-- row lock lasts to each one's commit), and the second reads the first's committed shards, so the row is
+-- exact. A row lock rather than an advisory one: row locks live in the rows, so a transaction that writes
+-- 50,000 repos (an import, a listing) does not fill the server's lock table.
 CREATE FUNCTION refresh_repo_sums(repo_id TEXT) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('repo_sums:' || repo_id, 0));
+    PERFORM 1 FROM repos WHERE id = repo_id FOR UPDATE;
     DELETE FROM repo_sums WHERE repo = repo_id;
     INSERT INTO repo_sums SELECT * FROM repo_sums_live WHERE repo = repo_id;
 END $$;

@@ -407,8 +407,8 @@ impl Store {
 
     /// Whether the store knows any repo of `namespace`.
     pub async fn has_namespace(&self, namespace: &str) -> Result<bool, StoreError> {
-        let found: Option<i64> =
-            on_pool!(self, |pool| sqlx::query_scalar("SELECT 1 FROM repos WHERE namespace = $1 LIMIT 1")
+        let found: Option<String> =
+            on_pool!(self, |pool| sqlx::query_scalar("SELECT namespace FROM repos WHERE namespace = $1 LIMIT 1")
                 .bind(namespace)
                 .fetch_optional(pool)
                 .await)

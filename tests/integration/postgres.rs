@@ -46,8 +46,29 @@ fn demo_cycle(dir: &Path, db: &str) -> String {
         printed.push_str(&line);
         printed.push('\n');
     }
-    // The dashboard answers from this store too.
+    // Every page and API answers from this store (each query of the pages runs on this backend).
     assert!(get(&format!("http://127.0.0.1:{port}/")).contains("mlx-community"));
+    let pages = [
+        "/",
+        "/?sort=mirrored",
+        "/ns/mlx-community",
+        "/ns/mlx-community?page=2",
+        "/repo/mlx-community/Tiny-Llama-4bit",
+        "/healthz",
+        "/metrics",
+        "/api/publishers",
+        "/api/repos",
+        "/api/repos?namespace=mlx-community&affected=true",
+        "/api/repos/mlx-community/Tiny-Llama-4bit/shards",
+        "/api/runs",
+        "/api/jobs",
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for page in pages {
+        let status =
+            rt.block_on(async { reqwest::get(format!("http://127.0.0.1:{port}{page}")).await.unwrap().status() });
+        assert_eq!(status, 200, "{page} on {db}");
+    }
     drop(service);
     printed
 }
@@ -129,6 +150,23 @@ fn the_demo_cycle_on_postgres_records_what_it_records_on_sqlite() {
     }
     let published = a["jobs"].iter().filter(|j| j.contains(r#""state":"published""#)).count();
     assert_eq!(published, 4, "{:?}", a["jobs"]);
+    // Every report view reads the same from both stores.
+    for view in [
+        vec!["--by-publisher"],
+        vec!["--by-writer"],
+        vec!["--affected"],
+        vec!["--shards"],
+        vec!["--repo", "lmstudio-community/Tiny-Sharded-4bit"],
+    ] {
+        let report = |db: &str| {
+            let out = hubalign().arg("report").args(&view).args(["--format", "csv", "--db", db]).output().unwrap();
+            assert!(out.status.success(), "{view:?}: {}", String::from_utf8_lossy(&out.stderr));
+            // The simulator's commit ids differ between the two runs.
+            let text = String::from_utf8(out.stdout).unwrap();
+            text.split(',').map(|f| if f.len() == 40 { "<commit>" } else { f }).collect::<Vec<_>>().join(",")
+        };
+        assert_eq!(report(&postgres), report(&sqlite), "report {view:?}");
+    }
 
     // The SQLite store moves to a fresh PostgreSQL database, and reads back the same.
     let export = sqlite_dir.path().join("store.jsonl");
