@@ -149,6 +149,9 @@ CREATE TABLE repo_sums (
     misaligned_tensors BIGINT NOT NULL,
     misaligned_bytes   BIGINT NOT NULL
 );
+-- Every shard written rewrites its repo's row here and its namespace's row below: room in each page for the
+-- new versions (HOT updates) and a vacuum after every thousand dead rows keep these small tables small.
+ALTER TABLE repo_sums SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX repo_sums_namespace ON repo_sums (namespace, misaligned_bytes);
 CREATE INDEX repo_sums_bytes ON repo_sums (misaligned_bytes);
 
@@ -163,6 +166,7 @@ CREATE TABLE namespace_sums (
     misaligned_tensors BIGINT NOT NULL,
     misaligned_bytes   BIGINT NOT NULL
 );
+ALTER TABLE namespace_sums SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 
 -- Recomputes one repo's row from its shards. Two transactions writing the same repo's shards take turns (the
 -- row lock lasts to each one's commit), and the second reads the first's committed shards, so the row is

@@ -304,6 +304,15 @@ impl Store {
             }
             tx.commit().await.map_err(sql("commit import"))?;
         });
+        if let super::Pool::Postgres(pool) = self.pool() {
+            // The import rewrote each repo's and namespace's sums once per row it inserted: compact those two
+            // small tables, and give the planner the new tables' statistics, before the store is used.
+            sqlx::query("VACUUM (FULL, ANALYZE) repo_sums, namespace_sums")
+                .execute(pool)
+                .await
+                .map_err(sql("compact the sums"))?;
+            sqlx::query("ANALYZE").execute(pool).await.map_err(sql("analyze"))?;
+        }
         Ok(counts)
     }
 }
