@@ -9,11 +9,11 @@ use serde::Serialize;
 use thiserror::Error;
 use tracing::Instrument;
 
-use crate::hub::listing::{ListQuery, ListedRepo};
+use crate::hub::listing::{InvalidListing, ListQuery, ListedRepo};
 use crate::hub::pages::Pagination;
 use crate::hub::{Access, HubClient, HubError};
 use crate::safetensors::{Alignment, classify};
-use crate::store::{RepoOutcome, RepoState, RunStats, ShardRow, Store, StoreError};
+use crate::store::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunStats, ShardRow, Store, StoreError};
 
 /// How to crawl.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,8 +193,9 @@ async fn crawl(
         for bad in &page.invalid {
             tracing::warn!(repo.id = %bad.id, reason = %bad.reason, "invalid listing entry; skipped");
         }
-        store.record_invalid_listings(run, &page.invalid).await?;
-        let flags = store.record_listing(run, &page.repos, opts.force).await?;
+        store.record_invalid_listings(run, &page.invalid.iter().map(refused_entry).collect::<Vec<_>>()).await?;
+        let entries: Vec<ListingEntry> = page.repos.iter().map(listing_entry).collect();
+        let flags = store.record_listing(run, &entries, opts.force).await?;
         stats.repos_listed += page.repos.len() as u64;
         stats.invalid_listings += page.invalid.len() as u64;
         pending.extend(page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r));
@@ -295,4 +296,22 @@ fn shard_row(repo: &str, sha: &str, path: &str, probed: crate::hub::probe::Probe
         }
         Err(e) => ShardRow { error: Some(e.to_string()), ..base },
     }
+}
+
+/// What the store keeps of a listed repo.
+fn listing_entry(r: &ListedRepo) -> ListingEntry {
+    ListingEntry {
+        id: r.id.clone(),
+        namespace: r.namespace().to_owned(),
+        sha: r.sha.clone(),
+        last_modified: r.last_modified.clone(),
+        private: r.flags.private,
+        gated: r.flags.is_gated(),
+        disabled: r.flags.disabled,
+    }
+}
+
+/// What the store keeps of a listing entry the gate refused.
+fn refused_entry(bad: &InvalidListing) -> RefusedEntry {
+    RefusedEntry { id: bad.id.clone(), namespace: bad.namespace.clone(), reason: bad.reason.clone() }
 }

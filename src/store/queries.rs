@@ -503,8 +503,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::listing::ListedRepo;
-    use crate::store::{RepoOutcome, RepoState, RunStats};
+    use crate::store::{ListingEntry, RepoOutcome, RepoState, RunStats};
 
     fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
         ShardRow {
@@ -554,12 +553,8 @@ mod tests {
             (seed >> 33) % n
         };
         for round in 0..6 {
-            let listed: Vec<ListedRepo> = (0..30)
-                .map(|i| {
-                    let repo = serde_json::json!({"id": format!("ns{}/r{i}", i % 4), "sha": format!("{round}")});
-                    serde_json::from_value(repo).unwrap()
-                })
-                .collect();
+            let listed: Vec<ListingEntry> =
+                (0..30).map(|i| ListingEntry::public(&format!("ns{}/r{i}", i % 4), &format!("{round}"))).collect();
             store.record_listing(run, &listed, false).await.unwrap();
             for r in &listed {
                 if next(3) == 0 {
@@ -606,10 +601,8 @@ mod tests {
         for test in crate::store::both::stores().await {
             let store = test.store;
             let run = store.start_run("test", "{}", None).await.unwrap();
-            let listed: Vec<ListedRepo> = (0..40)
-                .map(|i| serde_json::from_value(serde_json::json!({"id": format!("ns{}/r{i}", i % 3), "sha": "1"})))
-                .collect::<Result<_, _>>()
-                .unwrap();
+            let listed: Vec<ListingEntry> =
+                (0..40).map(|i| ListingEntry::public(&format!("ns{}/r{i}", i % 3), "1")).collect();
             store.record_listing(run, &listed, false).await.unwrap();
             let mut writers = tokio::task::JoinSet::new();
             for w in 0..8u64 {
@@ -682,9 +675,7 @@ mod tests {
 
     async fn fixed_upstream_and_the_trend_on(store: &Store) {
         let first = store.start_run("test", "{}", None).await.unwrap();
-        let listed: Vec<ListedRepo> =
-            serde_json::from_value(serde_json::json!([{"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1"}]))
-                .unwrap();
+        let listed = [ListingEntry::public("ns/a", "1"), ListingEntry::public("ns/b", "1")];
         store.record_listing(first, &listed, false).await.unwrap();
         store.record_repo(first, &outcome("ns/a", "1", 2)).await.unwrap();
         store.record_repo(first, &outcome("ns/b", "1", 3)).await.unwrap();

@@ -3,7 +3,6 @@
 use serde::Serialize;
 
 use super::{Store, StoreError, on_pool, sql};
-use crate::hub::listing::{InvalidListing, ListedRepo};
 use crate::safetensors::Verdict;
 
 /// Counters of one run, stored with it.
@@ -29,6 +28,44 @@ pub struct RunStats {
     pub errors: u64,
     /// Listing entries the gate refused.
     pub invalid_listings: u64,
+}
+
+/// A repo as a listing named it: what the store keeps of it (the audit builds these from the Hub's answer).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListingEntry {
+    /// `namespace/name`, checked by the gate.
+    pub id: String,
+    /// The part before the `/`.
+    pub namespace: String,
+    /// The listed head commit.
+    pub sha: Option<String>,
+    /// Last change, ISO-8601.
+    pub last_modified: Option<String>,
+    /// Private.
+    pub private: bool,
+    /// Gated.
+    pub gated: bool,
+    /// Disabled by the Hub.
+    pub disabled: bool,
+}
+
+impl ListingEntry {
+    /// An entry for `id` at `sha`, public: for tests and tools.
+    pub fn public(id: &str, sha: &str) -> ListingEntry {
+        let namespace = id.split_once('/').map_or(id, |(ns, _)| ns).to_owned();
+        ListingEntry { id: id.to_owned(), namespace, sha: Some(sha.to_owned()), ..ListingEntry::default() }
+    }
+}
+
+/// A listing entry the gate refused: kept under its escaped id, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedEntry {
+    /// The id as listed, escaped and cut short.
+    pub id: String,
+    /// The part of that id before its first `/`.
+    pub namespace: String,
+    /// Which rule it breaks.
+    pub reason: String,
 }
 
 /// A repo's access state after an audit.
@@ -208,7 +245,7 @@ impl Store {
 
     /// Records a listing page in one transaction; returns, for each repo, whether it needs probing (its listed
     /// commit is not the one last audited to completion, or `force`).
-    pub async fn record_listing(&self, run: i64, repos: &[ListedRepo], force: bool) -> Result<Vec<bool>, StoreError> {
+    pub async fn record_listing(&self, run: i64, repos: &[ListingEntry], force: bool) -> Result<Vec<bool>, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
             let mut pending = Vec::with_capacity(repos.len());
@@ -226,12 +263,12 @@ impl Store {
                        last_listed_run = excluded.last_listed_run",
                 )
                 .bind(&r.id)
-                .bind(r.namespace())
+                .bind(&r.namespace)
                 .bind(&r.sha)
                 .bind(&r.last_modified)
-                .bind(r.flags.private)
-                .bind(r.flags.is_gated())
-                .bind(r.flags.disabled)
+                .bind(r.private)
+                .bind(r.gated)
+                .bind(r.disabled)
                 .bind(run)
                 .execute(&mut *tx)
                 .await
@@ -245,7 +282,7 @@ impl Store {
 
     /// Records the listing entries the gate refused, under their escaped ids, with the reason; a history row
     /// marks each one that was not already recorded so.
-    pub async fn record_invalid_listings(&self, run: i64, entries: &[InvalidListing]) -> Result<(), StoreError> {
+    pub async fn record_invalid_listings(&self, run: i64, entries: &[RefusedEntry]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
         }

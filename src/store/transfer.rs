@@ -320,19 +320,16 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::listing::ListedRepo;
     use crate::store::both::stores;
     use crate::store::jobs::JobOutcome;
-    use crate::store::{Backend, RepoOutcome, RepoState, RunStats, ShardRow};
+    use crate::store::{Backend, ListingEntry, RepoOutcome, RepoState, RunStats, ShardRow};
 
     /// A store with a bit of everything: two runs, repos in several states, shards, history, jobs with
     /// events, a mirror made private, and text that JSON must escape.
     async fn fill(store: &Store) {
         let run = store.start_run("http://hub.test", "mlx \"quoted\"\n", Some("replica-1")).await.unwrap();
-        let listed: Vec<ListedRepo> = serde_json::from_value(serde_json::json!([
-            {"id": "ns/a", "sha": "1"}, {"id": "ns/b", "sha": "1", "private": true}, {"id": "other/c", "sha": "2"}
-        ]))
-        .unwrap();
+        let private = ListingEntry { private: true, ..ListingEntry::public("ns/b", "1") };
+        let listed = [ListingEntry::public("ns/a", "1"), private, ListingEntry::public("other/c", "2")];
         store.record_listing(run, &listed, false).await.unwrap();
         for (id, bad) in [("ns/a", 3), ("ns/b", 0)] {
             let shard = ShardRow {
