@@ -24,7 +24,7 @@ async fn drain(
     };
     let store = open(store_at.to_owned()).await?;
     for i in 0..jobs {
-        store.job_for(&format!("ns{}/r{i}", i % 50), &"0".repeat(40), "cpu").await?;
+        store.job_for(&format!("ns{}/r{i}", i % 50), &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu).await?;
     }
     let started = Instant::now();
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(jobs)));

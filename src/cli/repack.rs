@@ -127,7 +127,7 @@ impl PolicyArgs {
             include: self.include.iter().cloned().collect(),
             skip: self.skip.iter().cloned().collect(),
             opt_out: self.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
-            verify_device: device.as_str().to_owned(),
+            verify_device: device,
             private_mirrors: private_mirrors.clone(),
         })
     }
@@ -251,8 +251,8 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
                 sha
             }
         };
-        let job = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
-        if let Some(state) = job.state().filter(|st| st.is_final()) {
+        let job = s.store.job_for(&args.repo, &sha, s.device).await?;
+        if let Some(state) = Some(job.state).filter(|st| st.is_final()) {
             println!(
                 "{}@{}: already {} ({})",
                 args.repo,
@@ -272,7 +272,7 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         if let Some(bytes) = hubalign::blocking::peak_rss() {
             tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
         }
-        let done = s.store.job_for(&args.repo, &sha, s.device.as_str()).await?;
+        let done = s.store.job_for(&args.repo, &sha, s.device).await?;
         println!(
             "{}@{}: {}{}",
             args.repo,

@@ -32,24 +32,7 @@ use crate::safetensors::Alignment;
 use crate::store::jobs::{Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
-/// Where the MLX load check must run before publishing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyDevice {
-    /// Apple-silicon Metal, on the macOS runner (the production default).
-    Metal,
-    /// The local CPU MLX check stands in, and the card says so.
-    Cpu,
-}
-
-impl VerifyDevice {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerifyDevice::Metal => "metal",
-            VerifyDevice::Cpu => "cpu",
-        }
-    }
-}
+pub use crate::store::jobs::VerifyDevice;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -221,7 +204,7 @@ impl Repacker<'_> {
         let source = dir.join("source");
         let output = dir.join("aligned");
         // Back from the macOS runner: the staged bundle passed the Metal check; publish it.
-        if job.state() == Some(JobState::Publishing)
+        if job.state == JobState::Publishing
             && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
             && output.join(crate::manifest::MANIFEST_FILE).exists()
         {
@@ -356,7 +339,7 @@ impl Repacker<'_> {
     }
 
     fn device(&self, job: &Job) -> VerifyDevice {
-        if job.verify_device == "cpu" { VerifyDevice::Cpu } else { VerifyDevice::Metal }
+        job.verify_device
     }
 
     /// Sends each shard named on `ready` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen

@@ -22,9 +22,11 @@ macro_rules! record_event {
     };
 }
 
-/// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
+/// runner protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum JobState {
     /// Waiting for a worker.
     Queued,
@@ -81,6 +83,40 @@ impl JobState {
     }
 }
 
+/// Where the MLX load check must run before publishing (stored as `metal` or `cpu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum VerifyDevice {
+    /// Apple-silicon Metal, on the macOS runner (the production default).
+    #[default]
+    Metal,
+    /// The local CPU MLX check stands in, and the card says so.
+    Cpu,
+}
+
+impl VerifyDevice {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyDevice::Metal => "metal",
+            VerifyDevice::Cpu => "cpu",
+        }
+    }
+}
+
+impl PartialEq<&str> for JobState {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::str::FromStr for JobState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -97,16 +133,16 @@ pub struct Job {
     pub repo_id: String,
     /// The source commit.
     pub source_sha: String,
-    /// Its state (see [`JobState`]).
-    pub state: String,
+    /// Its state.
+    pub state: JobState,
     /// Why it failed or was skipped, or the last transient failure.
     pub reason: Option<String>,
     /// The mirror's repo id, once known.
     pub target_repo: Option<String>,
     /// The mirror commit that published it.
     pub published_commit: Option<String>,
-    /// `metal` or `cpu`.
-    pub verify_device: String,
+    /// Where its MLX check runs.
+    pub verify_device: VerifyDevice,
     /// The MLX load check's record: JSON, served as a JSON object.
     #[serde(serialize_with = "json_text")]
     pub verification: Option<String>,
@@ -144,13 +180,6 @@ fn json_text<S: serde::Serializer>(text: &Option<String>, s: S) -> Result<S::Ok,
     }
 }
 
-impl Job {
-    /// The state as a type.
-    pub fn state(&self) -> Option<JobState> {
-        self.state.parse().ok()
-    }
-}
-
 /// One step in a job's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct JobEvent {
@@ -175,8 +204,8 @@ pub struct EnqueuePolicy {
     pub skip: BTreeSet<String>,
     /// Owners (namespaces) or repos that asked not to be mirrored.
     pub opt_out: BTreeSet<String>,
-    /// `metal` (wait for the macOS runner) or `cpu`.
-    pub verify_device: String,
+    /// Where the jobs' MLX check runs (`Metal` waits for the macOS runner).
+    pub verify_device: VerifyDevice,
     /// Where private mirrors of private sources are allowed.
     pub private_mirrors: crate::repack::policy::PrivateMirrors,
 }
@@ -274,7 +303,7 @@ impl Store {
                 .bind(&repo.sha)
                 .bind(state)
                 .bind(excluded)
-                .bind(&policy.verify_device)
+                .bind(policy.verify_device)
                 .bind(repo.misaligned_bytes)
                 .bind(&now)
                 .bind(&now)
@@ -291,7 +320,7 @@ impl Store {
     }
 
     /// Adds one job by hand (for `hubalign repack`), or returns the existing one for that commit.
-    pub async fn job_for(&self, repo: &str, sha: &str, verify_device: &str) -> Result<Job, StoreError> {
+    pub async fn job_for(&self, repo: &str, sha: &str, verify_device: VerifyDevice) -> Result<Job, StoreError> {
         let now = crate::time::now_utc();
         on_pool!(self, |pool| sqlx::query(
             "INSERT INTO jobs (repo_id, source_sha, verify_device, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)
@@ -681,7 +710,7 @@ mod tests {
     async fn only_the_holder_records_on(store: &Store) {
         let lease = Duration::from_secs(60);
         for passed in [true, false] {
-            let job = store.job_for(&format!("ns/passed-{passed}"), "sha", "metal").await.unwrap();
+            let job = store.job_for(&format!("ns/passed-{passed}"), "sha", VerifyDevice::Metal).await.unwrap();
             store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
             store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal).await.unwrap();
             store.claim_metal_job("runner-a", lease).await.unwrap().unwrap();
@@ -709,7 +738,7 @@ mod tests {
     async fn a_lapsed_holder_can_neither_renew_nor_finish() {
         for test in crate::store::both::stores().await {
             let store = &test.store;
-            let job = store.job_for("ns/r", "sha", "cpu").await.unwrap();
+            let job = store.job_for("ns/r", "sha", VerifyDevice::Cpu).await.unwrap();
             let short = Duration::from_secs(60);
             store.claim_job("a", short, None).await.unwrap().unwrap();
             assert!(store.renew_lease(job.id, "a", short).await.unwrap());
@@ -739,7 +768,7 @@ mod tests {
         for test in crate::store::both::stores().await {
             let store = test.store;
             for i in 0..120 {
-                store.job_for(&format!("ns/r{i}"), "sha", "cpu").await.unwrap();
+                store.job_for(&format!("ns/r{i}"), "sha", VerifyDevice::Cpu).await.unwrap();
             }
             let mut workers = tokio::task::JoinSet::new();
             for w in 0..8 {

@@ -360,7 +360,7 @@ mod tests {
         };
         store.record_repo(run, &gone).await.unwrap();
         store.finish_run(run, "finished", &RunStats { repos_listed: 3, ..RunStats::default() }, None).await.unwrap();
-        let job = store.job_for("ns/a", "1", "cpu").await.unwrap();
+        let job = store.job_for("ns/a", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(job.id)).await.unwrap();
         let published = JobOutcome::Published { target: "me/a-aligned".into(), commit: "c0ffee".into() };
         store.finish_job(job.id, "w", &published).await.unwrap();

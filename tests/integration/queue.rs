@@ -48,7 +48,10 @@ fn drain_while_killing(db: &str) {
         let store = if db.contains("://") { Store::open_url(db).await } else { Store::open(db.as_ref()).await };
         let store = store.unwrap();
         for i in 0..JOBS {
-            store.job_for(&format!("ns{}/r{i}", i % 7), &"0".repeat(40), "cpu").await.unwrap();
+            store
+                .job_for(&format!("ns{}/r{i}", i % 7), &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu)
+                .await
+                .unwrap();
         }
         store
     });

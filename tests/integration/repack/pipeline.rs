@@ -24,7 +24,7 @@ pub fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
 pub fn jobs(world: &World, db: &Path) -> Vec<(String, String, Option<String>)> {
     world.runtime.block_on(async {
         let store = hubalign::store::Store::open(db).await.unwrap();
-        store.jobs().await.unwrap().into_iter().map(|j| (j.repo_id, j.state, j.reason)).collect()
+        store.jobs().await.unwrap().into_iter().map(|j| (j.repo_id, j.state.to_string(), j.reason)).collect()
     })
 }
 

@@ -14,7 +14,7 @@ fn world(tune: impl FnOnce(&mut hubalign::sim::SimConfig)) -> (World, u64) {
 fn downloaded(world: &World, db: &std::path::Path) -> (String, i64) {
     world.runtime.block_on(async {
         let job = hubalign::store::Store::open(db).await.unwrap().jobs().await.unwrap().remove(0);
-        (job.state, job.bytes_downloaded)
+        (job.state.to_string(), job.bytes_downloaded)
     })
 }
 
