@@ -19,9 +19,7 @@ async fn drain(
     jobs: usize,
     workers: usize,
 ) -> Result<(f64, Vec<Duration>), Box<dyn std::error::Error>> {
-    let open = |at: String| async move {
-        if at.contains("://") { Store::open_url(&at).await } else { Store::open(at.as_ref()).await }
-    };
+    let open = |at: String| async move { Store::open_at(&at).await };
     let store = open(store_at.to_owned()).await?;
     for i in 0..jobs {
         store.job_for(&format!("ns{}/r{i}", i % 50), &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu).await?;

@@ -51,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let store = if db.contains("://") { Store::open_url(db).await? } else { Store::open(db.as_ref()).await? };
+        let store = Store::open_at(db).await?;
         let runner = Sleeper { store: store.clone(), name: name.clone(), work, lease, log: std::sync::Mutex::new(log) };
         let worker = WorkerLoop {
             store,

@@ -50,11 +50,9 @@ impl StoreArgs {
 
     /// Opens the store, creating it if needed, and applies migrations.
     pub async fn open(&self) -> anyhow::Result<Store> {
-        if let Some(url) = self.db.as_deref().filter(|db| is_postgres_url(db)) {
-            return Store::open_url(url).await.with_context(|| format!("opening {}", redact_url(url)));
-        }
-        if let Some(path) = &self.db {
-            return Store::open(path.as_ref()).await.with_context(|| format!("opening {path}"));
+        if let Some(db) = &self.db {
+            let shown = if is_postgres_url(db) { redact_url(db) } else { db.clone() };
+            return Store::open_at(db).await.with_context(|| format!("opening {shown}"));
         }
         if let Ok(url) = std::env::var("DATABASE_URL") {
             return Store::open_url(&url).await.with_context(|| format!("opening DATABASE_URL {}", redact_url(&url)));

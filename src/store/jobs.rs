@@ -236,13 +236,13 @@ pub enum JobOutcome {
     AwaitMetal,
 }
 
-fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Unix seconds `d` after `now`, saturating: a lease of `u64::MAX` seconds from a flag is "for ever", not a
 /// wrapped time in the past.
-fn lease_until(now: i64, d: Duration) -> i64 {
+pub(super) fn lease_until(now: i64, d: Duration) -> i64 {
     now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 

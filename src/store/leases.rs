@@ -4,18 +4,11 @@
 
 use std::time::Duration;
 
+use super::jobs::{lease_until, unix_now};
 use super::{Store, StoreError, on_pool, sql};
 
 /// The lease of the replica that runs the scheduled audits.
 pub const SCHEDULER: &str = "scheduler";
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-fn after(now: i64, ttl: Duration) -> i64 {
-    now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
-}
 
 impl Store {
     /// Takes lease `name` for `holder` for `ttl`, or renews it if `holder` has it; `false` while another
@@ -29,7 +22,7 @@ impl Store {
         )
         .bind(name)
         .bind(holder)
-        .bind(after(now, ttl))
+        .bind(lease_until(now, ttl))
         .bind(now)
         .execute(pool)
         .await

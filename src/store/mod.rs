@@ -114,6 +114,11 @@ impl Store {
         Store::connect(SqliteConnectOptions::new().filename(path), false).await
     }
 
+    /// Opens `location`: a PostgreSQL URL (`postgres://…`), or else a SQLite database file's path.
+    pub async fn open_at(location: &str) -> Result<Store, StoreError> {
+        if is_postgres_url(location) { Store::open_url(location).await } else { Store::open(location.as_ref()).await }
+    }
+
     /// Opens a URL: `postgres://…` (or `postgresql://…`) on a PostgreSQL server, `sqlite:…` on a file
     /// (`sqlite::memory:` for tests).
     pub async fn open_url(url: &str) -> Result<Store, StoreError> {

@@ -535,6 +535,31 @@ mod tests {
     const SUMS: &str =
         "shards_aligned, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes";
 
+    /// Asserts that the trigger-kept tables equal the live aggregates they stand for; returns the kept
+    /// per-repo rows.
+    async fn assert_sums_match(store: &Store, when: &str) -> Vec<(String, Vec<i64>)> {
+        let kept = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
+        let live = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
+        assert_eq!(kept, live, "{when} on {:?}", store.backend());
+        let by_ns = rows(
+            store,
+            format!("SELECT namespace, repos_audited, repos_affected, {SUMS} FROM namespace_sums ORDER BY namespace"),
+        )
+        .await;
+        let grouped = rows(
+            store,
+            "SELECT namespace, COUNT(*), CAST(SUM(CASE WHEN misaligned_bytes > 0 THEN 1 ELSE 0 END) AS BIGINT),
+               CAST(SUM(shards_aligned) AS BIGINT), CAST(SUM(shards_header_pad) AS BIGINT),
+               CAST(SUM(shards_relayout) AS BIGINT), CAST(SUM(shards_invalid) AS BIGINT),
+               CAST(SUM(misaligned_tensors) AS BIGINT), CAST(SUM(misaligned_bytes) AS BIGINT)
+             FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
+                .to_owned(),
+        )
+        .await;
+        assert_eq!(by_ns, grouped, "{when} on {:?}", store.backend());
+        kept
+    }
+
     /// The trigger-kept tables always equal the aggregates they stand for, whatever audits did.
     #[tokio::test]
     async fn trigger_kept_sums_match_the_live_aggregates() {
@@ -569,27 +594,7 @@ mod tests {
                 let outcome = RepoOutcome { id: r.id.clone(), sha: format!("{round}"), state, shards, error: None };
                 store.record_repo(run, &outcome).await.unwrap();
             }
-            let kept = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
-            let live = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
-            assert_eq!(kept, live, "round {round} on {:?}", store.backend());
-            let by_ns = rows(
-                store,
-                format!(
-                    "SELECT namespace, repos_audited, repos_affected, {SUMS} FROM namespace_sums ORDER BY namespace"
-                ),
-            )
-            .await;
-            let grouped = rows(
-                store,
-                "SELECT namespace, COUNT(*), CAST(SUM(CASE WHEN misaligned_bytes > 0 THEN 1 ELSE 0 END) AS BIGINT),
-                   CAST(SUM(shards_aligned) AS BIGINT), CAST(SUM(shards_header_pad) AS BIGINT),
-                   CAST(SUM(shards_relayout) AS BIGINT), CAST(SUM(shards_invalid) AS BIGINT),
-                   CAST(SUM(misaligned_tensors) AS BIGINT), CAST(SUM(misaligned_bytes) AS BIGINT)
-                 FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
-                    .to_owned(),
-            )
-            .await;
-            assert_eq!(by_ns, grouped, "round {round} on {:?}", store.backend());
+            assert_sums_match(store, &format!("round {round}")).await;
         }
         assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
     }
@@ -633,27 +638,7 @@ mod tests {
             while let Some(done) = writers.join_next().await {
                 done.unwrap();
             }
-            let kept = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
-            let live = rows(&store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
-            assert_eq!(kept, live, "on {:?}", store.backend());
-            let by_ns = rows(
-                &store,
-                format!(
-                    "SELECT namespace, repos_audited, repos_affected, {SUMS} FROM namespace_sums ORDER BY namespace"
-                ),
-            )
-            .await;
-            let grouped = rows(
-                &store,
-                "SELECT namespace, COUNT(*), CAST(SUM(CASE WHEN misaligned_bytes > 0 THEN 1 ELSE 0 END) AS BIGINT),
-                   CAST(SUM(shards_aligned) AS BIGINT), CAST(SUM(shards_header_pad) AS BIGINT),
-                   CAST(SUM(shards_relayout) AS BIGINT), CAST(SUM(shards_invalid) AS BIGINT),
-                   CAST(SUM(misaligned_tensors) AS BIGINT), CAST(SUM(misaligned_bytes) AS BIGINT)
-                 FROM repo_sums_live GROUP BY namespace ORDER BY namespace"
-                    .to_owned(),
-            )
-            .await;
-            assert_eq!(by_ns, grouped, "on {:?}", store.backend());
+            let kept = assert_sums_match(&store, "after the concurrent writers").await;
             assert!(!kept.is_empty());
         }
     }

@@ -3,15 +3,12 @@
 //! store moves to PostgreSQL with `hubalign store export | import`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use hubalign::store::scratch::ScratchPostgres;
 
-use crate::serve::{Service, free_port, get};
-use crate::support::{hubalign, python};
+use crate::serve::{demo_first_cycle, get};
+use crate::support::hubalign;
 
 /// A database of its own on the test process's scratch server.
 pub fn postgres_url() -> String {
@@ -22,30 +19,7 @@ pub fn postgres_url() -> String {
 
 /// Runs `hubalign demo` on `db` in `dir` until its first cycle is done (the report printed); returns its output.
 fn demo_cycle(dir: &Path, db: &str) -> String {
-    let port = free_port();
-    let mut child = hubalign()
-        .args(["demo", "--port", &port.to_string(), "--db", db, "--data-dir"])
-        .arg(dir)
-        .arg("--python")
-        .arg(python())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let service = Service(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut printed = String::new();
-    while !printed.contains("Dashboard: ") {
-        let line = rx.recv_timeout(Duration::from_secs(240)).expect("the demo did not finish its first cycle");
-        printed.push_str(&line);
-        printed.push('\n');
-    }
+    let (service, printed, port) = demo_first_cycle(dir, &["--db", db]);
     // Every page and API answers from this store (each query of the pages runs on this backend).
     assert!(get(&format!("http://127.0.0.1:{port}/")).contains("mlx-community"));
     let pages = [

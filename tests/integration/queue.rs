@@ -45,7 +45,7 @@ fn start(db: &str, name: &str, log: &std::path::Path) -> Child {
 fn drain_while_killing(db: &str) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = runtime.block_on(async {
-        let store = if db.contains("://") { Store::open_url(db).await } else { Store::open(db.as_ref()).await };
+        let store = Store::open_at(db).await;
         let store = store.unwrap();
         for i in 0..JOBS {
             store

@@ -328,14 +328,15 @@ fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
     }
 }
 
-#[test]
-fn the_demo_audits_republishes_reports_and_keeps_serving() {
+/// Runs `hubalign demo` in `dir` with `extra` flags until its first cycle is done (the report and the
+/// dashboard's address printed): the running demo, what it printed, and its port.
+pub fn demo_first_cycle(dir: &Path, extra: &[&str]) -> (Service, String, u16) {
     use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = hubalign()
         .args(["demo", "--port", &port.to_string(), "--data-dir"])
-        .arg(dir.path())
+        .arg(dir)
+        .args(extra)
         .arg("--python")
         .arg(python())
         .stdout(Stdio::piped())
@@ -356,6 +357,13 @@ fn the_demo_audits_republishes_reports_and_keeps_serving() {
         printed.push_str(&line);
         printed.push('\n');
     }
+    (service, printed, port)
+}
+
+#[test]
+fn the_demo_audits_republishes_reports_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, printed, port) = demo_first_cycle(dir.path(), &[]);
     // The by-publisher report: padding and reorder cases affected, the aligned and malformed ones not.
     let row =
         |ns: &str| printed.lines().find(|l| l.starts_with(ns)).unwrap_or_else(|| panic!("{ns}: {printed}")).to_owned();
