@@ -198,6 +198,31 @@ pub enum TransferError {
     },
 }
 
+/// The longest line an import reads: a row is a few kB (the MLX check's record is its largest field), so a
+/// longer line is not an export's, and is refused before it fills memory.
+const LINE_CAP: u64 = 16 << 20;
+
+/// `input`'s lines, each read only up to [`LINE_CAP`] bytes; a longer one, or one that is not UTF-8, is an
+/// error (and ends the lines).
+fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Result<String, String>> + '_ {
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let mut line = Vec::new();
+        let read = std::io::Read::take(&mut *input, LINE_CAP + 1).read_until(b'\n', &mut line);
+        let line = match read {
+            Ok(0) => return None,
+            Ok(_) if line.len() as u64 > LINE_CAP => Err(format!("a line longer than {} MiB", LINE_CAP >> 20)),
+            Ok(_) => String::from_utf8(line).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        failed = line.is_err();
+        Some(line.map(|l| l.trim_end_matches(['\n', '\r']).to_owned()))
+    })
+}
+
 /// Rows written per table, in export order.
 pub type Counts = Vec<(&'static str, u64)>;
 
@@ -251,8 +276,8 @@ impl Store {
                 return Err(TransferError::NotEmpty { table: table.name, rows });
             }
         }
-        let mut lines = input.lines().enumerate();
         let malformed = |line: usize, reason: String| TransferError::Malformed { line: line + 1, reason };
+        let mut lines = bounded_lines(input).enumerate().map(|(n, line)| (n, line.map_err(|e| malformed(n, e))));
         let (_, first) = lines.next().ok_or_else(|| malformed(0, "empty input".into()))?;
         let header: Value = serde_json::from_str(&first?).map_err(|e| malformed(0, e.to_string()))?;
         if header["format"] != FORMAT || header["version"] != VERSION {
@@ -412,6 +437,18 @@ mod tests {
         let failed = empty.import(&mut broken.as_slice()).await.unwrap_err();
         assert!(failed.to_string().contains("repos.id"), "{failed}");
         assert!(exported(&empty).await.is_empty(), "all or nothing");
+    }
+
+    /// An endless line (no newline, ever) is refused at the cap, not read into memory until it runs out.
+    #[tokio::test]
+    async fn an_endless_line_is_refused_at_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+        let header = format!("{{\"format\": \"{FORMAT}\", \"version\": {VERSION}}}\n");
+        let endless = std::io::Read::chain(header.as_bytes(), std::io::repeat(b'a'));
+        let refused = store.import(&mut std::io::BufReader::new(endless)).await.unwrap_err();
+        assert!(refused.to_string().contains("line 2: a line longer than 16 MiB"), "{refused}");
+        assert!(exported(&store).await.is_empty());
     }
 
     /// The columns listed here are every column of each table, on both backends: an export loses nothing.
