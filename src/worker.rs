@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::store::jobs::{Job, JobOutcome, JobState};
+use crate::store::jobs::{FailureKind, Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 /// What the loop runs for each claimed job.
@@ -44,6 +44,9 @@ pub struct WorkerLoop<R> {
     pub jobs_on: tokio::runtime::Handle,
     /// Called when a job's task panicked (the service counts them for `/healthz`).
     pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// How long the loop stops claiming after a failure that needs the operator (every job would fail the
+    /// same way): [`crate::store::jobs::NEEDS_OPERATOR_HOLD`] in a service.
+    pub operator_hold: Duration,
 }
 
 /// What one loop did.
@@ -57,6 +60,8 @@ pub struct LoopSummary {
     pub panicked: u64,
     /// Jobs lost to another worker (a lease that ran out, or a heartbeat refused).
     pub lost: u64,
+    /// Jobs held back for the operator (a refused token, a full disk); the loop paused after each.
+    pub needs_operator: u64,
 }
 
 impl<R: JobRunner> WorkerLoop<R> {
@@ -71,8 +76,19 @@ impl<R: JobRunner> WorkerLoop<R> {
             match self.store.claim_job(&self.worker, self.lease, None).await {
                 Ok(Some(job)) => {
                     summary.claimed += 1;
+                    let id = job.id;
                     match self.run_one(job).await {
                         Ran::Ended(JobState::Failed) => summary.failed += 1,
+                        Ran::Ended(JobState::Queued) if self.held_for_operator(id).await => {
+                            summary.needs_operator += 1;
+                            if when_idle == WhenIdle::Stop {
+                                return summary;
+                            }
+                            tokio::select! {
+                                _ = tokio::time::sleep(self.operator_hold) => {}
+                                _ = stop.wait_for(|s| *s) => return summary,
+                            }
+                        }
                         Ran::Ended(_) => {}
                         Ran::Panicked => summary.panicked += 1,
                         Ran::Lost => summary.lost += 1,
@@ -94,6 +110,22 @@ impl<R: JobRunner> WorkerLoop<R> {
                 }
             }
         }
+    }
+
+    /// Whether the job went back to the queue for a failure that needs the operator; said loudly once here,
+    /// since this worker now stops claiming for a while.
+    async fn held_for_operator(&self, id: i64) -> bool {
+        let Ok(Some(job)) = self.store.job(id).await else { return false };
+        if job.failure_kind != Some(FailureKind::NeedsOperator) {
+            return false;
+        }
+        let reason = crate::gate::escape_control(job.reason.as_deref().unwrap_or("-"));
+        tracing::error!(
+            job.id = id, repo.id = %job.repo_id, worker = %self.worker, reason = %reason,
+            pause_secs = self.operator_hold.as_secs(),
+            "the job needs the operator; it goes back to the queue and this worker stops claiming for a while"
+        );
+        true
     }
 
     /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
@@ -132,7 +164,7 @@ impl<R: JobRunner> WorkerLoop<R> {
                 }
                 let reason = format!("the repack task {}", crate::blocking::join_error_message(e));
                 tracing::error!(job.id = id, repo.id = %repo, reason = %reason, "job failed");
-                let outcome = JobOutcome::Failed { reason, retry: true };
+                let outcome = JobOutcome::Failed { reason, kind: FailureKind::Transient };
                 if let Err(e) = self.store.finish_job(id, &self.worker, &outcome).await {
                     tracing::warn!(job.id = id, error = %e, "recording the job's failure failed");
                 }

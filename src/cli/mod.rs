@@ -35,6 +35,9 @@ pub enum Exit {
     Invalid = 3,
     /// The run failed (I/O, refused operation, a shard that could not be rewritten).
     Failure = 4,
+    /// A job needs the operator (the Hub refused the token, the disk is full): it went back to the queue
+    /// without spending an attempt, and nothing else will succeed until that is mended.
+    NeedsOperator = 5,
 }
 
 #[derive(Parser)]
@@ -47,7 +50,8 @@ pub enum Exit {
         multiple of its element width. MLX's writer pads nothing, so most MLX shards fail that test and loaders \
         copy most of the model into anonymous memory. hubalign pads the header with spaces (payload byte for \
         byte) or, where that cannot help, reorders tensors widest-first, always keeping every tensor's bytes.\n\n\
-        Exit codes: 0 clean, 1 misaligned shards found, 2 usage error, 3 invalid shards found, 4 failure."
+        Exit codes: 0 clean, 1 misaligned shards found, 2 usage error, 3 invalid shards found, 4 failure, \
+        5 a repack job needs the operator (a refused token, a full disk)."
 )]
 struct Cli {
     #[command(subcommand)]

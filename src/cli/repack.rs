@@ -11,12 +11,12 @@ use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
-use hubalign::repack::policy::PrivateMirrors;
+use hubalign::repack::policy::{EnqueuePolicy, PrivateMirrors, enqueue_affected};
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
 use hubalign::serve::listener::{self, Limits};
-use hubalign::store::jobs::{EnqueuePolicy, JobState};
+use hubalign::store::jobs::{FailureKind, Job, JobState};
 use hubalign::worker::{WhenIdle, WorkerLoop};
 
 use super::Exit;
@@ -226,9 +226,10 @@ fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "worker".into())
 }
 
-fn exit_for(state: JobState) -> Exit {
-    match state {
+fn exit_for(job: &Job) -> Exit {
+    match job.state {
         JobState::Published | JobState::Skipped | JobState::AwaitingMetalVerify => Exit::Clean,
+        JobState::Queued if job.failure_kind == Some(FailureKind::NeedsOperator) => Exit::NeedsOperator,
         _ => Exit::Failure,
     }
 }
@@ -260,31 +261,32 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
                 state.as_str(),
                 gate::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
             );
-            return Ok(exit_for(state));
+            return Ok(exit_for(&job));
         }
         let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
             bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
         };
         let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
-        let Some(state) = repacker.run(&job).await? else {
+        let Some(_) = repacker.run(&job).await? else {
             bail!("{}@{}: another worker took the job over (this one's lease ran out)", args.repo, sha);
         };
         if let Some(bytes) = hubalign::blocking::peak_rss() {
             tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
         }
         let done = s.store.job_for(&args.repo, &sha, s.device).await?;
+        let needs_operator = done.failure_kind == Some(FailureKind::NeedsOperator);
         println!(
             "{}@{}: {}{}",
             args.repo,
             sha,
-            state.as_str(),
+            if needs_operator { "needs the operator" } else { done.state.as_str() },
             done.target_repo
                 .as_deref()
                 .map(|t| format!(" → {t}"))
                 .or(done.reason.as_deref().map(|r| format!(": {}", gate::escape_control(r))))
                 .unwrap_or_default()
         );
-        Ok(exit_for(state))
+        Ok(exit_for(&done))
     })
 }
 
@@ -344,15 +346,22 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             idle: Duration::from_secs(30),
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
+            operator_hold: hubalign::store::jobs::NEEDS_OPERATOR_HOLD,
             runner: Arc::new(RepackRunner { hub, hf, store, opts: s.opts }),
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         let summary = worker.run(stop, when_idle).await;
         println!(
-            "{} jobs: {} failed, {} panicked, {} taken over by another worker",
-            summary.claimed, summary.failed, summary.panicked, summary.lost
+            "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator",
+            summary.claimed, summary.failed, summary.panicked, summary.lost, summary.needs_operator
         );
-        Ok(if summary.failed + summary.panicked > 0 { Exit::Failure } else { Exit::Clean })
+        Ok(if summary.needs_operator > 0 {
+            Exit::NeedsOperator
+        } else if summary.failed + summary.panicked > 0 {
+            Exit::Failure
+        } else {
+            Exit::Clean
+        })
     })
 }
 
@@ -363,7 +372,7 @@ async fn queue_and_reconcile(
     hf: &HFClient,
     policy: &EnqueuePolicy,
 ) -> anyhow::Result<()> {
-    let queued = store.enqueue_affected(policy).await?;
+    let queued = enqueue_affected(store, policy).await?;
     if queued > 0 {
         tracing::info!(jobs = queued, "queued repack jobs from the audit");
     }

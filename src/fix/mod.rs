@@ -298,6 +298,7 @@ fn fix_shard(
         bytes_written: 0,
         seconds: 0.0,
         error: planned.error,
+        io_kind: None,
     };
     let Some((shard, plan)) = planned.ok else {
         fix.error = fix.error.map(|e| format!("left untouched: {e}"));
@@ -358,6 +359,7 @@ fn fix_shard(
             (fix, Some(entry))
         }
         Err(e) => {
+            fix.io_kind = crate::io_error::io_kind_in(&e);
             fix.error = Some(format!("{e}; the original is untouched"));
             (fix, None)
         }

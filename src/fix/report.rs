@@ -44,6 +44,10 @@ pub struct ShardFix {
     pub seconds: f64,
     /// Why it was skipped or failed; null on success.
     pub error: Option<String>,
+    /// The kind of the I/O failure behind `error`, if one: a full disk is the machine's fault, not the
+    /// shard's (the repack worker holds such a job for the operator). Not part of the report.
+    #[serde(skip)]
+    pub io_kind: Option<std::io::ErrorKind>,
 }
 
 /// What happened to one bundle.

@@ -15,6 +15,7 @@ use futures_util::StreamExt as _;
 use sha1::Digest as _;
 use thiserror::Error;
 
+use super::error::RepackError;
 use crate::gate;
 use crate::hashing::{Sha256Stream, is_hex, sha256_hex, to_hex};
 use crate::hub::HubClient;
@@ -43,11 +44,12 @@ pub enum DownloadError {
     /// size cap): permanent, never retried.
     #[error("refused: {0}")]
     Refused(String),
-    /// The transfer failed or arrived corrupt; another attempt may succeed.
-    #[error("{reason}")]
+    /// The transfer failed or arrived corrupt (another attempt may succeed), or the machine cannot hold it
+    /// (the operator must act).
+    #[error("{error}")]
     Failed {
-        /// Which file and why.
-        reason: String,
+        /// Which file, why, and what it means for the job.
+        error: RepackError,
         /// Bytes fetched before the failure.
         bytes: u64,
     },
@@ -99,18 +101,18 @@ pub async fn download(
     let refuse = |e: gate::Invalid| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
     gate::check_repo_id(repo).map_err(refuse)?;
     gate::check_revision(sha).map_err(refuse)?;
-    let fail = |reason: String| DownloadError::Failed { reason, bytes: 0 };
-    let tree = hub.tree(repo, sha).await.map_err(|e| fail(e.to_string()))?;
+    let fail = |error: RepackError| DownloadError::Failed { error, bytes: 0 };
+    let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), &e)))?;
     check_tree(&tree, max_bytes).map_err(|e| DownloadError::Refused(format!("{repo}@{sha}: {e}")))?;
     for dir in
         [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
     {
-        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(RepackError::io(dir.display(), &e)))?;
     }
     let mut reused = 0;
     let mut wanted = Vec::new();
     for f in &tree {
-        let dest = destination(&layout.source, &f.path).map_err(|e| fail(format!("{}: {e}", f.path)))?;
+        let dest = destination(&layout.source, &f.path).map_err(|e| fail(RepackError::io(&f.path, &e)))?;
         let repair = layout.repair.as_ref().filter(|_| streamable(f));
         if repaired_on_disk(repair, &dest, f) {
             reused += 1;
@@ -147,18 +149,21 @@ pub async fn download(
     let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
     let mut bytes = 0u64;
     // A file that fails does not stop the others: the next attempt then fetches only what failed.
-    let mut failures = Vec::new();
+    let mut failed: Option<RepackError> = None;
     for result in results {
         match result {
             Ok(n) => bytes += n,
-            Err((reason, n)) => {
+            Err((error, n)) => {
                 bytes += n;
-                failures.push(reason);
+                failed = Some(match failed {
+                    Some(before) => before.join(error),
+                    None => error,
+                });
             }
         }
     }
-    if !failures.is_empty() {
-        return Err(DownloadError::Failed { reason: failures.join("; "), bytes });
+    if let Some(error) = failed {
+        return Err(DownloadError::Failed { error, bytes });
     }
     if reused > 0 {
         tracing::info!(repo.id = %repo, files = reused, "resumed a download: kept verified files");
@@ -294,7 +299,7 @@ async fn fetch_file(
     (partial, dest): (&Path, &Path),
     repair: Option<&RepairTarget>,
     connections: usize,
-) -> Result<(u64, bool), (String, u64)> {
+) -> Result<(u64, bool), (RepackError, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
     if repair.is_some() {
         let _ = std::fs::remove_file(partial);
@@ -325,7 +330,7 @@ async fn fetch_file(
             End::Complete => break,
             End::Cut(why) => {
                 tracing::debug!(shard.file = %f.path, requests, bytes = have, reason = %why, "transfer cut; resuming");
-                stopped = Some(why);
+                stopped = Some(RepackError::transient(why));
                 // A cut after progress is resumed at once, as curl does; one with none backs off.
                 if sent.accepted == 0 {
                     attempt += 1;
@@ -350,7 +355,8 @@ async fn fetch_file(
         (Err(e), _) => Err((e, fetched)),
         // A partial file that holds wrong bytes fails the hash next time and is fetched whole again.
         (Ok(_), why) => {
-            Err((why.unwrap_or_else(|| format!("{}: {have} of {} bytes arrived", f.path, f.size)), fetched))
+            let short = || RepackError::transient(format!("{}: {have} of {} bytes arrived", f.path, f.size));
+            Err((why.unwrap_or_else(short), fetched))
         }
     }
 }
@@ -385,8 +391,8 @@ type Written = std::io::Result<(u64, Finished)>;
 fn join_writer(
     joined: Result<Written, crate::blocking::BlockingError>,
     f: &TreeFile,
-) -> Result<(u64, Finished), String> {
-    joined.map_err(|e| format!("{}: {e}", f.path))?.map_err(|e| format!("{}: {e}", f.path))
+) -> Result<(u64, Finished), RepackError> {
+    joined.map_err(|e| RepackError::caused_by(&e).context(&f.path))?.map_err(|e| RepackError::io(&f.path, &e))
 }
 
 /// Hashes the partial file's first `start` bytes (what an earlier transfer left), then appends and hashes
@@ -445,7 +451,7 @@ fn finish(
     partial: &Path,
     dest: &Path,
     repair: Option<&RepairTarget>,
-) -> Result<bool, String> {
+) -> Result<bool, RepackError> {
     let (matches, repaired) = match written {
         Finished::Whole(digest) => (digest.matches(), None),
         Finished::Streamed(sha256, streamed) => {
@@ -462,17 +468,20 @@ fn finish(
     if !matches {
         // A repaired file staged from it goes with it (its temporary file is removed when dropped).
         let _ = std::fs::remove_file(partial);
-        return Err(format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path));
+        let why = format!("{}: content does not match the Hub's hash; refusing a corrupted download", f.path);
+        return Err(RepackError::transient(why));
     }
     let kept = match (repaired, repair) {
         (Some((r, oid)), Some(target)) => {
-            r.keep(&target.dir, &oid).map_err(|e| format!("{}: keeping the repaired shard: {e}", f.path))?;
+            r.keep(&target.dir, &oid).map_err(|e| {
+                RepackError::caused_by(&e).context(format_args!("{}: keeping the repaired shard", f.path))
+            })?;
             true
         }
         _ => false,
     };
-    safe_fs::clear_for_write(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
-    std::fs::rename(partial, dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    safe_fs::clear_for_write(dest).map_err(|e| RepackError::io(dest.display(), &e))?;
+    std::fs::rename(partial, dest).map_err(|e| RepackError::io(dest.display(), &e))?;
     Ok(kept)
 }
 

@@ -5,6 +5,7 @@
 pub mod ahead;
 pub mod card;
 pub mod download;
+pub mod error;
 pub mod lfs;
 pub mod lifecycle;
 pub mod mlx;
@@ -78,29 +79,17 @@ pub struct Repacker<'a> {
     pub opts: &'a RepackOptions,
 }
 
-/// A step failed: the job says why, and whether trying again may help.
-struct StepError {
-    reason: String,
-    retry: bool,
-}
-
-fn permanent(reason: impl Into<String>) -> StepError {
-    StepError { reason: reason.into(), retry: false }
-}
-
-fn transient(reason: impl Into<String>) -> StepError {
-    StepError { reason: reason.into(), retry: true }
-}
+pub use error::RepackError;
 
 /// Runs a disk- or CPU-bound step on a thread of its own, so that a repack never holds an executor thread
 /// the pages and the audit share; a panic there fails the step, to be tried again. The work starts at once,
 /// not when the result is first awaited.
 fn off_executor<T: Send + 'static>(
     what: &'static str,
-    work: impl FnOnce() -> Result<T, StepError> + Send + 'static,
-) -> impl Future<Output = Result<T, StepError>> {
+    work: impl FnOnce() -> Result<T, RepackError> + Send + 'static,
+) -> impl Future<Output = Result<T, RepackError>> {
     let running = crate::blocking::run(what, work);
-    async move { running.await.map_err(|e| transient(e.to_string()))? }
+    async move { running.await.map_err(|e| RepackError::caused_by(&e))? }
 }
 
 /// What the publish step waits for from the work that runs beside it.
@@ -145,8 +134,8 @@ impl Repacker<'_> {
         let outcome = match self.steps(job, &dir).await {
             Ok(outcome) => outcome,
             Err(e) => {
-                tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, "repack failed");
-                JobOutcome::Failed { reason: e.reason, retry: e.retry }
+                tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, kind = e.kind.as_str(), "repack failed");
+                JobOutcome::Failed { reason: e.reason, kind: e.kind }
             }
         };
         let Some(state) = self.store.finish_job(job.id, &self.opts.worker, &outcome).await? else {
@@ -167,19 +156,18 @@ impl Repacker<'_> {
     async fn visibility(
         &self,
         job: &Job,
-    ) -> Result<(Result<policy::Visibility, &'static str>, Option<ModelInfo>), StepError> {
+    ) -> Result<(Result<policy::Visibility, &'static str>, Option<ModelInfo>), RepackError> {
         let info = self.hub.model_info(&job.repo_id).await;
         let verdict = policy::visibility_now(
             &job.repo_id,
             info.as_ref(),
             &self.opts.target_namespace,
             &self.opts.private_mirrors,
-        )
-        .map_err(transient)?;
+        )?;
         Ok((verdict, info.ok()))
     }
 
-    async fn step(&self, job: &Job, state: JobState) -> Result<(), StepError> {
+    async fn step(&self, job: &Job, state: JobState) -> Result<(), RepackError> {
         // The crash tests kill a worker between a step's work and the record of the next step; debug builds
         // can be told to linger there so that the kill lands in that window every time.
         #[cfg(debug_assertions)]
@@ -190,16 +178,16 @@ impl Repacker<'_> {
         tracing::info!(job.id = job.id, repo.id = %job.repo_id, step = state.as_str(), rss.peak_bytes = rss, "step");
         match self.store.advance_job(job.id, &self.opts.worker, state, self.opts.lease).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(transient("the lease was lost to another worker")),
-            Err(e) => Err(transient(e.to_string())),
+            Ok(false) => Err(RepackError::transient("the lease was lost to another worker")),
+            Err(e) => Err(RepackError::transient(e.to_string())),
         }
     }
 
-    async fn steps(&self, job: &Job, dir: &std::path::Path) -> Result<JobOutcome, StepError> {
+    async fn steps(&self, job: &Job, dir: &std::path::Path) -> Result<JobOutcome, RepackError> {
         if let Err(e) =
             crate::gate::check_repo_id(&job.repo_id).and_then(|()| crate::gate::check_revision(&job.source_sha))
         {
-            return Err(permanent(format!("refusing the job: {e}")));
+            return Err(RepackError::permanent(format!("refusing the job: {e}")));
         }
         let source = dir.join("source");
         let output = dir.join("aligned");
@@ -252,7 +240,7 @@ impl Repacker<'_> {
         dir: &std::path::Path,
         ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
         ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
-    ) -> Result<JobOutcome, StepError> {
+    ) -> Result<JobOutcome, RepackError> {
         let (source, output, streamed) = (dir.join("source"), dir.join("aligned"), dir.join("streamed"));
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         let _ = std::fs::remove_dir_all(&output);
@@ -275,8 +263,8 @@ impl Repacker<'_> {
             tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
         }
         let fetched = fetched.map_err(|e| match e {
-            download::DownloadError::Refused(reason) => permanent(format!("download refused: {reason}")),
-            download::DownloadError::Failed { reason, .. } => transient(reason),
+            download::DownloadError::Refused(reason) => RepackError::permanent(format!("download refused: {reason}")),
+            download::DownloadError::Failed { error, .. } => error,
         })?;
         if !fetched.tree.iter().any(|f| f.path.ends_with(".safetensors")) {
             return Ok(JobOutcome::Skipped { reason: "no safetensors files at this commit".into() });
@@ -304,7 +292,7 @@ impl Repacker<'_> {
         let check = off_executor("the MLX check", move || {
             let tell = |line: &serde_json::Value| drop(started_tx.send(line.clone()));
             mlx::check_with(&python, &script, &out, mlx_device, tell)
-                .map_err(|e| permanent(format!("MLX load check: {e}")))
+                .map_err(|e| RepackError::permanent(format!("MLX load check: {e}")))
         });
         tokio::pin!(check);
         // A pull request is proposed after the check (its upload is not held back); a mirror is published
@@ -389,7 +377,7 @@ impl Repacker<'_> {
         record: serde_json::Value,
         (manifest, checks): (Manifest, verify::LocalChecks),
         Beside { verdict, ahead }: Beside,
-    ) -> Result<JobOutcome, StepError> {
+    ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
         let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();
@@ -400,7 +388,7 @@ impl Repacker<'_> {
                 bot: &self.opts.bot_user,
                 sources: &sources,
             };
-            let proposal = pull_request::propose(self.hub, self.hf, &target, output).await.map_err(transient)?;
+            let proposal = pull_request::propose(self.hub, self.hf, &target, output).await?;
             return Ok(match proposal {
                 pull_request::Proposal::Opened { num, commit } => {
                     tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
@@ -414,14 +402,9 @@ impl Repacker<'_> {
             (Ok(v), info) => (v, info),
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
-        let publish_err = |e: publish::PublishError| match e {
-            publish::PublishError::Refused(r) => permanent(r),
-            publish::PublishError::Failed(r) => transient(r),
-        };
         let private = visibility == policy::Visibility::Private;
-        let target = publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private)
-            .await
-            .map_err(publish_err)?;
+        let target =
+            publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private).await?;
         let _ = self.store.set_job_target(job.id, &target).await;
         let (src, alignment) = (source.to_owned(), self.opts.alignment);
         let before_bytes = off_executor("the source's audit", move || Ok(misaligned_bytes(&src, alignment))).await?;
@@ -439,8 +422,9 @@ impl Repacker<'_> {
             mlx: record,
         };
         let data = card::CardData::new(&manifest, inputs);
-        std::fs::write(output.join("README.md"), card::render(&data).map_err(permanent)?)
-            .map_err(|e| transient(e.to_string()))?;
+        let card_path = output.join("README.md");
+        std::fs::write(&card_path, card::render(&data).map_err(RepackError::permanent)?)
+            .map_err(|e| RepackError::io(card_path.display(), &e))?;
         let ahead = match ahead {
             Some(sent) => sent.await.ok().flatten(),
             None => None,
@@ -461,7 +445,7 @@ impl Repacker<'_> {
             verdict,
             ahead: ahead.as_ref(),
         };
-        let commit = match publish::publish(&mirror, output, &job.source_sha).await.map_err(publish_err)? {
+        let commit = match publish::publish(&mirror, output, &job.source_sha).await? {
             publish::Published::Committed { commit, bytes_uploaded } => {
                 tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
                 if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
@@ -487,8 +471,8 @@ fn relay(
     alignment: Alignment,
     repo: &str,
     sha: &str,
-) -> Result<Relaid, StepError> {
-    let bundles = discover(&[source.to_owned()]).map_err(|e| permanent(e.to_string()))?;
+) -> Result<Relaid, RepackError> {
+    let bundles = discover(&[source.to_owned()]).map_err(|e| RepackError::permanent(e.to_string()))?;
     if bundles.len() != 1 {
         return Ok(Relaid::Skipped(format!("{} bundle directories in one repo; not repacked", bundles.len())));
     }
@@ -501,37 +485,41 @@ fn relay(
         digests: crate::safetensors::rewrite::Digests::Minimal,
         prepared: Some(streamed.to_owned()),
     };
-    let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| transient(e.to_string()))?;
+    let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| RepackError::caused_by(&e))?;
     let t = &report.totals;
     if t.invalid > 0 || t.failed > 0 {
-        let why: Vec<String> = report.bundles.iter().flat_map(|b| &b.shards).filter_map(|s| s.error.clone()).collect();
-        return Err(permanent(format!(
-            "re-layout left {} invalid and {} failed shards: {}",
-            t.invalid,
-            t.failed,
-            why.join("; ")
-        )));
+        let shards = || report.bundles.iter().flat_map(|b| &b.shards);
+        let why: Vec<String> = shards().filter_map(|s| s.error.clone()).collect();
+        let reason = format!("re-layout left {} invalid and {} failed shards: {}", t.invalid, t.failed, why.join("; "));
+        // An invalid shard stays invalid; a rewrite that failed left its original intact and may be tried
+        // again, unless the machine is at fault (a full disk), which only the operator can mend.
+        let kind = shards().filter_map(|s| s.io_kind).map(error::FailureKind::of_io).max();
+        return Err(match kind {
+            Some(error::FailureKind::NeedsOperator) => RepackError::needs_operator(reason),
+            _ if t.invalid > 0 => RepackError::permanent(reason),
+            _ => RepackError::transient(reason),
+        });
     }
     if t.rewritten == 0 {
         return Ok(Relaid::Skipped("every shard is already aligned".into()));
     }
     let mut manifest = Manifest::read(output)
-        .map_err(|e| permanent(e.to_string()))?
-        .ok_or_else(|| permanent("fix wrote no manifest"))?;
+        .map_err(|e| RepackError::permanent(e.to_string()))?
+        .ok_or_else(|| RepackError::permanent("fix wrote no manifest"))?;
     manifest.source_repo = Some(repo.to_owned());
     manifest.source_revision = Some(sha.to_owned());
     manifest.source_dir = format!("{repo}@{sha}");
-    manifest.write(output).map_err(|e| transient(e.to_string()))?;
+    manifest.write(output).map_err(|e| RepackError::caused_by(&e))?;
     Ok(Relaid::Staged)
 }
 
 /// The structural and memory-map checks of a staged bundle.
-fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChecks), StepError> {
+fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChecks), RepackError> {
     let manifest = Manifest::read(output)
-        .map_err(|e| permanent(e.to_string()))?
-        .ok_or_else(|| permanent("no manifest in the staged bundle"))?;
-    verify::structural(output, &manifest).map_err(|e| permanent(format!("structural check: {e}")))?;
-    let checks = verify::mmap(output, &manifest).map_err(|e| permanent(format!("mmap check: {e}")))?;
+        .map_err(|e| RepackError::permanent(e.to_string()))?
+        .ok_or_else(|| RepackError::permanent("no manifest in the staged bundle"))?;
+    verify::structural(output, &manifest).map_err(|e| RepackError::permanent(format!("structural check: {e}")))?;
+    let checks = verify::mmap(output, &manifest).map_err(|e| RepackError::permanent(format!("mmap check: {e}")))?;
     Ok((manifest, checks))
 }
 

@@ -6,8 +6,13 @@
 //! the stored flags when jobs are queued, on the Hub's answer when a job starts, and again right before
 //! publishing, since a source can change between the audit and the commit.
 
+use std::collections::BTreeSet;
+
+use super::error::RepackError;
 use crate::hub::info::ModelInfo;
 use crate::hub::{Access, HubError};
+use crate::store::jobs::{Candidate, NewJob, VerifyDevice};
+use crate::store::{Store, StoreError};
 
 /// The reason a gated source is skipped.
 pub const GATED: &str = "gated: the licence gate cannot be carried over";
@@ -77,7 +82,7 @@ pub fn visibility_now(
     info: Result<&ModelInfo, &HubError>,
     target_namespace: &str,
     private: &PrivateMirrors,
-) -> Result<Result<Visibility, &'static str>, String> {
+) -> Result<Result<Visibility, &'static str>, RepackError> {
     match info {
         Ok(info) => Ok(visibility(
             source,
@@ -89,9 +94,68 @@ pub fn visibility_now(
             Some(Access::Vanished) => Ok(Err(GONE)),
             Some(Access::Gated) => Ok(Err(GATED)),
             Some(Access::Disabled) => Ok(Err(DISABLED)),
-            Some(Access::Moved) | None => Err(format!("checking the source's visibility: {e}")),
+            Some(Access::Moved) | None => Err(RepackError::hub("checking the source's visibility", e)),
         },
     }
+}
+
+/// Which affected repos become jobs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnqueuePolicy {
+    /// Only repos duplicating at least this many bytes.
+    pub min_bytes: i64,
+    /// Only these namespaces (all when empty).
+    pub include: BTreeSet<String>,
+    /// Never these namespaces.
+    pub skip: BTreeSet<String>,
+    /// Owners (namespaces) or repos that asked not to be mirrored.
+    pub opt_out: BTreeSet<String>,
+    /// Where the jobs' MLX check runs (`Metal` waits for the macOS runner).
+    pub verify_device: VerifyDevice,
+    /// Where private mirrors of private sources are allowed.
+    pub private_mirrors: PrivateMirrors,
+}
+
+impl EnqueuePolicy {
+    /// Why `candidate` is not to be repacked, or `None` if it is.
+    pub fn excludes(&self, candidate: &Candidate) -> Option<&'static str> {
+        let repo = &candidate.affected;
+        let flags = SourceFlags { private: candidate.private, gated: candidate.gated, disabled: candidate.disabled };
+        // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
+        // skipped whatever the target.
+        let target_ns = self.private_mirrors.0.as_deref().unwrap_or("");
+        if let Err(reason) = visibility(&repo.repo, flags, target_ns, &self.private_mirrors) {
+            Some(reason)
+        } else if self.opt_out.contains(&repo.repo) || self.opt_out.contains(&repo.namespace) {
+            Some("the owner opted out")
+        } else if self.skip.contains(&repo.namespace) {
+            Some("publisher skipped by policy")
+        } else if !self.include.is_empty() && !self.include.contains(&repo.namespace) {
+            Some("publisher not included by policy")
+        } else if repo.shards_invalid > 0 {
+            Some("the bundle has invalid shards")
+        } else {
+            None
+        }
+    }
+}
+
+/// Creates a job for every affected repo at its audited commit that has none yet; repos the policy excludes
+/// get a `skipped` job saying why. Returns how many jobs were queued.
+pub async fn enqueue_affected(store: &Store, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
+    let jobs: Vec<NewJob> = store
+        .candidates(policy.min_bytes)
+        .await?
+        .into_iter()
+        .map(|c| NewJob {
+            skipped: policy.excludes(&c).map(str::to_owned),
+            repo: c.affected.repo,
+            sha: c.affected.sha,
+            misaligned_bytes: c.affected.misaligned_bytes,
+            verify_device: policy.verify_device,
+        })
+        .collect();
+    store.create_jobs(&jobs).await
 }
 
 #[cfg(test)]

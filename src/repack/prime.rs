@@ -22,6 +22,7 @@ use xet_data::deduplication::Chunker;
 use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_runtime::core::XetContext;
 
+use super::error::RepackError;
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient, SMALL_CAP, read_capped};
 
@@ -45,14 +46,14 @@ pub(super) fn write_token_url(hub: &HubClient, target: &str) -> String {
 }
 
 /// A CAS write token for `target`, or `None` where the Hub offers no Xet storage (a 404).
-pub(super) async fn write_token(hub: &HubClient, target: &str) -> Result<Option<XetToken>, String> {
+pub(super) async fn write_token(hub: &HubClient, target: &str) -> Result<Option<XetToken>, RepackError> {
     let url = write_token_url(hub, target);
     match hub.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await {
-        Ok(answer) => {
-            serde_json::from_slice(&answer.body).map(Some).map_err(|e| format!("{target}: Xet write token: {e}"))
-        }
+        Ok(answer) => serde_json::from_slice(&answer.body)
+            .map(Some)
+            .map_err(|e| RepackError::transient(format!("{target}: Xet write token: {e}"))),
         Err(crate::hub::HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(RepackError::hub(format_args!("{target}: Xet write token"), &e)),
     }
 }
 
@@ -71,7 +72,7 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed
     match write_token(hub, target).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,
         Ok(None) => log_outcome(target, sources, Err("no Xet storage on this Hub".into())),
-        Err(e) => log_outcome(target, sources, Err(e)),
+        Err(e) => log_outcome(target, sources, Err(e.reason)),
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use hf_hub::{HFClient, RepoTypeModel};
 
 use super::ahead::{self, Ahead};
+use super::error::RepackError;
 use super::policy::Visibility;
 use super::upload::{self, CommitError, Verdict};
 use crate::hashing::sha256_hex;
@@ -27,17 +28,6 @@ pub enum Published {
     },
     /// The mirror already holds this source commit's repair; nothing was sent.
     AlreadyThere(String),
-}
-
-/// Why publishing stopped.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PublishError {
-    /// The mirror belongs to another source, or no free name was found: never retried.
-    #[error("{0}")]
-    Refused(String),
-    /// A network or Hub failure; another attempt may succeed.
-    #[error("{0}")]
-    Failed(String),
 }
 
 /// Longest name the mirror may have (the Hub's limit for a repo name).
@@ -80,12 +70,12 @@ pub enum Holder {
 const MANIFEST_CAP: usize = 64 << 20;
 
 /// Reads the mirror's manifest to say whose mirror it is.
-pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, PublishError> {
+pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, RepackError> {
     let url = hub.resolve_url(target, "main", MANIFEST_FILE);
     match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await {
         Ok(fetched) => {
             let manifest: serde_json::Value = serde_json::from_slice(&fetched.body)
-                .map_err(|e| PublishError::Refused(format!("{target}: its {MANIFEST_FILE} is not JSON: {e}")))?;
+                .map_err(|e| RepackError::permanent(format!("{target}: its {MANIFEST_FILE} is not JSON: {e}")))?;
             let text = |k: &str| manifest.get(k).and_then(|v| v.as_str()).map(str::to_owned);
             Ok(match text("source_repo") {
                 Some(repo) => Holder::Source { repo, revision: text("source_revision") },
@@ -95,7 +85,7 @@ pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, PublishErro
         Err(e) => match (e.error_code(), e.access()) {
             (Some("RepoNotFound"), _) | (None, Some(crate::hub::Access::Vanished)) => Ok(Holder::Free),
             (Some("EntryNotFound" | "RevisionNotFound"), _) => Ok(Holder::Unknown),
-            _ => Err(PublishError::Failed(format!("reading {target}'s manifest: {e}"))),
+            _ => Err(RepackError::hub(format_args!("reading {target}'s manifest"), &e)),
         },
     }
 }
@@ -108,8 +98,8 @@ pub async fn choose_mirror(
     source: &str,
     target_namespace: &str,
     private: bool,
-) -> Result<String, PublishError> {
-    let store_err = |e: crate::store::StoreError| PublishError::Failed(e.to_string());
+) -> Result<String, RepackError> {
+    let store_err = |e: crate::store::StoreError| RepackError::transient(e.to_string());
     if let Some(row) = store.mirror_of(source).await.map_err(store_err)? {
         return Ok(row.target_repo);
     }
@@ -126,7 +116,7 @@ pub async fn choose_mirror(
             return Ok(candidate);
         }
     }
-    Err(PublishError::Refused(format!("{source}: every mirror name in {target_namespace} is taken by another source")))
+    Err(RepackError::permanent(format!("{source}: every mirror name in {target_namespace} is taken by another source")))
 }
 
 /// Where a bundle is published and what its upload may deduplicate against.
@@ -151,12 +141,12 @@ pub struct Mirror<'a> {
 }
 
 /// Fails unless the mirror is free, unknown to any source yet, or this source's.
-async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, PublishError> {
+async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, RepackError> {
     let holder = holder(mirror.hub, mirror.target).await?;
     if let Holder::Source { repo, .. } = &holder
         && repo != mirror.source
     {
-        return Err(PublishError::Refused(format!(
+        return Err(RepackError::permanent(format!(
             "{} holds the mirror of {}, not of {}; nothing committed",
             mirror.target,
             crate::gate::quote(repo),
@@ -169,11 +159,11 @@ async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, PublishError> {
 /// Uploads `dir` to the mirror: created private, committed, then made public unless it must stay private.
 /// The mirror's manifest is checked before every commit: a repo that holds another source's mirror is never
 /// committed to. If it already holds this source commit's repair, nothing is sent.
-pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, PublishError> {
+pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
     let (hf, target) = (mirror.hf, mirror.target);
-    let failed = |what: &str, e: &dyn std::fmt::Display| PublishError::Failed(format!("{what} {target}: {e}"));
+    let failed = |what: &str, e: &hf_hub::HFError| RepackError::hf(format_args!("{what} {target}"), e);
     let (ns, name) =
-        target.split_once('/').ok_or_else(|| PublishError::Refused(format!("{target}: not namespace/name")))?;
+        target.split_once('/').ok_or_else(|| RepackError::permanent(format!("{target}: not namespace/name")))?;
     let repo = hf.model(ns, name);
     let public = mirror.visibility == Visibility::Public;
     if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
@@ -186,7 +176,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     create_private(hf, target).await?;
     // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
     let files = upload::files_of(dir);
-    let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await.map_err(PublishError::Failed)?;
+    let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await?;
     let (to_store, inline): (Vec<_>, Vec<_>) =
         files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
     let order: Vec<String> = to_store.iter().map(|(rel, _)| rel.clone()).collect();
@@ -194,8 +184,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     // Priming asks about the sources of the files still to send only.
     let sources: Vec<PathBuf> =
         mirror.sources.iter().filter(|p| to_send.iter().any(|(rel, _)| p.ends_with(rel))).cloned().collect();
-    let (mut stored, through_xet) =
-        upload::to_xet(mirror.hub, target, &to_send, &sources).await.map_err(PublishError::Failed)?;
+    let (mut stored, through_xet) = upload::to_xet(mirror.hub, target, &to_send, &sources).await?;
     stored.extend(sent_ahead);
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
@@ -210,9 +199,9 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
         Err(CommitError::Moved) => match check_holder(mirror).await? {
             Holder::Source { revision: Some(rev), .. } if rev == source_sha => (head(mirror.hub, target).await?, 0),
-            _ => return Err(PublishError::Failed(format!("{target}: its main branch moved during the commit"))),
+            _ => return Err(RepackError::transient(format!("{target}: its main branch moved during the commit"))),
         },
-        Err(CommitError::Failed(why)) => return Err(PublishError::Failed(why)),
+        Err(CommitError::Failed(why)) => return Err(why),
     };
     if public {
         repo.update_settings().private(false).send().await.map_err(|e| failed("making public", &e))?;
@@ -222,15 +211,15 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
 }
 
 /// Creates `target`, private, unless it exists.
-async fn create_private(hf: &HFClient, target: &str) -> Result<(), PublishError> {
+async fn create_private(hf: &HFClient, target: &str) -> Result<(), RepackError> {
     let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true).exist_ok(true);
-    request.send().await.map_err(|e| PublishError::Failed(format!("creating {target}: {e}")))?;
+    request.send().await.map_err(|e| RepackError::hf(format_args!("creating {target}"), &e))?;
     Ok(())
 }
 
 /// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
 /// is nothing to upload ahead, because it already holds this source commit's repair.
-pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, PublishError> {
+pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, RepackError> {
     if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
         && rev == source_sha
     {
@@ -241,23 +230,20 @@ pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<
 }
 
 /// The commit `target`'s main branch is at.
-async fn head(hub: &HubClient, target: &str) -> Result<String, PublishError> {
-    let info = hub.model_info(target).await.map_err(|e| PublishError::Failed(format!("reading {target}: {e}")))?;
+async fn head(hub: &HubClient, target: &str) -> Result<String, RepackError> {
+    let info = hub.model_info(target).await.map_err(|e| RepackError::hub(format_args!("reading {target}"), &e))?;
     info.sha
         .filter(|s| crate::gate::check_revision(s).is_ok())
-        .ok_or_else(|| PublishError::Failed(format!("{target}: the Hub names no commit for its main branch")))
+        .ok_or_else(|| RepackError::transient(format!("{target}: the Hub names no commit for its main branch")))
 }
 
 /// Waits for the MLX check's verdict; anything but a pass commits nothing.
-async fn wait_for_verdict(
-    mut verdict: tokio::sync::watch::Receiver<Verdict>,
-    target: &str,
-) -> Result<(), PublishError> {
+async fn wait_for_verdict(mut verdict: tokio::sync::watch::Receiver<Verdict>, target: &str) -> Result<(), RepackError> {
     let decided = verdict.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
     match decided {
         Some(Ok(())) => Ok(()),
-        Some(Err(why)) => Err(PublishError::Failed(format!("nothing committed to {target}: {why}"))),
-        None => Err(PublishError::Failed(format!("nothing committed to {target}: the MLX check gave no verdict"))),
+        Some(Err(why)) => Err(RepackError::transient(format!("nothing committed to {target}: {why}"))),
+        None => Err(RepackError::transient(format!("nothing committed to {target}: the MLX check gave no verdict"))),
     }
 }
 

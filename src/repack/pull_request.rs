@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use hf_hub::HFClient;
 use hf_hub::repository::CommitOperation;
 
+use super::error::RepackError;
 use super::prime::prime;
 use crate::hub::HubClient;
 
@@ -36,8 +37,9 @@ pub enum Proposal {
     Declined(String),
 }
 
-async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<Option<String>, String> {
-    let prs = hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| e.to_string())?;
+async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<Option<String>, RepackError> {
+    let prs =
+        hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", &e))?;
     Ok(prs.into_iter().find(|p| p.base.as_deref() == Some(head) || p.status == "closed").map(|p| {
         match p.status.as_str() {
             "closed" => format!("the owner closed #{}: not proposing again", p.num),
@@ -61,14 +63,14 @@ pub struct Target<'a> {
 /// Opens the pull request on the source repo with every file of `dir` but the model card, unless one by the
 /// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
 /// workers.
-pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, String> {
+pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
     let mut operations = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| RepackError::io(dir.display(), &e))?
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
@@ -81,7 +83,8 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
-    let (ns, name) = repo.split_once('/').ok_or_else(|| format!("{repo}: not namespace/name"))?;
+    let (ns, name) =
+        repo.split_once('/').ok_or_else(|| RepackError::permanent(format!("{repo}: not namespace/name")))?;
     let info = hf
         .model(ns, name)
         .create_commit()
@@ -92,6 +95,6 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
         .create_pr(true)
         .send()
         .await
-        .map_err(|e| format!("opening a pull request on {repo}: {e}"))?;
+        .map_err(|e| RepackError::hf(format_args!("opening a pull request on {repo}"), &e))?;
     Ok(Proposal::Opened { num: info.pr_num.unwrap_or(0), commit: info.commit_oid.unwrap_or_default() })
 }

@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use reqwest::StatusCode;
 
+use super::error::RepackError;
 use crate::hub::pacing::Bucket;
 use crate::hub::tree::TreeFile;
 use crate::hub::{HubClient, describe};
@@ -40,7 +41,7 @@ pub(super) enum End {
     /// may succeed.
     Cut(String),
     /// The request failed, or the server sent more than the tree lists: this attempt at the file is over.
-    Refused(String),
+    Refused(RepackError),
 }
 
 /// Asks for the file from byte `have` on and passes what arrives to the writer, in order. A server that
@@ -81,13 +82,14 @@ pub(super) async fn send_rest(
             continue;
         }
         if sent.accepted.saturating_add(chunk.len() as u64) > expected {
-            sent.end = End::Refused(format!("{}: more bytes than the {} the tree lists", f.path, f.size));
+            let why = format!("{}: more bytes than the {} the tree lists", f.path, f.size);
+            sent.end = End::Refused(RepackError::transient(why));
             return sent;
         }
         sent.accepted += chunk.len() as u64;
         if tx.send(chunk).await.is_err() {
             // The writer stopped; its own error says why.
-            sent.end = End::Refused(format!("{}: the writer stopped", f.path));
+            sent.end = End::Refused(RepackError::transient(format!("{}: the writer stopped", f.path)));
             return sent;
         }
     }
@@ -110,7 +112,7 @@ async fn open_at(
     let range = [("range", last.map_or_else(|| format!("bytes={start}-"), |last| format!("bytes={start}-{last}")))];
     let headers: &[(&'static str, String)] = if start > 0 || last.is_some() { &range } else { &[] };
     let opened =
-        hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| End::Refused(format!("{}: {e}", f.path)))?;
+        hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| End::Refused(RepackError::hub(&f.path, &e)))?;
     match opened.status {
         StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(start) => Ok((opened.response, false)),
         StatusCode::PARTIAL_CONTENT => {
@@ -150,7 +152,7 @@ pub(super) async fn send_segments(
             let piece = bytes.slice(at..(at + SLICE).min(bytes.len()));
             sent.accepted += piece.len() as u64;
             if tx.send(piece).await.is_err() {
-                sent.end = End::Refused(format!("{}: the writer stopped", f.path));
+                sent.end = End::Refused(RepackError::transient(format!("{}: the writer stopped", f.path)));
                 break;
             }
         }
@@ -194,7 +196,7 @@ async fn fetch_segment(
                 received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                 if buf.len().saturating_add(chunk.len()) > want {
                     let why = format!("{}: more bytes than the range {start}-{last} asked for", f.path);
-                    return (Bytes::new(), Some(End::Refused(why)));
+                    return (Bytes::new(), Some(End::Refused(RepackError::transient(why))));
                 }
                 buf.extend_from_slice(&chunk);
             }

@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt as _;
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
 use xet_runtime::config::XetConfig;
 
+use super::error::RepackError;
 use super::prime::{prime_with, write_token, write_token_url};
 use crate::hub::{HubClient, HubError};
 
@@ -41,24 +42,27 @@ pub async fn preupload(
     hub: &HubClient,
     target: &str,
     files: &[(String, PathBuf, u64)],
-) -> Result<(Vec<String>, u64), String> {
+) -> Result<(Vec<String>, u64), RepackError> {
     let url = format!("{}/api/models/{}/preupload/main", hub.endpoint(), crate::gate::encode_path(target));
     let (mut lfs, mut sent) = (Vec::new(), 0u64);
     for batch in files.chunks(PREUPLOAD_BATCH) {
         let mut asked = Vec::with_capacity(batch.len());
         for (rel, path, size) in batch {
             let mut sample = Vec::with_capacity(SAMPLE as usize);
-            let file = tokio::fs::File::open(path).await.map_err(|e| format!("{}: {e}", path.display()))?;
-            file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = tokio::fs::File::open(path).await.map_err(|e| RepackError::io(path.display(), &e))?;
+            file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| RepackError::io(path.display(), &e))?;
             let sample = base64::engine::general_purpose::STANDARD.encode(sample);
             asked.push(serde_json::json!({"path": rel, "sample": sample, "size": size}));
         }
-        let body = serde_json::to_vec(&serde_json::json!({ "files": asked })).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(&serde_json::json!({ "files": asked }))
+            .map_err(|e| RepackError::permanent(e.to_string()))?;
         sent += body.len() as u64;
-        let answer =
-            hub.post(&url, "application/json", body).await.map_err(|e| format!("preupload to {target}: {e}"))?;
-        let answer: serde_json::Value =
-            serde_json::from_slice(&answer.body).map_err(|e| format!("preupload to {target}: {e}"))?;
+        let answer = hub
+            .post(&url, "application/json", body)
+            .await
+            .map_err(|e| RepackError::hub(format_args!("preupload to {target}"), &e))?;
+        let answer: serde_json::Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| RepackError::transient(format!("preupload to {target}: {e}")))?;
         let modes = answer["files"].as_array().cloned().unwrap_or_default();
         for (rel, _, size) in batch {
             let mode = modes.iter().find(|m| m["path"] == rel.as_str()).and_then(|m| m["uploadMode"].as_str());
@@ -78,7 +82,7 @@ pub async fn to_xet(
     target: &str,
     files: &[(String, PathBuf)],
     sources: &[PathBuf],
-) -> Result<(HashMap<String, Stored>, u64), String> {
+) -> Result<(HashMap<String, Stored>, u64), RepackError> {
     if files.is_empty() {
         return Ok((HashMap::new(), 0));
     }
@@ -87,7 +91,7 @@ pub async fn to_xet(
         return super::lfs::upload(hub, target, files).await;
     };
     prime_with(&token, target, sources).await;
-    let xet_error = |e: &dyn std::fmt::Display| format!("Xet upload to {target}: {e}");
+    let xet_error = |e: &dyn std::fmt::Display| RepackError::transient(format!("Xet upload to {target}: {e}"));
     // One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
     // need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
     let config = XetConfig::new().with_config("data.max_concurrent_file_ingestion", 1).map_err(|e| xet_error(&e))?;
@@ -146,7 +150,7 @@ pub async fn commit(
     }
     for (rel, path) in inline {
         let content =
-            tokio::fs::read(path).await.map_err(|e| CommitError::Failed(format!("{}: {e}", path.display())))?;
+            tokio::fs::read(path).await.map_err(|e| CommitError::Failed(RepackError::io(path.display(), &e)))?;
         let content = base64::engine::general_purpose::STANDARD.encode(content);
         body.extend(line("file", serde_json::json!({"path": rel, "content": content, "encoding": "base64"})));
     }
@@ -155,9 +159,9 @@ pub async fn commit(
     let answer = match hub.post(&url, "application/x-ndjson", body).await {
         Ok(answer) => answer,
         Err(HubError::Status { status: StatusCode::PRECONDITION_FAILED, .. }) => return Err(CommitError::Moved),
-        Err(e) => return Err(CommitError::Failed(format!("committing to {target}: {e}"))),
+        Err(e) => return Err(CommitError::Failed(RepackError::hub(format_args!("committing to {target}"), &e))),
     };
-    let failed = |why: String| CommitError::Failed(format!("committing to {target}: {why}"));
+    let failed = |why: String| CommitError::Failed(RepackError::transient(format!("committing to {target}: {why}")));
     let answer: serde_json::Value = serde_json::from_slice(&answer.body).map_err(|e| failed(e.to_string()))?;
     let oid = answer["commitOid"].as_str().filter(|s| crate::gate::check_revision(s).is_ok());
     let oid = oid.ok_or_else(|| failed("the answer names no commit".into()))?;
@@ -173,7 +177,7 @@ pub enum CommitError {
     Moved,
     /// Anything else, said in full.
     #[error("{0}")]
-    Failed(String),
+    Failed(RepackError),
 }
 
 /// Every regular file under `dir`, as (path relative to it with `/`, path, size), sorted.

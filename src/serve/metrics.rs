@@ -30,13 +30,14 @@ const RUN_STATUSES: [&str; 4] = ["running", "finished", "failed", "interrupted"]
 
 /// `GET /metrics`.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    let (totals, runs, run_counts, jobs, (down, up), last_ok) = match tokio::try_join!(
+    let (totals, runs, run_counts, jobs, (down, up), last_ok, held) = match tokio::try_join!(
         state.store.totals(),
         state.store.runs(1),
         state.store.run_counts(),
         state.store.job_counts(),
         state.store.job_bytes(),
-        state.store.last_finished_run_at()
+        state.store.last_finished_run_at(),
+        state.store.jobs_needing_operator()
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
@@ -80,6 +81,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "Repack jobs by state.",
         // Every state, so a state with no job reads 0 rather than missing.
         &JobState::ALL.map(|s| (format!("{{state=\"{}\"}}", s.as_str()), count_of(&jobs, s.as_str()))),
+    );
+    m.one(
+        "hubalign_jobs_needing_operator",
+        "gauge",
+        "Queued jobs held for the operator: the Hub refused the token, or the disk is full.",
+        held,
     );
     m.family(
         "hubalign_audit_runs_total",

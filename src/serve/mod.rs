@@ -19,10 +19,10 @@ use hf_hub::HFClient;
 
 use crate::audit::AuditOptions;
 use crate::hub::HubClient;
+use crate::repack::policy::EnqueuePolicy;
 use crate::repack::runner::{RunnerApi, router as runner_router};
 use crate::repack::{RepackOptions, RepackRunner};
 use crate::store::Store;
-use crate::store::jobs::EnqueuePolicy;
 use crate::worker::{WhenIdle, WorkerLoop};
 use admin::AdminApi;
 use schedule::Schedule;
@@ -221,6 +221,7 @@ pub async fn serve(
             idle: Duration::from_secs(2),
             jobs_on: batch.handle().clone(),
             on_panic: Some(Arc::new(move || health.panicked())),
+            operator_hold: crate::store::jobs::NEEDS_OPERATOR_HOLD,
             runner: Arc::new(RepackRunner {
                 hub: shared.hub.clone(),
                 hf: shared.hf.clone(),

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, watch};
 use super::Shared;
 use super::schedule::Schedule;
 use crate::audit::{AuditOptions, audit};
-use crate::store::jobs::EnqueuePolicy;
+use crate::repack::policy::EnqueuePolicy;
 use crate::store::leases::SCHEDULER;
 
 /// What the scheduler needs beside the shared clients.
@@ -153,7 +153,7 @@ async fn run_audit(
             }
         }
     }
-    if let Err(e) = shared.store.enqueue_affected(&config.policy).await {
+    if let Err(e) = crate::repack::policy::enqueue_affected(&shared.store, &config.policy).await {
         tracing::warn!(error = %e, "queueing repack jobs failed");
     }
     match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store).await {

@@ -1,12 +1,10 @@
 //! The repack queue: jobs created from the affected repos, claimed with a lease, advanced step by step.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::{Store, StoreError, on_pool, sql};
-use crate::repack::policy::SourceFlags;
 
 /// Inserts a job's event on the transaction `$tx` that changes its state.
 macro_rules! record_event {
@@ -124,6 +122,36 @@ impl std::str::FromStr for JobState {
     }
 }
 
+/// What a failure means for its job (stored by name beside the reason): ordered from the least serious.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Another attempt may succeed: back to the queue with backoff while attempts remain.
+    Transient,
+    /// No attempt will: failed for good.
+    Permanent,
+    /// Nothing succeeds until the operator acts (a refused token, a full disk): back to the queue without
+    /// spending an attempt, held for [`NEEDS_OPERATOR_HOLD`], and the worker stops claiming meanwhile.
+    NeedsOperator,
+}
+
+impl FailureKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Transient => "transient",
+            FailureKind::Permanent => "permanent",
+            FailureKind::NeedsOperator => "needs_operator",
+        }
+    }
+}
+
+/// How long a job whose failure needs the operator waits before it is tried again, and how long the worker
+/// that met it pauses: long enough not to spend the Hub's patience on a refused token, short enough that a
+/// fixed one is noticed without a restart.
+pub const NEEDS_OPERATOR_HOLD: Duration = Duration::from_secs(15 * 60);
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Job {
@@ -137,6 +165,8 @@ pub struct Job {
     pub state: JobState,
     /// Why it failed or was skipped, or the last transient failure.
     pub reason: Option<String>,
+    /// What its last failure meant; `None` until one, and again once it is published or skipped.
+    pub failure_kind: Option<FailureKind>,
     /// The mirror's repo id, once known.
     pub target_repo: Option<String>,
     /// The mirror commit that published it.
@@ -193,21 +223,34 @@ pub struct JobEvent {
     pub detail: Option<String>,
 }
 
-/// Which affected repos become jobs.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EnqueuePolicy {
-    /// Only repos duplicating at least this many bytes.
-    pub min_bytes: i64,
-    /// Only these namespaces (all when empty).
-    pub include: BTreeSet<String>,
-    /// Never these namespaces.
-    pub skip: BTreeSet<String>,
-    /// Owners (namespaces) or repos that asked not to be mirrored.
-    pub opt_out: BTreeSet<String>,
-    /// Where the jobs' MLX check runs (`Metal` waits for the macOS runner).
+/// An affected repo at its audited commit, with who may see it: what a queueing policy decides on
+/// (see `repack::policy::EnqueuePolicy`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Candidate {
+    /// The repo and its sums.
+    #[sqlx(flatten)]
+    pub affected: super::queries::AffectedRepo,
+    /// Private (a repo the store has no row for counts as private: nothing unknown is published).
+    pub private: bool,
+    /// Behind a licence gate.
+    pub gated: bool,
+    /// Disabled by the Hub.
+    pub disabled: bool,
+}
+
+/// A job to create for a candidate: queued, or skipped with the reason the policy gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The source repo.
+    pub repo: String,
+    /// The source commit.
+    pub sha: String,
+    /// Bytes a copying loader duplicates in it (the queue takes the largest first).
+    pub misaligned_bytes: i64,
+    /// Where its MLX check runs.
     pub verify_device: VerifyDevice,
-    /// Where private mirrors of private sources are allowed.
-    pub private_mirrors: crate::repack::policy::PrivateMirrors,
+    /// Why it is not to be done; `None` queues it.
+    pub skipped: Option<String>,
 }
 
 /// How a job ended a step.
@@ -220,12 +263,12 @@ pub enum JobOutcome {
         /// Its commit.
         commit: String,
     },
-    /// A failure; `retry` puts it back in the queue (with backoff) until its attempts run out.
+    /// A failure; its kind decides whether the job goes back to the queue (see [`FailureKind`]).
     Failed {
         /// Why.
         reason: String,
-        /// Whether another attempt may succeed.
-        retry: bool,
+        /// What it means for the job.
+        kind: FailureKind,
     },
     /// Nothing to do, and why.
     Skipped {
@@ -252,65 +295,47 @@ pub fn backoff(attempts: i64) -> Duration {
 }
 
 impl Store {
-    /// Creates a job for every affected repo at its audited commit that has none yet; repos the policy
-    /// excludes get a `skipped` job saying why. Returns how many jobs were queued.
-    pub async fn enqueue_affected(&self, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
-        let affected = self.affected(policy.min_bytes).await?;
-        let flags: std::collections::HashMap<String, SourceFlags> =
-            on_pool!(self, |pool| sqlx::query_as::<_, (String, bool, bool, bool)>(
-                "SELECT r.id, r.private, r.gated, r.disabled FROM repos r JOIN repo_sums s ON s.repo = r.id
-             WHERE s.misaligned_bytes > 0",
-            )
-            .fetch_all(pool)
-            .await)
-            .map_err(sql("source flags"))?
-            .into_iter()
-            .map(|(id, private, gated, disabled)| (id, SourceFlags { private, gated, disabled }))
-            .collect();
-        // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
-        // skipped whatever the target.
-        let target_ns = policy.private_mirrors.0.as_deref().unwrap_or("");
+    /// The affected repos duplicating at least `min_bytes`, largest first, with their visibility flags.
+    pub async fn candidates(&self, min_bytes: i64) -> Result<Vec<Candidate>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
+                    s.misaligned_tensors, s.misaligned_bytes,
+                    COALESCE(r.private, TRUE) AS private, COALESCE(r.gated, FALSE) AS gated,
+                    COALESCE(r.disabled, FALSE) AS disabled
+             FROM repo_sums s LEFT JOIN repos r ON r.id = s.repo
+             WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 ORDER BY s.misaligned_bytes DESC, s.repo",
+        )
+        .bind(min_bytes)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("queue candidates"))
+    }
+
+    /// Creates each job that does not exist yet for its repo and commit, in one transaction. Returns how
+    /// many queued (not skipped) jobs were created.
+    pub async fn create_jobs(&self, jobs: &[NewJob]) -> Result<u64, StoreError> {
         let now = crate::time::now_utc();
-        let mut queued = 0;
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
-            for repo in affected {
-                let flags = flags.get(&repo.repo).copied().unwrap_or(SourceFlags {
-                    private: true,
-                    gated: false,
-                    disabled: false,
-                });
-                let visible = crate::repack::policy::visibility(&repo.repo, flags, target_ns, &policy.private_mirrors);
-                let excluded = if let Err(reason) = visible {
-                    Some(reason)
-                } else if policy.opt_out.contains(&repo.repo) || policy.opt_out.contains(&repo.namespace) {
-                    Some("the owner opted out")
-                } else if policy.skip.contains(&repo.namespace) {
-                    Some("publisher skipped by policy")
-                } else if !policy.include.is_empty() && !policy.include.contains(&repo.namespace) {
-                    Some("publisher not included by policy")
-                } else if repo.shards_invalid > 0 {
-                    Some("the bundle has invalid shards")
-                } else {
-                    None
-                };
-                let state = if excluded.is_some() { "skipped" } else { "queued" };
+            let mut queued = 0;
+            for job in jobs {
+                let state = if job.skipped.is_some() { JobState::Skipped } else { JobState::Queued };
                 let inserted = sqlx::query(
                     "INSERT INTO jobs (repo_id, source_sha, state, reason, verify_device, misaligned_bytes, created_at, updated_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (repo_id, source_sha) DO NOTHING",
                 )
-                .bind(&repo.repo)
-                .bind(&repo.sha)
+                .bind(&job.repo)
+                .bind(&job.sha)
                 .bind(state)
-                .bind(excluded)
-                .bind(policy.verify_device)
-                .bind(repo.misaligned_bytes)
+                .bind(job.skipped.as_deref())
+                .bind(job.verify_device)
+                .bind(job.misaligned_bytes)
                 .bind(&now)
                 .bind(&now)
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("enqueue"))?;
-                if inserted.rows_affected() == 1 && excluded.is_none() {
+                if inserted.rows_affected() == 1 && job.skipped.is_none() {
                     queued += 1;
                 }
             }
@@ -483,21 +508,32 @@ impl Store {
                     .await
                     .map_err(sql("read job"))?;
             let Some((attempts, max)) = held else { return Ok(None) };
+            let now = unix_now();
             let (state, reason, commit, target, not_before) = match outcome {
                 JobOutcome::Published { target, commit } => {
                     (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
                 }
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
                 JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
-                JobOutcome::Failed { reason, retry } if *retry && attempts < max => {
-                    (JobState::Queued, Some(reason.as_str()), None, None, lease_until(unix_now(), backoff(attempts)))
+                JobOutcome::Failed { reason, kind: FailureKind::NeedsOperator } => {
+                    (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, NEEDS_OPERATOR_HOLD))
+                }
+                JobOutcome::Failed { reason, kind: FailureKind::Transient } if attempts < max => {
+                    (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, backoff(attempts)))
                 }
                 JobOutcome::Failed { reason, .. } => (JobState::Failed, Some(reason.as_str()), None, None, 0),
             };
+            let kind = match outcome {
+                JobOutcome::Failed { kind, .. } => Some(*kind),
+                _ => None,
+            };
+            // A failure that is the machine's, not the job's, gives its attempt back.
+            let refund = i64::from(kind == Some(FailureKind::NeedsOperator));
             sqlx::query(
                 "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
                  target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
-                 updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END
+                 updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END,
+                 failure_kind = $8, attempts = attempts - $9
                  WHERE id = $7",
             )
             .bind(state.as_str())
@@ -507,10 +543,16 @@ impl Store {
             .bind(not_before)
             .bind(crate::time::now_utc())
             .bind(id)
+            .bind(kind.map(FailureKind::as_str))
+            .bind(refund)
             .execute(&mut *tx)
             .await
             .map_err(sql("finish job"))?;
-            record_event!(tx, id, state.as_str(), reason)?;
+            let detail = match kind {
+                Some(FailureKind::NeedsOperator) => reason.map(|r| format!("needs the operator: {r}")),
+                _ => reason.map(str::to_owned),
+            };
+            record_event!(tx, id, state.as_str(), detail)?;
             tx.commit().await.map_err(sql("commit finish"))?;
             Ok(Some(state))
         })
@@ -562,6 +604,7 @@ impl Store {
                 "UPDATE jobs SET verification = $1, updated_at = $2, state = $3,
                     reason = CASE WHEN $3 = 'failed' THEN $4 ELSE reason END,
                     finished_at = CASE WHEN $3 = 'failed' THEN $2 ELSE NULL END,
+                    failure_kind = CASE WHEN $3 = 'failed' THEN 'permanent' ELSE NULL END,
                     lease_owner = NULL, lease_expires_at = NULL
                  WHERE id = $5 AND lease_owner = $6 AND state = 'awaiting_metal_verify'",
             )
@@ -589,6 +632,16 @@ impl Store {
             .map_err(sql("job"))
     }
 
+    /// Jobs back in the queue for a failure that needs the operator (a refused token, a full disk).
+    pub async fn jobs_needing_operator(&self) -> Result<i64, StoreError> {
+        on_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'"
+        )
+        .fetch_one(pool)
+        .await)
+        .map_err(sql("jobs needing the operator"))
+    }
+
     /// Jobs per state.
     pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
@@ -614,7 +667,7 @@ impl Store {
             }
             sqlx::query(
                 "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL,
-                 lease_expires_at = NULL, finished_at = NULL, updated_at = $1 WHERE id = $2",
+                 lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, updated_at = $1 WHERE id = $2",
             )
             .bind(crate::time::now_utc())
             .bind(id)
@@ -759,6 +812,58 @@ mod tests {
             let events: Vec<String> =
                 store.repo_job_events("ns/r").await.unwrap().into_iter().map(|e| e.state).collect();
             assert_eq!(events, ["claimed", "claimed", "published"], "{:?}", store.backend());
+        }
+    }
+
+    /// A failure's kind decides the job's fate: a transient one is tried again after a backoff until the
+    /// attempts run out, a permanent one fails it at once, and one that needs the operator puts it back
+    /// without spending its attempt, held for the hold time, with the kind shown until it publishes.
+    #[tokio::test]
+    async fn failure_kinds_retry_give_up_or_hold_for_the_operator() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let lease = Duration::from_secs(60);
+            let fail = |kind| JobOutcome::Failed { reason: "why".into(), kind };
+            let id = store.job_for("ns/held", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+            let held = store.finish_job(id, "w", &fail(FailureKind::NeedsOperator)).await.unwrap();
+            assert_eq!(held, Some(JobState::Queued));
+            let job = store.job(id).await.unwrap().unwrap();
+            assert_eq!(
+                (job.attempts, job.failure_kind),
+                (0, Some(FailureKind::NeedsOperator)),
+                "{:?}",
+                store.backend()
+            );
+            let hold = NEEDS_OPERATOR_HOLD.as_secs() as i64;
+            assert!((job.not_before - unix_now() - hold).abs() <= 5, "held for {} s", job.not_before - unix_now());
+            assert_eq!(store.jobs_needing_operator().await.unwrap(), 1);
+            assert_eq!(store.claim_job("w", lease, None).await.unwrap(), None, "held, not claimable");
+            let events = store.repo_job_events("ns/held").await.unwrap();
+            assert_eq!(events.last().and_then(|e| e.detail.as_deref()), Some("needs the operator: why"));
+            // Mended: a repack by hand takes it at once, and its publication clears the kind.
+            store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+            let published = JobOutcome::Published { target: "me/held-aligned".into(), commit: "c".into() };
+            store.finish_job(id, "w", &published).await.unwrap();
+            let job = store.job(id).await.unwrap().unwrap();
+            assert_eq!((job.attempts, job.failure_kind), (1, None));
+            assert_eq!(store.jobs_needing_operator().await.unwrap(), 0);
+
+            let id = store.job_for("ns/flaky", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            let max = store.job(id).await.unwrap().unwrap().max_attempts;
+            for attempt in 1..=max {
+                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+                let state = store.finish_job(id, "w", &fail(FailureKind::Transient)).await.unwrap();
+                let want = if attempt < max { JobState::Queued } else { JobState::Failed };
+                assert_eq!(state, Some(want), "attempt {attempt} of {max}");
+            }
+            assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Transient));
+
+            let id = store.job_for("ns/broken", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+            let state = store.finish_job(id, "w", &fail(FailureKind::Permanent)).await.unwrap();
+            assert_eq!(state, Some(JobState::Failed));
+            assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
         }
     }
 

@@ -128,6 +128,7 @@ const TABLES: &[Table] = &[
             ("source_sha", Text),
             ("state", Text),
             ("reason", Text),
+            ("failure_kind", Text),
             ("target_repo", Text),
             ("published_commit", Text),
             ("verify_device", Text),

@@ -221,3 +221,56 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
     assert_eq!(j.target_repo.as_deref(), Some("alice/mlx-community-tiny-q4-aligned"), "{j:?}");
     assert_eq!(manifest(&world, "alice/mlx-community-tiny-q4-aligned")["source_repo"], "mlx-community/tiny-q4");
 }
+
+/// A token the Hub stops honouring midway (revoked, expired): the job is the operator's to mend, not the
+/// repo's fault. It goes back to the queue without spending its attempt, and `worker --once` stops there
+/// (exit 5) instead of failing every other job the same way.
+#[test]
+fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
+    use hubalign::store::jobs::FailureKind;
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let refused = br#"{"error":"Invalid credentials in Authorization header"}"#.to_vec();
+    let proxy = proxy::start(&world, vec![on("/api/models/", 0, move || Reply::Fixed(401, vec![], refused.clone()))]);
+    let out = worker(&proxy.base_url, &db, &work, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(5), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("1 need the operator"), "{}", stdout(&out));
+    let jobs = jobs(&db);
+    let held: Vec<_> = jobs.iter().filter(|j| j.failure_kind == Some(FailureKind::NeedsOperator)).collect();
+    assert_eq!(held.len(), 1, "the worker stopped at the first: {jobs:?}");
+    let j = held[0];
+    assert_eq!((j.state, j.attempts), (hubalign::store::jobs::JobState::Queued, 0), "{j:?}");
+    assert!(j.reason.as_deref().unwrap_or("").contains("HTTP 401"), "{j:?}");
+    assert!(j.not_before > 0, "held back: {j:?}");
+    let claimed: Vec<_> = jobs.iter().filter(|j| j.id != held[0].id && j.attempts > 0).collect();
+    assert!(claimed.is_empty(), "no other job was tried: {claimed:?}");
+    assert!(mirrors(&world).is_empty());
+}
+
+/// A token that may not write to the target namespace (a read-only token, another organisation): hf-hub's
+/// 403 on creating the mirror holds the job for the operator as well.
+#[test]
+fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
+    use hubalign::store::jobs::FailureKind;
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let out = hubalign()
+        .args(["repack", "mlx-community/tiny-q4", "--endpoint", &world.endpoint(), "--token", ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "pubco", "--verify-device", "cpu"])
+        .arg("--work-dir")
+        .arg(&work)
+        .arg("--python")
+        .arg(python())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("needs the operator"), "{}", stdout(&out));
+    let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
+    assert_eq!((j.failure_kind, j.attempts), (Some(FailureKind::NeedsOperator), 0), "{j:?}");
+    assert!(j.reason.as_deref().unwrap_or("").contains("pubco/tiny-q4-aligned"), "{j:?}");
+    assert!(mirrors(&world).is_empty());
+}

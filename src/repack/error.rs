@@ -1,0 +1,160 @@
+//! Why a repack step failed, and what that means for its job: tried again later (transient), given up
+//! (permanent), or held until the operator has acted (a refused token, a full disk), which no retry fixes
+//! and which would fail every other job the same way.
+
+use std::io;
+
+use reqwest::StatusCode;
+
+use crate::hub::HubError;
+pub use crate::store::jobs::FailureKind;
+
+/// A failed step: the reason the job records, and its kind, which decides what the queue does with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct RepackError {
+    /// Retried, given up or held for the operator.
+    pub kind: FailureKind,
+    /// What failed, naming the repo or file.
+    pub reason: String,
+}
+
+impl RepackError {
+    /// Another attempt may succeed.
+    pub fn transient(reason: impl Into<String>) -> RepackError {
+        RepackError { kind: FailureKind::Transient, reason: reason.into() }
+    }
+
+    /// No attempt will succeed for this job.
+    pub fn permanent(reason: impl Into<String>) -> RepackError {
+        RepackError { kind: FailureKind::Permanent, reason: reason.into() }
+    }
+
+    /// Nothing succeeds until the operator acts.
+    pub fn needs_operator(reason: impl Into<String>) -> RepackError {
+        RepackError { kind: FailureKind::NeedsOperator, reason: reason.into() }
+    }
+
+    /// A Hub request's failure, `what` saying which: a refused token or a missing permission needs the
+    /// operator, anything else is tried again.
+    pub fn hub(what: impl std::fmt::Display, e: &HubError) -> RepackError {
+        let kind = match e {
+            // The repo's own state (gated, gone, disabled), not the token's.
+            _ if e.access().is_some() => FailureKind::Transient,
+            HubError::Status { status, .. } => FailureKind::of_status(*status),
+            _ => FailureKind::Transient,
+        };
+        RepackError { kind, reason: format!("{what}: {e}") }
+    }
+
+    /// hf-hub's failure, `what` saying which request: as [`RepackError::hub`].
+    pub fn hf(what: impl std::fmt::Display, e: &hf_hub::HFError) -> RepackError {
+        let kind = match e {
+            hf_hub::HFError::AuthRequired { .. } | hf_hub::HFError::Forbidden { .. } => FailureKind::NeedsOperator,
+            hf_hub::HFError::Http { context } => FailureKind::of_status(context.status),
+            _ => FailureKind::Transient,
+        };
+        RepackError { kind, reason: format!("{what}: {e}") }
+    }
+
+    /// A local file's failure, `what` naming the file and the operation: a full disk, a quota or a directory
+    /// the worker may not write needs the operator, anything else is tried again.
+    pub fn io(what: impl std::fmt::Display, e: &io::Error) -> RepackError {
+        RepackError { kind: FailureKind::of_io(e.kind()), reason: format!("{what}: {e}") }
+    }
+
+    /// A failure that carries its `io::Error` inside (a re-layout's, a manifest's): judged by the first I/O
+    /// failure in its chain of causes, transient if there is none.
+    pub fn caused_by(e: &(dyn std::error::Error + 'static)) -> RepackError {
+        let kind = crate::io_error::io_kind_in(e).map_or(FailureKind::Transient, FailureKind::of_io);
+        RepackError { kind, reason: e.to_string() }
+    }
+
+    /// The same failure, its reason prefixed with `what`.
+    pub fn context(self, what: impl std::fmt::Display) -> RepackError {
+        RepackError { kind: self.kind, reason: format!("{what}: {}", self.reason) }
+    }
+
+    /// The more serious of two failures' kinds, with both reasons: several files that failed at once.
+    pub fn join(self, other: RepackError) -> RepackError {
+        RepackError { kind: self.kind.max(other.kind), reason: format!("{}; {}", self.reason, other.reason) }
+    }
+}
+
+impl FailureKind {
+    /// What an HTTP error status means for a job, once a repo's own state (gated, gone, disabled) is ruled
+    /// out: 401, 402 and 403 (the token is refused, the account cannot pay, the token may not write there)
+    /// need the operator; every other status is tried again.
+    pub fn of_status(status: StatusCode) -> FailureKind {
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::PAYMENT_REQUIRED | StatusCode::FORBIDDEN => {
+                FailureKind::NeedsOperator
+            }
+            _ => FailureKind::Transient,
+        }
+    }
+
+    /// What a local file failure means: a full disk or quota, a read-only file system or a denied
+    /// permission is the machine's state, not the job's.
+    pub fn of_io(kind: io::ErrorKind) -> FailureKind {
+        match kind {
+            io::ErrorKind::StorageFull
+            | io::ErrorKind::QuotaExceeded
+            | io::ErrorKind::ReadOnlyFilesystem
+            | io::ErrorKind::PermissionDenied => FailureKind::NeedsOperator,
+            _ => FailureKind::Transient,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, code: Option<&str>) -> HubError {
+        HubError::Status {
+            url: "https://hub/api/models/a/b".into(),
+            status: StatusCode::from_u16(status).unwrap(),
+            code: code.map(str::to_owned),
+            message: String::new(),
+            request_id: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_token_needs_the_operator_and_a_gated_repo_does_not() {
+        assert_eq!(RepackError::hub("x", &status(401, None)).kind, FailureKind::NeedsOperator);
+        assert_eq!(RepackError::hub("x", &status(403, None)).kind, FailureKind::NeedsOperator);
+        assert_eq!(RepackError::hub("x", &status(402, None)).kind, FailureKind::NeedsOperator);
+        assert_eq!(RepackError::hub("x", &status(403, Some("GatedRepo"))).kind, FailureKind::Transient);
+        assert_eq!(RepackError::hub("x", &status(401, Some("RepoNotFound"))).kind, FailureKind::Transient);
+        assert_eq!(RepackError::hub("x", &status(500, None)).kind, FailureKind::Transient);
+        let e = RepackError::hub("creating me/x-aligned", &status(401, None));
+        assert!(e.reason.starts_with("creating me/x-aligned: https://hub/api/models/a/b: HTTP 401"), "{}", e.reason);
+    }
+
+    #[test]
+    fn a_full_disk_needs_the_operator_wherever_it_is_in_the_chain() {
+        let full = io::Error::from(io::ErrorKind::StorageFull);
+        assert_eq!(RepackError::io("work/x", &full).kind, FailureKind::NeedsOperator);
+        assert_eq!(RepackError::io("work/x", &io::Error::other("reset")).kind, FailureKind::Transient);
+        let wrapped = crate::io_error::PathIoError {
+            path: "work/x".into(),
+            op: "write",
+            source: io::Error::from(io::ErrorKind::StorageFull),
+        };
+        let e = RepackError::caused_by(&wrapped);
+        assert_eq!(e.kind, FailureKind::NeedsOperator);
+        assert!(e.reason.starts_with("work/x: write"), "{}", e.reason);
+        let other = crate::io_error::PathIoError { path: "y".into(), op: "read", source: io::Error::other("eio") };
+        assert_eq!(RepackError::caused_by(&other).kind, FailureKind::Transient);
+    }
+
+    #[test]
+    fn joined_failures_keep_the_most_serious_kind() {
+        let joined = RepackError::transient("a").join(RepackError::needs_operator("b"));
+        assert_eq!((joined.kind, joined.reason.as_str()), (FailureKind::NeedsOperator, "a; b"));
+        let joined = RepackError::permanent("a").join(RepackError::transient("b"));
+        assert_eq!(joined.kind, FailureKind::Permanent);
+    }
+}
