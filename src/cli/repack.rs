@@ -12,6 +12,7 @@ use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
 use hubalign::repack::policy::{EnqueuePolicy, PrivateMirrors, enqueue_affected};
+use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
@@ -19,9 +20,9 @@ use hubalign::serve::listener::{self, Limits};
 use hubalign::store::jobs::{FailureKind, Job, JobState};
 use hubalign::worker::{WhenIdle, WorkerLoop};
 
-use super::Exit;
 use super::audit::HubBounds;
 use super::store_args::StoreArgs;
+use super::{Exit, UsageError};
 
 /// The MLX check script, shipped inside the binary so an installed worker needs no source tree.
 const VERIFY_MLX: &str = include_str!("../../deploy/verify_mlx.py");
@@ -52,6 +53,12 @@ pub struct WorkerArgs {
     /// the local CPU check.
     #[arg(long, value_enum, default_value = "metal")]
     verify_device: Device,
+    /// Where a bundle waits for the Metal check: `api` in the work directory, fetched by runners over the
+    /// runner API (`--runner-listen`), which they must reach; `hub` committed to the still-private mirror,
+    /// which runners download with only the database and the Hub to reach (`verify-runner --db`), and which
+    /// any worker then publishes.
+    #[arg(long, default_value = "api", value_name = "api|hub")]
+    metal_handoff: MetalHandoff,
     /// Directory for downloads and repaired bundles; jobs waiting for the Metal check keep their files here
     /// [default: beside the database, `hubalign.work/`].
     #[arg(long, value_name = "DIR")]
@@ -156,13 +163,29 @@ pub struct WorkerLoopArgs {
 }
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("rendezvous").required(true).args(["service", "db"]))]
 pub struct RunnerArgs {
-    /// The service that serves the runner API (`hubalign worker --runner-listen`).
+    /// The service that serves the runner API (`hubalign worker --runner-listen`): jobs staged on a worker.
     #[arg(long, value_name = "URL")]
-    service: String,
-    /// The runner token.
+    service: Option<String>,
+    /// The runner token, with `--service`.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
+    /// Claim through this store instead (a `postgres://` URL, or the SQLite file on one machine): jobs that
+    /// workers staged on the Hub (`--metal-handoff hub`), downloaded from the Hub; nothing needs to reach
+    /// this runner.
+    #[arg(long, value_name = "PATH|URL")]
+    db: Option<String>,
+    /// Hub endpoint, with `--db` [default: HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Hub token that may read the target namespace's private repos, with `--db` [default: HF_TOKEN, else
+    /// the token file under HF_HOME]; never logged.
+    #[arg(long, value_name = "TOKEN")]
+    hub_token: Option<String>,
+    /// Seconds a check may take before another runner may take the job, with `--db`.
+    #[arg(long, default_value_t = 1800, value_name = "SECS")]
+    lease_secs: u64,
     /// Python with `mlx` installed.
     #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
     python: PathBuf,
@@ -218,6 +241,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         max_bundle_bytes: (args.max_bundle_gb.max(0.0) * 1e9) as u64,
         private_mirrors: PrivateMirrors(args.private_mirrors.then(|| target_namespace.clone())),
         download_connections: args.download_connections.clamp(1, 64),
+        metal_handoff: args.metal_handoff,
     };
     Ok(Setup { hub, hf, store, opts, device })
 }
@@ -382,19 +406,54 @@ async fn queue_and_reconcile(
     Ok(())
 }
 
+/// Where a runner meets the workers.
+enum Rendezvous<'a> {
+    /// The runner API of a worker: its URL and the runner token.
+    Api(&'a str, &'a str),
+    /// The store and the Hub.
+    Hub(hubalign::store::Store, Box<HubClient>),
+}
+
 pub fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;
         let script = work.path().join("verify_mlx.py");
         std::fs::write(&script, VERIFY_MLX)?;
-        let service = args.service.trim_end_matches('/');
+        let rendezvous = match (&args.service, &args.token, &args.db) {
+            (Some(service), Some(token), _) => Rendezvous::Api(service.trim_end_matches('/'), token.as_str()),
+            (Some(_), None, _) => return Err(UsageError("--service needs the runner token: --token".into()).into()),
+            (None, _, db) => {
+                let db = db.as_deref().ok_or_else(|| UsageError("--service or --db is required".into()))?;
+                let store = hubalign::store::Store::open_at(db).await.context("opening the store")?;
+                let config = HubConfig::resolve(args.endpoint.clone(), args.hub_token.clone());
+                let hub = HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
+                Rendezvous::Hub(store, Box::new(hub))
+            }
+        };
         let mut failed = 0;
         loop {
-            let outcome =
-                runner::run_once(service, &args.token, &args.name, &args.python, &script, &args.device, work.path())
-                    .await
-                    .map_err(|e| anyhow::anyhow!(e))?;
+            let outcome = match &rendezvous {
+                Rendezvous::Api(service, token) => {
+                    runner::run_once(service, token, &args.name, &args.python, &script, &args.device, work.path())
+                        .await
+                        .map_err(|e| anyhow::anyhow!(e))?
+                }
+                Rendezvous::Hub(store, hub) => {
+                    let runner = HubRunner {
+                        store,
+                        hub,
+                        name: &args.name,
+                        lease: Duration::from_secs(args.lease_secs.max(1)),
+                        python: &args.python,
+                        script: &script,
+                        device: &args.device,
+                        work: work.path(),
+                        max_bytes: hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES,
+                    };
+                    runner.check_once().await?
+                }
+            };
             match outcome {
                 Some((job, passed)) => {
                     println!("job {job}: Metal check {}", if passed { "passed" } else { "failed" });

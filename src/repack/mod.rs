@@ -13,6 +13,7 @@ pub mod policy;
 pub mod prime;
 pub mod publish;
 pub mod pull_request;
+pub mod rendezvous;
 pub mod runner;
 pub mod stream;
 mod transfer;
@@ -34,6 +35,7 @@ use crate::store::jobs::{Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 pub use crate::store::jobs::VerifyDevice;
+use rendezvous::MetalHandoff;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -62,6 +64,9 @@ pub struct RepackOptions {
     pub download_connections: usize,
     /// Where private mirrors of private sources are allowed (none unless the operator says).
     pub private_mirrors: policy::PrivateMirrors,
+    /// Where a bundle waits for the Metal check: in the work directory (runner API) or in the private
+    /// mirror on the Hub.
+    pub metal_handoff: rendezvous::MetalHandoff,
 }
 
 /// The largest bundle a job downloads unless told otherwise: 1 TB.
@@ -143,9 +148,10 @@ impl Repacker<'_> {
             tracing::warn!(repo.id = %job.repo_id, job.id = job.id, "the job was taken over; its outcome is not recorded");
             return Ok(None);
         };
-        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it;
-        // one that will be tried again keeps its downloads.
-        if !matches!(state, JobState::AwaitingMetalVerify | JobState::Queued) {
+        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it
+        // (unless they wait on the Hub); one that will be tried again keeps its downloads.
+        let staged_here = state == JobState::AwaitingMetalVerify && self.opts.metal_handoff == MetalHandoff::Api;
+        if !staged_here && state != JobState::Queued {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(Some(state))
@@ -191,6 +197,13 @@ impl Repacker<'_> {
         }
         let source = dir.join("source");
         let output = dir.join("aligned");
+        // Back from a runner that checked the bundle staged on the Hub: any worker publishes it.
+        if job.state == JobState::Publishing
+            && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
+            && let Some(staged) = job.staged.as_deref().and_then(|s| serde_json::from_str(s).ok())
+        {
+            return self.publish_from_hub(job, staged, record).await;
+        }
         // Back from the macOS runner: the staged bundle passed the Metal check; publish it.
         if job.state == JobState::Publishing
             && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
@@ -283,7 +296,10 @@ impl Repacker<'_> {
         let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
         let device = self.device(job);
         if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
-            return Ok(JobOutcome::AwaitMetal);
+            if self.opts.metal_handoff == MetalHandoff::Hub {
+                return self.stage_on_hub(job, &source, &output, checked).await;
+            }
+            return Ok(JobOutcome::AwaitMetal { staged: None });
         }
         let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
         let (python, script) = (self.opts.python.clone(), self.opts.mlx_script.clone());
@@ -406,25 +422,11 @@ impl Repacker<'_> {
         let target =
             publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private).await?;
         let _ = self.store.set_job_target(job.id, &target).await;
-        let (src, alignment) = (source.to_owned(), self.opts.alignment);
-        let before_bytes = off_executor("the source's audit", move || Ok(misaligned_bytes(&src, alignment))).await?;
-        let mut source_card = info.as_ref().map(card::SourceCard::from_info).unwrap_or_default();
-        if source_card.license.is_none() {
-            let readme = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok();
-            source_card.license = readme.and_then(|r| card::license_of(&String::from_utf8_lossy(&r)));
-        }
-        let inputs = card::CardInputs {
-            target_repo: &target,
-            endpoint: self.hub.endpoint(),
-            source: source_card,
-            before_bytes,
-            checks: &checks,
-            mlx: record,
-        };
-        let data = card::CardData::new(&manifest, inputs);
+        let before_bytes = self.before_bytes(source).await?;
+        let source_card = SourceFacts { license: readme_license(source), before_bytes };
+        let card = self.card_text(&target, info.as_ref(), source_card, &manifest, &checks, record)?;
         let card_path = output.join("README.md");
-        std::fs::write(&card_path, card::render(&data).map_err(RepackError::permanent)?)
-            .map_err(|e| RepackError::io(card_path.display(), &e))?;
+        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), &e))?;
         let ahead = match ahead {
             Some(sent) => sent.await.ok().flatten(),
             None => None,
@@ -459,6 +461,55 @@ impl Repacker<'_> {
             tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
         }
         Ok(JobOutcome::Published { target, commit })
+    }
+}
+
+/// What the card says of the source beyond the Hub's answer, read from its files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceFacts {
+    /// The licence its README names (for a source the Hub gives no licence for).
+    pub license: Option<String>,
+    /// Bytes a copying loader duplicates in it.
+    pub before_bytes: u64,
+}
+
+/// The licence the downloaded source's README names, if any.
+fn readme_license(source: &Path) -> Option<String> {
+    let readme = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok()?;
+    card::license_of(&String::from_utf8_lossy(&readme))
+}
+
+impl Repacker<'_> {
+    /// Bytes a copying loader duplicates in the downloaded source, off the executor.
+    async fn before_bytes(&self, source: &Path) -> Result<u64, RepackError> {
+        let (src, alignment) = (source.to_owned(), self.opts.alignment);
+        off_executor("the source's audit", move || Ok(misaligned_bytes(&src, alignment))).await
+    }
+
+    /// The mirror's model card, from the manifest, the checks, the MLX record and what is known of the
+    /// source.
+    fn card_text(
+        &self,
+        target: &str,
+        info: Option<&ModelInfo>,
+        facts: SourceFacts,
+        manifest: &Manifest,
+        checks: &verify::LocalChecks,
+        record: serde_json::Value,
+    ) -> Result<String, RepackError> {
+        let mut source = info.map(card::SourceCard::from_info).unwrap_or_default();
+        if source.license.is_none() {
+            source.license = facts.license;
+        }
+        let inputs = card::CardInputs {
+            target_repo: target,
+            endpoint: self.hub.endpoint(),
+            source,
+            before_bytes: facts.before_bytes,
+            checks,
+            mlx: record,
+        };
+        card::render(&card::CardData::new(manifest, inputs)).map_err(RepackError::permanent)
     }
 }
 

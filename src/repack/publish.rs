@@ -230,7 +230,7 @@ pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<
 }
 
 /// The commit `target`'s main branch is at.
-async fn head(hub: &HubClient, target: &str) -> Result<String, RepackError> {
+pub(super) async fn head(hub: &HubClient, target: &str) -> Result<String, RepackError> {
     let info = hub.model_info(target).await.map_err(|e| RepackError::hub(format_args!("reading {target}"), &e))?;
     info.sha
         .filter(|s| crate::gate::check_revision(s).is_ok())

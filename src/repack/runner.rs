@@ -96,7 +96,7 @@ fn staged(api: &RunnerApi, id: i64) -> PathBuf {
 
 async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Response {
     let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
-    let job = match api.store.claim_metal_job(&runner, api.lease).await {
+    let job = match api.store.claim_metal_job(&runner, api.lease, false).await {
         Ok(Some(job)) => job,
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
         Err(e) => return internal(e),

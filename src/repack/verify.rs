@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::hashing::is_hex;
 use crate::manifest::Manifest;
@@ -12,7 +12,7 @@ use crate::safetensors::read::read_shard_header;
 use crate::safetensors::{Alignment, Method, classify};
 
 /// What the two local checks found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalChecks {
     /// Shards checked.
     pub shards: u64,

@@ -176,6 +176,10 @@ pub struct Job {
     /// The MLX load check's record: JSON, served as a JSON object.
     #[serde(serialize_with = "json_text")]
     pub verification: Option<String>,
+    /// Where the bundle waits for the Metal check when the Hub is the rendezvous: the private mirror's
+    /// staged commit and the local checks (JSON, served as a JSON object); `None` when staged on a worker.
+    #[serde(serialize_with = "json_text")]
+    pub staged: Option<String>,
     /// Attempts so far.
     pub attempts: i64,
     /// Attempts allowed.
@@ -275,8 +279,12 @@ pub enum JobOutcome {
         /// Why.
         reason: String,
     },
-    /// Waiting for the macOS runner's Metal check; the lease is released.
-    AwaitMetal,
+    /// Waiting for the macOS runner's Metal check; the lease is released. `staged` is the record of a bundle
+    /// staged on the Hub (JSON), `None` for one staged in the worker's directory.
+    AwaitMetal {
+        /// The staged commit and the local checks, when the Hub is the rendezvous.
+        staged: Option<String>,
+    },
 }
 
 pub(super) fn unix_now() -> i64 {
@@ -514,7 +522,7 @@ impl Store {
                     (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
                 }
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
-                JobOutcome::AwaitMetal => (JobState::AwaitingMetalVerify, None, None, None, 0),
+                JobOutcome::AwaitMetal { .. } => (JobState::AwaitingMetalVerify, None, None, None, 0),
                 JobOutcome::Failed { reason, kind: FailureKind::NeedsOperator } => {
                     (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, NEEDS_OPERATOR_HOLD))
                 }
@@ -527,13 +535,18 @@ impl Store {
                 JobOutcome::Failed { kind, .. } => Some(*kind),
                 _ => None,
             };
+            let staged = match outcome {
+                JobOutcome::AwaitMetal { staged } => staged.as_deref(),
+                _ => None,
+            };
             // A failure that is the machine's, not the job's, gives its attempt back.
             let refund = i64::from(kind == Some(FailureKind::NeedsOperator));
             sqlx::query(
                 "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
                  target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
                  updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END,
-                 failure_kind = $8, attempts = attempts - $9
+                 failure_kind = $8, attempts = attempts - $9,
+                 staged = CASE WHEN $1 = 'awaiting_metal_verify' THEN $10 ELSE staged END
                  WHERE id = $7",
             )
             .bind(state.as_str())
@@ -545,6 +558,7 @@ impl Store {
             .bind(id)
             .bind(kind.map(FailureKind::as_str))
             .bind(refund)
+            .bind(staged)
             .execute(&mut *tx)
             .await
             .map_err(sql("finish job"))?;
@@ -559,12 +573,19 @@ impl Store {
     }
 
     /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
-    /// runner is claiming at that moment, on PostgreSQL).
-    pub async fn claim_metal_job(&self, runner: &str, lease: Duration) -> Result<Option<Job>, StoreError> {
+    /// runner is claiming at that moment, on PostgreSQL): with `on_hub`, only jobs staged on the Hub (the
+    /// runner downloads from there), else only jobs staged on a worker (it fetches over the runner API).
+    pub async fn claim_metal_job(
+        &self,
+        runner: &str,
+        lease: Duration,
+        on_hub: bool,
+    ) -> Result<Option<Job>, StoreError> {
         let now = unix_now();
         let claim = format!(
             "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
              WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < $4
+                           AND (staged IS NOT NULL) = $5
                          ORDER BY id LIMIT 1{})
              RETURNING *",
             self.skip_locked()
@@ -577,6 +598,7 @@ impl Store {
                 .bind(lease_until(now, lease))
                 .bind(crate::time::now_utc())
                 .bind(now)
+                .bind(on_hub)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(sql("claim metal job"))?;
@@ -667,7 +689,8 @@ impl Store {
             }
             sqlx::query(
                 "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL,
-                 lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, updated_at = $1 WHERE id = $2",
+                 lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, staged = NULL, updated_at = $1
+                 WHERE id = $2",
             )
             .bind(crate::time::now_utc())
             .bind(id)
@@ -765,8 +788,9 @@ mod tests {
         for passed in [true, false] {
             let job = store.job_for(&format!("ns/passed-{passed}"), "sha", VerifyDevice::Metal).await.unwrap();
             store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
-            store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal).await.unwrap();
-            store.claim_metal_job("runner-a", lease).await.unwrap().unwrap();
+            store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal { staged: None }).await.unwrap();
+            assert_eq!(store.claim_metal_job("runner-a", lease, true).await.unwrap(), None, "staged on a worker");
+            store.claim_metal_job("runner-a", lease, false).await.unwrap().unwrap();
             // runner-a's lease runs out, and runner-b takes the job over.
             on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
                 .bind(job.id)
@@ -774,7 +798,7 @@ mod tests {
                 .await
                 .map(|_| ()))
             .unwrap();
-            assert_eq!(store.claim_metal_job("runner-b", lease).await.unwrap().map(|j| j.id), Some(job.id));
+            assert_eq!(store.claim_metal_job("runner-b", lease, false).await.unwrap().map(|j| j.id), Some(job.id));
             assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
             let record = format!(r#"{{"ok": {passed}}}"#);
             assert!(store.metal_result(job.id, "runner-b", passed, &record).await.unwrap());

@@ -133,6 +133,7 @@ const TABLES: &[Table] = &[
             ("published_commit", Text),
             ("verify_device", Text),
             ("verification", Text),
+            ("staged", Text),
             ("attempts", Int),
             ("max_attempts", Int),
             ("lease_owner", Text),

@@ -98,3 +98,75 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
     let card = std::fs::read_to_string(sim.store.join("blobs").join(card_sha)).unwrap();
     assert!(card.contains("test-runner") || card.contains("**cpu** device"), "the card records the check: {card}");
 }
+
+/// The Hub as the rendezvous: the worker commits the repaired bundle to the still-private mirror and keeps
+/// nothing; a runner that reaches only the store and the Hub (no runner API anywhere) downloads that commit,
+/// checks it and records its verdict naming the commit; a second worker, which never saw the files, adds the
+/// card on top of exactly that commit and makes the mirror public.
+#[test]
+fn a_bundle_staged_on_the_hub_is_checked_by_a_runner_that_reaches_only_the_store_and_the_hub() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let endpoint = world.endpoint();
+    let repack = |work: &std::path::Path| {
+        hubalign()
+            .args(["repack", "mlx-community/tiny-q4", "--endpoint", &endpoint, "--token", ALICE])
+            .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "metal"])
+            .args(["--metal-handoff", "hub", "--work-dir", work.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let (stager, publisher) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    assert_ok(&repack(stager.path()));
+    assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let staged = sim.repos()["alice/tiny-q4-aligned"].clone();
+    assert!(staged.meta.private, "staged, not published");
+    let staged_files = staged.head().unwrap().files.clone();
+    assert!(staged_files.contains_key("MEI_ALIGN_MANIFEST.json") && !staged_files.contains_key("README.md"));
+    let left: Vec<_> = std::fs::read_dir(stager.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(!left.iter().any(|n| n.to_string_lossy().starts_with("job-")), "nothing kept on the worker: {left:?}");
+    let store = || world.runtime.block_on(async { Store::open(&db).await.unwrap().jobs().await.unwrap() });
+    let staged_commit =
+        serde_json::from_str::<serde_json::Value>(store()[0].staged.as_deref().unwrap()).unwrap()["commit"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+    let runner = |name: &str, token: &str| {
+        hubalign()
+            .args(["verify-runner", "--db", db.to_str().unwrap(), "--endpoint", &endpoint, "--hub-token", token])
+            .args(["--device", "cpu", "--once", "--name", name, "--lease-secs", "1"])
+            .arg("--python")
+            .arg(python())
+            .output()
+            .unwrap()
+    };
+    // A runner without a token cannot see the private mirror: the job stays for the next, unchecked.
+    let blind = runner("blind-runner", "hf_not_a_token");
+    assert_eq!(blind.status.code(), Some(4), "{}", String::from_utf8_lossy(&blind.stderr));
+    assert_eq!(store()[0].verification, None);
+    std::thread::sleep(Duration::from_millis(2100)); // its lease lapses
+    let out = runner("hub-runner", ALICE);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("Metal check passed"), "{}", stdout(&out));
+    let job = store()[0].clone();
+    assert_eq!(job.state, "publishing");
+    let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
+    assert_eq!(record["staged_commit"], staged_commit.as_str(), "the verdict names the commit it judged");
+
+    assert_ok(&repack(publisher.path()));
+    let job = store()[0].clone();
+    assert_eq!(job.state, "published", "{job:?}");
+    let mirror = &sim.repos()["alice/tiny-q4-aligned"];
+    assert!(!mirror.meta.private);
+    let head = mirror.head().unwrap();
+    assert_eq!(head.parent.as_deref(), Some(staged_commit.as_str()), "the card goes on top of the staged commit");
+    assert_eq!(job.published_commit.as_deref(), Some(head.sha.as_str()));
+    for (name, file) in &staged_files {
+        assert_eq!(head.files[name].sha256, file.sha256, "{name} is the file the runner checked");
+    }
+    let card = std::fs::read_to_string(sim.store.join("blobs").join(&head.files["README.md"].sha256)).unwrap();
+    assert!(card.contains("**cpu** device") || card.contains("hub-runner"), "the card records the check: {card}");
+}

@@ -1,0 +1,302 @@
+//! The Hub as the rendezvous between workers and macOS runners, for deployments that expose nothing to the
+//! internet: a worker commits the repaired bundle to the mirror while it is still private and records the
+//! staged commit on the job; a runner that reaches only the database and the Hub claims the job, downloads
+//! that commit (each file checked against the Hub's hash), runs the Metal check and records its verdict,
+//! naming the commit, in the database; then any worker, not only the one that staged it, adds the model
+//! card on top of exactly that commit and makes the mirror public.
+//!
+//! The runner API (`hubalign worker --runner-listen`, [`super::runner`]) stays the other mode: there the
+//! staged files never leave the worker before the check, and the runner must reach the worker.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::RepackError;
+use super::policy::Visibility;
+use super::upload::CommitError;
+use super::verify::LocalChecks;
+use super::{Repacker, SourceFacts, download, publish, upload};
+use crate::hub::pacing::Bucket;
+use crate::hub::{BodyLimit, HubClient};
+use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::store::jobs::{Job, JobOutcome, JobState};
+use crate::store::{Store, StoreError};
+
+/// Where a bundle waits for the Metal check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MetalHandoff {
+    /// In the worker's directory; runners fetch it over the runner API, which must be reachable.
+    #[default]
+    Api,
+    /// In the still-private mirror on the Hub; runners need only the database and the Hub.
+    Hub,
+}
+
+impl std::str::FromStr for MetalHandoff {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "api" => Ok(MetalHandoff::Api),
+            "hub" => Ok(MetalHandoff::Hub),
+            other => Err(format!("`{other}`: expected `api` or `hub`")),
+        }
+    }
+}
+
+/// What a job records of a bundle staged on the Hub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staged {
+    /// The mirror's commit that holds the repaired bundle (no model card yet).
+    pub commit: String,
+    /// The structural and memory-map checks' counts, for the card.
+    pub checks: LocalChecks,
+    /// What the card says of the source, read from its files while they were here.
+    pub source: SourceFacts,
+}
+
+/// The largest manifest read back from a staged mirror.
+const MANIFEST_CAP: usize = 64 << 20;
+
+impl Repacker<'_> {
+    /// Commits the verified bundle in `output` to the mirror, kept private, and hands the job to the runners
+    /// with the staged commit. The source may not be mirrored any more: skipped, nothing staged.
+    pub(super) async fn stage_on_hub(
+        &self,
+        job: &Job,
+        source: &Path,
+        output: &Path,
+        (manifest, checks): (Manifest, LocalChecks),
+    ) -> Result<JobOutcome, RepackError> {
+        let visibility = match self.visibility(job).await? {
+            (Ok(v), _) => v,
+            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        };
+        let (repo, namespace) = (&job.repo_id, &self.opts.target_namespace);
+        let target =
+            publish::choose_mirror(self.hub, self.store, repo, namespace, visibility == Visibility::Private).await?;
+        let _ = self.store.set_job_target(job.id, &target).await;
+        let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();
+        let mirror = publish::Mirror {
+            hf: self.hf,
+            hub: self.hub,
+            target: &target,
+            source: repo,
+            sources: &sources,
+            visibility: Visibility::Private,
+            verdict: None,
+            ahead: None,
+        };
+        let commit = match publish::publish(&mirror, output, &job.source_sha).await? {
+            publish::Published::Committed { commit, bytes_uploaded } => {
+                if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
+                    tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
+                }
+                commit
+            }
+            publish::Published::AlreadyThere(commit) => commit,
+        };
+        tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
+        let facts =
+            SourceFacts { license: super::readme_license(source), before_bytes: self.before_bytes(source).await? };
+        let staged = Staged { commit, checks, source: facts };
+        let staged = serde_json::to_string(&staged).map_err(|e| RepackError::permanent(e.to_string()))?;
+        Ok(JobOutcome::AwaitMetal { staged: Some(staged) })
+    }
+
+    /// Publishes a bundle a runner checked on the Hub: the card goes on top of the staged commit, which the
+    /// runner's record must name, and the mirror turns public if its source still is.
+    pub(super) async fn publish_from_hub(
+        &self,
+        job: &Job,
+        staged: Staged,
+        record: serde_json::Value,
+    ) -> Result<JobOutcome, RepackError> {
+        self.step(job, JobState::Publishing).await?;
+        if record["staged_commit"].as_str() != Some(staged.commit.as_str()) {
+            return Err(RepackError::permanent(format!(
+                "the Metal check's record names commit {}, not the staged {}",
+                record["staged_commit"], staged.commit
+            )));
+        }
+        let target = job.target_repo.clone().ok_or_else(|| RepackError::permanent("no mirror recorded"))?;
+        crate::gate::check_repo_id(&target).map_err(|e| RepackError::permanent(e.to_string()))?;
+        let (visibility, info) = match self.visibility(job).await? {
+            (Ok(v), info) => (v, info),
+            // The mirror stays private, as staged.
+            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        };
+        let manifest = staged_manifest(self.hub, &target, &staged.commit, job).await?;
+        let card = self.card_text(&target, info.as_ref(), staged.source.clone(), &manifest, &staged.checks, record)?;
+        let dir = self.opts.work_dir.join(format!("job-{}", job.id)).join("card");
+        std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), &e))?;
+        let card_path = dir.join("README.md");
+        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), &e))?;
+        let head = publish::head(self.hub, &target).await?;
+        let commit = if head == staged.commit {
+            let card = [("README.md".to_owned(), card_path)];
+            let summary = format!("Model card: the Metal check passed for source commit {}", job.source_sha);
+            match upload::commit(self.hub, &target, &staged.commit, &summary, &[], &card).await {
+                Ok((commit, bytes)) => {
+                    let _ = self.store.add_job_bytes(job.id, 0, bytes).await;
+                    commit
+                }
+                Err(CommitError::Moved) => {
+                    return Err(RepackError::transient(format!("{target} moved during the commit")));
+                }
+                Err(CommitError::Failed(e)) => return Err(e),
+            }
+        } else {
+            // Past the staged commit: only an earlier attempt's card on top of this source's repair is taken.
+            match publish::holder(self.hub, &target).await? {
+                publish::Holder::Source { repo, revision: Some(rev) }
+                    if repo == job.repo_id && rev == job.source_sha =>
+                {
+                    head
+                }
+                _ => {
+                    return Err(RepackError::permanent(format!("{target} changed since it was staged; not published")));
+                }
+            }
+        };
+        if visibility == Visibility::Public {
+            let (ns, name) = target.split_once('/').unwrap_or_default();
+            let settings = self.hf.model(ns, name).update_settings().private(false).send().await;
+            settings.map_err(|e| RepackError::hf(format_args!("making public {target}"), &e))?;
+        }
+        if let Err(e) = self.store.mirror_published(&target, visibility == Visibility::Private).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
+        }
+        Ok(JobOutcome::Published { target, commit })
+    }
+}
+
+/// The manifest at the staged commit, which must be this job's source repo and commit.
+async fn staged_manifest(hub: &HubClient, target: &str, commit: &str, job: &Job) -> Result<Manifest, RepackError> {
+    let url = hub.resolve_url(target, commit, MANIFEST_FILE);
+    let fetched = hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await;
+    let fetched = fetched.map_err(|e| RepackError::hub(format_args!("{target}@{commit}: {MANIFEST_FILE}"), &e))?;
+    let manifest: Manifest = serde_json::from_slice(&fetched.body)
+        .map_err(|e| RepackError::permanent(format!("{target}@{commit}: {MANIFEST_FILE}: {e}")))?;
+    for_job(&manifest, job).map_err(RepackError::permanent)?;
+    Ok(manifest)
+}
+
+/// Whether a staged manifest is the repair of this job's source commit.
+fn for_job(manifest: &Manifest, job: &Job) -> Result<(), String> {
+    let (repo, rev) = (manifest.source_repo.as_deref(), manifest.source_revision.as_deref());
+    if repo == Some(job.repo_id.as_str()) && rev == Some(job.source_sha.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "the staged manifest is the repair of {}@{}, not of {}@{}",
+        crate::gate::quote(repo.unwrap_or("?")),
+        crate::gate::quote(rev.unwrap_or("?")),
+        job.repo_id,
+        job.source_sha
+    ))
+}
+
+/// A runner that needs no inbound connection: it claims through the store and downloads from the Hub.
+pub struct HubRunner<'a> {
+    /// The shared store (PostgreSQL, or the SQLite file of a one-machine deployment).
+    pub store: &'a Store,
+    /// The Hub, with a token that may read the target namespace's private repos.
+    pub hub: &'a HubClient,
+    /// This runner's name in the jobs' history.
+    pub name: &'a str,
+    /// How long a check may take before another runner may take the job.
+    pub lease: Duration,
+    /// Python with `mlx`.
+    pub python: &'a Path,
+    /// `deploy/verify_mlx.py`.
+    pub script: &'a Path,
+    /// `gpu` (Metal) or `cpu` (standing in for it, in tests).
+    pub device: &'a str,
+    /// Where the download goes (a directory per job, removed after).
+    pub work: &'a Path,
+    /// The largest bundle downloaded.
+    pub max_bytes: u64,
+}
+
+/// Why a runner's pass stopped before recording a verdict: the job's lease lapses and it is claimed again.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The download from the Hub.
+    #[error("downloading {target}@{commit}: {error}")]
+    Download {
+        /// The mirror.
+        target: String,
+        /// The staged commit.
+        commit: String,
+        /// Why.
+        error: download::DownloadError,
+    },
+}
+
+impl HubRunner<'_> {
+    /// Claims one job staged on the Hub, downloads its commit, runs the check and records the verdict,
+    /// naming the commit. Returns the job and whether it passed, or `None` when nothing waits.
+    pub async fn check_once(&self) -> Result<Option<(i64, bool)>, RunnerError> {
+        let Some(job) = self.store.claim_metal_job(self.name, self.lease, true).await? else { return Ok(None) };
+        let staged: Option<Staged> = job.staged.as_deref().and_then(|s| serde_json::from_str(s).ok());
+        let (Some(staged), Some(target)) = (staged, job.target_repo.clone()) else {
+            let record = serde_json::json!({"ok": false, "device": self.device, "error": "no staged commit recorded"});
+            self.store.metal_result(job.id, self.name, false, &record.to_string()).await?;
+            return Ok(Some((job.id, false)));
+        };
+        let dir = self.work.join(format!("runner-job-{}", job.id));
+        let checked = self.download_and_check(&job, &target, &staged.commit, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut record = match checked {
+            Ok(record) => record,
+            Err(Verdict::Failed(e)) => serde_json::json!({ "ok": false, "device": self.device, "error": e }),
+            Err(Verdict::Unknown(e)) => return Err(e),
+        };
+        record["staged_commit"] = serde_json::Value::from(staged.commit.as_str());
+        let passed = record["ok"] == true;
+        if !self.store.metal_result(job.id, self.name, passed, &record.to_string()).await? {
+            tracing::warn!(job.id = job.id, runner = self.name, "the job was taken over; the verdict is not recorded");
+        }
+        Ok(Some((job.id, passed)))
+    }
+
+    async fn download_and_check(
+        &self,
+        job: &Job,
+        target: &str,
+        commit: &str,
+        dir: &Path,
+    ) -> Result<serde_json::Value, Verdict> {
+        let layout = download::Layout {
+            source: dir.join("aligned"),
+            partial: dir.join("partial"),
+            repair: None,
+            connections: 0,
+            ready: None,
+        };
+        let downloaded = download::download(self.hub, target, commit, &layout, self.max_bytes).await;
+        downloaded.map_err(|error| {
+            let (target, commit) = (target.to_owned(), commit.to_owned());
+            Verdict::Unknown(RunnerError::Download { target, commit, error })
+        })?;
+        let manifest = Manifest::read(&layout.source).map_err(|e| Verdict::Failed(e.to_string()))?;
+        let manifest = manifest.ok_or_else(|| Verdict::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
+        for_job(&manifest, job).map_err(Verdict::Failed)?;
+        let (python, script, staged, device) =
+            (self.python.to_owned(), self.script.to_owned(), layout.source.clone(), self.device.to_owned());
+        let checked =
+            crate::blocking::run("the MLX check", move || super::mlx::check(&python, &script, &staged, &device));
+        checked.await.map_err(|e| Verdict::Failed(e.to_string()))?.map_err(Verdict::Failed)
+    }
+}
+
+/// Why a check gave no passing record: a verdict to record, or a failure to try again later.
+enum Verdict {
+    Failed(String),
+    Unknown(RunnerError),
+}
