@@ -111,6 +111,15 @@ macro_rules! listing {
     };
 }
 
+/// [`listing!`]'s columns, read from the sums first: for affected repos, in the order of the sums' indexes.
+macro_rules! listing_from_sums {
+    () => {
+        "SELECT r.id AS repo, r.namespace, r.state, COALESCE(r.audited_sha, r.listed_sha) AS sha, r.private,
+         r.gated, r.disabled, s.shards_header_pad, s.shards_relayout, s.shards_invalid, s.misaligned_tensors,
+         s.misaligned_bytes, r.last_error FROM repo_sums s JOIN repos r ON r.id = s.repo"
+    };
+}
+
 /// Which repos to list, a page at a time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepoFilter {
@@ -384,18 +393,62 @@ impl Store {
         .map_err(sql("mirrored bytes"))
     }
 
-    /// Repos by `filter`, most bytes duplicated first.
+    /// Repos by `filter`, most bytes duplicated first, then by id. Read in two parts, each in the order of an
+    /// index: the affected repos from the sums, then the rest (nothing duplicated, or not audited) by id,
+    /// so no page sorts a whole namespace.
     pub async fn repo_listing(&self, filter: &RepoFilter) -> Result<Vec<RepoListing>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as(listing!(
-            "WHERE ($1 IS NULL OR r.namespace = $1) AND ($2 IS NULL OR (COALESCE(s.misaligned_bytes, 0) > 0) = $2)
-             ORDER BY misaligned_bytes DESC, r.id LIMIT $3 OFFSET $4"
-        ))
-        .bind(&filter.namespace)
-        .bind(filter.affected)
-        .bind(filter.limit)
-        .bind(filter.offset)
-        .fetch_all(pool)
-        .await)
+        let ns = filter.namespace.as_deref();
+        let affected = match filter.affected {
+            Some(false) => 0,
+            _ => self.affected_count(ns).await?,
+        };
+        let mut page = Vec::new();
+        if filter.affected != Some(false) && filter.offset < affected {
+            let text = format!(
+                "{} WHERE s.misaligned_bytes > 0 {} ORDER BY s.misaligned_bytes DESC, s.repo LIMIT $1 OFFSET $2",
+                listing_from_sums!(),
+                if ns.is_some() { "AND s.namespace = $3" } else { "" }
+            );
+            page = self.listing_part(text, ns, filter.limit, filter.offset).await?;
+        }
+        let wanted = filter.limit - page.len() as i64;
+        if filter.affected != Some(true) && wanted > 0 {
+            let text = format!(
+                "{} WHERE COALESCE(s.misaligned_bytes, 0) = 0 {} ORDER BY r.id LIMIT $1 OFFSET $2",
+                listing!(""),
+                if ns.is_some() { "AND r.namespace = $3" } else { "" }
+            );
+            page.extend(self.listing_part(text, ns, wanted, (filter.offset - affected).max(0)).await?);
+        }
+        Ok(page)
+    }
+
+    /// Affected repos, of one namespace or all.
+    async fn affected_count(&self, namespace: Option<&str>) -> Result<i64, StoreError> {
+        let text = match namespace {
+            Some(_) => "SELECT COUNT(*) FROM repo_sums WHERE misaligned_bytes > 0 AND namespace = $1",
+            None => "SELECT COUNT(*) FROM repo_sums WHERE misaligned_bytes > 0",
+        };
+        on_pool!(self, |pool| sqlx::query_scalar(text).bind(namespace).fetch_one(pool).await)
+            .map_err(sql("affected repos count"))
+    }
+
+    /// One part of [`Store::repo_listing`]: `text` takes the limit, the offset and, if given, the namespace.
+    async fn listing_part(
+        &self,
+        text: String,
+        namespace: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<RepoListing>, StoreError> {
+        // One of the texts built above from constants; every value is bound.
+        on_pool!(self, |pool| {
+            let query = sqlx::query_as(sqlx::AssertSqlSafe(text.clone())).bind(limit).bind(offset);
+            match namespace {
+                Some(ns) => query.bind(ns).fetch_all(pool).await,
+                None => query.fetch_all(pool).await,
+            }
+        })
         .map_err(sql("repo listing"))
     }
 
@@ -597,6 +650,50 @@ mod tests {
             assert_sums_match(store, &format!("round {round}")).await;
         }
         assert!(store.totals().await.unwrap().repos_audited > 0, "the sequence audited something");
+        assert_listing_pages_follow_one_sort(store).await;
+    }
+
+    /// The two-part listing, page by page, is the one sort it stands for: most bytes first, then by id,
+    /// audited or not, for each filter and page size.
+    async fn assert_listing_pages_follow_one_sort(store: &Store) {
+        for namespace in [None, Some("ns1")] {
+            for affected in [None, Some(true), Some(false)] {
+                let mut conditions = vec!["1 = 1".to_owned()];
+                conditions.extend(namespace.map(|ns| format!("r.namespace = '{ns}'")));
+                conditions.extend(
+                    affected.map(|a| format!("COALESCE(s.misaligned_bytes, 0) {} 0", if a { ">" } else { "=" })),
+                );
+                let sorted = rows(
+                    store,
+                    format!(
+                        "SELECT r.id, COALESCE(s.misaligned_bytes, 0) FROM repos r LEFT JOIN repo_sums s ON s.repo = r.id
+                         WHERE {} ORDER BY 2 DESC, r.id",
+                        conditions.join(" AND ")
+                    ),
+                )
+                .await;
+                let want: Vec<String> = sorted.into_iter().map(|(id, _)| id).collect();
+                assert!(!want.is_empty() || affected == Some(true), "{namespace:?} {affected:?}");
+                for limit in [1, 3, 7, 100] {
+                    let mut got = Vec::new();
+                    for offset in (0..).step_by(limit) {
+                        let filter = RepoFilter {
+                            namespace: namespace.map(str::to_owned),
+                            affected,
+                            limit: limit as i64,
+                            offset: offset as i64,
+                        };
+                        let page = store.repo_listing(&filter).await.unwrap();
+                        assert!(page.len() <= limit);
+                        if page.is_empty() {
+                            break;
+                        }
+                        got.extend(page.into_iter().map(|r| r.repo));
+                    }
+                    assert_eq!(got, want, "{namespace:?} {affected:?} by {limit} on {:?}", store.backend());
+                }
+            }
+        }
     }
 
     /// Eight writers at once, on both backends, auditing repos of the same namespaces (some the same repos):
