@@ -75,12 +75,29 @@ def time_pages(db, tmp, rounds):
                 break
             except OSError:
                 time.sleep(0.1)
+        settle(base)
         return [(p, median_ms(base + p, rounds)) for p in PAGES]
     finally:
         serve.terminate()
         sim.terminate()
         serve.wait()
         sim.wait()
+
+
+def settle(base, timeout=1800):
+    """Waits for serve's first cycle to end (its audit of the empty simulator, then the queueing of every
+    affected repo as a skipped job, in one transaction), so that no page is timed while it writes."""
+    t, last, steady = time.perf_counter(), None, 0
+    while time.perf_counter() - t < timeout:
+        metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
+        jobs = int(re.search(r'hubalign_jobs\{state="skipped"\} (\d+)', metrics).group(1))
+        steady = steady + 1 if jobs and jobs == last else 0
+        if steady >= 3:
+            print(f"serve settled in {time.perf_counter() - t:.1f} s ({jobs} jobs)", flush=True)
+            return
+        last = jobs
+        time.sleep(1)
+    raise SystemExit("serve did not settle")
 
 
 PAGES = ["/healthz", "/", "/?sort=repos", "/ns/mlx-community", "/ns/mlx-community?page=99", "/ns/pub007",

@@ -657,18 +657,20 @@ impl Store {
     /// Jobs back in the queue for a failure that needs the operator (a refused token, a full disk).
     pub async fn jobs_needing_operator(&self) -> Result<i64, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
-            "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'"
+            "SELECT CAST(COALESCE(SUM(needing_operator), 0) AS BIGINT) FROM job_sums WHERE state = 'queued'"
         )
         .fetch_one(pool)
         .await)
         .map_err(sql("jobs needing the operator"))
     }
 
-    /// Jobs per state.
+    /// Jobs per state (the states that have any), from the trigger-kept sums.
     pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, CAST(SUM(jobs) AS BIGINT) FROM job_sums GROUP BY state HAVING SUM(jobs) > 0 ORDER BY state"
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(sql("job counts"))
     }
 
@@ -720,7 +722,7 @@ impl Store {
     /// Bytes all jobs downloaded and uploaded.
     pub async fn job_bytes(&self) -> Result<(i64, i64), StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
-            "SELECT CAST(COALESCE(SUM(bytes_downloaded), 0) AS BIGINT), CAST(COALESCE(SUM(bytes_uploaded), 0) AS BIGINT) FROM jobs"
+            "SELECT CAST(COALESCE(SUM(bytes_downloaded), 0) AS BIGINT), CAST(COALESCE(SUM(bytes_uploaded), 0) AS BIGINT) FROM job_sums"
         )
         .fetch_one(pool)
         .await)
@@ -766,7 +768,7 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -839,6 +841,33 @@ mod tests {
         }
     }
 
+    /// The trigger-kept job sums equal the aggregates over the jobs they stand for.
+    pub(crate) async fn assert_job_sums_match(store: &Store, when: &str) {
+        let live: Vec<(String, i64)> =
+            on_pool!(store, |pool| sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state ORDER BY state")
+                .fetch_all(pool)
+                .await
+                .unwrap());
+        assert_eq!(store.job_counts().await.unwrap(), live, "{when} on {:?}", store.backend());
+        let (bytes, held): ((i64, i64), i64) = on_pool!(store, |pool| {
+            let bytes = sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(bytes_downloaded), 0) AS BIGINT), CAST(COALESCE(SUM(bytes_uploaded), 0) AS BIGINT) FROM jobs",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            let held = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            (bytes, held)
+        });
+        assert_eq!(store.job_bytes().await.unwrap(), bytes, "{when} on {:?}", store.backend());
+        assert_eq!(store.jobs_needing_operator().await.unwrap(), held, "{when} on {:?}", store.backend());
+    }
+
     /// A failure's kind decides the job's fate: a transient one is tried again after a backoff until the
     /// attempts run out, a permanent one fails it at once, and one that needs the operator puts it back
     /// without spending its attempt, held for the hold time, with the kind shown until it publishes.
@@ -872,6 +901,8 @@ mod tests {
             let job = store.job(id).await.unwrap().unwrap();
             assert_eq!((job.attempts, job.failure_kind), (1, None));
             assert_eq!(store.jobs_needing_operator().await.unwrap(), 0);
+            store.add_job_bytes(id, 7, 5).await.unwrap();
+            assert_job_sums_match(store, "after a held job published").await;
 
             let id = store.job_for("ns/flaky", "sha", VerifyDevice::Cpu).await.unwrap().id;
             let max = store.job(id).await.unwrap().unwrap().max_attempts;
@@ -888,6 +919,8 @@ mod tests {
             let state = store.finish_job(id, "w", &fail(FailureKind::Permanent)).await.unwrap();
             assert_eq!(state, Some(JobState::Failed));
             assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
+            assert_eq!(store.retry_job(id).await.unwrap(), Some(true));
+            assert_job_sums_match(store, "after an administrator's retry").await;
         }
     }
 
@@ -907,6 +940,21 @@ mod tests {
                     while let Some(job) =
                         store.claim_job(&format!("w{w}"), Duration::from_secs(600), None).await.unwrap()
                     {
+                        // Each job moves on as a worker's would, some back to the queue (with a backoff, so
+                        // they are not claimed again here): the job sums' rows are updated by many writers
+                        // at once, in both directions between two states.
+                        let worker = format!("w{w}");
+                        store
+                            .advance_job(job.id, &worker, JobState::Downloading, Duration::from_secs(600))
+                            .await
+                            .unwrap();
+                        store.add_job_bytes(job.id, 100, 1).await.unwrap();
+                        let outcome = if job.id % 3 == 0 {
+                            JobOutcome::Failed { reason: "flaky".into(), kind: FailureKind::Transient }
+                        } else {
+                            JobOutcome::Published { target: format!("me/r{}", job.id), commit: "c".into() }
+                        };
+                        store.finish_job(job.id, &worker, &outcome).await.unwrap();
                         mine.push(job.id);
                     }
                     mine
@@ -918,6 +966,7 @@ mod tests {
             }
             claimed.sort_unstable();
             assert_eq!(claimed, (1..=120).collect::<Vec<i64>>(), "on {:?}", store.backend());
+            assert_job_sums_match(&store, "after eight workers").await;
         }
     }
 }

@@ -325,7 +325,7 @@ impl Store {
                 CAST(COALESCE(SUM(shards_aligned), 0) AS BIGINT) AS shards_aligned, CAST(COALESCE(SUM(shards_header_pad), 0) AS BIGINT) AS shards_header_pad,
                 CAST(COALESCE(SUM(shards_relayout), 0) AS BIGINT) AS shards_relayout, CAST(COALESCE(SUM(shards_invalid), 0) AS BIGINT) AS shards_invalid,
                 CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) AS misaligned_bytes,
-                (SELECT COUNT(*) FROM jobs WHERE state = 'published') AS mirrors_published
+                (SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT) FROM job_sums WHERE state = 'published') AS mirrors_published
              FROM namespace_sums",
         )
         .fetch_one(pool)
@@ -473,7 +473,10 @@ impl Store {
     /// listing entries), by id.
     pub async fn namespace_unaudited(&self, namespace: &str) -> Result<Vec<RepoListing>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(listing!(
-            "WHERE r.namespace = $1 AND r.state != 'ok' ORDER BY r.id LIMIT 1000"
+            // `state != 'ok'` as two ranges, and the order by an expression: so the (namespace, state) index
+            // finds the few such repos and they are sorted, rather than the whole namespace walked in id order
+            // for them (4.5 ms for 10,000 repos on SQLite, against 0.01 ms).
+            "WHERE r.namespace = $1 AND (r.state < 'ok' OR r.state > 'ok') ORDER BY r.id || '' LIMIT 1000"
         ))
         .bind(namespace)
         .fetch_all(pool)
@@ -554,7 +557,7 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::{ListingEntry, RepoOutcome, RepoState, RunStats};
 
@@ -590,7 +593,7 @@ mod tests {
 
     /// Asserts that the trigger-kept tables equal the live aggregates they stand for; returns the kept
     /// per-repo rows.
-    async fn assert_sums_match(store: &Store, when: &str) -> Vec<(String, Vec<i64>)> {
+    pub(crate) async fn assert_sums_match(store: &Store, when: &str) -> Vec<(String, Vec<i64>)> {
         let kept = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
         let live = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums_live ORDER BY repo")).await;
         assert_eq!(kept, live, "{when} on {:?}", store.backend());

@@ -103,6 +103,8 @@ fn drain_while_killing(db: &str) {
         let events = runtime.block_on(store.repo_job_events(&job.repo_id)).unwrap();
         assert_eq!(events.iter().filter(|e| e.state == "published").count(), 1, "{events:?}");
     }
+    // The trigger-kept job sums, written by eight processes at once and through the kills, count them all.
+    assert_eq!(runtime.block_on(store.job_counts()).unwrap(), [("published".to_owned(), JOBS as i64)]);
 }
 
 #[test]
