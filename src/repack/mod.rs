@@ -35,6 +35,7 @@ use crate::store::jobs::{Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 pub use crate::store::jobs::VerifyDevice;
+pub use error::RepackError;
 use rendezvous::MetalHandoff;
 
 /// How the worker runs.
@@ -83,8 +84,6 @@ pub struct Repacker<'a> {
     /// Options.
     pub opts: &'a RepackOptions,
 }
-
-pub use error::RepackError;
 
 /// Runs a disk- or CPU-bound step on a thread of its own, so that a repack never holds an executor thread
 /// the pages and the audit share; a panic there fails the step, to be tried again. The work starts at once,

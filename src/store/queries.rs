@@ -404,10 +404,13 @@ impl Store {
         };
         let mut page = Vec::new();
         if filter.affected != Some(false) && filter.offset < affected {
+            // The page's ids from the index alone, then their rows (as for a namespace's page).
             let text = format!(
-                "{} WHERE s.misaligned_bytes > 0 {} ORDER BY s.misaligned_bytes DESC, s.repo LIMIT $1 OFFSET $2",
+                "{} WHERE s.repo IN (SELECT repo FROM repo_sums WHERE misaligned_bytes > 0 {}
+                   ORDER BY misaligned_bytes DESC, repo LIMIT $1 OFFSET $2)
+                 ORDER BY s.misaligned_bytes DESC, s.repo",
                 listing_from_sums!(),
-                if ns.is_some() { "AND s.namespace = $3" } else { "" }
+                if ns.is_some() { "AND namespace = $3" } else { "" }
             );
             page = self.listing_part(text, ns, filter.limit, filter.offset).await?;
         }
@@ -423,11 +426,14 @@ impl Store {
         Ok(page)
     }
 
-    /// Affected repos, of one namespace or all.
+    /// Affected repos, of one namespace or all, from the namespaces' sums (counting them in the repos' sums
+    /// took 47 ms for a namespace of 56,000 on PostgreSQL).
     async fn affected_count(&self, namespace: Option<&str>) -> Result<i64, StoreError> {
         let text = match namespace {
-            Some(_) => "SELECT COUNT(*) FROM repo_sums WHERE misaligned_bytes > 0 AND namespace = $1",
-            None => "SELECT COUNT(*) FROM repo_sums WHERE misaligned_bytes > 0",
+            Some(_) => {
+                "SELECT CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) FROM namespace_sums WHERE namespace = $1"
+            }
+            None => "SELECT CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) FROM namespace_sums",
         };
         on_pool!(self, |pool| sqlx::query_scalar(text).bind(namespace).fetch_one(pool).await)
             .map_err(sql("affected repos count"))
@@ -492,8 +498,12 @@ impl Store {
         offset: i64,
     ) -> Result<Vec<AffectedRepo>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
+            // The page's ids first, from the index alone (a deep page skips thousands of index entries, not
+            // thousands of rows), then their rows.
             "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
-             FROM repo_sums WHERE namespace = $1 ORDER BY misaligned_bytes DESC, repo LIMIT $2 OFFSET $3",
+             FROM repo_sums WHERE repo IN (
+                SELECT repo FROM repo_sums WHERE namespace = $1 ORDER BY misaligned_bytes DESC, repo LIMIT $2 OFFSET $3)
+             ORDER BY misaligned_bytes DESC, repo",
         )
         .bind(namespace)
         .bind(limit)

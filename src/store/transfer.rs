@@ -366,8 +366,9 @@ impl Store {
             tx.commit().await.map_err(sql("commit import"))?;
         });
         if let super::Pool::Postgres(pool) = self.pool() {
-            // The planner's statistics of the tables just filled, before the store is used.
-            sqlx::query("ANALYZE").execute(pool).await.map_err(sql("analyze"))?;
+            // The planner's statistics of the tables just filled, and their visibility maps (so that a deep page
+            // is read from an index alone), before the store is used.
+            sqlx::query("VACUUM (ANALYZE)").execute(pool).await.map_err(sql("vacuum and analyze"))?;
         }
         Ok(counts)
     }
