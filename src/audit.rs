@@ -13,7 +13,9 @@ use crate::hub::listing::{InvalidListing, ListQuery, ListedRepo};
 use crate::hub::pages::Pagination;
 use crate::hub::{Access, HubClient, HubError};
 use crate::safetensors::{Alignment, classify};
-use crate::store::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunStats, ShardRow, Store, StoreError};
+use crate::store::{
+    ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow, Store, StoreError,
+};
 
 /// How to crawl.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +228,82 @@ async fn crawl(
         });
     }
     Ok(())
+}
+
+/// What reading one repo again found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reread {
+    /// Audited and recorded, in a run of its own.
+    Recorded(RepoOutcome),
+    /// It no longer has the tags the audit lists by (`--filter`): nothing recorded.
+    Unlisted,
+    /// The Hub's answer breaks the gate's rules: nothing recorded.
+    Refused(String),
+}
+
+/// Reads one repo again as the crawl reads each (its info, then one range probe per shard) and records it in
+/// a run of kind `webhook`, `started_by` naming the event: for a webhook's hint. The run's request counts are
+/// the client's, so the caller gives it a client of its own. A repo the Hub reports gone,
+/// gated or disabled is recorded so (its mirror's lifecycle follows); one that fails otherwise returns the
+/// Hub's error, for the next crawl to retry.
+pub async fn reread(
+    client: &HubClient,
+    store: &Store,
+    opts: &AuditOptions,
+    repo: &str,
+    started_by: &str,
+) -> Result<Reread, RereadError> {
+    let before = client.stats.snapshot();
+    let listed = match client.repo_entry(repo).await {
+        Ok(Ok((listed, tags))) if opts.query.filters.iter().all(|f| tags.contains(f)) => Ok(listed),
+        Ok(Ok(_)) => return Ok(Reread::Unlisted),
+        Ok(Err(reason)) => return Ok(Reread::Refused(reason)),
+        Err(e) => match e.access() {
+            Some(Access::Gated) => Err(RepoState::Gated),
+            Some(Access::Disabled) => Err(RepoState::Disabled),
+            Some(Access::Vanished) => Err(RepoState::Vanished),
+            Some(Access::Moved) | None => return Err(RereadError::Hub(e)),
+        },
+    };
+    let run = store.start_run_of(RunKind::Webhook, client.endpoint(), repo, Some(started_by)).await?;
+    let outcome = match listed {
+        Ok(listed) => {
+            store.record_listing(run, &[listing_entry(&listed)], true).await?;
+            match audit_repo(client, listed, opts).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    store.finish_run(run, "interrupted", &RunStats::default(), Some(&e.to_string())).await?;
+                    return Err(RereadError::Hub(e));
+                }
+            }
+        }
+        Err(state) => {
+            let sha = store.repo(repo).await?.and_then(|r| r.sha).unwrap_or_else(|| "main".to_owned());
+            RepoOutcome { id: repo.to_owned(), sha, state, shards: Vec::new(), error: None }
+        }
+    };
+    store.record_repo(run, &outcome).await?;
+    let net = client.stats.snapshot();
+    let stats = RunStats {
+        repos_probed: 1,
+        shards_probed: outcome.shards.len() as u64,
+        api_requests: net.api_requests.saturating_sub(before.api_requests),
+        resolver_requests: net.resolver_requests.saturating_sub(before.resolver_requests),
+        ..RunStats::default()
+    };
+    store.finish_run(run, "finished", &stats, None).await?;
+    Ok(Reread::Recorded(outcome))
+}
+
+/// Why a repo could not be read again.
+#[derive(Debug, Error)]
+pub enum RereadError {
+    /// The Hub failed (after retries) for another reason than the repo's own state.
+    #[error(transparent)]
+    Hub(HubError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Probes every shard of one repo at its listed commit. A wait longer than the client allows is returned as

@@ -31,4 +31,5 @@ pub mod serve;
 pub mod sim;
 pub mod store;
 pub mod time;
+pub mod webhook;
 pub mod worker;

@@ -208,6 +208,13 @@ pub(super) struct Setup {
     pub(super) device: VerifyDevice,
 }
 
+impl WorkerArgs {
+    /// A Hub client of its own, with the same endpoint, token and bounds.
+    pub(super) fn hub_client(&self) -> anyhow::Result<HubClient> {
+        self.bounds.client(HubConfig::resolve(self.endpoint.clone(), self.token.clone()))
+    }
+}
+
 pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
     let Some(token) = config.token.clone() else {

@@ -10,7 +10,7 @@ use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
 use hubalign::serve::listener::Limits;
 use hubalign::serve::schedule::Schedule;
-use hubalign::serve::{ServeConfig, serve};
+use hubalign::serve::{ServeConfig, WebhookConfig, serve};
 
 use super::Exit;
 use super::repack::{PolicyArgs, WorkerArgs, setup};
@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// another takes over within about this long.
     #[arg(long, env = "HUBALIGN_SCHEDULER_LEASE", default_value_t = 30, value_name = "SECS")]
     scheduler_lease: u64,
+    /// The secret configured on the Hub's webhook: serves `POST /api/hub/webhook`, which takes it in the
+    /// `X-Webhook-Secret` header or a `?secret=` query parameter, and reads each repo a payload names again
+    /// (the scheduled audit stays the backstop). Not served without it.
+    #[arg(long, env = "HUBALIGN_WEBHOOK_SECRET", value_name = "SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
@@ -102,6 +107,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),
             scheduler_lease: Duration::from_secs(args.scheduler_lease.max(1)),
+            webhook: match args.webhook_secret.clone().filter(|s| !s.is_empty()) {
+                Some(secret) => Some(WebhookConfig { secret, hub: args.worker.hub_client()? }),
+                None => None,
+            },
         };
         let workers = if args.workers == 1 { "1 worker".to_owned() } else { format!("{} workers", args.workers) };
         println!("hubalign serve: {url} (audit {}, {workers})", config.schedule.describe());

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::listing::ListedRepo;
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, INFO_CAP, SMALL_CAP};
 use crate::gate;
@@ -74,6 +75,27 @@ impl HubClient {
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url, detail: format!("model info: {e}") })
+    }
+
+    /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same gate
+    /// as a listing page's entries), with its tags for the audit's filters. `Ok(Err(reason))`: the Hub's
+    /// answer breaks the gate's rules, and nothing of it is used.
+    pub async fn repo_entry(&self, repo: &str) -> Result<Result<(ListedRepo, Vec<String>), String>, HubError> {
+        let url = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        let item: serde_json::Value = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("model info: {e}") })?;
+        let tags: Vec<String> = item["tags"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|v| v.as_str()).filter(|t| t.len() <= 200).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let (mut repos, mut invalid) = super::listing::sort_entries(vec![item]);
+        Ok(match (repos.pop(), invalid.pop()) {
+            (Some(listed), _) if listed.id == repo => Ok((listed, tags)),
+            (Some(listed), _) => Err(format!("the Hub answered for {}", gate::quote(&listed.id))),
+            (None, Some(bad)) => Err(bad.reason),
+            (None, None) => Err("no repo in the answer".into()),
+        })
     }
 
     /// The user the token belongs to, checked as a namespace.

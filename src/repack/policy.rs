@@ -143,8 +143,17 @@ impl EnqueuePolicy {
 /// Creates a job for every affected repo at its audited commit that has none yet; repos the policy excludes
 /// get a `skipped` job saying why. Returns how many jobs were queued.
 pub async fn enqueue_affected(store: &Store, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
+    enqueue(store, policy, None).await
+}
+
+/// [`enqueue_affected`] for one repo (a webhook's): its job, if it is affected and has none at this commit.
+pub async fn enqueue_repo(store: &Store, policy: &EnqueuePolicy, repo: &str) -> Result<u64, StoreError> {
+    enqueue(store, policy, Some(repo)).await
+}
+
+async fn enqueue(store: &Store, policy: &EnqueuePolicy, only: Option<&str>) -> Result<u64, StoreError> {
     let jobs: Vec<NewJob> = store
-        .candidates(policy.min_bytes)
+        .candidates(policy.min_bytes, only)
         .await?
         .into_iter()
         .map(|c| NewJob {

@@ -137,5 +137,38 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         );
         m.one("hubalign_last_audit_read_bytes", "gauge", "Body bytes the newest audit run read.", r.bytes_read);
     }
+    if let Some(w) = &state.webhooks {
+        let labelled = |rows: Vec<(&str, u64)>, label: &str| -> Vec<(String, i64)> {
+            rows.into_iter().map(|(k, n)| (format!("{{{label}=\"{k}\"}}"), n as i64)).collect()
+        };
+        m.family(
+            "hubalign_webhooks_received_total",
+            "counter",
+            "Hub webhook payloads parsed, by the scope they count as.",
+            &labelled(w.received(), "scope"),
+        );
+        m.family(
+            "hubalign_webhooks_accepted_total",
+            "counter",
+            "Hub webhook payloads whose hint was queued (one per repo waits), by scope.",
+            &labelled(w.accepted(), "scope"),
+        );
+        m.family(
+            "hubalign_webhooks_rejected_total",
+            "counter",
+            "Hub webhook payloads turned away, by reason.",
+            &labelled(w.rejected(), "reason"),
+        );
+        let (reread, unchanged) = w.rereads();
+        m.family(
+            "hubalign_webhook_rereads_total",
+            "counter",
+            "Repos a webhook hinted at: read again from the Hub, or skipped as already audited at that head.",
+            &[
+                ("{outcome=\"read\"}".to_owned(), reread as i64),
+                ("{outcome=\"unchanged\"}".to_owned(), unchanged as i64),
+            ],
+        );
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0).into_response()
 }

@@ -9,6 +9,7 @@ mod overview;
 mod pages;
 pub mod schedule;
 mod scheduler;
+pub mod webhook;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +37,7 @@ pub struct AppState {
     hub_url: String,
     health: Arc<Health>,
     overview: Arc<overview::OverviewCache>,
+    webhooks: Option<Arc<webhook::WebhookCounters>>,
 }
 
 /// What is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count of
@@ -97,20 +99,43 @@ pub struct ServeConfig {
     /// How long the scheduler lease holds without renewal: after the leading replica dies, another starts
     /// auditing within about this long.
     pub scheduler_lease: Duration,
+    /// The Hub webhooks' endpoint and what acts on them; not served without it.
+    pub webhook: Option<WebhookConfig>,
 }
 
-/// Builds the router: dashboard, JSON API, health, metrics, and (each with its token) the runners' and the
-/// administrators' APIs.
+/// `POST /api/hub/webhook`'s configuration.
+pub struct WebhookConfig {
+    /// The secret configured on the Hub's webhook.
+    pub secret: String,
+    /// A Hub client of its own for reading hinted repos again (its counts are each run's).
+    pub hub: HubClient,
+}
+
+/// The APIs served only when configured, each with its token.
+#[derive(Default)]
+pub struct Apis {
+    /// The macOS runners'.
+    pub runner: Option<Arc<RunnerApi>>,
+    /// The administrators'.
+    pub admin: Option<AdminApi>,
+    /// The Hub webhooks'.
+    pub webhook: Option<Arc<webhook::WebhookApi>>,
+}
+
+/// Builds the router: dashboard, JSON API, health, metrics, and (each with its secret) the runners', the
+/// administrators' and the Hub webhooks' APIs.
 pub fn router(
     store: Store,
     hub_url: String,
     next_run: Arc<Mutex<String>>,
     health: Arc<Health>,
-    runner: Option<Arc<RunnerApi>>,
-    admin: Option<AdminApi>,
+    apis: Apis,
 ) -> Result<Router, minijinja::Error> {
     let overview = Arc::new(overview::OverviewCache::new(store.clone()));
-    let state = AppState { store, templates: Arc::new(pages::templates()?), next_run, hub_url, health, overview };
+    let webhooks = apis.webhook.as_ref().map(|w| w.counters.clone());
+    let templates = Arc::new(pages::templates()?);
+    let state = AppState { store, templates, next_run, hub_url, health, overview, webhooks };
+    let Apis { runner, admin, webhook } = apis;
     let app = Router::new()
         .route("/", get(overview::overview))
         .route("/ns/{namespace}", get(pages::namespace))
@@ -125,6 +150,10 @@ pub fn router(
         .with_state(state);
     let app = match runner {
         Some(api) => app.merge(runner_router(api)),
+        None => app,
+    };
+    let app = match webhook {
+        Some(api) => app.merge(webhook::router(api)),
         None => app,
     };
     Ok(match admin {
@@ -170,7 +199,13 @@ pub async fn serve(
         token: token.into(),
         audit_now: audit_now.clone(),
     });
-    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), runner, admin)
+    let counters = Arc::new(webhook::WebhookCounters::default());
+    let hints = Arc::new(crate::webhook::queue::HintQueue::new(crate::webhook::queue::DEFAULT_CAPACITY));
+    let webhook_api = config.webhook.as_ref().map(|w| {
+        Arc::new(webhook::WebhookApi { secret: w.secret.clone(), queue: hints.clone(), counters: counters.clone() })
+    });
+    let apis = Apis { runner, admin, webhook: webhook_api };
+    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), apis)
         .map_err(|e| e.to_string())?;
     let listener = config
         .listener
@@ -205,6 +240,18 @@ pub async fn serve(
     };
     let id = tasks.spawn(scheduler::scheduler(shared.clone(), stop.clone(), scheduling)).id();
     names.insert(id, "the scheduler".to_owned());
+    if let Some(webhook) = config.webhook {
+        let rereader = webhook::Rereader {
+            hub: webhook.hub,
+            hf: shared.hf.clone(),
+            store: shared.store.clone(),
+            audit: config.audit.clone(),
+            policy: config.policy.clone(),
+            counters,
+        };
+        let id = tasks.spawn(rereader.run(hints, stop.clone())).id();
+        names.insert(id, "the webhook task".to_owned());
+    }
     // Repacks run on a runtime of their own at a lower priority, so that their downloads, uploads and
     // checks never hold a thread or a core a page is waiting for.
     let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);

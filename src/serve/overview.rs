@@ -194,7 +194,14 @@ mod tests {
         let db = dir.path().join("store.db");
         let store = Store::open(&db).await.unwrap();
         let next_run = Arc::new(Mutex::new(String::new()));
-        let app = super::super::router(store, "http://hub.test".into(), next_run, Arc::default(), None, None).unwrap();
+        let app = super::super::router(
+            store,
+            "http://hub.test".into(),
+            next_run,
+            Arc::default(),
+            super::super::Apis::default(),
+        )
+        .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });

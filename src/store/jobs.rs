@@ -303,17 +303,20 @@ pub fn backoff(attempts: i64) -> Duration {
 }
 
 impl Store {
-    /// The affected repos duplicating at least `min_bytes`, largest first, with their visibility flags.
-    pub async fn candidates(&self, min_bytes: i64) -> Result<Vec<Candidate>, StoreError> {
+    /// The affected repos duplicating at least `min_bytes`, largest first, with their visibility flags; with
+    /// `only`, that repo alone (a webhook's).
+    pub async fn candidates(&self, min_bytes: i64, only: Option<&str>) -> Result<Vec<Candidate>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
                     s.misaligned_tensors, s.misaligned_bytes,
                     COALESCE(r.private, TRUE) AS private, COALESCE(r.gated, FALSE) AS gated,
                     COALESCE(r.disabled, FALSE) AS disabled
              FROM repo_sums s LEFT JOIN repos r ON r.id = s.repo
-             WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 ORDER BY s.misaligned_bytes DESC, s.repo",
+             WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 AND ($2 IS NULL OR s.repo = $2)
+             ORDER BY s.misaligned_bytes DESC, s.repo",
         )
         .bind(min_bytes)
+        .bind(only)
         .fetch_all(pool)
         .await)
         .map_err(sql("queue candidates"))

@@ -85,9 +85,11 @@ impl Store {
     /// When the newest audit run started (unix seconds), by whichever replica: the schedule goes on from it
     /// after a takeover.
     pub async fn last_run_started(&self) -> Result<Option<String>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_scalar("SELECT started_at FROM audit_runs ORDER BY id DESC LIMIT 1")
-            .fetch_optional(pool)
-            .await)
+        on_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT started_at FROM audit_runs WHERE kind = 'crawl' ORDER BY id DESC LIMIT 1"
+        )
+        .fetch_optional(pool)
+        .await)
         .map_err(sql("last run"))
     }
 }

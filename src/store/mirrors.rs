@@ -92,7 +92,7 @@ impl Store {
             "SELECT m.* FROM mirrors m LEFT JOIN repos r ON r.id = m.source_repo
              WHERE m.private = FALSE AND (
                 r.id IS NULL OR r.state NOT IN ('ok', 'moved', 'error', 'pending') OR r.private OR r.gated OR r.disabled
-                OR COALESCE(r.last_listed_run, 0) < COALESCE((SELECT MAX(id) FROM audit_runs WHERE status = 'finished'), 0))
+                OR COALESCE(r.last_listed_run, 0) < COALESCE((SELECT MAX(id) FROM audit_runs WHERE status = 'finished' AND kind = 'crawl'), 0))
              ORDER BY m.target_repo",
         )
         .fetch_all(pool)

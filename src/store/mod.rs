@@ -24,7 +24,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions, PgPool, SqlitePool};
 use thiserror::Error;
 
-pub use self::records::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunStats, ShardRow};
+pub use self::records::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow};
 
 /// Why the store failed.
 #[derive(Debug, Error)]

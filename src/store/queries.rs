@@ -217,12 +217,16 @@ pub struct Progress {
 pub struct RunRow {
     /// Its id.
     pub id: i64,
+    /// `crawl` (the whole listing) or `webhook` (one repo a webhook named).
+    pub kind: String,
     /// When it started.
     pub started_at: String,
     /// When it ended.
     pub finished_at: Option<String>,
     /// `running`, `finished`, `failed` or `interrupted`.
     pub status: String,
+    /// Who started it: the `serve` replica of a crawl, or the event behind a webhook's run.
+    pub started_by: Option<String>,
     /// Repos listed.
     pub repos_listed: i64,
     /// Repos probed.
@@ -528,20 +532,25 @@ impl Store {
 
     /// Runs per status.
     pub async fn run_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as("SELECT status, COUNT(*) FROM audit_runs GROUP BY status ORDER BY status")
-            .fetch_all(pool)
-            .await)
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT status, COUNT(*) FROM audit_runs WHERE kind = 'crawl' GROUP BY status ORDER BY status"
+        )
+        .fetch_all(pool)
+        .await)
         .map_err(sql("run counts"))
     }
 
     /// The most recent runs, newest first.
     /// When the newest finished run ended, in Unix seconds.
     pub async fn last_finished_run_at(&self) -> Result<Option<i64>, StoreError> {
-        let at: Option<String> = on_pool!(self, |pool| sqlx::query_scalar(
-            "SELECT finished_at FROM audit_runs WHERE status = 'finished' AND finished_at IS NOT NULL ORDER BY id DESC LIMIT 1",
+        let at: Option<String> = on_pool!(self, |pool| {
+            sqlx::query_scalar(
+            "SELECT finished_at FROM audit_runs WHERE status = 'finished' AND kind = 'crawl' AND finished_at IS NOT NULL
+             ORDER BY id DESC LIMIT 1",
         )
         .fetch_optional(pool)
-        .await)
+        .await
+        })
         .map_err(sql("last finished run"))?;
         Ok(at.as_deref().and_then(crate::time::parse_utc))
     }
@@ -549,8 +558,8 @@ impl Store {
     /// Runs, newest first, `limit` of them after `offset`.
     pub async fn runs_page(&self, limit: i64, offset: i64) -> Result<Vec<RunRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
-            "SELECT id, started_at, finished_at, status, repos_listed, repos_probed, shards_probed, api_requests,
-                resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
+            "SELECT id, kind, started_at, finished_at, status, started_by, repos_listed, repos_probed, shards_probed,
+                api_requests, resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
              FROM audit_runs ORDER BY id DESC LIMIT $1 OFFSET $2",
         )
         .bind(limit)
@@ -560,9 +569,17 @@ impl Store {
         .map_err(sql("runs"))
     }
 
-    /// The newest runs, newest first.
+    /// The newest crawls (not webhooks' runs of one repo), newest first.
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
-        self.runs_page(limit, 0).await
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT id, kind, started_at, finished_at, status, started_by, repos_listed, repos_probed, shards_probed,
+                api_requests, resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
+             FROM audit_runs WHERE kind = 'crawl' ORDER BY id DESC LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("crawls"))
     }
 }
 

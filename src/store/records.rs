@@ -162,11 +162,30 @@ impl RepoOutcome {
     }
 }
 
+/// What started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// The scheduled (or requested) crawl of the whole listing.
+    Crawl,
+    /// A webhook's hint about one repo.
+    Webhook,
+}
+
+impl RunKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Crawl => "crawl",
+            RunKind::Webhook => "webhook",
+        }
+    }
+}
+
 impl Store {
-    /// Marks runs a killed process left `running` as `interrupted`.
+    /// Marks crawls a killed process left `running` as `interrupted`.
     pub async fn interrupt_stale_runs(&self) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query(
-            "UPDATE audit_runs SET status = 'interrupted', finished_at = $1 WHERE status = 'running'"
+            "UPDATE audit_runs SET status = 'interrupted', finished_at = $1 WHERE status = 'running' AND kind = 'crawl'"
         )
         .bind(crate::time::now_utc())
         .execute(pool)
@@ -192,17 +211,29 @@ impl Store {
 
     /// Records the start of a run (by `started_by`, the `serve` replica that leads, if any).
     pub async fn start_run(&self, endpoint: &str, query: &str, started_by: Option<&str>) -> Result<i64, StoreError> {
+        self.start_run_of(RunKind::Crawl, endpoint, query, started_by).await
+    }
+
+    /// Records the start of a run of `kind`.
+    pub async fn start_run_of(
+        &self,
+        kind: RunKind,
+        endpoint: &str,
+        query: &str,
+        started_by: Option<&str>,
+    ) -> Result<i64, StoreError> {
         on_pool!(self, |pool| {
             sqlx::query_scalar(
-            "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by) VALUES ($1, 'running', $2, $3, $4)
-             RETURNING id",
-        )
-        .bind(crate::time::now_utc())
-        .bind(endpoint)
-        .bind(query)
-        .bind(started_by)
-        .fetch_one(pool)
-        .await
+                "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by, kind)
+             VALUES ($1, 'running', $2, $3, $4, $5) RETURNING id",
+            )
+            .bind(crate::time::now_utc())
+            .bind(endpoint)
+            .bind(query)
+            .bind(started_by)
+            .bind(kind.as_str())
+            .fetch_one(pool)
+            .await
         })
         .map_err(sql("start run"))
     }
@@ -219,8 +250,10 @@ impl Store {
             "UPDATE audit_runs SET finished_at = $1, status = $2, repos_listed = $3, repos_probed = $4, shards_probed = $5,
              api_requests = $6, resolver_requests = $7, bytes_read = $8, rate_limited = $9, retries = $10, errors = $11,
              invalid_listings = $12, error = $13,
-             repos_affected_after = (SELECT CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) FROM namespace_sums),
-             bytes_duplicated_after = (SELECT CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) FROM namespace_sums)
+             repos_affected_after = CASE WHEN kind = 'crawl'
+                THEN (SELECT CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) FROM namespace_sums) END,
+             bytes_duplicated_after = CASE WHEN kind = 'crawl'
+                THEN (SELECT CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) FROM namespace_sums) END
              WHERE id = $14",
         )
         .bind(crate::time::now_utc())

@@ -77,6 +77,7 @@ const TABLES: &[Table] = &[
             ("repos_affected_after", Int),
             ("bytes_duplicated_after", Int),
             ("started_by", Text),
+            ("kind", Text),
         ],
     },
     Table {

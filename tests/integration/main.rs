@@ -21,3 +21,4 @@ mod replicas;
 mod serve;
 mod sim;
 mod support;
+mod webhook;

@@ -1,0 +1,235 @@
+//! `POST /api/hub/webhook` (served with `--webhook-secret`): the Hub's webhook payloads, answered at once and
+//! acted on later. The secret is compared in constant time (header `X-Webhook-Secret` or `?secret=`); the body
+//! is capped and parsed strictly; a hint waits in a bounded queue with one entry per repo. A task reads each
+//! hinted repo again from the Hub, exactly as the crawl reads a listed one, records it, queues its job by the
+//! same policy, and takes the mirror of a source that is gone, private, gated or disabled private at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use hf_hub::HFClient;
+use tokio::sync::watch;
+
+use crate::audit::{AuditOptions, Reread, reread};
+use crate::hub::HubClient;
+use crate::repack::lifecycle::reconcile_mirrors;
+use crate::repack::policy::{EnqueuePolicy, enqueue_repo};
+use crate::repack::runner::constant_time_eq;
+use crate::store::{RepoState, Store};
+use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};
+use crate::webhook::queue::{HintQueue, Queued};
+
+/// Why a payload was turned away, as `/metrics` labels it.
+pub const REJECTIONS: [&str; 4] = ["unauthorized", "malformed", "too_large", "queue_full"];
+
+/// What the endpoint and the task have counted since the start.
+#[derive(Debug, Default)]
+pub struct WebhookCounters {
+    received: [AtomicU64; Scope::ALL.len()],
+    accepted: [AtomicU64; Scope::ALL.len()],
+    rejected: [AtomicU64; REJECTIONS.len()],
+    reread: AtomicU64,
+    unchanged: AtomicU64,
+}
+
+impl WebhookCounters {
+    fn scope(scope: Scope) -> usize {
+        Scope::ALL.iter().position(|s| *s == scope).unwrap_or(Scope::ALL.len() - 1)
+    }
+
+    fn reject(&self, why: &str) {
+        if let Some(i) = REJECTIONS.iter().position(|r| *r == why) {
+            self.rejected[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Payloads parsed, by the scope they count as.
+    pub fn received(&self) -> Vec<(&'static str, u64)> {
+        Scope::ALL.iter().zip(&self.received).map(|(s, n)| (s.as_str(), n.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Payloads whose hint was queued (or merged into its repo's), by scope.
+    pub fn accepted(&self) -> Vec<(&'static str, u64)> {
+        Scope::ALL.iter().zip(&self.accepted).map(|(s, n)| (s.as_str(), n.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Payloads turned away, by reason.
+    pub fn rejected(&self) -> Vec<(&'static str, u64)> {
+        REJECTIONS.iter().copied().zip(self.rejected.iter().map(|n| n.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Repos read again from the Hub, and hints skipped because their head was the one audited.
+    pub fn rereads(&self) -> (u64, u64) {
+        (self.reread.load(Ordering::Relaxed), self.unchanged.load(Ordering::Relaxed))
+    }
+}
+
+/// The endpoint's state.
+#[derive(Debug)]
+pub struct WebhookApi {
+    /// The secret configured on the Hub's webhook.
+    pub secret: String,
+    /// Where hints wait.
+    pub queue: Arc<HintQueue>,
+    /// What was counted.
+    pub counters: Arc<WebhookCounters>,
+}
+
+/// The route, to merge into the service's router.
+pub fn router(api: Arc<WebhookApi>) -> axum::Router {
+    axum::Router::new()
+        .route("/api/hub/webhook", post(receive))
+        .layer(DefaultBodyLimit::max(MAX_PAYLOAD_BYTES))
+        .with_state(api)
+}
+
+async fn receive(
+    State(api): State<Arc<WebhookApi>>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let sent =
+        headers.get("x-webhook-secret").and_then(|v| v.to_str().ok()).or(query.get("secret").map(String::as_str));
+    if api.secret.is_empty() || !constant_time_eq(sent.unwrap_or("").as_bytes(), api.secret.as_bytes()) {
+        api.counters.reject("unauthorized");
+        return (StatusCode::UNAUTHORIZED, "webhook secret required").into_response();
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => {
+            let status = e.status();
+            api.counters.reject(if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "malformed" });
+            return (status, format!("payload: {e}")).into_response();
+        }
+    };
+    let (scope, hint) = match payload::read(&body) {
+        Ok(read) => read,
+        Err(e) => {
+            api.counters.reject("malformed");
+            return (StatusCode::BAD_REQUEST, e.to_string()).into_response();
+        }
+    };
+    let i = WebhookCounters::scope(scope);
+    api.counters.received[i].fetch_add(1, Ordering::Relaxed);
+    let Some(hint) = hint else { return (StatusCode::ACCEPTED, "nothing to do").into_response() };
+    match api.queue.push(hint) {
+        Queued::Full => {
+            api.counters.reject("queue_full");
+            // The scheduled crawl is the backstop for what is dropped here.
+            (StatusCode::SERVICE_UNAVAILABLE, "too many repos waiting; the scheduled audit will see it").into_response()
+        }
+        Queued::New | Queued::Merged => {
+            api.counters.accepted[i].fetch_add(1, Ordering::Relaxed);
+            (StatusCode::ACCEPTED, "queued").into_response()
+        }
+    }
+}
+
+/// What the task that acts on hints needs.
+pub struct Rereader {
+    /// A Hub client of its own, so each run's request counts are its own.
+    pub hub: HubClient,
+    /// hf-hub, to make mirrors private.
+    pub hf: Arc<HFClient>,
+    /// The store.
+    pub store: Store,
+    /// The crawl's options: its filters (`--filter`, `--author`) and probe.
+    pub audit: AuditOptions,
+    /// Which repos become jobs (`--include`, `--skip`, opt-out also drop hints).
+    pub policy: EnqueuePolicy,
+    /// What it counts.
+    pub counters: Arc<WebhookCounters>,
+}
+
+impl Rereader {
+    /// Acts on hints until `stop` turns true.
+    pub async fn run(self, queue: Arc<HintQueue>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let hint = tokio::select! {
+                hint = queue.pop() => hint,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            self.act(&hint).await;
+        }
+    }
+
+    /// Reads the hinted repos again (for a move, the old name and the new), queues a job for an affected
+    /// one, then makes private every mirror whose source is no longer public.
+    pub async fn act(&self, hint: &Hint) {
+        let (repos, event): (Vec<(&str, Option<&str>)>, &str) = match hint {
+            Hint::Changed { repo, head } => (vec![(repo, head.as_deref())], "webhook: update"),
+            Hint::Deleted { repo } => (vec![(repo, None)], "webhook: delete"),
+            Hint::Moved { from, to } => (vec![(from, None), (to, None)], "webhook: move"),
+            // The pull-request bookkeeping reads the source's pull requests when a job proposes again.
+            Hint::PullRequestClosed { .. } => (Vec::new(), "webhook: pull request closed"),
+        };
+        for (repo, head) in repos {
+            if let Err(why) = self.watched(repo) {
+                tracing::debug!(repo.id = %repo, reason = why, "webhook for a repo outside the filters; dropped");
+                continue;
+            }
+            if let Some(head) = head
+                && let Ok(Some(known)) = self.store.repo(repo).await
+                && known.state == RepoState::Ok.as_str()
+                && known.sha.as_deref() == Some(head)
+            {
+                self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(repo.id = %repo, repo.sha = %head, "webhook for a head already audited; nothing asked");
+                continue;
+            }
+            match reread(&self.hub, &self.store, &self.audit, repo, event).await {
+                Ok(Reread::Recorded(outcome)) => {
+                    self.counters.reread.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(repo.id = %repo, state = outcome.state.as_str(), shards = outcome.shards.len(), event, "read again");
+                    if outcome.state == RepoState::Ok
+                        && let Err(e) = enqueue_repo(&self.store, &self.policy, repo).await
+                    {
+                        tracing::warn!(repo.id = %repo, error = %e, "queueing its job failed");
+                    }
+                }
+                Ok(Reread::Unlisted) => {
+                    tracing::debug!(repo.id = %repo, "no longer has the audit's tags; not recorded");
+                }
+                Ok(Reread::Refused(reason)) => {
+                    tracing::warn!(repo.id = %repo, reason = %crate::gate::escape_control(&reason), "the Hub's answer was refused");
+                }
+                Err(e) => tracing::warn!(repo.id = %repo, error = %e, "reading it again failed; the crawl will"),
+            }
+        }
+        match reconcile_mirrors(&self.hub, &self.hf, &self.store).await {
+            Ok(hidden) => {
+                for h in hidden {
+                    tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "checking the mirrors' sources failed"),
+        }
+    }
+
+    /// Whether a repo is one the service watches: the audit's `--author`, the policy's `--include`,
+    /// `--skip` and opt-out.
+    fn watched(&self, repo: &str) -> Result<(), &'static str> {
+        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
+        if self.audit.query.author.as_deref().is_some_and(|a| a != namespace) {
+            return Err("not the audited author");
+        }
+        if self.policy.opt_out.contains(repo) || self.policy.opt_out.contains(namespace) {
+            return Err("the owner opted out");
+        }
+        if self.policy.skip.contains(namespace) {
+            return Err("publisher skipped by policy");
+        }
+        if !self.policy.include.is_empty() && !self.policy.include.contains(namespace) {
+            return Err("publisher not included by policy");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Hints waiting to be acted on: one per repo and at most a fixed number of repos, so a flood of payloads
+//! costs bounded memory. A newer hint for a repo already waiting replaces the older one in place (each leads
+//! to reading the repo again from the Hub, which decides); a hint for a new repo when the queue is full is
+//! refused, and the scheduled crawl finds that repo later.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use super::payload::Hint;
+
+/// How many repos may wait at once unless told otherwise.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// What became of a pushed hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queued {
+    /// The repo now waits.
+    New,
+    /// The repo was already waiting; the hint replaced the older one.
+    Merged,
+    /// The queue is full; the hint was dropped.
+    Full,
+}
+
+/// The bounded, de-duplicated queue.
+#[derive(Debug)]
+pub struct HintQueue {
+    inner: Mutex<Inner>,
+    ready: tokio::sync::Notify,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    order: VecDeque<String>,
+    waiting: HashMap<String, Hint>,
+}
+
+impl HintQueue {
+    /// A queue of at most `capacity` repos.
+    pub fn new(capacity: usize) -> HintQueue {
+        HintQueue { inner: Mutex::new(Inner::default()), ready: tokio::sync::Notify::new(), capacity }
+    }
+
+    /// Adds `hint`, or merges it into its repo's waiting one.
+    pub fn push(&self, hint: Hint) -> Queued {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let repo = hint.repo().to_owned();
+        if let Some(waiting) = inner.waiting.get_mut(&repo) {
+            *waiting = hint;
+            return Queued::Merged;
+        }
+        if inner.waiting.len() >= self.capacity {
+            return Queued::Full;
+        }
+        inner.order.push_back(repo.clone());
+        inner.waiting.insert(repo, hint);
+        drop(inner);
+        self.ready.notify_one();
+        Queued::New
+    }
+
+    /// The oldest waiting hint, if any.
+    pub fn try_pop(&self) -> Option<Hint> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let repo = inner.order.pop_front()?;
+        inner.waiting.remove(&repo)
+    }
+
+    /// The oldest waiting hint, once there is one.
+    pub async fn pop(&self) -> Hint {
+        loop {
+            let notified = self.ready.notified();
+            if let Some(hint) = self.try_pop() {
+                return hint;
+            }
+            notified.await;
+        }
+    }
+
+    /// Repos waiting.
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).waiting.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changed(repo: &str, head: char) -> Hint {
+        Hint::Changed { repo: repo.into(), head: Some(head.to_string().repeat(40)) }
+    }
+
+    #[test]
+    fn a_flood_keeps_one_hint_per_repo_and_at_most_the_capacity() {
+        let queue = HintQueue::new(100);
+        let mut outcomes = HashMap::new();
+        for i in 0..10_000 {
+            // 10,000 payloads: 300 repos, each pushed many times, the newest head last.
+            let head = if i >= 9_700 { 'b' } else { 'a' };
+            *outcomes.entry(queue.push(changed(&format!("ns/r{}", i % 300), head))).or_insert(0) += 1;
+        }
+        assert_eq!(queue.len(), 100, "bounded by the capacity");
+        assert_eq!(outcomes[&Queued::New], 100);
+        assert!(outcomes[&Queued::Full] > 0 && outcomes[&Queued::Merged] > 0, "{outcomes:?}");
+        let mut seen = Vec::new();
+        while let Some(hint) = queue.try_pop() {
+            assert_eq!(hint, changed(hint.repo(), 'b'), "the newest hint of each repo");
+            seen.push(hint.repo().to_owned());
+        }
+        let first: Vec<String> = (0..100).map(|i| format!("ns/r{i}")).collect();
+        assert_eq!(seen, first, "oldest first, each repo once");
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn pop_waits_for_a_push() {
+        let queue = std::sync::Arc::new(HintQueue::new(10));
+        let waiter = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.pop().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(queue.push(Hint::Deleted { repo: "ns/gone".into() }), Queued::New);
+        assert_eq!(waiter.await.unwrap(), Hint::Deleted { repo: "ns/gone".into() });
+    }
+}

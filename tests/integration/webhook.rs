@@ -1,0 +1,167 @@
+//! `serve --webhook-secret`: the Hub's webhook payloads as hints. A push to a watched repo is read again
+//! alone (one info request, one range probe per shard, no listing) with the scheduled audit a year away; a
+//! replayed payload for a head already audited asks the Hub nothing; wrong secrets, malformed, oversized
+//! and unknown payloads are turned away or ignored, never acted on.
+
+use std::time::{Duration, Instant};
+
+use hubalign::sim::model::Commit;
+use serde_json::{Value, json};
+
+use crate::audit::world::{audit_world, db};
+use crate::serve::{get, start_serve};
+
+const SECRET: &str = "hook-secret";
+const REPO: &str = "mlx-community/tiny-sharded";
+
+/// POSTs `body` to the webhook endpoint, with the secret in the header if given.
+fn deliver(base: &str, secret: Option<&str>, query: &str, body: Vec<u8>) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut request = reqwest::Client::new()
+            .post(format!("{base}/api/hub/webhook{query}"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(s) = secret {
+            request = request.header("X-Webhook-Secret", s);
+        }
+        let answer = request.send().await.unwrap();
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    })
+}
+
+/// The Hub's payload for a new commit on `repo`, whose `main` is now at `head`.
+fn pushed(repo: &str, head: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "event": {"action": "update", "scope": "repo.content"},
+        "repo": {"type": "model", "name": repo, "id": "6366c000a2abcdf2fd69a080", "private": false,
+                 "url": {"web": "w", "api": "a"}, "headSha": head, "owner": {"id": "61d2000c3c2083e1c08af22d"}},
+        "updatedRefs": [{"ref": "refs/heads/main", "oldSha": null, "newSha": head}],
+        "webhook": {"id": "6390e855e30d9209411de93b", "version": 3}
+    }))
+    .unwrap()
+}
+
+fn metric(metrics: &str, line: &str) -> u64 {
+    metrics.lines().find_map(|l| l.strip_prefix(line)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let (_service, base) =
+        start_serve(&world.endpoint(), &db, 365 * 24 * 3600, &["--webhook-secret", SECRET, "--workers", "0"], &[]);
+    // The first (and, for a year, only) scheduled audit.
+    wait_until("the first audit", || {
+        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+        runs.iter().any(|r| r["status"] == "finished")
+    });
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let head = sim.repos()[REPO].head().unwrap().sha.clone();
+    let shards = sim.repos()[REPO].head().unwrap().files.keys().filter(|f| f.ends_with(".safetensors")).count();
+    assert!(shards > 1, "a sharded bundle");
+    sim.counters.reset();
+
+    // Turned away: no secret, a wrong one (header or query), malformed and oversized bodies.
+    assert_eq!(deliver(&base, None, "", pushed(REPO, &head)).0, 401);
+    assert_eq!(deliver(&base, Some("wrong"), "", pushed(REPO, &head)).0, 401);
+    assert_eq!(deliver(&base, None, "?secret=wrong", pushed(REPO, &head)).0, 401);
+    assert_eq!(deliver(&base, Some(SECRET), "", b"{not json".to_vec()).0, 400);
+    assert_eq!(deliver(&base, Some(SECRET), "", b"{\"event\": {}}".to_vec()).0, 400);
+    assert_eq!(deliver(&base, Some(SECRET), "", vec![b' '; 300 << 10]).0, 413);
+    // Ignored: another repo type, a comment, a scope the Hub may add one day for something else.
+    let dataset = String::from_utf8(pushed(REPO, &head)).unwrap().replace("\"model\"", "\"dataset\"");
+    assert_eq!(deliver(&base, Some(SECRET), "", dataset.into_bytes()).0, 202);
+    let unknown = String::from_utf8(pushed(REPO, &head)).unwrap().replace("repo.content", "spaces.runtime");
+    assert_eq!(deliver(&base, Some(SECRET), "", unknown.into_bytes()).0, 202);
+    // A replay of the payload for the head already audited: accepted, and nothing asked of the Hub.
+    let (status, _) = deliver(&base, None, &format!("?secret={SECRET}"), pushed(REPO, &head));
+    assert_eq!(status, 202);
+    wait_until("the replay to be handled", || {
+        metric(&get(&format!("{base}/metrics")), "hubalign_webhook_rereads_total{outcome=\"unchanged\"} ") == 1
+    });
+    let metrics = get(&format!("{base}/metrics"));
+    assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"unauthorized\"} "), 3, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"malformed\"} "), 2, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"too_large\"} "), 1, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhooks_received_total{scope=\"repo.content\"} "), 2, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhooks_received_total{scope=\"other\"} "), 1, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhook_rereads_total{outcome=\"read\"} "), 0, "{metrics}");
+    let counted = sim.counters.snapshot();
+    assert_eq!(counted.api_requests + counted.resolver_requests, 0, "nothing was asked of the Hub: {counted:?}");
+
+    // A push: a new commit on main (a file added), then its payload.
+    let new_head = {
+        let mut repos = sim.repos_mut();
+        let repo = repos.get_mut(REPO).unwrap();
+        let parent = repo.head().unwrap().clone();
+        let mut files = parent.files.clone();
+        let notes = files.values().find(|f| !f.is_lfs()).unwrap().clone();
+        files.insert("NOTES.md".into(), notes);
+        let commit = Commit::new(Some(parent.sha.clone()), files, "notes".into(), "2026-12-01T12:00:00.000Z".into());
+        let sha = commit.sha.clone();
+        repo.commits.insert(sha.clone(), commit);
+        repo.refs.insert("main".into(), sha.clone());
+        sha
+    };
+    assert_eq!(deliver(&base, Some(SECRET), "", pushed(REPO, &new_head)).0, 202);
+    wait_until("the push to be read again", || {
+        let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
+        repos.iter().any(|r| r["repo"] == REPO && r["sha"] == new_head.as_str())
+    });
+    let counted = sim.counters.snapshot();
+    let requests = |kind: &str| counted.requests.get(kind).copied().unwrap_or(0);
+    assert_eq!(requests("models_list"), 0, "no listing: {counted:?}");
+    assert_eq!(requests("model_info"), 1, "one info request: {counted:?}");
+    assert_eq!(counted.resolver_requests, shards as u64, "one range probe per shard: {counted:?}");
+    let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+    let webhook_run = runs.iter().find(|r| r["kind"] == "webhook").expect("the webhook's run");
+    assert_eq!(webhook_run["started_by"], "webhook: update");
+    assert_eq!(webhook_run["status"], "finished");
+    assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "the scheduled audit is a year away");
+}
+
+/// The Hub's payload for a deleted repo.
+fn deleted(repo: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "event": {"action": "delete", "scope": "repo"},
+        "repo": {"type": "model", "name": repo, "id": "1", "private": false, "url": {"web": "w", "api": "a"}},
+        "webhook": {"id": "2", "version": 3}
+    }))
+    .unwrap()
+}
+
+/// A source deleted after its mirror was published: one payload, and the mirror is private (the repo page
+/// says why) without waiting for the next scheduled audit.
+#[test]
+fn a_deleted_source_takes_its_mirror_private_at_once() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let args = ["--webhook-secret", SECRET, "--include", "mlx-community"];
+    let (_service, base) = start_serve(&world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    let source = "mlx-community/tiny-q4";
+    let mirror = "alice/tiny-q4-aligned";
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while sim.repos().get(mirror).is_none_or(|m| m.meta.private) {
+        assert!(Instant::now() < deadline, "the mirror was never published");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sim.repos_mut().remove(source);
+    assert_eq!(deliver(&base, Some(SECRET), "", deleted(source)).0, 202);
+    wait_until("the mirror to go private", || sim.repos()[mirror].meta.private);
+    let page = get(&format!("{base}/repo/{source}"));
+    assert!(page.contains("id=\"mirror-hidden\""), "the repo page says why: {page}");
+    let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community"))).unwrap();
+    let gone = repos.iter().find(|r| r["repo"] == source).expect("still known");
+    assert_eq!(gone["state"], "vanished", "{gone}");
+}
