@@ -12,6 +12,7 @@ mod serve;
 mod sim;
 mod store_args;
 mod store_cmd;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 
@@ -144,6 +145,11 @@ enum Command {
     /// Move a store's records between backends: `export` writes them as JSON Lines, `import` reads them into
     /// an empty store (SQLite or PostgreSQL).
     Store(store_cmd::StoreCmdArgs),
+    /// Manage the Hub webhooks that point publishers' pushes at `serve --webhook-secret`.
+    ///
+    /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
+    /// organisations) and prints its id; `list` and `delete ID` manage the token's user's webhooks.
+    Webhook(webhook::WebhookArgs),
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -187,6 +193,7 @@ pub fn run() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Store(args) => store_cmd::run(args),
+        Command::Webhook(args) => webhook::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {}", describe(&e));

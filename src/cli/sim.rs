@@ -75,6 +75,11 @@ pub struct SimArgs {
     /// Serve large files from plain storage only: no embedded Xet CAS, so every client uploads by Git LFS.
     #[arg(long)]
     no_xet: bool,
+    /// POST the Hub's webhook payload to URL (with SECRET in `X-Webhook-Secret`) for every commit, create,
+    /// delete and visibility change (repeatable); `POST /_sim/webhooks/replay` sends them all again and
+    /// `POST /_sim/webhooks/flood?n=N` the last one N times.
+    #[arg(long = "webhook", value_name = "URL[#SECRET]")]
+    webhooks: Vec<hubalign::sim::webhooks::WebhookTarget>,
 }
 
 impl SimArgs {
@@ -93,6 +98,7 @@ impl SimArgs {
         }
         config.lfs_part_size = self.lfs_part_size.max(1);
         config.xet = !self.no_xet;
+        config.webhooks = self.webhooks.clone();
         config.faults = FaultConfig {
             latency: Duration::from_millis(self.latency_ms),
             error_rate: self.error_rate.clamp(0.0, 1.0),

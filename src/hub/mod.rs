@@ -18,6 +18,7 @@ pub mod post;
 pub mod probe;
 pub mod retry;
 pub mod tree;
+pub mod webhooks;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -327,6 +328,7 @@ impl HubClient {
         let http = if streaming { &self.stream_http } else { &self.http };
         let mut req = match &ask.body {
             Some((content_type, body)) => http.post(url).header(CONTENT_TYPE, *content_type).body(body.clone()),
+            None if ask.delete => http.delete(url),
             None => http.get(url),
         };
         if let Some(token) = self.config.token.as_ref().filter(|_| same_origin(url, &self.config.endpoint)) {
@@ -351,7 +353,7 @@ impl HubClient {
             let r = self.build(&target, ask, limit.is_none()).send().await.map_err(|e| describe(&e))?;
             let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
             // A body is never sent on to another place: a redirected POST is the Hub's answer.
-            match location.filter(|_| r.status().is_redirection() && ask.body.is_none()) {
+            match location.filter(|_| r.status().is_redirection() && ask.body.is_none() && !ask.delete) {
                 Some(location) => {
                     hub_headers.get_or_insert_with(|| r.headers().clone());
                     let next = r.url().join(&location).map_err(|e| {
@@ -439,15 +441,21 @@ pub(super) struct Ask<'a> {
     extra: &'a [(&'static str, String)],
     /// The content type and the body of a POST.
     body: Option<(&'a str, Bytes)>,
+    /// A DELETE rather than a GET.
+    delete: bool,
 }
 
 impl<'a> Ask<'a> {
     fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
-        Ask { extra, body: None }
+        Ask { extra, body: None, delete: false }
     }
 
     pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], body: Some((content_type, body)) }
+        Ask { extra: &[], body: Some((content_type, body)), delete: false }
+    }
+
+    pub(super) fn delete() -> Ask<'a> {
+        Ask { extra: &[], body: None, delete: true }
     }
 }
 

@@ -18,10 +18,12 @@ pub mod query;
 pub mod read;
 pub mod resolve;
 mod server;
+pub mod webhooks;
 pub mod write;
 pub mod xet;
 mod xet_api;
 
+use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +62,8 @@ pub struct SimConfig {
     pub xet: bool,
     /// Part size of multipart LFS uploads; objects larger than one part are uploaded in parts.
     pub lfs_part_size: u64,
+    /// Where the Hub's webhook payloads go, for every change the simulator makes.
+    pub webhooks: Vec<webhooks::WebhookTarget>,
 }
 
 impl SimConfig {
@@ -76,6 +80,7 @@ impl SimConfig {
             faults: FaultConfig::default(),
             xet: true,
             lfs_part_size: 16 << 20,
+            webhooks: Vec::new(),
         }
     }
 }
@@ -125,6 +130,8 @@ pub struct Sim {
     pub faults: Faults,
     /// The embedded Xet CAS, when enabled.
     pub xet: Option<xet::XetCas>,
+    /// The webhook payloads it sends.
+    pub webhooks: webhooks::Webhooks,
 }
 
 /// The simulator as handlers share it.
@@ -217,6 +224,15 @@ impl Sim {
                     let head = repo.head().map(|c| (c.sha.clone(), c.files.clone()));
                     let commit = found.commit(head.as_ref().map(|(sha, _)| sha.clone()), &xet_hash);
                     if head.as_ref().is_none_or(|(_, files)| *files != commit.files) {
+                        let refs = json_ref("refs/heads/main", head.as_ref().map(|(sha, _)| sha.as_str()), &commit.sha);
+                        self.webhooks.send(
+                            "repo.content",
+                            "update",
+                            &found.id,
+                            found.meta.private,
+                            Some(&commit.sha),
+                            refs,
+                        );
                         repo.refs.insert("main".into(), commit.sha.clone());
                         repo.commits.insert(commit.sha.clone(), commit);
                         changed.push(found.id.clone());
@@ -225,6 +241,7 @@ impl Sim {
                 }
                 None => {
                     let commit = found.commit(None, &xet_hash);
+                    self.webhooks.send("repo", "create", &found.id, found.meta.private, Some(&commit.sha), json!({}));
                     changed.push(found.id.clone());
                     repos.insert(found.id.clone(), Repo::new(found.id, found.meta, commit));
                 }
@@ -232,6 +249,11 @@ impl Sim {
         }
         Ok(changed)
     }
+}
+
+/// `updatedRefs` for one ref moved from `old` (none: created) to `new`.
+pub(crate) fn json_ref(name: &str, old: Option<&str>, new: &str) -> serde_json::Value {
+    json!({"updatedRefs": [{"ref": name, "oldSha": old, "newSha": new}]})
 }
 
 /// A running simulator.
@@ -282,6 +304,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         limiter: RateLimiter::new(config.quotas.clone()),
         faults: Faults::new(config.faults),
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
+        webhooks: webhooks::Webhooks::new(config.webhooks.clone()),
         config,
     });
     sim.rescan().await?;

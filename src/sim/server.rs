@@ -40,9 +40,13 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
         .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
         .route("/{ns}/{name}", get(read::repo_page))
+        .route("/api/settings/webhooks", post(write::hooks::create).get(write::hooks::list))
+        .route("/api/settings/webhooks/{id}", axum::routing::delete(write::hooks::delete))
         .route("/_sim/counters", get(counters))
         .route("/_sim/counters/reset", post(reset_counters))
         .route("/_sim/rescan", post(rescan))
+        .route("/_sim/webhooks/replay", post(replay_webhooks))
+        .route("/_sim/webhooks/flood", post(flood_webhooks))
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(sim.clone(), admit))
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -81,6 +85,24 @@ async fn rescan(State(sim): State<Shared>) -> Response {
         Ok(changed) => axum::Json(serde_json::json!({ "changed": changed })).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+async fn replay_webhooks(State(sim): State<Shared>) -> Response {
+    axum::Json(serde_json::json!({ "replayed": sim.webhooks.replay() })).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct Flood {
+    n: usize,
+}
+
+async fn flood_webhooks(
+    State(sim): State<Shared>,
+    axum::extract::Query(flood): axum::extract::Query<Flood>,
+) -> Response {
+    // At most a million: a test's burst, not a way to exhaust the machine.
+    let sent = sim.webhooks.flood(flood.n.min(1_000_000));
+    axum::Json(serde_json::json!({ "flooded": if sent { flood.n.min(1_000_000) } else { 0 } })).into_response()
 }
 
 /// The endpoint class a path is counted under.

@@ -155,6 +155,9 @@ fn the_deploy_readme_covers_scopes_rate_budget_disk_and_every_file() {
         "hubalign-postgres.yaml",
         "store export",
         "store import",
+        "webhook create",
+        "1,000 times a day",
+        "tls",
     ] {
         assert!(readme.to_lowercase().contains(needle), "deploy/README.md does not mention {needle}");
     }

@@ -46,7 +46,18 @@ pub fn start_serve(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Service, String) {
-    let port = free_port();
+    start_serve_on(free_port(), endpoint, db, interval, extra, env)
+}
+
+/// [`start_serve`] on a port chosen beforehand (one the simulator's webhooks already point at).
+pub fn start_serve_on(
+    port: u16,
+    endpoint: &str,
+    db: &Path,
+    interval: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Service, String) {
     let mut cmd = hubalign();
     cmd.args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
         .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", &interval.to_string()])

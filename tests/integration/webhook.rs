@@ -165,3 +165,166 @@ fn a_deleted_source_takes_its_mirror_private_at_once() {
     let gone = repos.iter().find(|r| r["repo"] == source).expect("still known");
     assert_eq!(gone["state"], "vanished", "{gone}");
 }
+
+/// The whole path, with the simulator sending the Hub's payloads (`sim --webhook`): a publisher creates a
+/// repo and pushes an MLX bundle with `huggingface_hub`, then pushes again; each push is read again and
+/// mirrored without a scheduled audit (the next one is a year away), the second as a new commit on the
+/// same mirror.
+#[test]
+fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
+    let port = crate::serve::free_port();
+    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
+    let world = audit_world(0, |c| c.webhooks = vec![target.parse().unwrap()]);
+    let (_dir, db) = db();
+    let args = ["--webhook-secret", SECRET, "--include", "alice-org"];
+    let (service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    wait_until("the first audit", || {
+        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+        runs.iter().any(|r| r["status"] == "finished")
+    });
+    let push = |message: &str, card: &str| {
+        let script = r#"
+import os, shutil, sys, tempfile
+from huggingface_hub import HfApi
+api = HfApi()
+api.create_repo("alice-org/pushed-q4", exist_ok=True)
+with tempfile.TemporaryDirectory() as d:
+    shutil.copytree(sys.argv[1], d, dirs_exist_ok=True)
+    open(os.path.join(d, "README.md"), "w").write(sys.argv[3])
+    print(api.upload_folder(repo_id="alice-org/pushed-q4", folder_path=d, commit_message=sys.argv[2]).oid)
+"#;
+        let out = std::process::Command::new(crate::support::python())
+            .args(["-c", script])
+            .arg(crate::support::fixture("mlx_lm/q4"))
+            .args([message, card])
+            .env("HF_ENDPOINT", world.endpoint())
+            .env("HF_TOKEN", crate::sim::world::ALICE)
+            .env("HF_HUB_DISABLE_TELEMETRY", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let mirror_commits = || {
+        sim.repos()
+            .get("alice/pushed-q4-aligned")
+            .filter(|m| !m.meta.private)
+            .map_or(0, |m| m.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count())
+    };
+    let first = push("weights", "---\nlibrary_name: mlx\nlicense: mit\n---\n# pushed\n");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while mirror_commits() < 1 {
+        assert!(Instant::now() < deadline, "the first push was never mirrored");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let second = push("card", "---\nlibrary_name: mlx\nlicense: mit\n---\n# pushed, again\n");
+    assert_ne!(first, second);
+    while mirror_commits() < 2 {
+        assert!(Instant::now() < deadline, "the second push was never mirrored");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let jobs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
+    let published: Vec<&str> = jobs
+        .iter()
+        .filter(|j| j["repo_id"] == "alice-org/pushed-q4" && j["state"] == "published")
+        .filter_map(|j| j["source_sha"].as_str())
+        .collect();
+    assert!(published.contains(&second.as_str()), "the second push's commit was published: {jobs:?}");
+    let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs?limit=1000"))).unwrap();
+    assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "no crawl but the first");
+    assert!(runs.iter().any(|r| r["kind"] == "webhook"), "webhook runs: {runs:?}");
+
+    // A burst: the simulator's last payload 10,000 times (about the second push, already audited, or about the
+    // mirror, outside `--include`). Memory stays bounded, and the Hub is asked nothing.
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", service.0.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches(" kB")
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = rss();
+    // Every scope: the simulator's last payload may be about the mirror (its commit or its visibility).
+    let received = || {
+        let metrics = get(&format!("{base}/metrics"));
+        ["repo", "repo.content", "repo.config"]
+            .iter()
+            .map(|scope| metric(&metrics, &format!("hubalign_webhooks_received_total{{scope=\"{scope}\"}} ")))
+            .sum::<u64>()
+    };
+    let (received_before, reads_before) =
+        (received(), metric(&get(&format!("{base}/metrics")), "hubalign_webhook_rereads_total{outcome=\"read\"} "));
+    sim.counters.reset();
+    assert_eq!(crate::serve::post(&format!("{}/_sim/webhooks/flood?n=10000", world.endpoint()), None).0, 200);
+    wait_until("the burst to arrive", || received() >= received_before + 10_000);
+    std::thread::sleep(Duration::from_millis(500));
+    let metrics = get(&format!("{base}/metrics"));
+    assert_eq!(metric(&metrics, "hubalign_webhook_rereads_total{outcome=\"read\"} "), reads_before, "{metrics}");
+    let counted = sim.counters.snapshot();
+    assert_eq!(counted.requests.get("model_info").copied().unwrap_or(0), 0, "{counted:?}");
+    let grew_kb = rss().saturating_sub(before);
+    assert!(grew_kb < 64 << 10, "10,000 payloads grew serve by {grew_kb} kB");
+}
+
+/// `hubalign webhook create | list | delete` through the Hub's webhooks API (the simulator's): the webhook
+/// watches one organisation, and the simulator delivers that organisation's events, and only those, to
+/// `serve`; once deleted, nothing more arrives.
+#[test]
+fn webhooks_made_with_the_cli_deliver_the_watched_namespaces_events() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let endpoint = world.endpoint();
+    let (_service, base) =
+        start_serve(&endpoint, &db, 365 * 24 * 3600, &["--webhook-secret", SECRET, "--workers", "0"], &[]);
+    let cli = |args: &[&str]| {
+        crate::support::hubalign()
+            .arg("webhook")
+            .args(args)
+            .args(["--endpoint", &endpoint, "--token", crate::sim::world::ALICE])
+            .output()
+            .unwrap()
+    };
+    let url = format!("{base}/api/hub/webhook");
+    let out = cli(&["create", "--url", &url, "--watch", "org:alice-org", "--secret", SECRET]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let created = String::from_utf8(out.stdout).unwrap();
+    let id = created.split_whitespace().next().unwrap().to_owned();
+    assert!(created.contains("org:alice-org") && created.contains(&url), "{created}");
+    let listed = String::from_utf8(cli(&["list"]).stdout).unwrap();
+    assert!(listed.contains(&id), "{listed}");
+    assert_eq!(cli(&["create", "--url", &url, "--watch", "team:x", "--secret", "s"]).status.code(), Some(2));
+
+    let create_repo = |namespace: &str, name: &str| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let body = json!({"name": name, "organization": namespace, "type": "model"});
+            let answer = reqwest::Client::new()
+                .post(format!("{endpoint}/api/repos/create"))
+                .bearer_auth(crate::sim::world::ALICE)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(answer.status().is_success(), "{}", answer.text().await.unwrap());
+        });
+    };
+    let received = || metric(&get(&format!("{base}/metrics")), "hubalign_webhooks_received_total{scope=\"repo\"} ");
+    create_repo("alice-org", "watched-repo");
+    wait_until("the watched organisation's event", || received() == 1);
+    create_repo("alice", "not-watched");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(received(), 1, "an event of a namespace the webhook does not watch");
+
+    let out = cli(&["delete", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8(cli(&["list"]).stdout).unwrap().contains(&id));
+    create_repo("alice-org", "after-delete");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(received(), 1, "nothing after the webhook was deleted");
+    assert_eq!(cli(&["delete", &id]).status.code(), Some(4), "a webhook that no longer exists");
+}

@@ -171,6 +171,12 @@ pub(in crate::sim) async fn commit(
         let branch = if repo.refs.contains_key(&revision) { revision.clone() } else { "main".to_owned() };
         repo.refs.insert(branch, sha.clone());
     }
+    let (private, main) = (repo.meta.private, repo.head().map(|c| c.sha.clone()));
+    let moved =
+        if create_pr { format!("refs/pr/{}", repo.pull_requests.len()) } else { format!("refs/heads/{revision}") };
+    drop(repos);
+    let refs = crate::sim::json_ref(&moved, (!create_pr).then_some(head_sha.as_str()), &sha);
+    sim.webhooks.send("repo.content", "update", &id, private, main.as_deref(), refs);
     tracing::info!(repo.id = %id, commit = %sha, create_pr, "commit");
     Ok(Json(body).into_response())
 }

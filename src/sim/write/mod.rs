@@ -6,6 +6,7 @@
 //! - [`commit`]: preupload and the commit itself.
 
 mod commit;
+pub(super) mod hooks;
 mod lfs;
 mod repos;
 

@@ -69,7 +69,10 @@ pub(in crate::sim) async fn create_repo(
     if repos.contains_key(&id) {
         return Err(HubError::conflict("You already created this model repo"));
     }
+    let head = first.sha.clone();
     repos.insert(id.clone(), Repo::new(id.clone(), meta, first));
+    drop(repos);
+    sim.webhooks.send("repo", "create", &id, private, Some(&head), json!({}));
     tracing::info!(repo.id = %id, private, "repository created");
     Ok(Json(json!({ "id": id, "name": id, "url": url })).into_response())
 }
@@ -89,8 +92,12 @@ pub(in crate::sim) async fn delete_repo(
     let caller = caller(&sim, &headers)?;
     let namespace = writable_namespace(req.organization.as_deref(), caller)?;
     let id = format!("{namespace}/{}", req.name);
-    match sim.repos_mut().remove(&id) {
-        Some(_) => Ok(StatusCode::OK.into_response()),
+    let removed = sim.repos_mut().remove(&id);
+    match removed {
+        Some(repo) => {
+            sim.webhooks.send("repo", "delete", &id, repo.meta.private, None, json!({}));
+            Ok(StatusCode::OK.into_response())
+        }
         None => Err(HubError::repo_not_found(&id, true)),
     }
 }
@@ -118,7 +125,12 @@ pub(in crate::sim) async fn settings(
             serde_json::from_value(g.clone()).map_err(|e| HubError::bad_request(format!("gated: {e}")))?;
     }
     tracing::info!(repo.id = %id, private = repo.meta.private, "settings updated");
-    Ok(Json(json!({ "private": repo.meta.private, "gated": repo.meta.gated.to_json() })).into_response())
+    let answer = json!({ "private": repo.meta.private, "gated": repo.meta.gated.to_json() });
+    let (private, head) = (repo.meta.private, repo.head().map(|c| c.sha.clone()));
+    drop(repos);
+    let config = json!({"updatedConfig": {"private": private}});
+    sim.webhooks.send("repo.config", "update", &id, private, head.as_deref(), config);
+    Ok(Json(answer).into_response())
 }
 
 /// `POST /api/validate-yaml`: the simulator accepts every card.

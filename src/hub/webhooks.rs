@@ -1,0 +1,92 @@
+//! The Hub's webhooks API (`/api/settings/webhooks`): the webhooks of the token's user, which may watch any
+//! users and organisations, each POSTing the repo events of the namespaces it watches to one URL.
+
+use serde::{Deserialize, Serialize};
+
+use super::pacing::Bucket;
+
+use super::{Ask, BodyLimit, Exchange, HubClient, HubError, SMALL_CAP};
+use crate::gate;
+
+/// A namespace a webhook watches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched {
+    /// `user` or `org`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The user's or organisation's name.
+    pub name: String,
+}
+
+impl std::str::FromStr for Watched {
+    type Err = String;
+    /// `org:NAME` or `user:NAME`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, name) = s.split_once(':').ok_or_else(|| format!("{s}: expected org:NAME or user:NAME"))?;
+        if kind != "org" && kind != "user" {
+            return Err(format!("{s}: the kind is `org` or `user`"));
+        }
+        gate::check_namespace(name).map_err(|e| e.to_string())?;
+        Ok(Watched { kind: kind.to_owned(), name: name.to_owned() })
+    }
+}
+
+/// A webhook as the Hub describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Webhook {
+    /// Its id.
+    pub id: String,
+    /// Where it POSTs.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What it watches.
+    pub watched: Vec<Watched>,
+    /// `repo`, `discussion`.
+    pub domains: Vec<String>,
+    /// Whether the Hub stopped sending.
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    webhook: Webhook,
+}
+
+impl HubClient {
+    fn webhooks_url(&self) -> String {
+        format!("{}/api/settings/webhooks", self.endpoint())
+    }
+
+    /// Creates a webhook that POSTs the `repo` and `discussion` events of `watched` to `url`, with `secret`.
+    pub async fn create_webhook(&self, url: &str, watched: &[Watched], secret: &str) -> Result<Webhook, HubError> {
+        let body =
+            serde_json::json!({"watched": watched, "url": url, "domains": ["repo", "discussion"], "secret": secret});
+        let endpoint = self.webhooks_url();
+        let answer = self.post(&endpoint, "application/json", body.to_string().into_bytes()).await?;
+        let created: Created = serde_json::from_slice(&answer.body)
+            .map_err(|e| HubError::Malformed { url: endpoint, detail: format!("webhook: {e}") })?;
+        Ok(created.webhook)
+    }
+
+    /// The token's user's webhooks.
+    pub async fn list_webhooks(&self) -> Result<Vec<Webhook>, HubError> {
+        let url = self.webhooks_url();
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
+        serde_json::from_slice(&fetched.body).map_err(|e| HubError::Malformed { url, detail: format!("webhooks: {e}") })
+    }
+
+    /// Deletes the webhook `id`.
+    pub async fn delete_webhook(&self, id: &str) -> Result<(), HubError> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(HubError::Malformed {
+                url: self.webhooks_url(),
+                detail: format!("{}: not a webhook id", gate::quote(id)),
+            });
+        }
+        let url = format!("{}/{id}", self.webhooks_url());
+        match self.exchange(Bucket::Api, &url, &Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await? {
+            Exchange::Read(_) | Exchange::Open(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The simulator's webhooks (`sim --webhook URL[#SECRET]`): for every commit, create, delete and visibility
+//! change it performs, it POSTs the Hub's payload (`event`, `repo` with `headSha`, `updatedRefs`,
+//! `updatedConfig`) with the secret in `X-Webhook-Secret`, so a service's whole webhook path runs end to end.
+//! Every payload sent is kept (up to a bound) for `POST /_sim/webhooks/replay`; `POST /_sim/webhooks/flood`
+//! sends the last one again many times, for tests of a burst.
+
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+/// Payloads kept for replays.
+const KEPT: usize = 1_000;
+
+/// Where payloads go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookTarget {
+    /// The receiver's URL.
+    pub url: String,
+    /// The secret sent in `X-Webhook-Secret`.
+    pub secret: Option<String>,
+}
+
+impl std::str::FromStr for WebhookTarget {
+    type Err = String;
+    /// `URL` or `URL#SECRET`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (url, secret) = match s.split_once('#') {
+            Some((url, secret)) => (url, Some(secret.to_owned())),
+            None => (s, None),
+        };
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(format!("{url}: not an http(s) URL"));
+        }
+        Ok(WebhookTarget { url: url.to_owned(), secret })
+    }
+}
+
+/// A webhook created through `/api/settings/webhooks`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    /// Its id.
+    pub id: String,
+    /// The user who created it.
+    pub owner: String,
+    /// Where it POSTs.
+    pub target: WebhookTarget,
+    /// The users and organisations whose repos it watches.
+    pub watched: Vec<(String, String)>,
+    /// `repo`, `discussion`.
+    pub domains: Vec<String>,
+}
+
+impl Registered {
+    /// As the Hub describes it (the secret is not shown back).
+    pub fn to_json(&self) -> Value {
+        let watched: Vec<Value> = self.watched.iter().map(|(kind, name)| json!({"type": kind, "name": name})).collect();
+        json!({"id": self.id, "url": self.target.url, "watched": watched, "domains": self.domains, "disabled": false})
+    }
+}
+
+/// The sender.
+#[derive(Debug, Default)]
+pub struct Webhooks {
+    targets: Vec<WebhookTarget>,
+    client: reqwest::Client,
+    sent: Mutex<Vec<Value>>,
+    /// Webhooks created through the API.
+    pub registered: Mutex<Vec<Registered>>,
+}
+
+impl Webhooks {
+    /// A sender to `targets` (none: nothing is sent).
+    pub fn new(targets: Vec<WebhookTarget>) -> Webhooks {
+        Webhooks { targets, ..Webhooks::default() }
+    }
+
+    /// Sends the Hub's payload for `action` on `scope` of model repo `repo` (whose `main` is at `head`), with
+    /// `extra` top-level properties; in the background, after the change it reports is visible.
+    pub fn send(&self, scope: &str, action: &str, repo: &str, private: bool, head: Option<&str>, extra: Value) {
+        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
+        let watching: Vec<WebhookTarget> = self
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|r| r.watched.iter().any(|(_, name)| name == namespace))
+            .map(|r| r.target.clone())
+            .collect();
+        if self.targets.is_empty() && watching.is_empty() {
+            return;
+        }
+        let mut payload = json!({
+            "event": {"action": action, "scope": scope},
+            "repo": {"type": "model", "name": repo, "id": format!("{:024x}", fxhash(repo)), "private": private,
+                     "url": {"web": format!("/{repo}"), "api": format!("/api/models/{repo}")}, "owner": {"id": "0"}},
+            "webhook": {"id": "0", "version": 3},
+        });
+        if let Some(head) = head {
+            payload["repo"]["headSha"] = head.into();
+        }
+        if let (Some(p), Some(extra)) = (payload.as_object_mut(), extra.as_object()) {
+            p.extend(extra.clone());
+        }
+        {
+            let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+            if sent.len() == KEPT {
+                sent.remove(0);
+            }
+            sent.push(payload.clone());
+        }
+        self.post(payload.clone(), 1);
+        for target in watching {
+            self.post_to(target, payload.clone(), 1);
+        }
+    }
+
+    /// Sends every kept payload again, in order; returns how many.
+    pub fn replay(&self) -> usize {
+        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for p in &sent {
+            self.post(p.clone(), 1);
+        }
+        sent.len()
+    }
+
+    /// Sends the last payload `times` times at once; returns whether there was one.
+    pub fn flood(&self, times: usize) -> bool {
+        let last = self.sent.lock().unwrap_or_else(|p| p.into_inner()).last().cloned();
+        last.map(|p| self.post(p, times)).is_some()
+    }
+
+    fn post(&self, payload: Value, times: usize) {
+        for target in self.targets.clone() {
+            self.post_to(target, payload.clone(), times);
+        }
+    }
+
+    fn post_to(&self, target: WebhookTarget, payload: Value, times: usize) {
+        {
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                for _ in 0..times {
+                    let mut request = client.post(&target.url).json(&payload);
+                    if let Some(secret) = &target.secret {
+                        request = request.header("X-Webhook-Secret", secret);
+                    }
+                    if let Err(e) = request.send().await {
+                        tracing::warn!(url = %target.url, error = %e, "webhook not delivered");
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// A stable stand-in for the Hub's repo ids.
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
