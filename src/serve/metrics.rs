@@ -159,6 +159,16 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             "Hub webhook payloads turned away, by reason.",
             &labelled(w.rejected(), "reason"),
         );
+        match state.store.last_webhook_lag().await {
+            Ok(Some(lag)) => m.one(
+                "hubalign_webhook_last_lag_seconds",
+                "gauge",
+                "From the start of a webhook's re-read to its mirror's publication, for the newest one.",
+                lag,
+            ),
+            Ok(None) => {}
+            Err(e) => return internal(e),
+        }
         let (reread, unchanged) = w.rereads();
         m.family(
             "hubalign_webhook_rereads_total",

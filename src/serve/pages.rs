@@ -85,12 +85,13 @@ pub(super) async fn namespace(
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
 pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
-    let (info, shards, jobs, events, mirror) = match tokio::try_join!(
+    let (info, shards, jobs, events, mirror, audits) = match tokio::try_join!(
         state.store.repo(&id),
         state.store.repo_shards(&id),
         state.store.repo_jobs(&id),
         state.store.repo_job_events(&id),
-        state.store.mirror_of(&id)
+        state.store.mirror_of(&id),
+        state.store.repo_audits(&id)
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
@@ -101,7 +102,7 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
     render(
         &state,
         "repo.html.j2",
-        context! { repo => id, info => Serde(&info), shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror => Serde(&mirror), hub => state.hub_url.clone() },
+        context! { repo => id, info => Serde(&info), shards => Serde(&shards), jobs => Serde(&jobs), events => Serde(&events), mirror => Serde(&mirror), audits => Serde(&audits), hub => state.hub_url.clone() },
     )
 }
 

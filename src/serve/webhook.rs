@@ -168,8 +168,9 @@ impl Rereader {
             Hint::Changed { repo, head } => (vec![(repo, head.as_deref())], "webhook: update"),
             Hint::Deleted { repo } => (vec![(repo, None)], "webhook: delete"),
             Hint::Moved { from, to } => (vec![(from, None), (to, None)], "webhook: move"),
-            // The pull-request bookkeeping reads the source's pull requests when a job proposes again.
-            Hint::PullRequestClosed { .. } => (Vec::new(), "webhook: pull request closed"),
+            // A merged pull request changes the source: read it now (the bookkeeping of `--pr` reads the
+            // source's pull requests whenever a job proposes, and a closed one is taken as "no").
+            Hint::PullRequestClosed { repo, .. } => (vec![(repo, None)], "webhook: pull request closed"),
         };
         for (repo, head) in repos {
             if let Err(why) = self.watched(repo) {

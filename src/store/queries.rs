@@ -212,6 +212,25 @@ pub struct Progress {
     pub fixed_upstream: i64,
 }
 
+/// One audit of one repo, with what started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RepoAudit {
+    /// The run.
+    pub run_id: i64,
+    /// When the repo was recorded.
+    pub at: String,
+    /// The commit audited.
+    pub sha: String,
+    /// Its access state then.
+    pub state: String,
+    /// Bytes a copying loader duplicated then.
+    pub misaligned_bytes: i64,
+    /// `crawl` or `webhook`.
+    pub kind: String,
+    /// The replica of a crawl, or the event behind a webhook's run.
+    pub started_by: Option<String>,
+}
+
 /// An audit run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunRow {
@@ -567,6 +586,36 @@ impl Store {
         .fetch_all(pool)
         .await)
         .map_err(sql("runs"))
+    }
+
+    /// One repo's audits, newest first (at most 50), with what started each.
+    pub async fn repo_audits(&self, repo: &str) -> Result<Vec<RepoAudit>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT h.run_id, h.at, h.sha, h.state, h.misaligned_bytes, r.kind, r.started_by
+             FROM repo_history h JOIN audit_runs r ON r.id = h.run_id
+             WHERE h.repo_id = $1 ORDER BY h.id DESC LIMIT 50",
+        )
+        .bind(repo)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("repo audits"))
+    }
+
+    /// Seconds from the start of the webhook's re-read that recorded a commit to the publication of its
+    /// mirror, for the newest such publication; `None` before the first.
+    pub async fn last_webhook_lag(&self) -> Result<Option<i64>, StoreError> {
+        let times: Option<(Option<String>, String)> = on_pool!(self, |pool| sqlx::query_as(
+            "SELECT j.finished_at, r.started_at FROM jobs j
+             JOIN repo_history h ON h.repo_id = j.repo_id AND h.sha = j.source_sha
+             JOIN audit_runs r ON r.id = h.run_id AND r.kind = 'webhook'
+             WHERE j.state = 'published' ORDER BY j.finished_at DESC, r.id DESC LIMIT 1",
+        )
+        .fetch_optional(pool)
+        .await)
+        .map_err(sql("webhook lag"))?;
+        Ok(times.and_then(|(published, started)| {
+            Some(crate::time::parse_utc(&published?)? - crate::time::parse_utc(&started)?)
+        }))
     }
 
     /// The newest crawls (not webhooks' runs of one repo), newest first.

@@ -127,6 +127,11 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     let webhook_run = runs.iter().find(|r| r["kind"] == "webhook").expect("the webhook's run");
     assert_eq!(webhook_run["started_by"], "webhook: update");
     assert_eq!(webhook_run["status"], "finished");
+    let page = get(&format!("{base}/repo/{REPO}"));
+    assert!(
+        page.contains("webhook: update") && page.contains(&new_head[..12]),
+        "the repo page names the event: {page}"
+    );
     assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "the scheduled audit is a year away");
 }
 
@@ -231,6 +236,9 @@ with tempfile.TemporaryDirectory() as d:
         .filter_map(|j| j["source_sha"].as_str())
         .collect();
     assert!(published.contains(&second.as_str()), "the second push's commit was published: {jobs:?}");
+    let lag = metric(&get(&format!("{base}/metrics")), "hubalign_webhook_last_lag_seconds ");
+    assert!(lag < 180, "from the webhook's re-read to the mirror: {lag} s");
+    assert!(get(&format!("{base}/metrics")).contains("hubalign_webhook_last_lag_seconds "));
     let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs?limit=1000"))).unwrap();
     assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "no crawl but the first");
     assert!(runs.iter().any(|r| r["kind"] == "webhook"), "webhook runs: {runs:?}");
