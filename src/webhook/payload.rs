@@ -183,7 +183,10 @@ pub fn read(body: &[u8]) -> Result<(Scope, Option<Hint>), Refusal> {
             gate::check_repo_id(&to).map_err(|e| Refusal::Malformed(e.to_string()))?;
             Some(Hint::Moved { from: repo, to })
         }
-        (Scope::Repo | Scope::Content | Scope::Config, _) => Some(Hint::Changed { repo, head }),
+        // Only new content comes with a head that, already audited, makes the hint moot: a settings or
+        // visibility change leaves the head where it was and must be read all the same.
+        (Scope::Content, _) => Some(Hint::Changed { repo, head }),
+        (Scope::Repo | Scope::Config, _) => Some(Hint::Changed { repo, head: None }),
         (Scope::Discussion, _) => payload
             .discussion
             .filter(|d| d.is_pull_request && matches!(d.status.as_str(), "closed" | "merged"))
@@ -212,9 +215,14 @@ mod tests {
 
     #[test]
     fn repo_scopes_become_hints_and_unknown_narrower_scopes_count_as_updates() {
-        let changed = Some(Hint::Changed { repo: "mlx-community/tiny".into(), head: Some("a".repeat(40)) });
-        for scope in ["repo.content", "repo.config", "repo.config.dois", "repo.something-new"] {
-            assert_eq!(read(&payload(scope, "update", serde_json::json!({}))).unwrap().1, changed, "{scope}");
+        let changed = |head: Option<String>| Some(Hint::Changed { repo: "mlx-community/tiny".into(), head });
+        for scope in ["repo.content", "repo.content.lfs"] {
+            let read = read(&payload(scope, "update", serde_json::json!({}))).unwrap().1;
+            assert_eq!(read, changed(Some("a".repeat(40))), "{scope}");
+        }
+        // A settings change keeps the head: no head, so that it is read even when that head was audited.
+        for scope in ["repo.config", "repo.config.dois", "repo.something-new"] {
+            assert_eq!(read(&payload(scope, "update", serde_json::json!({}))).unwrap().1, changed(None), "{scope}");
         }
         assert_eq!(read(&payload("repo.config.dois", "delete", serde_json::json!({}))).unwrap().0, Scope::Config);
         assert_eq!(

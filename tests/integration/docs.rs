@@ -10,6 +10,9 @@ fn readme_documents_every_flag() {
         vec!["store", "export"],
         vec!["store", "import"],
         vec!["store", "migrate"],
+        vec!["webhook", "create"],
+        vec!["webhook", "list"],
+        vec!["webhook", "delete"],
     ]) {
         let sub = sub.join(" ");
         let args: Vec<&str> = sub.split(' ').chain(["--help"]).collect();

@@ -277,6 +277,23 @@ with tempfile.TemporaryDirectory() as d:
     assert_eq!(counted.requests.get("model_info").copied().unwrap_or(0), 0, "{counted:?}");
     let grew_kb = rss().saturating_sub(before);
     assert!(grew_kb < 64 << 10, "10,000 payloads grew serve by {grew_kb} kB");
+
+    // The publisher makes the source private: the simulator's `repo.config` payload takes the mirror private
+    // within one pass of the webhook task.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let answer = reqwest::Client::new()
+            .put(format!("{}/api/models/alice-org/pushed-q4/settings", world.endpoint()))
+            .bearer_auth(crate::sim::world::ALICE)
+            .json(&json!({"private": true}))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success());
+    });
+    wait_until("the mirror of the now private source to go private", || {
+        sim.repos()["alice/pushed-q4-aligned"].meta.private
+    });
 }
 
 /// `hubalign webhook create | list | delete` through the Hub's webhooks API (the simulator's): the webhook
