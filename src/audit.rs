@@ -235,7 +235,8 @@ async fn crawl(
 pub enum Reread {
     /// Audited and recorded, in a run of its own.
     Recorded(RepoOutcome),
-    /// It no longer has the tags the audit lists by (`--filter`): nothing recorded.
+    /// It does not have the tags the audit lists by (`--filter`), or it is gone and the store never knew it:
+    /// nothing recorded.
     Unlisted,
     /// The Hub's answer breaks the gate's rules: nothing recorded.
     Refused(String),
@@ -265,6 +266,11 @@ pub async fn reread(
             Some(Access::Moved) | None => return Err(RereadError::Hub(e)),
         },
     };
+    // A repo the Hub does not show, which the store never knew: nothing to record (and no row to record on).
+    let known = store.repo(repo).await?;
+    if listed.is_err() && known.is_none() {
+        return Ok(Reread::Unlisted);
+    }
     let run = store.start_run_of(RunKind::Webhook, client.endpoint(), repo, Some(started_by)).await?;
     let outcome = match listed {
         Ok(listed) => {
@@ -278,11 +284,15 @@ pub async fn reread(
             }
         }
         Err(state) => {
-            let sha = store.repo(repo).await?.and_then(|r| r.sha).unwrap_or_else(|| "main".to_owned());
+            let sha = known.and_then(|r| r.sha).unwrap_or_else(|| "main".to_owned());
             RepoOutcome { id: repo.to_owned(), sha, state, shards: Vec::new(), error: None }
         }
     };
-    store.record_repo(run, &outcome).await?;
+    if let Err(e) = store.record_repo(run, &outcome).await {
+        // The run says so, rather than staying `running` (crawls' leftovers are cleaned up; these are not).
+        let _ = store.finish_run(run, "failed", &RunStats::default(), Some(&e.to_string())).await;
+        return Err(e.into());
+    }
     let net = client.stats.snapshot();
     let stats = RunStats {
         repos_probed: 1,

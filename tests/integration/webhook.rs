@@ -133,6 +133,22 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
         "the repo page names the event: {page}"
     );
     assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "the scheduled audit is a year away");
+
+    // A deletion of a repo the store never knew records nothing.
+    let unknown = serde_json::to_vec(&json!({
+        "event": {"action": "delete", "scope": "repo"},
+        "repo": {"type": "model", "name": "mlx-community/never-seen", "id": "1", "private": false}
+    }))
+    .unwrap();
+    assert_eq!(deliver(&base, Some(SECRET), "", unknown).0, 202);
+    wait_until("the deletion to be handled", || {
+        sim.counters.snapshot().requests.get("model_info").copied().unwrap_or(0) >= 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+    assert_eq!(runs.iter().filter(|r| r["kind"] == "webhook").count(), 1, "no run for a repo never known: {runs:?}");
+    let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
+    assert!(!repos.iter().any(|r| r["repo"] == "mlx-community/never-seen"));
 }
 
 /// The Hub's payload for a deleted repo.
