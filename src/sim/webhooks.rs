@@ -91,7 +91,7 @@ impl Webhooks {
         }
         let mut payload = json!({
             "event": {"action": action, "scope": scope},
-            "repo": {"type": "model", "name": repo, "id": format!("{:024x}", fxhash(repo)), "private": private,
+            "repo": {"type": "model", "name": repo, "id": &crate::hashing::sha256_hex(repo.as_bytes())[..24], "private": private,
                      "url": {"web": format!("/{repo}"), "api": format!("/api/models/{repo}")}, "owner": {"id": "0"}},
             "webhook": {"id": "0", "version": 3},
         });
@@ -151,9 +151,4 @@ impl Webhooks {
             });
         }
     }
-}
-
-/// A stable stand-in for the Hub's repo ids.
-fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

@@ -257,6 +257,16 @@ pub struct NewJob {
     pub skipped: Option<String>,
 }
 
+/// One claim's text and what it binds and records (see `Store::claim_with`).
+struct Claim<'a> {
+    text: String,
+    holder: &'a str,
+    lease: Duration,
+    now: i64,
+    event: &'static str,
+    what: &'static str,
+}
+
 /// How a job ended a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobOutcome {
@@ -398,20 +408,41 @@ impl Store {
              RETURNING *",
             self.skip_locked()
         );
+        let claim = Claim { text: claim, holder: worker, lease, now, event: "claimed", what: "claim job" };
+        self.claim_with(claim, only, |job| format!("{worker}, attempt {}", job.attempts)).await
+    }
+
+    /// Runs one claim (`claim.text`, an `UPDATE … RETURNING *` that binds the holder, its lease's end, the
+    /// time, now and `fifth`) and records its event with `detail`'s text, in one transaction.
+    async fn claim_with<T>(
+        &self,
+        claim: Claim<'_>,
+        fifth: T,
+        detail: impl Fn(&Job) -> String,
+    ) -> Result<Option<Job>, StoreError>
+    where
+        T: for<'q> sqlx::Encode<'q, sqlx::Sqlite>
+            + sqlx::Type<sqlx::Sqlite>
+            + for<'q> sqlx::Encode<'q, sqlx::Postgres>
+            + sqlx::Type<sqlx::Postgres>
+            + Send
+            + 'static,
+    {
+        let Claim { text, holder, lease, now, event, what } = claim;
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin claim"))?;
-            // One of two texts, both built here.
-            let job: Option<Job> = sqlx::query_as(sqlx::AssertSqlSafe(claim))
-                .bind(worker)
+            // One of the texts the callers build from constants; every value is bound.
+            let job: Option<Job> = sqlx::query_as(sqlx::AssertSqlSafe(text))
+                .bind(holder)
                 .bind(lease_until(now, lease))
                 .bind(crate::time::now_utc())
                 .bind(now)
-                .bind(only)
+                .bind(fifth)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(sql("claim job"))?;
+                .map_err(sql(what))?;
             if let Some(job) = &job {
-                record_event!(tx, job.id, "claimed", Some(format!("{worker}, attempt {}", job.attempts)))?;
+                record_event!(tx, job.id, event, Some(detail(job)))?;
             }
             tx.commit().await.map_err(sql("commit claim"))?;
             Ok(job)
@@ -593,24 +624,8 @@ impl Store {
              RETURNING *",
             self.skip_locked()
         );
-        on_pool!(self, |pool| {
-            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin metal claim"))?;
-            // One of two texts, both built here.
-            let job: Option<Job> = sqlx::query_as(sqlx::AssertSqlSafe(claim))
-                .bind(runner)
-                .bind(lease_until(now, lease))
-                .bind(crate::time::now_utc())
-                .bind(now)
-                .bind(on_hub)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql("claim metal job"))?;
-            if let Some(job) = &job {
-                record_event!(tx, job.id, "metal_claimed", Some(runner))?;
-            }
-            tx.commit().await.map_err(sql("commit metal claim"))?;
-            Ok(job)
-        })
+        let claim = Claim { text: claim, holder: runner, lease, now, event: "metal_claimed", what: "claim metal job" };
+        self.claim_with(claim, on_hub, |_| runner.to_owned()).await
     }
 
     /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a

@@ -212,6 +212,14 @@ pub struct Progress {
     pub fixed_upstream: i64,
 }
 
+/// [`RunRow`]'s columns, for the two lists of runs.
+macro_rules! run_columns {
+    () => {
+        "SELECT id, kind, started_at, finished_at, status, started_by, repos_listed, repos_probed, shards_probed,
+            api_requests, resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error"
+    };
+}
+
 /// One audit of one repo, with what started it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RepoAudit {
@@ -576,11 +584,10 @@ impl Store {
 
     /// Runs, newest first, `limit` of them after `offset`.
     pub async fn runs_page(&self, limit: i64, offset: i64) -> Result<Vec<RunRow>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as(
-            "SELECT id, kind, started_at, finished_at, status, started_by, repos_listed, repos_probed, shards_probed,
-                api_requests, resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
-             FROM audit_runs ORDER BY id DESC LIMIT $1 OFFSET $2",
-        )
+        on_pool!(self, |pool| sqlx::query_as(concat!(
+            run_columns!(),
+            " FROM audit_runs ORDER BY id DESC LIMIT $1 OFFSET $2"
+        ),)
         .bind(limit)
         .bind(offset)
         .fetch_all(pool)
@@ -620,11 +627,10 @@ impl Store {
 
     /// The newest crawls (not webhooks' runs of one repo), newest first.
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as(
-            "SELECT id, kind, started_at, finished_at, status, started_by, repos_listed, repos_probed, shards_probed,
-                api_requests, resolver_requests, bytes_read, rate_limited, errors, invalid_listings, error
-             FROM audit_runs WHERE kind = 'crawl' ORDER BY id DESC LIMIT $1",
-        )
+        on_pool!(self, |pool| sqlx::query_as(concat!(
+            run_columns!(),
+            " FROM audit_runs WHERE kind = 'crawl' ORDER BY id DESC LIMIT $1"
+        ),)
         .bind(limit)
         .fetch_all(pool)
         .await)
