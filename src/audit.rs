@@ -9,6 +9,7 @@ use serde::Serialize;
 use thiserror::Error;
 use tracing::Instrument;
 
+use crate::hub::info::Entry;
 use crate::hub::listing::{InvalidListing, ListQuery, ListedRepo};
 use crate::hub::pages::Pagination;
 use crate::hub::{Access, HubClient, HubError};
@@ -240,6 +241,9 @@ pub enum Reread {
     Unlisted,
     /// The Hub's answer breaks the gate's rules: nothing recorded.
     Refused(String),
+    /// The Hub answers the name with this other repo: it was renamed. The old name is recorded `renamed`
+    /// (if the store knew it); the new one is not read here.
+    Renamed(String),
 }
 
 /// Reads one repo again as the crawl reads each (its info, then one range probe per shard) and records it in
@@ -256,20 +260,22 @@ pub async fn reread(
 ) -> Result<Reread, RereadError> {
     let before = client.stats.snapshot();
     let listed = match client.repo_entry(repo).await {
-        Ok(Ok((listed, tags))) if opts.query.filters.iter().all(|f| tags.contains(f)) => Ok(listed),
-        Ok(Ok(_)) => return Ok(Reread::Unlisted),
-        Ok(Err(reason)) => return Ok(Reread::Refused(reason)),
+        Ok(Entry::Listed(listed, tags)) if opts.query.filters.iter().all(|f| tags.contains(f)) => Ok(listed),
+        Ok(Entry::Listed(..)) => return Ok(Reread::Unlisted),
+        Ok(Entry::Renamed(to)) => Err((RepoState::Renamed, Some(to))),
+        Ok(Entry::Refused(reason)) => return Ok(Reread::Refused(reason)),
         Err(e) => match e.access() {
-            Some(Access::Gated) => Err(RepoState::Gated),
-            Some(Access::Disabled) => Err(RepoState::Disabled),
-            Some(Access::Vanished) => Err(RepoState::Vanished),
+            Some(Access::Gated) => Err((RepoState::Gated, None)),
+            Some(Access::Disabled) => Err((RepoState::Disabled, None)),
+            Some(Access::Vanished) => Err((RepoState::Vanished, None)),
             Some(Access::Moved) | None => return Err(RereadError::Hub(e)),
         },
     };
+    let renamed = listed.as_ref().err().and_then(|(_, to)| to.clone());
     // A repo the Hub does not show, which the store never knew: nothing to record (and no row to record on).
     let known = store.repo(repo).await?;
     if listed.is_err() && known.is_none() {
-        return Ok(Reread::Unlisted);
+        return Ok(renamed.map_or(Reread::Unlisted, Reread::Renamed));
     }
     let run = store.start_run_of(RunKind::Webhook, client.endpoint(), repo, Some(started_by)).await?;
     let outcome = match listed {
@@ -283,9 +289,10 @@ pub async fn reread(
                 }
             }
         }
-        Err(state) => {
+        Err((state, to)) => {
             let sha = known.and_then(|r| r.sha).unwrap_or_else(|| "main".to_owned());
-            RepoOutcome { id: repo.to_owned(), sha, state, shards: Vec::new(), error: None }
+            let error = to.map(|to| format!("renamed to {to}"));
+            RepoOutcome { id: repo.to_owned(), sha, state, shards: Vec::new(), error }
         }
     };
     if let Err(e) = store.record_repo(run, &outcome).await {
@@ -302,7 +309,7 @@ pub async fn reread(
         ..RunStats::default()
     };
     store.finish_run(run, "finished", &stats, None).await?;
-    Ok(Reread::Recorded(outcome))
+    Ok(renamed.map_or(Reread::Recorded(outcome), Reread::Renamed))
 }
 
 /// Why a repo could not be read again.

@@ -396,19 +396,21 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// Queues the affected repos by policy and makes private the mirrors whose source stopped being public.
+/// Makes private the mirrors whose source stopped being public (following renamed ones), then queues the
+/// affected repos by policy.
 async fn queue_and_reconcile(
     store: &hubalign::store::Store,
     hub: &HubClient,
     hf: &HFClient,
     policy: &EnqueuePolicy,
 ) -> anyhow::Result<()> {
+    // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
+    for hidden in reconcile_mirrors(hub, hf, store, policy).await? {
+        println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
+    }
     let queued = enqueue_affected(store, policy).await?;
     if queued > 0 {
         tracing::info!(jobs = queued, "queued repack jobs from the audit");
-    }
-    for hidden in reconcile_mirrors(hub, hf, store).await? {
-        println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
     }
     Ok(())
 }

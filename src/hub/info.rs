@@ -32,6 +32,9 @@ impl RepoFlags {
 /// What the Hub says of a repo now.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ModelInfo {
+    /// The repo the answer is for: another one than asked for when the name was moved.
+    #[serde(default)]
+    pub id: Option<String>,
     /// The head commit of the default branch.
     #[serde(default)]
     pub sha: Option<String>,
@@ -50,6 +53,12 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// The repo's new name, when the Hub answered a question about `asked` with another repo (a rename) whose
+    /// id passes the gate.
+    pub fn renamed(&self, asked: &str) -> Option<&str> {
+        self.id.as_deref().filter(|id| *id != asked && gate::check_repo_id(id).is_ok())
+    }
+
     /// The licence the Hub tags it with, if it passes the gate's rules for a name.
     pub fn license(&self) -> Option<String> {
         self.tags.iter().find_map(|t| t.strip_prefix("license:")).filter(|l| is_plain_word(l)).map(str::to_owned)
@@ -61,6 +70,17 @@ fn is_plain_word(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
+}
+
+/// What the Hub answers for a repo asked for by name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// The repo, as a listing entry, with its tags.
+    Listed(ListedRepo, Vec<String>),
+    /// The Hub answered with another repo, which passed the gate: the name was moved to this one.
+    Renamed(String),
+    /// The answer breaks the gate's rules; nothing of it is used.
+    Refused(String),
 }
 
 #[derive(Deserialize)]
@@ -78,9 +98,10 @@ impl HubClient {
     }
 
     /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same gate
-    /// as a listing page's entries), with its tags for the audit's filters. `Ok(Err(reason))`: the Hub's
-    /// answer breaks the gate's rules, and nothing of it is used.
-    pub async fn repo_entry(&self, repo: &str) -> Result<Result<(ListedRepo, Vec<String>), String>, HubError> {
+    /// as a listing page's entries), with its tags for the audit's filters. The Hub answers a renamed repo's
+    /// old name with the repo under its new name: that answer is [`Entry::Renamed`], the only proof of a move
+    /// hubalign acts on.
+    pub async fn repo_entry(&self, repo: &str) -> Result<Entry, HubError> {
         let url = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let item: serde_json::Value = serde_json::from_slice(&fetched.body)
@@ -91,10 +112,10 @@ impl HubClient {
             .unwrap_or_default();
         let (mut repos, mut invalid) = super::listing::sort_entries(vec![item]);
         Ok(match (repos.pop(), invalid.pop()) {
-            (Some(listed), _) if listed.id == repo => Ok((listed, tags)),
-            (Some(listed), _) => Err(format!("the Hub answered for {}", gate::quote(&listed.id))),
-            (None, Some(bad)) => Err(bad.reason),
-            (None, None) => Err("no repo in the answer".into()),
+            (Some(listed), _) if listed.id == repo => Entry::Listed(listed, tags),
+            (Some(listed), _) => Entry::Renamed(listed.id),
+            (None, Some(bad)) => Entry::Refused(bad.reason),
+            (None, None) => Entry::Refused("no repo in the answer".into()),
         })
     }
 

@@ -1,10 +1,11 @@
 //! Mirrors whose source stopped being public: after each audit, every public mirror whose source the store
 //! no longer knows as public is looked at again on the Hub, and made private (with the reason recorded for
-//! the dashboard) if its source is now private, gated, disabled or gone.
+//! the dashboard) if its source is now private, gated, disabled or gone; or made to follow its source's new
+//! name if the Hub answers the old one with a renamed repo.
 
 use hf_hub::HFClient;
 
-use super::policy::{self, PrivateMirrors};
+use super::policy::{self, EnqueuePolicy, PrivateMirrors};
 use crate::hub::HubClient;
 use crate::store::{Store, StoreError};
 
@@ -18,32 +19,67 @@ pub struct Hidden {
 }
 
 /// Makes private every public mirror whose source is no longer public. A source the Hub cannot answer for
-/// now is left for the next pass; one that is public again is left alone.
-pub async fn reconcile_mirrors(hub: &HubClient, hf: &HFClient, store: &Store) -> Result<Vec<Hidden>, StoreError> {
+/// now is left for the next pass; one that is public again is left alone. A source the Hub answers under a
+/// new name was renamed: its mirror follows the new name, unless the policy excludes that name, in which case
+/// it goes private saying where the source went.
+pub async fn reconcile_mirrors(
+    hub: &HubClient,
+    hf: &HFClient,
+    store: &Store,
+    policy: &EnqueuePolicy,
+) -> Result<Vec<Hidden>, StoreError> {
     let mut hidden = Vec::new();
     for mirror in store.mirrors_to_recheck().await? {
-        let Some((ns, name)) = mirror.target_repo.split_once('/') else { continue };
+        let Some((ns, _)) = mirror.target_repo.split_once('/') else { continue };
         let info = hub.model_info(&mirror.source_repo).await;
+        let mut source = mirror.source_repo.as_str();
+        if let Ok(found) = &info
+            && let Some(to) = found.renamed(source)
+        {
+            if let Some(why) = policy.excludes_name(to) {
+                let reason = format!("its source was renamed to {to}, which is not mirrored ({why})");
+                if hide_mirror(hf, store, &mirror.target_repo, &reason).await? {
+                    hidden.push(Hidden {
+                        target: mirror.target_repo.clone(),
+                        reason: format!("made private because {reason}"),
+                    });
+                }
+                continue;
+            }
+            let followed = store.follow_move(source, to).await?;
+            tracing::info!(repo.id = %source, to = %to, mirror = followed.mirror.as_deref().unwrap_or(""), jobs = followed.jobs, "rename followed");
+            source = to;
+        }
         // A public mirror stays public only where a public one may be published now.
-        let reason = match policy::visibility_now(&mirror.source_repo, info.as_ref(), ns, &PrivateMirrors::default()) {
+        let reason = match policy::visibility_now(source, info.as_ref(), ns, &PrivateMirrors::default()) {
             Ok(Ok(_)) => continue,
             Ok(Err(reason)) => reason,
             Err(e) => {
-                tracing::warn!(repo.id = %mirror.source_repo, mirror = %mirror.target_repo, error = %e, "source visibility unknown; checked again next time");
+                tracing::warn!(repo.id = %source, mirror = %mirror.target_repo, error = %e, "source visibility unknown; checked again next time");
                 continue;
             }
         };
-        match hf.model(ns, name).update_settings().private(true).send().await {
-            Ok(_) => {
-                let reason = format!("made private because its source is no longer public ({reason})");
-                tracing::warn!(repo.id = %mirror.source_repo, mirror = %mirror.target_repo, reason = %reason, "mirror hidden");
-                store.hide_mirror(&mirror.target_repo, &reason).await?;
-                hidden.push(Hidden { target: mirror.target_repo, reason });
-            }
-            Err(e) => {
-                tracing::warn!(mirror = %mirror.target_repo, error = %e, "making a mirror private failed; tried again next time");
-            }
+        let reason = format!("its source is no longer public ({reason})");
+        if hide_mirror(hf, store, &mirror.target_repo, &reason).await? {
+            tracing::warn!(repo.id = %source, mirror = %mirror.target_repo, reason = %reason, "mirror hidden");
+            hidden.push(Hidden { target: mirror.target_repo, reason: format!("made private because {reason}") });
         }
     }
     Ok(hidden)
+}
+
+/// Makes `target` private on the Hub, then records `made private because {why}`. `Ok(false)` when the Hub
+/// refused (tried again on the next pass).
+pub async fn hide_mirror(hf: &HFClient, store: &Store, target: &str, why: &str) -> Result<bool, StoreError> {
+    let Some((ns, name)) = target.split_once('/') else { return Ok(false) };
+    match hf.model(ns, name).update_settings().private(true).send().await {
+        Ok(_) => {
+            store.hide_mirror(target, &format!("made private because {why}")).await?;
+            Ok(true)
+        }
+        Err(e) => {
+            tracing::warn!(mirror = %target, error = %e, "making a mirror private failed; tried again next time");
+            Ok(false)
+        }
+    }
 }

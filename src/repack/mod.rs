@@ -358,13 +358,14 @@ impl Repacker<'_> {
         let first = ready.recv().await?;
         let namespace = &self.opts.target_namespace;
         let chosen = publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, private).await;
-        let target =
+        let chosen =
             chosen.inspect_err(|e| tracing::warn!(repo.id = %job.repo_id, error = %e, "no upload ahead")).ok()?;
         let mirror = publish::Mirror {
             hf: self.hf,
             hub: self.hub,
-            target: &target,
+            target: &chosen.target,
             source: &job.repo_id,
+            moved_from: chosen.moved_from.as_deref(),
             sources: &[],
             visibility: policy::Visibility::Private,
             verdict: None,
@@ -374,11 +375,11 @@ impl Repacker<'_> {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                tracing::warn!(repo.id = %target, error = %e, "no upload ahead");
+                tracing::warn!(repo.id = %chosen.target, error = %e, "no upload ahead");
                 return None;
             }
         }
-        let uploader = ahead::Uploader { hub: self.hub, target: &target, repaired, source };
+        let uploader = ahead::Uploader { hub: self.hub, target: &chosen.target, repaired, source };
         Some(uploader.run(first, ready).await)
     }
 
@@ -418,8 +419,9 @@ impl Repacker<'_> {
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let private = visibility == policy::Visibility::Private;
-        let target =
+        let chosen =
             publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private).await?;
+        let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = self.before_bytes(source).await?;
         let source_card = SourceFacts { license: readme_license(source), before_bytes };
@@ -441,6 +443,7 @@ impl Repacker<'_> {
             hub: self.hub,
             target: &target,
             source: &job.repo_id,
+            moved_from: chosen.moved_from.as_deref(),
             sources: &sources,
             visibility,
             verdict,
@@ -456,7 +459,7 @@ impl Repacker<'_> {
             }
             publish::Published::AlreadyThere(commit) => commit,
         };
-        if let Err(e) = self.store.mirror_published(&target, private).await {
+        if let Err(e) = self.store.mirror_published(&target, &job.repo_id, private).await {
             tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
         }
         Ok(JobOutcome::Published { target, commit })

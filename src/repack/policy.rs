@@ -126,14 +126,25 @@ impl EnqueuePolicy {
         let target_ns = self.private_mirrors.0.as_deref().unwrap_or("");
         if let Err(reason) = visibility(&repo.repo, flags, target_ns, &self.private_mirrors) {
             Some(reason)
-        } else if self.opt_out.contains(&repo.repo) || self.opt_out.contains(&repo.namespace) {
-            Some("the owner opted out")
-        } else if self.skip.contains(&repo.namespace) {
-            Some("publisher skipped by policy")
-        } else if !self.include.is_empty() && !self.include.contains(&repo.namespace) {
-            Some("publisher not included by policy")
+        } else if let Some(reason) = self.excludes_name(&repo.repo) {
+            Some(reason)
         } else if repo.shards_invalid > 0 {
             Some("the bundle has invalid shards")
+        } else {
+            None
+        }
+    }
+
+    /// Why the repo named `repo` is never mirrored whatever its state (`--include`, `--skip`, opt-out), or
+    /// `None`.
+    pub fn excludes_name(&self, repo: &str) -> Option<&'static str> {
+        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
+        if self.opt_out.contains(repo) || self.opt_out.contains(namespace) {
+            Some("the owner opted out")
+        } else if self.skip.contains(namespace) {
+            Some("publisher skipped by policy")
+        } else if !self.include.is_empty() && !self.include.contains(namespace) {
+            Some("publisher not included by policy")
         } else {
             None
         }

@@ -90,6 +90,15 @@ pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, RepackError
     }
 }
 
+/// A source's mirror, as chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// `namespace/name` of the mirror.
+    pub target: String,
+    /// The source's former name, which the mirror's manifest still names after a rename was followed.
+    pub moved_from: Option<String>,
+}
+
 /// The mirror of `source`: the one the store records, or the first candidate name that neither the store
 /// nor the Hub gives to another source, taken in the store before anything is committed to it.
 pub async fn choose_mirror(
@@ -98,10 +107,10 @@ pub async fn choose_mirror(
     source: &str,
     target_namespace: &str,
     private: bool,
-) -> Result<String, RepackError> {
+) -> Result<Chosen, RepackError> {
     let store_err = |e: crate::store::StoreError| RepackError::transient(e.to_string());
     if let Some(row) = store.mirror_of(source).await.map_err(store_err)? {
-        return Ok(row.target_repo);
+        return Ok(Chosen { target: row.target_repo, moved_from: row.moved_from });
     }
     for candidate in mirror_candidates(source, target_namespace) {
         if store.mirror_holder(&candidate).await.map_err(store_err)?.is_some_and(|s| s != source) {
@@ -113,7 +122,7 @@ pub async fn choose_mirror(
             Holder::Source { .. } | Holder::Unknown => continue,
         }
         if store.claim_mirror(&candidate, source, private).await.map_err(store_err)? {
-            return Ok(candidate);
+            return Ok(Chosen { target: candidate, moved_from: None });
         }
     }
     Err(RepackError::permanent(format!("{source}: every mirror name in {target_namespace} is taken by another source")))
@@ -129,6 +138,8 @@ pub struct Mirror<'a> {
     pub target: &'a str,
     /// The source repo.
     pub source: &'a str,
+    /// The source's former name, when the mirror followed a rename and its manifest still names that.
+    pub moved_from: Option<&'a str>,
     /// The source shards the staged ones were made from.
     pub sources: &'a [PathBuf],
     /// Whether the mirror stays private.
@@ -140,11 +151,13 @@ pub struct Mirror<'a> {
     pub ahead: Option<&'a Ahead>,
 }
 
-/// Fails unless the mirror is free, unknown to any source yet, or this source's.
+/// Fails unless the mirror is free, unknown to any source yet, or this source's (under its current name, or
+/// the former one a followed rename left in the manifest).
 async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, RepackError> {
     let holder = holder(mirror.hub, mirror.target).await?;
     if let Holder::Source { repo, .. } = &holder
         && repo != mirror.source
+        && Some(repo.as_str()) != mirror.moved_from
     {
         return Err(RepackError::permanent(format!(
             "{} holds the mirror of {}, not of {}; nothing committed",
@@ -166,8 +179,9 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         target.split_once('/').ok_or_else(|| RepackError::permanent(format!("{target}: not namespace/name")))?;
     let repo = hf.model(ns, name);
     let public = mirror.visibility == Visibility::Public;
-    if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
+    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror).await?
         && rev == source_sha
+        && named == mirror.source
     {
         // A worker that died between the upload and making the mirror public left it private.
         repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
@@ -198,7 +212,9 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         Ok(made) => made,
         // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
         Err(CommitError::Moved) => match check_holder(mirror).await? {
-            Holder::Source { revision: Some(rev), .. } if rev == source_sha => (head(mirror.hub, target).await?, 0),
+            Holder::Source { repo, revision: Some(rev) } if rev == source_sha && repo == mirror.source => {
+                (head(mirror.hub, target).await?, 0)
+            }
             _ => return Err(RepackError::transient(format!("{target}: its main branch moved during the commit"))),
         },
         Err(CommitError::Failed(why)) => return Err(why),
@@ -220,8 +236,9 @@ async fn create_private(hf: &HFClient, target: &str) -> Result<(), RepackError> 
 /// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
 /// is nothing to upload ahead, because it already holds this source commit's repair.
 pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, RepackError> {
-    if let Holder::Source { revision: Some(rev), .. } = check_holder(mirror).await?
+    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror).await?
         && rev == source_sha
+        && named == mirror.source
     {
         return Ok(false);
     }

@@ -74,8 +74,9 @@ impl Repacker<'_> {
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let (repo, namespace) = (&job.repo_id, &self.opts.target_namespace);
-        let target =
+        let chosen =
             publish::choose_mirror(self.hub, self.store, repo, namespace, visibility == Visibility::Private).await?;
+        let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();
         let mirror = publish::Mirror {
@@ -83,6 +84,7 @@ impl Repacker<'_> {
             hub: self.hub,
             target: &target,
             source: repo,
+            moved_from: chosen.moved_from.as_deref(),
             sources: &sources,
             visibility: Visibility::Private,
             verdict: None,
@@ -165,7 +167,8 @@ impl Repacker<'_> {
             let settings = self.hf.model(ns, name).update_settings().private(false).send().await;
             settings.map_err(|e| RepackError::hf(format_args!("making public {target}"), &e))?;
         }
-        if let Err(e) = self.store.mirror_published(&target, visibility == Visibility::Private).await {
+        let named = manifest.source_repo.as_deref().unwrap_or(&job.repo_id);
+        if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {
             tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
         }
         Ok(JobOutcome::Published { target, commit })

@@ -4,7 +4,7 @@
 //! hinted repo again from the Hub, exactly as the crawl reads a listed one, records it, queues its job by the
 //! same policy, and takes the mirror of a source that is gone, private, gated or disabled private at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,12 +19,15 @@ use tokio::sync::watch;
 
 use crate::audit::{AuditOptions, Reread, reread};
 use crate::hub::HubClient;
-use crate::repack::lifecycle::reconcile_mirrors;
+use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors};
 use crate::repack::policy::{EnqueuePolicy, enqueue_repo};
 use crate::repack::runner::constant_time_eq;
-use crate::store::{RepoState, Store};
+use crate::store::{RepoState, Store, StoreError};
 use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};
 use crate::webhook::queue::{HintQueue, Queued};
+
+/// Most repos one hint reads: the old and new names of a move, and a few further renames.
+const MAX_REPOS_PER_HINT: usize = 6;
 
 /// Why a payload was turned away, as `/metrics` labels it.
 pub const REJECTIONS: [&str; 4] = ["unauthorized", "malformed", "too_large", "queue_full"];
@@ -161,51 +164,33 @@ impl Rereader {
         }
     }
 
-    /// Reads the hinted repos again (for a move, the old name and the new), queues a job for an affected
-    /// one, then makes private every mirror whose source is no longer public.
+    /// Reads the hinted repos again (for a move, the old name, then the new), queues a job for an affected
+    /// one, follows a rename the Hub confirms, then makes private every mirror whose source is no longer
+    /// public.
     pub async fn act(&self, hint: &Hint) {
-        let (repos, event): (Vec<(&str, Option<&str>)>, &str) = match hint {
-            Hint::Changed { repo, head } => (vec![(repo, head.as_deref())], "webhook: update"),
-            Hint::Deleted { repo } => (vec![(repo, None)], "webhook: delete"),
-            Hint::Moved { from, to } => (vec![(from, None), (to, None)], "webhook: move"),
+        let (mut todo, event): (VecDeque<(String, Option<String>)>, &str) = match hint {
+            Hint::Changed { repo, head } => ([(repo.clone(), head.clone())].into(), "webhook: update"),
+            Hint::Deleted { repo } => ([(repo.clone(), None)].into(), "webhook: delete"),
+            // The payload's new name is only a hint: the Hub's answer for the old name is what is followed.
+            Hint::Moved { from, to } => ([(from.clone(), None), (to.clone(), None)].into(), "webhook: move"),
             // A merged pull request changes the source: read it now (the bookkeeping of `--pr` reads the
             // source's pull requests whenever a job proposes, and a closed one is taken as "no").
-            Hint::PullRequestClosed { repo, .. } => (vec![(repo, None)], "webhook: pull request closed"),
+            Hint::PullRequestClosed { repo, .. } => ([(repo.clone(), None)].into(), "webhook: pull request closed"),
         };
-        for (repo, head) in repos {
-            if let Err(why) = self.watched(repo) {
-                tracing::debug!(repo.id = %repo, reason = why, "webhook for a repo outside the filters; dropped");
+        let mut seen = HashSet::new();
+        while let Some((repo, head)) = todo.pop_front() {
+            // A chain of renames is followed a few steps, never round a loop.
+            if seen.len() >= MAX_REPOS_PER_HINT || !seen.insert(repo.clone()) {
                 continue;
             }
-            if let Some(head) = head
-                && let Ok(Some(known)) = self.store.repo(repo).await
-                && known.state == RepoState::Ok.as_str()
-                && known.sha.as_deref() == Some(head)
-            {
-                self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(repo.id = %repo, repo.sha = %head, "webhook for a head already audited; nothing asked");
-                continue;
-            }
-            match reread(&self.hub, &self.store, &self.audit, repo, event).await {
-                Ok(Reread::Recorded(outcome)) => {
-                    self.counters.reread.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(repo.id = %repo, state = outcome.state.as_str(), shards = outcome.shards.len(), event, "read again");
-                    if outcome.state == RepoState::Ok
-                        && let Err(e) = enqueue_repo(&self.store, &self.policy, repo).await
-                    {
-                        tracing::warn!(repo.id = %repo, error = %e, "queueing its job failed");
-                    }
+            if let Some(to) = self.read_again(&repo, head.as_deref(), event).await {
+                match self.follow(&repo, &to).await {
+                    Ok(()) => todo.push_front((to, None)),
+                    Err(e) => tracing::warn!(repo.id = %repo, to = %to, error = %e, "following the rename failed"),
                 }
-                Ok(Reread::Unlisted) => {
-                    tracing::debug!(repo.id = %repo, "no longer has the audit's tags; not recorded");
-                }
-                Ok(Reread::Refused(reason)) => {
-                    tracing::warn!(repo.id = %repo, reason = %crate::gate::escape_control(&reason), "the Hub's answer was refused");
-                }
-                Err(e) => tracing::warn!(repo.id = %repo, error = %e, "reading it again failed; the crawl will"),
             }
         }
-        match reconcile_mirrors(&self.hub, &self.hf, &self.store).await {
+        match reconcile_mirrors(&self.hub, &self.hf, &self.store, &self.policy).await {
             Ok(hidden) => {
                 for h in hidden {
                     tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");
@@ -215,6 +200,62 @@ impl Rereader {
         }
     }
 
+    /// Reads one repo again and queues its job; `Some(new name)` when the Hub answers it under another name.
+    async fn read_again(&self, repo: &str, head: Option<&str>, event: &str) -> Option<String> {
+        if let Err(why) = self.watched(repo) {
+            tracing::debug!(repo.id = %repo, reason = why, "webhook for a repo outside the filters; dropped");
+            return None;
+        }
+        if let Some(head) = head
+            && let Ok(Some(known)) = self.store.repo(repo).await
+            && known.state == RepoState::Ok.as_str()
+            && known.sha.as_deref() == Some(head)
+        {
+            self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(repo.id = %repo, repo.sha = %head, "webhook for a head already audited; nothing asked");
+            return None;
+        }
+        match reread(&self.hub, &self.store, &self.audit, repo, event).await {
+            Ok(Reread::Recorded(outcome)) => {
+                self.counters.reread.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(repo.id = %repo, state = outcome.state.as_str(), shards = outcome.shards.len(), event, "read again");
+                if outcome.state == RepoState::Ok
+                    && let Err(e) = enqueue_repo(&self.store, &self.policy, repo).await
+                {
+                    tracing::warn!(repo.id = %repo, error = %e, "queueing its job failed");
+                }
+            }
+            Ok(Reread::Renamed(to)) => {
+                self.counters.reread.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(repo.id = %repo, to = %to, event, "the Hub answers it under a new name");
+                return Some(to);
+            }
+            Ok(Reread::Unlisted) => {
+                tracing::debug!(repo.id = %repo, "no longer has the audit's tags; not recorded");
+            }
+            Ok(Reread::Refused(reason)) => {
+                tracing::warn!(repo.id = %repo, reason = %crate::gate::escape_control(&reason), "the Hub's answer was refused");
+            }
+            Err(e) => tracing::warn!(repo.id = %repo, error = %e, "reading it again failed; the crawl will"),
+        }
+        None
+    }
+
+    /// Carries the old name's mirror and jobs over to the new name, which the Hub gave for the old one. A new
+    /// name outside the filters is not followed: its mirror goes private, saying where the source went.
+    async fn follow(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        if let Err(why) = self.watched(to) {
+            if let Some(mirror) = self.store.mirror_of(from).await?.filter(|m| !m.private) {
+                let reason = format!("its source was renamed to {to}, which is not mirrored ({why})");
+                hide_mirror(&self.hf, &self.store, &mirror.target_repo, &reason).await?;
+            }
+            return Ok(());
+        }
+        let followed = self.store.follow_move(from, to).await?;
+        tracing::info!(repo.id = %from, to = %to, mirror = followed.mirror.as_deref().unwrap_or(""), jobs = followed.jobs, "rename followed");
+        Ok(())
+    }
+
     /// Whether a repo is one the service watches: the audit's `--author`, the policy's `--include`,
     /// `--skip` and opt-out.
     fn watched(&self, repo: &str) -> Result<(), &'static str> {
@@ -222,15 +263,6 @@ impl Rereader {
         if self.audit.query.author.as_deref().is_some_and(|a| a != namespace) {
             return Err("not the audited author");
         }
-        if self.policy.opt_out.contains(repo) || self.policy.opt_out.contains(namespace) {
-            return Err("the owner opted out");
-        }
-        if self.policy.skip.contains(namespace) {
-            return Err("publisher skipped by policy");
-        }
-        if !self.policy.include.is_empty() && !self.policy.include.contains(namespace) {
-            return Err("publisher not included by policy");
-        }
-        Ok(())
+        self.policy.excludes_name(repo).map_or(Ok(()), Err)
     }
 }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod faults;
 pub mod ingest;
 pub mod model;
+pub mod moves;
 pub mod query;
 pub mod read;
 pub mod resolve;
@@ -132,6 +133,8 @@ pub struct Sim {
     pub xet: Option<xet::XetCas>,
     /// The webhook payloads it sends.
     pub webhooks: webhooks::Webhooks,
+    /// Repos renamed, whose old names redirect.
+    pub moves: moves::Moves,
 }
 
 /// The simulator as handlers share it.
@@ -239,6 +242,8 @@ impl Sim {
                     }
                     repo.meta = found.meta;
                 }
+                // A repo moved away keeps its files on disk; its old name only redirects.
+                None if self.moves.new_name(&found.id).is_some() => {}
                 None => {
                     let commit = found.commit(None, &xet_hash);
                     self.webhooks.send("repo", "create", &found.id, found.meta.private, Some(&commit.sha), json!({}));
@@ -305,6 +310,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         faults: Faults::new(config.faults),
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         webhooks: webhooks::Webhooks::new(config.webhooks.clone()),
+        moves: moves::Moves::default(),
         config,
     });
     sim.rescan().await?;

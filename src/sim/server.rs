@@ -47,7 +47,9 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/_sim/rescan", post(rescan))
         .route("/_sim/webhooks/replay", post(replay_webhooks))
         .route("/_sim/webhooks/flood", post(flood_webhooks))
+        .route("/api/repos/move", post(write::move_repo))
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
+        .layer(middleware::from_fn_with_state(sim.clone(), super::moves::follow_moves))
         .layer(middleware::from_fn_with_state(sim.clone(), admit))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(sim)
@@ -122,6 +124,7 @@ fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
         ["api", "whoami-v2"] => "whoami",
         ["api", "repos", "create"] => "repo_create",
         ["api", "repos", "delete"] => "repo_delete",
+        ["api", "repos", "move"] => "repo_move",
         ["api", ..] => "api_other",
         [_, _, "resolve", ..] if *method == axum::http::Method::HEAD => "resolve_head",
         [_, _, "resolve", ..] => "resolve",

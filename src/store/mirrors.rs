@@ -20,6 +20,18 @@ pub struct MirrorRow {
     pub hidden_reason: Option<String>,
     /// When.
     pub hidden_at: Option<String>,
+    /// The source's former name, which the mirror's published manifest still names (until the next
+    /// publication names the new one).
+    pub moved_from: Option<String>,
+}
+
+/// What following a source's rename carried over to the new name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// The mirror that now follows the new name, if the old one had a mirror and the new one had none.
+    pub mirror: Option<String>,
+    /// Jobs carried over (every job of the old name whose commit the new name had no job for).
+    pub jobs: u64,
 }
 
 impl Store {
@@ -55,19 +67,67 @@ impl Store {
         Ok(self.mirror_holder(target).await?.as_deref() == Some(source))
     }
 
-    /// Records that a mirror was published with this visibility (clearing an earlier hiding: its source was
-    /// checked public again just before).
-    pub async fn mirror_published(&self, target: &str, private: bool) -> Result<(), StoreError> {
+    /// Records that a mirror was published from `source` with this visibility (clearing an earlier hiding:
+    /// its source was checked public again just before). A job begun before a rename publishes under the old
+    /// name, which the mirror then keeps as the name its manifest gives.
+    pub async fn mirror_published(&self, target: &str, source: &str, private: bool) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query(
-            "UPDATE mirrors SET private = $1, hidden_reason = NULL, hidden_at = NULL WHERE target_repo = $2"
+            "UPDATE mirrors SET private = $1, hidden_reason = NULL, hidden_at = NULL,
+             moved_from = CASE WHEN source_repo = $3 THEN NULL ELSE $3 END WHERE target_repo = $2"
         )
         .bind(private)
         .bind(target)
+        .bind(source)
         .execute(pool)
         .await
         .map(|done| done.rows_affected()))
         .map_err(sql("mirror published"))?;
         Ok(())
+    }
+
+    /// Carries what the store holds for `from` over to `to`, once the Hub has confirmed the rename: the mirror
+    /// (unless `to` has one already), and every job whose commit `to` has no job for, so the mirror keeps its
+    /// name and a commit already repaired is not repaired again. `from` is recorded `renamed`, without shards,
+    /// so the totals do not count the repo twice. One transaction.
+    pub async fn follow_move(&self, from: &str, to: &str) -> Result<Followed, StoreError> {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            let mirror: Option<String> = sqlx::query_scalar(
+                "UPDATE mirrors SET source_repo = $1, moved_from = COALESCE(moved_from, $2)
+                 WHERE source_repo = $2 AND NOT EXISTS (SELECT 1 FROM mirrors m WHERE m.source_repo = $1)
+                 RETURNING target_repo",
+            )
+            .bind(to)
+            .bind(from)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(sql("follow mirror"))?;
+            let jobs = sqlx::query(
+                "UPDATE jobs SET repo_id = $1 WHERE repo_id = $2
+                 AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = $1 AND j.source_sha = jobs.source_sha)",
+            )
+            .bind(to)
+            .bind(from)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("follow jobs"))?
+            .rows_affected();
+            // The old name's record stops counting: its shards are the new name's now.
+            sqlx::query("DELETE FROM shards WHERE repo_id = $1")
+                .bind(from)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("clear renamed shards"))?;
+            sqlx::query("UPDATE repos SET state = $1, last_error = $2 WHERE id = $3")
+                .bind(super::RepoState::Renamed.as_str())
+                .bind(format!("renamed to {to}"))
+                .bind(from)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record rename"))?;
+            tx.commit().await.map_err(sql("commit follow"))?;
+            Ok(Followed { mirror, jobs })
+        })
     }
 
     /// Records that a mirror was made private, and why.
@@ -98,5 +158,54 @@ impl Store {
         .fetch_all(pool)
         .await)
         .map_err(sql("mirrors to recheck"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::jobs::VerifyDevice;
+
+    /// A followed rename moves the mirror and the jobs (but not onto a commit the new name has a job for, nor
+    /// a mirror onto a name that has one), keeps the name the manifest gives through a second rename, and the
+    /// next publication under the new name clears it.
+    #[tokio::test]
+    async fn a_followed_rename_carries_the_mirror_and_jobs_over() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            assert!(store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap());
+            for sha in ["one", "two"] {
+                store.job_for("ns/a", sha, VerifyDevice::Cpu).await.unwrap();
+            }
+            store.job_for("ns/b", "two", VerifyDevice::Cpu).await.unwrap();
+            let followed = store.follow_move("ns/a", "ns/b").await.unwrap();
+            assert_eq!(followed, Followed { mirror: Some("me/a-aligned".into()), jobs: 1 });
+            let row = store.mirror_of("ns/b").await.unwrap().unwrap();
+            assert_eq!((row.target_repo.as_str(), row.moved_from.as_deref()), ("me/a-aligned", Some("ns/a")));
+            assert_eq!(store.mirror_of("ns/a").await.unwrap(), None);
+            let jobs = |repo: &'static str| async move {
+                let mut shas: Vec<String> =
+                    store.repo_jobs(repo).await.unwrap().into_iter().map(|j| j.source_sha).collect();
+                shas.sort();
+                shas
+            };
+            assert_eq!(jobs("ns/b").await, ["one", "two"]);
+            assert_eq!(jobs("ns/a").await, ["two"], "the new name had a job for that commit already");
+
+            // Renamed again before any publication: the manifest still names the first name.
+            store.follow_move("ns/b", "ns/c").await.unwrap();
+            let row = store.mirror_of("ns/c").await.unwrap().unwrap();
+            assert_eq!(row.moved_from.as_deref(), Some("ns/a"));
+            // A name that has a mirror of its own keeps it; the other is not moved onto it.
+            assert!(store.claim_mirror("me/d-aligned", "ns/d", false).await.unwrap());
+            assert_eq!(store.follow_move("ns/c", "ns/d").await.unwrap().mirror, None);
+            assert_eq!(store.mirror_holder("me/a-aligned").await.unwrap().as_deref(), Some("ns/c"));
+
+            // A job begun under an old name publishes under it; one under the current name clears it.
+            store.mirror_published("me/a-aligned", "ns/b", false).await.unwrap();
+            assert_eq!(store.mirror_of("ns/c").await.unwrap().unwrap().moved_from.as_deref(), Some("ns/b"));
+            store.mirror_published("me/a-aligned", "ns/c", false).await.unwrap();
+            assert_eq!(store.mirror_of("ns/c").await.unwrap().unwrap().moved_from, None);
+        }
     }
 }

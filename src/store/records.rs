@@ -82,6 +82,8 @@ pub enum RepoState {
     Vanished,
     /// Its commit was replaced after the listing; the next run audits the new one.
     Moved,
+    /// The Hub answers its name with another repo: it was renamed (its `last_error` names the new name).
+    Renamed,
     /// A failure that retries did not cure; the next run tries again.
     Error,
     /// The listing entry broke the gate's rules (id, commit or a file path); never probed.
@@ -97,6 +99,7 @@ impl RepoState {
             RepoState::Disabled => "disabled",
             RepoState::Vanished => "vanished",
             RepoState::Moved => "moved",
+            RepoState::Renamed => "renamed",
             RepoState::Error => "error",
             RepoState::InvalidListing => "invalid_listing",
         }

@@ -182,6 +182,7 @@ const TABLES: &[Table] = &[
             ("private", Flag),
             ("hidden_reason", Text),
             ("hidden_at", Text),
+            ("moved_from", Text),
         ],
     },
 ];

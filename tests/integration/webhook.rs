@@ -203,29 +203,7 @@ fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
         let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
         runs.iter().any(|r| r["status"] == "finished")
     });
-    let push = |message: &str, card: &str| {
-        let script = r#"
-import os, shutil, sys, tempfile
-from huggingface_hub import HfApi
-api = HfApi()
-api.create_repo("alice-org/pushed-q4", exist_ok=True)
-with tempfile.TemporaryDirectory() as d:
-    shutil.copytree(sys.argv[1], d, dirs_exist_ok=True)
-    open(os.path.join(d, "README.md"), "w").write(sys.argv[3])
-    print(api.upload_folder(repo_id="alice-org/pushed-q4", folder_path=d, commit_message=sys.argv[2]).oid)
-"#;
-        let out = std::process::Command::new(crate::support::python())
-            .args(["-c", script])
-            .arg(crate::support::fixture("mlx_lm/q4"))
-            .args([message, card])
-            .env("HF_ENDPOINT", world.endpoint())
-            .env("HF_TOKEN", crate::sim::world::ALICE)
-            .env("HF_HUB_DISABLE_TELEMETRY", "1")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
+    let push = |message: &str, card: &str| push_bundle(&world, "alice-org/pushed-q4", message, card);
     let sim = &world.hub.as_ref().unwrap().sim;
     let mirror_commits = || {
         sim.repos()
@@ -310,6 +288,114 @@ with tempfile.TemporaryDirectory() as d:
     wait_until("the mirror of the now private source to go private", || {
         sim.repos()["alice/pushed-q4-aligned"].meta.private
     });
+}
+
+/// Creates `repo` (if new) and pushes the tiny `mlx_lm` bundle with `card` as its README, with
+/// `huggingface_hub` as alice; returns the commit.
+fn push_bundle(world: &crate::sim::world::World, repo: &str, message: &str, card: &str) -> String {
+    let script = r#"
+import os, shutil, sys, tempfile
+from huggingface_hub import HfApi
+api = HfApi()
+api.create_repo(sys.argv[4], exist_ok=True)
+with tempfile.TemporaryDirectory() as d:
+    shutil.copytree(sys.argv[1], d, dirs_exist_ok=True)
+    open(os.path.join(d, "README.md"), "w").write(sys.argv[3])
+    print(api.upload_folder(repo_id=sys.argv[4], folder_path=d, commit_message=sys.argv[2]).oid)
+"#;
+    let out = std::process::Command::new(crate::support::python())
+        .args(["-c", script])
+        .arg(crate::support::fixture("mlx_lm/q4"))
+        .args([message, card, repo])
+        .env("HF_ENDPOINT", world.endpoint())
+        .env("HF_TOKEN", crate::sim::world::ALICE)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A source renamed with `huggingface_hub`'s `move_repo`: the Hub answers the old name with the new repo,
+/// so the mirror follows it (same mirror, still public, no second one), the old name is recorded as renamed,
+/// and the next push to the new name lands on the same mirror with a manifest naming the new name. Before
+/// that, a forged `move` payload (the Hub still answers the old name with itself) re-points nothing.
+#[test]
+fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
+    let port = crate::serve::free_port();
+    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
+    let world = audit_world(0, |c| c.webhooks = vec![target.parse().unwrap()]);
+    let (_dir, db) = db();
+    let args = ["--webhook-secret", SECRET, "--include", "alice-org"];
+    let (_service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    wait_until("the first audit", || {
+        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+        runs.iter().any(|r| r["status"] == "finished")
+    });
+    let (old, new, mirror) = ("alice-org/moving-q4", "alice-org/moved-q4", "alice/moving-q4-aligned");
+    let sim = &world.hub.as_ref().unwrap().sim;
+    // What the public mirror's manifest names as its source, read as anyone reads it.
+    let manifest_names = || {
+        let text =
+            crate::serve::try_get(&format!("{}/{mirror}/resolve/main/MEI_ALIGN_MANIFEST.json", world.endpoint()))?;
+        serde_json::from_str::<Value>(&text).ok()?["source_repo"].as_str().map(str::to_owned)
+    };
+    let card = "---\nlibrary_name: mlx\nlicense: mit\n---\n# moving\n";
+    push_bundle(&world, old, "weights", card);
+    wait_until("the mirror to be published", || {
+        sim.repos().get(mirror).is_some_and(|m| !m.meta.private) && manifest_names().as_deref() == Some(old)
+    });
+    let reads = || metric(&get(&format!("{base}/metrics")), "hubalign_webhook_rereads_total{outcome=\"read\"} ");
+
+    // Forged: the payload says the repo moved; the Hub still answers the old name with itself.
+    let before = reads();
+    let forged = serde_json::to_vec(&json!({
+        "event": {"action": "move", "scope": "repo"},
+        "repo": {"type": "model", "name": old, "id": "1", "private": false, "url": {"web": "w", "api": "a"}},
+        "movedTo": {"name": "alice-org/not-there", "owner": {"id": "2"}},
+        "webhook": {"id": "3", "version": 3}
+    }))
+    .unwrap();
+    assert_eq!(deliver(&base, Some(SECRET), "", forged).0, 202);
+    wait_until("the forged move's re-read", || reads() > before);
+    std::thread::sleep(Duration::from_millis(500));
+    let page = get(&format!("{base}/repo/{old}"));
+    // The pages escape `/` as minijinja does.
+    let html = |s: &str| s.replace('/', "&#x2f;");
+    assert!(page.contains(&format!(">{}</a>", html(mirror))) && !page.contains("followed the rename"), "{page}");
+    let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?namespace=alice-org"))).unwrap();
+    assert!(repos.iter().any(|r| r["repo"] == old && r["state"] == "ok"), "{repos:?}");
+    assert!(!repos.iter().any(|r| r["repo"] == "alice-org/not-there"), "{repos:?}");
+
+    // The real move, with huggingface_hub; the simulator sends the Hub's `move` payload.
+    let script =
+        "import sys\nfrom huggingface_hub import HfApi\nHfApi().move_repo(from_id=sys.argv[1], to_id=sys.argv[2])";
+    let out = std::process::Command::new(crate::support::python())
+        .args(["-c", script, old, new])
+        .env("HF_ENDPOINT", world.endpoint())
+        .env("HF_TOKEN", crate::sim::world::ALICE)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("the mirror to follow the new name", || {
+        get(&format!("{base}/repo/{new}")).contains(&format!("followed the rename from {}", html(old)))
+    });
+    let page = get(&format!("{base}/repo/{new}"));
+    assert!(page.contains(&format!(">{}</a>", html(mirror))), "{page}");
+    assert!(get(&format!("{base}/repo/{old}")).contains(&format!("renamed to {}", html(new))));
+    assert!(!sim.repos()[mirror].meta.private, "the mirror of a renamed public source stays public");
+    assert!(sim.repos().get("alice/moved-q4-aligned").is_none(), "no second mirror");
+    let jobs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
+    let of = |repo: &str| jobs.iter().filter(|j| j["repo_id"] == repo).count();
+    assert_eq!((of(old), of(new)), (0, 1), "the published job carried over, none added: {jobs:?}");
+
+    // The next push to the new name lands on the same mirror, whose manifest now names the new name.
+    let card = "---\nlibrary_name: mlx\nlicense: mit\n---\n# moved, and pushed again\n";
+    push_bundle(&world, new, "card", card);
+    wait_until("the new name's push on the same mirror", || manifest_names().as_deref() == Some(new));
+    assert!(!get(&format!("{base}/repo/{new}")).contains("followed the rename"), "the manifest names it now");
+    assert!(sim.repos().get("alice/moved-q4-aligned").is_none(), "still no second mirror");
 }
 
 /// `hubalign webhook create | list | delete` through the Hub's webhooks API (the simulator's): the webhook

@@ -102,6 +102,49 @@ pub(in crate::sim) async fn delete_repo(
     }
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(in crate::sim) struct MoveRepo {
+    from_repo: String,
+    to_repo: String,
+    #[serde(rename = "type")]
+    repo_type: Option<String>,
+}
+
+/// `POST /api/repos/move` with `{fromRepo, toRepo, type}`: renames a repo (the caller must be able to write
+/// both namespaces); the old name then redirects to the new one, and watchers get a `repo` `move` payload
+/// naming the old repo with `movedTo`.
+pub(in crate::sim) async fn move_repo(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Json(req): Json<MoveRepo>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    if req.repo_type.as_deref().is_some_and(|t| t != "model") {
+        return Err(HubError::bad_request("the simulator serves model repositories only"));
+    }
+    let namespace = |id: &str| id.split_once('/').map(|(ns, _)| ns.to_owned());
+    let (Some(from_ns), Some(to_ns)) = (namespace(&req.from_repo), namespace(&req.to_repo)) else {
+        return Err(HubError::bad_request("fromRepo and toRepo must be namespace/name"));
+    };
+    can_write(&from_ns, caller)?;
+    can_write(&to_ns, caller)?;
+    let mut repos = sim.repos_mut();
+    if repos.contains_key(&req.to_repo) {
+        return Err(HubError::conflict(format!("{} already exists", req.to_repo)));
+    }
+    let mut repo = repos.remove(&req.from_repo).ok_or_else(|| HubError::repo_not_found(&req.from_repo, true))?;
+    repo.id = req.to_repo.clone();
+    let (private, head) = (repo.meta.private, repo.head().map(|c| c.sha.clone()));
+    repos.insert(req.to_repo.clone(), repo);
+    sim.moves.record(&req.from_repo, &req.to_repo);
+    drop(repos);
+    let moved = json!({"movedTo": {"name": req.to_repo, "owner": {"id": "0"}}});
+    sim.webhooks.send("repo", "move", &req.from_repo, private, head.as_deref(), moved);
+    tracing::info!(repo.id = %req.from_repo, to = %req.to_repo, "repository moved");
+    Ok(StatusCode::OK.into_response())
+}
+
 /// `PUT /api/models/{ns}/{name}/settings`: `private`/`visibility`, `gated`.
 pub(in crate::sim) async fn settings(
     State(sim): State<Shared>,
@@ -233,5 +276,11 @@ pub(in crate::sim) async fn set_discussion_status(
         .find(|p| p.num == num)
         .ok_or_else(|| HubError::not_found(format!("no discussion #{num}")))?;
     pr.open = body["status"].as_str() != Some("closed");
-    Ok(Json(json!({ "status": if pr.open { "open" } else { "closed" } })).into_response())
+    let status = if pr.open { "open" } else { "closed" };
+    let discussion = json!({"discussion": {"num": num, "status": status, "isPullRequest": true, "title": pr.title,
+        "author": {"id": "0"}, "url": {"web": format!("/{id}/discussions/{num}")}}});
+    let private = repo.meta.private;
+    drop(repos);
+    sim.webhooks.send("discussion", "update", &id, private, None, discussion);
+    Ok(Json(json!({ "status": status })).into_response())
 }

@@ -123,3 +123,37 @@ fn a_mirror_whose_source_turns_private_is_made_private_and_the_page_says_why() {
     assert!(page.contains("id=\"mirror-hidden\"") && page.contains("no longer public"), "{page}");
     assert!(page.contains("gone: the source was deleted or is no longer visible"), "{page}");
 }
+
+/// A source renamed on the Hub with no webhook to say so: the next crawl lists the new name, the old one
+/// answers with the renamed repo, and the mirror follows it (still public, no second mirror, no second job
+/// for a commit already mirrored); the old name is recorded as renamed.
+#[test]
+fn a_source_renamed_between_crawls_keeps_its_mirror() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, base) =
+        start_serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let (old, new, mirror) = ("mlx-community/tiny-q4", "mlx-community/tiny-q4-renamed", "alice/tiny-q4-aligned");
+    wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
+    {
+        let mut repos = sim.repos_mut();
+        let mut repo = repos.remove(old).unwrap();
+        repo.id = new.to_owned();
+        repos.insert(new.to_owned(), repo);
+    }
+    sim.moves.record(old, new);
+    let html = |s: &str| s.replace('/', "&#x2f;");
+    wait_for("the mirror to follow the new name", 60, || {
+        get(&format!("{base}/repo/{new}")).contains(&format!("followed the rename from {}", html(old)))
+    });
+    let finished = || runs(&base).iter().filter(|r| r["status"] == "finished").count();
+    let after = finished();
+    wait_for("two more crawls", 60, || finished() >= after + 2);
+    assert!(!sim.repos()[mirror].meta.private, "the mirror of a renamed public source stays public");
+    assert!(sim.repos().get("alice/tiny-q4-renamed-aligned").is_none(), "no second mirror");
+    assert!(get(&format!("{base}/repo/{old}")).contains(&format!("renamed to {}", html(new))));
+    let jobs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
+    let of = |repo: &str| jobs.iter().filter(|j| j["repo_id"] == repo).count();
+    assert_eq!((of(old), of(new)), (0, 1), "the published job carried over, none added: {jobs:?}");
+}
