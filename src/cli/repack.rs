@@ -128,6 +128,7 @@ impl PolicyArgs {
         &self,
         device: VerifyDevice,
         private_mirrors: &PrivateMirrors,
+        pull_requests: bool,
     ) -> anyhow::Result<EnqueuePolicy> {
         Ok(EnqueuePolicy {
             min_bytes: (self.min_gb * 1e9) as i64,
@@ -136,6 +137,7 @@ impl PolicyArgs {
             opt_out: self.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
             verify_device: device,
             private_mirrors: private_mirrors.clone(),
+            pull_requests,
         })
     }
 }
@@ -331,7 +333,7 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
-        let policy = args.policy.policy(s.device, &s.opts.private_mirrors)?;
+        let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
         if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
             let api = std::sync::Arc::new(RunnerApi {
                 store: s.store.clone(),

@@ -102,7 +102,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 deadline: args.worker.bounds.deadline(),
                 ..AuditOptions::default()
             },
-            policy: args.policy.policy(s.device, &s.opts.private_mirrors)?,
+            policy: args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?,
             repack: s.opts.clone(),
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),

@@ -1,4 +1,5 @@
-//! A repo's pull requests, for the repack worker's de-duplication (hf-hub 1.0 has no discussions API).
+//! A repo's pull requests, for the repack worker's de-duplication and the `--pr` bookkeeping (hf-hub 1.0 has
+//! no discussions API).
 
 use serde::Deserialize;
 
@@ -73,19 +74,33 @@ impl HubClient {
                 continue;
             }
             // The listing does not say what a PR was built on; its page does.
-            let detail_url =
-                format!("{}/api/models/{}/discussions/{}", self.endpoint(), gate::encode_path(repo), item.num);
-            let detail = self.get(Bucket::Api, &detail_url, &[], BodyLimit::Whole(INFO_CAP)).await?;
-            let full: Item = serde_json::from_slice(&detail.body)
-                .map_err(|e| HubError::Malformed { url: detail_url.clone(), detail: format!("discussion: {e}") })?;
+            let full = self.pull_request(repo, item.num).await?;
             out.push(PullRequestInfo {
                 num: item.num,
                 title: item.title,
                 status: item.status,
                 author: author.to_owned(),
-                base: full.changes.and_then(|c| c.base),
+                base: full.base,
             });
         }
         Ok(out)
+    }
+
+    /// One pull request, as its page describes it now.
+    pub async fn pull_request(&self, repo: &str, num: u64) -> Result<PullRequestInfo, HubError> {
+        let url = format!("{}/api/models/{}/discussions/{num}", self.endpoint(), gate::encode_path(repo));
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        let item: Item = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
+        if item.num != num || !item.is_pull_request {
+            return Err(HubError::Malformed { url, detail: format!("not pull request #{num}") });
+        }
+        Ok(PullRequestInfo {
+            num,
+            title: item.title,
+            status: item.status,
+            author: item.author.map(|a| a.name).unwrap_or_default(),
+            base: item.changes.and_then(|c| c.base),
+        })
     }
 }

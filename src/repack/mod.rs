@@ -408,7 +408,8 @@ impl Repacker<'_> {
             return Ok(match proposal {
                 pull_request::Proposal::Opened { num, commit } => {
                     tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
-                    JobOutcome::Published { target: format!("{}/discussions/{num}", job.repo_id), commit }
+                    let target = format!("{}/discussions/{num}", job.repo_id);
+                    JobOutcome::Proposed { num: i64::try_from(num).unwrap_or(i64::MAX), commit, target }
                 }
                 pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
             });

@@ -114,7 +114,12 @@ pub struct EnqueuePolicy {
     pub verify_device: VerifyDevice,
     /// Where private mirrors of private sources are allowed.
     pub private_mirrors: PrivateMirrors,
+    /// `--pr` mode: repairs are proposed to the source, so a repo whose owner closed one is not repaired again.
+    pub pull_requests: bool,
 }
+
+/// The reason a repo whose owner closed hubalign's pull request is skipped in `--pr` mode.
+pub const DECLINED: &str = "the owner closed hubalign's pull request: not proposed again";
 
 impl EnqueuePolicy {
     /// Why `candidate` is not to be repacked, or `None` if it is.
@@ -128,6 +133,8 @@ impl EnqueuePolicy {
             Some(reason)
         } else if let Some(reason) = self.excludes_name(&repo.repo) {
             Some(reason)
+        } else if self.pull_requests && candidate.declined_pr.is_some() {
+            Some(DECLINED)
         } else if repo.shards_invalid > 0 {
             Some("the bundle has invalid shards")
         } else {

@@ -173,9 +173,12 @@ impl Rereader {
             Hint::Deleted { repo } => ([(repo.clone(), None)].into(), "webhook: delete"),
             // The payload's new name is only a hint: the Hub's answer for the old name is what is followed.
             Hint::Moved { from, to } => ([(from.clone(), None), (to.clone(), None)].into(), "webhook: move"),
-            // A merged pull request changes the source: read it now (the bookkeeping of `--pr` reads the
-            // source's pull requests whenever a job proposes, and a closed one is taken as "no").
-            Hint::PullRequestClosed { repo, .. } => ([(repo.clone(), None)].into(), "webhook: pull request closed"),
+            // The `--pr` bookkeeping records the end of hubalign's own pull request; a merged one changed the
+            // source, which is read again.
+            Hint::PullRequestClosed { repo, num } => {
+                self.pull_request_ended(repo, *num).await;
+                ([(repo.clone(), None)].into(), "webhook: pull request closed")
+            }
         };
         let mut seen = HashSet::new();
         while let Some((repo, head)) = todo.pop_front() {
@@ -239,6 +242,40 @@ impl Rereader {
             Err(e) => tracing::warn!(repo.id = %repo, error = %e, "reading it again failed; the crawl will"),
         }
         None
+    }
+
+    /// Records that hubalign's pull request `num` on `repo` was closed or merged, once the Hub says so: the
+    /// payload only says which to look at. A pull request no job of this store opened asks the Hub nothing.
+    async fn pull_request_ended(&self, repo: &str, num: u64) {
+        if self.watched(repo).is_err() {
+            return;
+        }
+        let ours = match self.store.repo_jobs(repo).await {
+            Ok(jobs) => jobs.iter().any(|j| j.pr_num.is_some_and(|n| u64::try_from(n).ok() == Some(num))),
+            Err(e) => {
+                tracing::warn!(repo.id = %repo, error = %e, "reading its jobs failed");
+                return;
+            }
+        };
+        if !ours {
+            tracing::debug!(repo.id = %repo, pr = num, "not a pull request of hubalign's; nothing recorded");
+            return;
+        }
+        let status = match self.hub.pull_request(repo, num).await {
+            Ok(pr) if matches!(pr.status.as_str(), "closed" | "merged") => pr.status,
+            Ok(pr) => {
+                tracing::info!(repo.id = %repo, pr = num, status = %crate::gate::escape_control(&pr.status), "the Hub says it is not closed; nothing recorded");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(repo.id = %repo, pr = num, error = %e, "reading the pull request failed");
+                return;
+            }
+        };
+        match self.store.pull_request_ended(repo, i64::try_from(num).unwrap_or(i64::MAX), &status).await {
+            Ok(_) => tracing::info!(repo.id = %repo, pr = num, status = %status, "pull request ended"),
+            Err(e) => tracing::warn!(repo.id = %repo, pr = num, error = %e, "recording the pull request failed"),
+        }
     }
 
     /// Carries the old name's mirror and jobs over to the new name, which the Hub gave for the old one. A new

@@ -166,6 +166,24 @@ pub struct PullRequest {
     pub author: String,
     /// The `main` commit it was built on.
     pub base: String,
+    /// Whether it was merged (and so is no longer open).
+    pub merged: bool,
+}
+
+impl PullRequest {
+    /// An open pull request.
+    pub fn opened(num: u64, title: String, author: String, base: String) -> PullRequest {
+        PullRequest { num, title, open: true, author, base, merged: false }
+    }
+
+    /// `open`, `closed` or `merged`, as the Hub says.
+    pub fn status(&self) -> &'static str {
+        match (self.open, self.merged) {
+            (true, _) => "open",
+            (false, true) => "merged",
+            (false, false) => "closed",
+        }
+    }
 }
 
 /// A model repository.

@@ -35,6 +35,7 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/discussions", post(write::create_discussion).get(write::list_discussions))
         .route("/api/models/{ns}/{name}/discussions/{num}", get(write::get_discussion))
         .route("/api/models/{ns}/{name}/discussions/{num}/status", post(write::set_discussion_status))
+        .route("/api/models/{ns}/{name}/discussions/{num}/merge", post(write::merge_pull_request))
         .route("/api/models/{ns}/{name}/xet-read-token/{*rev}", get(xet_api::read_token))
         .route("/api/models/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))

@@ -202,6 +202,10 @@ pub struct Job {
     pub updated_at: String,
     /// When it ended (published, failed or skipped); `None` while it runs.
     pub finished_at: Option<String>,
+    /// In `--pr` mode: the pull request it opened on the source.
+    pub pr_num: Option<i64>,
+    /// What became of that pull request: `open`, `closed` or `merged`.
+    pub pr_status: Option<String>,
 }
 
 /// A JSON document kept as text, serialized as the document itself (a string only if it does not parse).
@@ -240,6 +244,8 @@ pub struct Candidate {
     pub gated: bool,
     /// Disabled by the Hub.
     pub disabled: bool,
+    /// A pull request of hubalign's that the owner closed unmerged, if any: their "no" in `--pr` mode.
+    pub declined_pr: Option<i64>,
 }
 
 /// A job to create for a candidate: queued, or skipped with the reason the policy gave.
@@ -276,6 +282,15 @@ pub enum JobOutcome {
         target: String,
         /// Its commit.
         commit: String,
+    },
+    /// In `--pr` mode: a pull request opened on the source (the job is `published`, its target the PR's page).
+    Proposed {
+        /// The pull request's number.
+        num: i64,
+        /// Its commit.
+        commit: String,
+        /// `{repo}/discussions/{num}`.
+        target: String,
     },
     /// A failure; its kind decides whether the job goes back to the queue (see [`FailureKind`]).
     Failed {
@@ -320,7 +335,8 @@ impl Store {
             "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
                     s.misaligned_tensors, s.misaligned_bytes,
                     COALESCE(r.private, TRUE) AS private, COALESCE(r.gated, FALSE) AS gated,
-                    COALESCE(r.disabled, FALSE) AS disabled
+                    COALESCE(r.disabled, FALSE) AS disabled,
+                    (SELECT MAX(j.pr_num) FROM jobs j WHERE j.repo_id = s.repo AND j.pr_status = 'closed') AS declined_pr
              FROM repo_sums s LEFT JOIN repos r ON r.id = s.repo
              WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 AND ($2 IS NULL OR s.repo = $2)
              ORDER BY s.misaligned_bytes DESC, s.repo",
@@ -552,7 +568,7 @@ impl Store {
             let Some((attempts, max)) = held else { return Ok(None) };
             let now = unix_now();
             let (state, reason, commit, target, not_before) = match outcome {
-                JobOutcome::Published { target, commit } => {
+                JobOutcome::Published { target, commit } | JobOutcome::Proposed { target, commit, .. } => {
                     (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
                 }
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
@@ -573,6 +589,10 @@ impl Store {
                 JobOutcome::AwaitMetal { staged } => staged.as_deref(),
                 _ => None,
             };
+            let proposed = match outcome {
+                JobOutcome::Proposed { num, .. } => Some(*num),
+                _ => None,
+            };
             // A failure that is the machine's, not the job's, gives its attempt back.
             let refund = i64::from(kind == Some(FailureKind::NeedsOperator));
             sqlx::query(
@@ -580,7 +600,8 @@ impl Store {
                  target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
                  updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END,
                  failure_kind = $8, attempts = attempts - $9,
-                 staged = CASE WHEN $1 = 'awaiting_metal_verify' THEN $10 ELSE staged END
+                 staged = CASE WHEN $1 = 'awaiting_metal_verify' THEN $10 ELSE staged END,
+                 pr_num = COALESCE($11, pr_num), pr_status = CASE WHEN $11 IS NULL THEN pr_status ELSE 'open' END
                  WHERE id = $7",
             )
             .bind(state.as_str())
@@ -593,6 +614,7 @@ impl Store {
             .bind(kind.map(FailureKind::as_str))
             .bind(refund)
             .bind(staged)
+            .bind(proposed)
             .execute(&mut *tx)
             .await
             .map_err(sql("finish job"))?;
@@ -603,6 +625,39 @@ impl Store {
             record_event!(tx, id, state.as_str(), detail)?;
             tx.commit().await.map_err(sql("commit finish"))?;
             Ok(Some(state))
+        })
+    }
+
+    /// Records what became of the pull request `num` a job opened on `repo` (`closed` or `merged`, as the Hub
+    /// says), with an event on that job. `None` when no job of this store opened it: not hubalign's.
+    pub async fn pull_request_ended(&self, repo: &str, num: i64, status: &str) -> Result<Option<i64>, StoreError> {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            let job: Option<(i64, Option<String>)> = sqlx::query_as(
+                "SELECT id, pr_status FROM jobs WHERE repo_id = $1 AND pr_num = $2 ORDER BY id DESC LIMIT 1",
+            )
+            .bind(repo)
+            .bind(num)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(sql("find pull request"))?;
+            let Some((id, before)) = job else { return Ok(None) };
+            if before.as_deref() != Some(status) {
+                sqlx::query("UPDATE jobs SET pr_status = $1, updated_at = $2 WHERE id = $3")
+                    .bind(status)
+                    .bind(crate::time::now_utc())
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record pull request"))?;
+                let detail = match status {
+                    "merged" => Some(format!("pull request #{num} merged by the owner")),
+                    _ => Some(format!("pull request #{num} closed by the owner: not proposed again")),
+                };
+                record_event!(tx, id, &format!("pr_{status}"), detail)?;
+            }
+            tx.commit().await.map_err(sql("commit pull request"))?;
+            Ok(Some(id))
         })
     }
 

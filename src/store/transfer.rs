@@ -163,6 +163,8 @@ const TABLES: &[Table] = &[
             ("bytes_downloaded", Int),
             ("bytes_uploaded", Int),
             ("finished_at", Text),
+            ("pr_num", Int),
+            ("pr_status", Text),
         ],
     },
     Table {

@@ -154,6 +154,17 @@ impl Hint {
             Hint::Moved { to, .. } => to,
         }
     }
+
+    /// What a newer hint replaces an older one by: a change or deletion of the repo (each reads it again), a
+    /// move away from it, or one pull request's end. A push after a move, or a merge's commit after its pull
+    /// request's end, must not erase the move or the end.
+    pub fn key(&self) -> String {
+        match self {
+            Hint::Changed { repo, .. } | Hint::Deleted { repo } => repo.clone(),
+            Hint::Moved { from, .. } => format!("move {from}"),
+            Hint::PullRequestClosed { repo, num } => format!("pr {repo} {num}"),
+        }
+    }
 }
 
 /// Why a payload was not taken.

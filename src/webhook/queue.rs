@@ -1,7 +1,7 @@
-//! Hints waiting to be acted on: one per repo and at most a fixed number of repos, so a flood of payloads
-//! costs bounded memory. A newer hint for a repo already waiting replaces the older one in place (each leads
-//! to reading the repo again from the Hub, which decides); a hint for a new repo when the queue is full is
-//! refused, and the scheduled crawl finds that repo later.
+//! Hints waiting to be acted on: one per repo (and per move or pull request, see [`Hint::key`]) and at most a
+//! fixed number, so a flood of payloads costs bounded memory. A newer hint for a repo already waiting
+//! replaces the older one in place (each leads to reading the repo again from the Hub, which decides); a hint
+//! for a new repo when the queue is full is refused, and the scheduled crawl finds that repo later.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -45,7 +45,7 @@ impl HintQueue {
     /// Adds `hint`, or merges it into its repo's waiting one.
     pub fn push(&self, hint: Hint) -> Queued {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let repo = hint.repo().to_owned();
+        let repo = hint.key();
         if let Some(waiting) = inner.waiting.get_mut(&repo) {
             *waiting = hint;
             return Queued::Merged;
@@ -117,6 +117,18 @@ mod tests {
         let first: Vec<String> = (0..100).map(|i| format!("ns/r{i}")).collect();
         assert_eq!(seen, first, "oldest first, each repo once");
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_push_does_not_erase_a_move_or_a_pull_requests_end() {
+        let queue = HintQueue::new(10);
+        let moved = Hint::Moved { from: "ns/old".into(), to: "ns/new".into() };
+        let ended = Hint::PullRequestClosed { repo: "ns/new".into(), num: 3 };
+        for hint in [moved.clone(), ended.clone(), changed("ns/new", 'a'), changed("ns/new", 'b')] {
+            queue.push(hint);
+        }
+        let drained: Vec<Hint> = std::iter::from_fn(|| queue.try_pop()).collect();
+        assert_eq!(drained, [moved, ended, changed("ns/new", 'b')]);
     }
 
     #[tokio::test]

@@ -455,3 +455,101 @@ fn webhooks_made_with_the_cli_deliver_the_watched_namespaces_events() {
     assert_eq!(received(), 1, "nothing after the webhook was deleted");
     assert_eq!(cli(&["delete", &id]).status.code(), Some(4), "a webhook that no longer exists");
 }
+
+/// The owner of `mlx-community`, who closes and merges hubalign's pull requests.
+const OWNER: &str = "hf_mlx_owner";
+
+/// Runs `script` with huggingface_hub as the owner of `mlx-community`.
+fn as_owner(world: &crate::sim::world::World, script: &str, args: &[&str]) {
+    let out = std::process::Command::new(crate::support::python())
+        .args(["-c", script])
+        .args(args)
+        .env("HF_ENDPOINT", world.endpoint())
+        .env("HF_TOKEN", OWNER)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `--pr` mode with webhooks: the owner closes one of hubalign's pull requests and merges another with
+/// `huggingface_hub`; the simulator's `discussion` payloads lead to the Hub being asked, and the jobs record
+/// `closed` and `merged`. A forged "closed" payload for a pull request the Hub says is open records nothing.
+/// The merged repo is read again (its shards are aligned now: no new job); the declining repo's next commit
+/// is skipped when queued, before anything is downloaded.
+#[test]
+fn pull_requests_closed_or_merged_are_recorded_and_a_closed_one_is_a_no() {
+    let port = crate::serve::free_port();
+    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
+    let world = audit_world(0, |c| {
+        c.webhooks = vec![target.parse().unwrap()];
+        c.tokens.push(format!("{OWNER}:mlx-owner:mlx-community").parse().unwrap());
+    });
+    let (_dir, db) = db();
+    let args = ["--webhook-secret", SECRET, "--include", "mlx-community", "--pr"];
+    let (_service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    let jobs = || -> Vec<Value> { serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap() };
+    let proposed = || -> Vec<(String, i64)> {
+        let mut out: Vec<(String, i64)> = jobs()
+            .iter()
+            .filter(|j| j["pr_status"] == "open")
+            .map(|j| (j["repo_id"].as_str().unwrap().to_owned(), j["pr_num"].as_i64().unwrap()))
+            .collect();
+        out.sort();
+        out
+    };
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while proposed().len() < 2 {
+        assert!(Instant::now() < deadline, "two pull requests were never opened: {:?}", jobs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let open = proposed();
+    let ((declined, declined_num), (merged, merged_num)) = (open[0].clone(), open[1].clone());
+    let status_of = |repo: &str| {
+        jobs().iter().find(|j| j["repo_id"] == repo && j["pr_num"].is_i64()).map(|j| j["pr_status"].clone())
+    };
+    let reads = || metric(&get(&format!("{base}/metrics")), "hubalign_webhook_rereads_total{outcome=\"read\"} ");
+
+    // Forged: the payload says closed, the Hub says open.
+    let before = reads();
+    let forged = serde_json::to_vec(&json!({
+        "event": {"action": "update", "scope": "discussion"},
+        "repo": {"type": "model", "name": declined, "id": "1", "private": false, "url": {"web": "w", "api": "a"}},
+        "discussion": {"num": declined_num, "status": "closed", "isPullRequest": true, "title": "t",
+                       "author": {"id": "2"}, "url": {"web": "w"}},
+        "webhook": {"id": "3", "version": 3}
+    }))
+    .unwrap();
+    assert_eq!(deliver(&base, Some(SECRET), "", forged).0, 202);
+    wait_until("the forged payload's re-read", || reads() > before);
+    assert_eq!(status_of(&declined), Some(json!("open")), "the Hub says open");
+
+    let script = "import sys\nfrom huggingface_hub import HfApi\nHfApi().change_discussion_status(sys.argv[1], int(sys.argv[2]), 'closed')";
+    as_owner(&world, script, &[&declined, &declined_num.to_string()]);
+    let script =
+        "import sys\nfrom huggingface_hub import HfApi\nHfApi().merge_pull_request(sys.argv[1], int(sys.argv[2]))";
+    as_owner(&world, script, &[&merged, &merged_num.to_string()]);
+    wait_until("both ends recorded", || {
+        status_of(&declined) == Some(json!("closed")) && status_of(&merged) == Some(json!("merged"))
+    });
+    let page = get(&format!("{base}/repo/{declined}"));
+    assert!(page.contains(&format!("pull request #{declined_num} closed by the owner")), "{page}");
+
+    // The merged repo's new head is read again: aligned now, so no job follows the merge.
+    let merge_head = world.hub.as_ref().unwrap().sim.repos()[merged.as_str()].refs["main"].clone();
+    wait_until("the merge commit audited", || {
+        let repos: Vec<Value> =
+            serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community&limit=1000"))).unwrap();
+        repos.iter().any(|r| r["repo"] == merged && r["sha"] == merge_head.as_str() && r["misaligned_bytes"] == 0)
+    });
+    assert_eq!(jobs().iter().filter(|j| j["repo_id"] == merged).count(), 1, "{:?}", jobs());
+
+    // The declining repo's next commit: skipped when queued, with the reason.
+    let script = "import sys\nfrom huggingface_hub import HfApi\nprint(HfApi().upload_file(path_or_fileobj=b'notes', path_in_repo='NOTES.md', repo_id=sys.argv[1]).oid)";
+    as_owner(&world, script, &[&declined]);
+    wait_until("the new commit's job", || {
+        jobs().iter().filter(|j| j["repo_id"] == declined).any(|j| {
+            j["state"] == "skipped" && j["reason"].as_str().unwrap_or("").contains("closed hubalign's pull request")
+        })
+    });
+}

@@ -160,7 +160,7 @@ pub(in crate::sim) async fn commit(
     if create_pr {
         let num = repo.pull_requests.len() as u64 + 1;
         let author = caller.map(|a| a.user.clone()).unwrap_or_default();
-        repo.pull_requests.push(PullRequest { num, title: summary, open: true, author, base: head_sha.clone() });
+        repo.pull_requests.push(PullRequest::opened(num, summary, author, head_sha.clone()));
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
         let pr_url = format!("{}/{id}/discussions/{num}", sim.base_url);
         // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.

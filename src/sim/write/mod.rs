@@ -13,8 +13,8 @@ mod repos;
 pub(super) use commit::{commit, preupload};
 pub(super) use lfs::{lfs_batch, lfs_complete, lfs_upload_basic, lfs_upload_part, lfs_verify};
 pub(super) use repos::{
-    create_discussion, create_repo, delete_repo, get_discussion, list_discussions, move_repo, set_discussion_status,
-    settings, validate_yaml,
+    create_discussion, create_repo, delete_repo, get_discussion, list_discussions, merge_pull_request, move_repo,
+    set_discussion_status, settings, validate_yaml,
 };
 
 use std::collections::BTreeMap;

@@ -201,7 +201,7 @@ pub(in crate::sim) async fn create_discussion(
     let head = head_for(repo, "main")?.sha.clone();
     let num = repo.pull_requests.len() as u64 + 1;
     let author = caller.map(|a| a.user.clone()).unwrap_or_default();
-    repo.pull_requests.push(PullRequest { num, title, open: true, author, base: head.clone() });
+    repo.pull_requests.push(PullRequest::opened(num, title, author, head.clone()));
     repo.refs.insert(format!("refs/pr/{num}"), head);
     Ok(Json(discussion_json(&sim, repo, num)).into_response())
 }
@@ -229,7 +229,7 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
     json!({
         "num": num,
         "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
-        "status": if pr.is_some_and(|p| p.open) { "open" } else { "closed" },
+        "status": pr.map_or("closed", PullRequest::status),
         "isPullRequest": true,
         "createdAt": now(),
         "author": { "name": pr.map(|p| p.author.clone()).unwrap_or_default() },
@@ -275,12 +275,66 @@ pub(in crate::sim) async fn set_discussion_status(
         .iter_mut()
         .find(|p| p.num == num)
         .ok_or_else(|| HubError::not_found(format!("no discussion #{num}")))?;
+    if pr.merged {
+        return Err(HubError::conflict(format!("#{num} is merged")));
+    }
     pr.open = body["status"].as_str() != Some("closed");
-    let status = if pr.open { "open" } else { "closed" };
-    let discussion = json!({"discussion": {"num": num, "status": status, "isPullRequest": true, "title": pr.title,
-        "author": {"id": "0"}, "url": {"web": format!("/{id}/discussions/{num}")}}});
+    let status = pr.status();
+    let discussion = discussion_payload(&id, pr);
     let private = repo.meta.private;
     drop(repos);
     sim.webhooks.send("discussion", "update", &id, private, None, discussion);
-    Ok(Json(json!({ "status": status })).into_response())
+    // The Hub answers with the status-change event (huggingface_hub's `change_discussion_status` reads it).
+    let author = caller.map(|a| a.user.clone()).unwrap_or_default();
+    let event = json!({"id": format!("status-{num}"), "type": "status-change", "createdAt": now(),
+        "author": {"name": author}, "data": {"status": status}});
+    Ok(Json(json!({ "status": status, "newStatus": event })).into_response())
+}
+
+/// The `discussion` part of a community payload.
+fn discussion_payload(id: &str, pr: &PullRequest) -> Value {
+    json!({"discussion": {"num": pr.num, "status": pr.status(), "isPullRequest": true, "title": pr.title,
+        "author": {"id": "0"}, "url": {"web": format!("/{id}/discussions/{}", pr.num)}}})
+}
+
+/// `POST /api/models/{ns}/{name}/discussions/{num}/merge`: the owner merges an open pull request. `main`
+/// gets a merge commit: its files with what the pull request changed from its base.
+pub(in crate::sim) async fn merge_pull_request(
+    State(sim): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, num)): Path<(String, String, u64)>,
+) -> Result<Response, HubError> {
+    let caller = caller(&sim, &headers)?;
+    can_write(&ns, caller)?;
+    let id = format!("{ns}/{name}");
+    let mut repos = sim.repos_mut();
+    let repo = repo_mut(&mut repos, &id)?;
+    let Some(at) = repo.pull_requests.iter().position(|p| p.num == num && p.open) else {
+        return Err(HubError::not_found(format!("no open pull request #{num}")));
+    };
+    let main = head_for(repo, "main")?;
+    let proposed = head_for(repo, &format!("refs/pr/{num}"))?;
+    let base = repo.resolve(&repo.pull_requests[at].base).map(|c| c.files.clone()).unwrap_or_default();
+    let mut files = main.files.clone();
+    for (path, entry) in &proposed.files {
+        if base.get(path) != Some(entry) {
+            files.insert(path.clone(), entry.clone());
+        }
+    }
+    files.retain(|path, _| proposed.files.contains_key(path) || !base.contains_key(path));
+    let parent = main.sha.clone();
+    let commit = Commit::new(Some(parent.clone()), files, format!("Merge pull request #{num}"), now());
+    let sha = commit.sha.clone();
+    repo.commits.insert(sha.clone(), commit);
+    repo.refs.insert("main".into(), sha.clone());
+    let pr = &mut repo.pull_requests[at];
+    (pr.open, pr.merged) = (false, true);
+    let discussion = discussion_payload(&id, pr);
+    let private = repo.meta.private;
+    drop(repos);
+    let refs = crate::sim::json_ref("refs/heads/main", Some(&parent), &sha);
+    sim.webhooks.send("repo.content", "update", &id, private, Some(&sha), refs);
+    sim.webhooks.send("discussion", "update", &id, private, None, discussion);
+    tracing::info!(repo.id = %id, pr = num, commit = %sha, "pull request merged");
+    Ok(Json(json!({ "status": "merged", "oid": sha })).into_response())
 }

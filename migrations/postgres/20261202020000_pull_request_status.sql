@@ -1,0 +1,5 @@
+-- `--pr` bookkeeping: the pull request a job opened on its source (`pr_num`) and what became of it
+-- (`pr_status`: open, then closed or merged once the Hub confirms a webhook's word). A closed one is the
+-- owner's "no": in `--pr` mode the repo's later commits are not repaired again.
+ALTER TABLE jobs ADD COLUMN pr_num BIGINT;
+ALTER TABLE jobs ADD COLUMN pr_status TEXT;
