@@ -28,8 +28,31 @@ pub async fn reconcile_mirrors(
     store: &Store,
     policy: &EnqueuePolicy,
 ) -> Result<Vec<Hidden>, StoreError> {
+    reconcile(hub, hf, store, policy, None).await
+}
+
+/// [`reconcile_mirrors`] for the mirrors of `sources` alone: after a webhook, whose re-read concerns only
+/// them, the Hub is not asked about every other source the last crawl did not list.
+pub async fn reconcile_mirrors_of(
+    hub: &HubClient,
+    hf: &HFClient,
+    store: &Store,
+    policy: &EnqueuePolicy,
+    sources: &[String],
+) -> Result<Vec<Hidden>, StoreError> {
+    reconcile(hub, hf, store, policy, Some(sources)).await
+}
+
+async fn reconcile(
+    hub: &HubClient,
+    hf: &HFClient,
+    store: &Store,
+    policy: &EnqueuePolicy,
+    only: Option<&[String]>,
+) -> Result<Vec<Hidden>, StoreError> {
     let mut hidden = Vec::new();
-    for mirror in store.mirrors_to_recheck().await? {
+    let mirrors = store.mirrors_to_recheck().await?;
+    for mirror in mirrors.into_iter().filter(|m| only.is_none_or(|o| o.contains(&m.source_repo))) {
         let Some((ns, _)) = mirror.target_repo.split_once('/') else { continue };
         let info = hub.model_info(&mirror.source_repo).await;
         let mut source = mirror.source_repo.as_str();

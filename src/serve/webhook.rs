@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::audit::{AuditOptions, Reread, reread};
 use crate::hub::HubClient;
-use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors};
+use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
 use crate::repack::policy::{EnqueuePolicy, enqueue_repo};
 use crate::repack::runner::constant_time_eq;
 use crate::store::{RepoState, Store, StoreError};
@@ -165,8 +165,8 @@ impl Rereader {
     }
 
     /// Reads the hinted repos again (for a move, the old name, then the new), queues a job for an affected
-    /// one, follows a rename the Hub confirms, then makes private every mirror whose source is no longer
-    /// public.
+    /// one, follows a rename the Hub confirms, then makes private the mirror of each repo read whose source is
+    /// no longer public.
     pub async fn act(&self, hint: &Hint) {
         let (mut todo, event): (VecDeque<(String, Option<String>)>, &str) = match hint {
             Hint::Changed { repo, head } => ([(repo.clone(), head.clone())].into(), "webhook: update"),
@@ -193,7 +193,8 @@ impl Rereader {
                 }
             }
         }
-        match reconcile_mirrors(&self.hub, &self.hf, &self.store, &self.policy).await {
+        let read: Vec<String> = seen.into_iter().collect();
+        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, &self.policy, &read).await {
             Ok(hidden) => {
                 for h in hidden {
                     tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");

@@ -69,6 +69,12 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     let head = sim.repos()[REPO].head().unwrap().sha.clone();
     let shards = sim.repos()[REPO].head().unwrap().files.keys().filter(|f| f.ends_with(".safetensors")).count();
     assert!(shards > 1, "a sharded bundle");
+    // A public mirror whose source the crawl does not list: the crawl's pass rechecks it, a webhook about
+    // another repo must not.
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        assert!(store.claim_mirror("alice/elsewhere-aligned", "someone/elsewhere", false).await.unwrap());
+    });
     sim.counters.reset();
 
     // Turned away: no secret, a wrong one (header or query), malformed and oversized bodies.

@@ -182,3 +182,30 @@ fn an_endless_tree_body_fails_the_download_at_its_cap() {
     assert!(out.output.contains("larger than the 16777216-byte cap"), "{}", out.output);
     assert!(out.max_rss < 300 << 20, "peak RSS {} MiB", out.max_rss >> 20);
 }
+
+/// `hubalign webhook list` against a Hub whose answer carries terminal escapes in every field, then one that
+/// never ends: the first is printed escaped, the second is cut at its cap and fails naming the endpoint.
+#[test]
+fn a_hostile_webhook_listing_never_reaches_the_terminal_raw() {
+    let world = hostile_world();
+    let evil = json!([{"id": "6390e855e30d9209411de93b\u{1b}[2J", "url": "https://x.example/\u{1b}]0;owned\u{7}",
+        "watched": [{"type": "org", "name": "mlx\u{1b}[31m"}], "domains": ["repo"], "disabled": false}]);
+    let body = serde_json::to_vec(&evil).unwrap();
+    let proxy =
+        proxy::start(&world, vec![on("/api/settings/webhooks", 0, move || Reply::Fixed(200, vec![], body.clone()))]);
+    let out =
+        hubalign().args(["webhook", "list", "--endpoint", &proxy.base_url]).env("HF_TOKEN", ALICE).output().unwrap();
+    let printed = stdout(&out);
+    assert!(!printed.contains('\u{1b}') && !printed.contains('\u{7}'), "{printed:?}");
+    assert!(printed.contains("6390e855e30d9209411de93b"), "{printed}");
+
+    let endless = serde_json::to_vec(&json!([{"id": "x".repeat(4 << 20), "url": "u", "watched": []}])).unwrap();
+    let proxy =
+        proxy::start(&world, vec![on("/api/settings/webhooks", 0, move || Reply::Fixed(200, vec![], endless.clone()))]);
+    let out =
+        hubalign().args(["webhook", "list", "--endpoint", &proxy.base_url]).env("HF_TOKEN", ALICE).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/api/settings/webhooks"), "{stderr}");
+    assert!(stdout(&out).is_empty(), "nothing printed from a cut answer");
+}
