@@ -3,3 +3,5 @@
 -- owner's "no": in `--pr` mode the repo's later commits are not repaired again.
 ALTER TABLE jobs ADD COLUMN pr_num INTEGER;
 ALTER TABLE jobs ADD COLUMN pr_status TEXT;
+-- The queue reads the declined repos apart from its candidates, only in `--pr` mode: a few rows.
+CREATE INDEX jobs_declined ON jobs (repo_id) WHERE pr_status = 'closed';

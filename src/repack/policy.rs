@@ -133,8 +133,6 @@ impl EnqueuePolicy {
             Some(reason)
         } else if let Some(reason) = self.excludes_name(&repo.repo) {
             Some(reason)
-        } else if self.pull_requests && candidate.declined_pr.is_some() {
-            Some(DECLINED)
         } else if repo.shards_invalid > 0 {
             Some("the bundle has invalid shards")
         } else {
@@ -170,12 +168,16 @@ pub async fn enqueue_repo(store: &Store, policy: &EnqueuePolicy, repo: &str) -> 
 }
 
 async fn enqueue(store: &Store, policy: &EnqueuePolicy, only: Option<&str>) -> Result<u64, StoreError> {
+    let declined = if policy.pull_requests { store.declined_repos(only).await? } else { BTreeSet::new() };
     let jobs: Vec<NewJob> = store
         .candidates(policy.min_bytes, only)
         .await?
         .into_iter()
         .map(|c| NewJob {
-            skipped: policy.excludes(&c).map(str::to_owned),
+            skipped: policy
+                .excludes(&c)
+                .or_else(|| declined.contains(&c.affected.repo).then_some(DECLINED))
+                .map(str::to_owned),
             repo: c.affected.repo,
             sha: c.affected.sha,
             misaligned_bytes: c.affected.misaligned_bytes,

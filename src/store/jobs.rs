@@ -1,5 +1,6 @@
 //! The repack queue: jobs created from the affected repos, claimed with a lease, advanced step by step.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -244,8 +245,6 @@ pub struct Candidate {
     pub gated: bool,
     /// Disabled by the Hub.
     pub disabled: bool,
-    /// A pull request of hubalign's that the owner closed unmerged, if any: their "no" in `--pr` mode.
-    pub declined_pr: Option<i64>,
 }
 
 /// A job to create for a candidate: queued, or skipped with the reason the policy gave.
@@ -335,8 +334,7 @@ impl Store {
             "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
                     s.misaligned_tensors, s.misaligned_bytes,
                     COALESCE(r.private, TRUE) AS private, COALESCE(r.gated, FALSE) AS gated,
-                    COALESCE(r.disabled, FALSE) AS disabled,
-                    (SELECT MAX(j.pr_num) FROM jobs j WHERE j.repo_id = s.repo AND j.pr_status = 'closed') AS declined_pr
+                    COALESCE(r.disabled, FALSE) AS disabled
              FROM repo_sums s LEFT JOIN repos r ON r.id = s.repo
              WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 AND ($2 IS NULL OR s.repo = $2)
              ORDER BY s.misaligned_bytes DESC, s.repo",
@@ -346,6 +344,20 @@ impl Store {
         .fetch_all(pool)
         .await)
         .map_err(sql("queue candidates"))
+    }
+
+    /// Repos (all, or `only`) whose owner closed one of hubalign's pull requests unmerged: their "no" in
+    /// `--pr` mode. Read through a partial index, apart from the candidates, so the queue pays for it only
+    /// in that mode.
+    pub async fn declined_repos(&self, only: Option<&str>) -> Result<BTreeSet<String>, StoreError> {
+        let repos: Vec<String> = on_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT DISTINCT repo_id FROM jobs WHERE pr_status = 'closed' AND ($1 IS NULL OR repo_id = $1)"
+        )
+        .bind(only)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("declined repos"))?;
+        Ok(repos.into_iter().collect())
     }
 
     /// Creates each job that does not exist yet for its repo and commit, in one transaction. Returns how
@@ -994,6 +1006,31 @@ pub(crate) mod tests {
             assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
             assert_eq!(store.retry_job(id).await.unwrap(), Some(true));
             assert_job_sums_match(store, "after an administrator's retry").await;
+        }
+    }
+
+    /// A pull request the owner closed unmerged marks its repo declined (for `--pr` mode); a merged one, or
+    /// one no job of this store opened, does not.
+    #[tokio::test]
+    async fn a_closed_pull_request_declines_its_repo_and_a_merged_one_does_not() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let lease = Duration::from_secs(60);
+            for (repo, num) in [("ns/closed", 3), ("ns/merged", 4)] {
+                let id = store.job_for(repo, "sha", VerifyDevice::Cpu).await.unwrap().id;
+                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+                let target = format!("{repo}/discussions/{num}");
+                let proposed = JobOutcome::Proposed { num, commit: "c".into(), target };
+                store.finish_job(id, "w", &proposed).await.unwrap();
+            }
+            assert_eq!(store.pull_request_ended("ns/closed", 9, "closed").await.unwrap(), None, "not hubalign's");
+            assert!(store.declined_repos(None).await.unwrap().is_empty(), "{:?}", store.backend());
+            assert!(store.pull_request_ended("ns/closed", 3, "closed").await.unwrap().is_some());
+            assert!(store.pull_request_ended("ns/merged", 4, "merged").await.unwrap().is_some());
+            let all: Vec<String> = store.declined_repos(None).await.unwrap().into_iter().collect();
+            assert_eq!(all, ["ns/closed"], "{:?}", store.backend());
+            assert!(store.declined_repos(Some("ns/merged")).await.unwrap().is_empty());
+            assert_eq!(store.declined_repos(Some("ns/closed")).await.unwrap().len(), 1);
         }
     }
 
