@@ -156,6 +156,28 @@ impl EnqueuePolicy {
     }
 }
 
+/// The names a service acts on when a source changes its name: the audit's `--author`, if any (a source
+/// moved to another owner is no longer crawled, so its mirror could never be brought up to date), and the
+/// policy's name rules.
+#[derive(Debug, Clone, Copy)]
+pub struct Watched<'a> {
+    /// `--include`, `--skip` and opt-out.
+    pub policy: &'a EnqueuePolicy,
+    /// The audit's `--author`.
+    pub author: Option<&'a str>,
+}
+
+impl Watched<'_> {
+    /// Why the repo named `repo` is not watched, or `None`.
+    pub fn excludes(&self, repo: &str) -> Option<&'static str> {
+        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
+        if self.author.is_some_and(|a| a != namespace) {
+            return Some("not the audited author");
+        }
+        self.policy.excludes_name(repo)
+    }
+}
+
 /// Creates a job for every affected repo at its audited commit that has none yet; repos the policy excludes
 /// get a `skipped` job saying why. Returns how many jobs were queued.
 pub async fn enqueue_affected(store: &Store, policy: &EnqueuePolicy) -> Result<u64, StoreError> {

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::audit::{AuditOptions, Reread, reread};
 use crate::hub::HubClient;
 use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
-use crate::repack::policy::{EnqueuePolicy, enqueue_repo};
+use crate::repack::policy::{EnqueuePolicy, Watched, enqueue_repo};
 use crate::repack::runner::constant_time_eq;
 use crate::store::{RepoState, Store, StoreError};
 use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};
@@ -194,7 +194,7 @@ impl Rereader {
             }
         }
         let read: Vec<String> = seen.into_iter().collect();
-        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, &self.policy, &read).await {
+        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, self.watch(), &read).await {
             Ok(hidden) => {
                 for h in hidden {
                     tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");
@@ -297,10 +297,10 @@ impl Rereader {
     /// Whether a repo is one the service watches: the audit's `--author`, the policy's `--include`,
     /// `--skip` and opt-out.
     fn watched(&self, repo: &str) -> Result<(), &'static str> {
-        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
-        if self.audit.query.author.as_deref().is_some_and(|a| a != namespace) {
-            return Err("not the audited author");
-        }
-        self.policy.excludes_name(repo).map_or(Ok(()), Err)
+        self.watch().excludes(repo).map_or(Ok(()), Err)
+    }
+
+    fn watch(&self) -> Watched<'_> {
+        Watched { policy: &self.policy, author: self.audit.query.author.as_deref() }
     }
 }
