@@ -1,6 +1,5 @@
 //! The repack queue: jobs created from the affected repos, claimed with a lease, advanced step by step.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -20,6 +19,7 @@ macro_rules! record_event {
             .map_err(sql("job event"))
     };
 }
+pub(super) use record_event;
 
 /// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
 /// runner protocol.
@@ -263,13 +263,13 @@ pub struct NewJob {
 }
 
 /// One claim's text and what it binds and records (see `Store::claim_with`).
-struct Claim<'a> {
-    text: String,
-    holder: &'a str,
-    lease: Duration,
-    now: i64,
-    event: &'static str,
-    what: &'static str,
+pub(super) struct Claim<'a> {
+    pub(super) text: String,
+    pub(super) holder: &'a str,
+    pub(super) lease: Duration,
+    pub(super) now: i64,
+    pub(super) event: &'static str,
+    pub(super) what: &'static str,
 }
 
 /// How a job ended a step.
@@ -344,20 +344,6 @@ impl Store {
         .fetch_all(pool)
         .await)
         .map_err(sql("queue candidates"))
-    }
-
-    /// Repos (all, or `only`) whose owner closed one of hubalign's pull requests unmerged: their "no" in
-    /// `--pr` mode. Read through a partial index, apart from the candidates, so the queue pays for it only
-    /// in that mode.
-    pub async fn declined_repos(&self, only: Option<&str>) -> Result<BTreeSet<String>, StoreError> {
-        let repos: Vec<String> = on_pool!(self, |pool| sqlx::query_scalar(
-            "SELECT DISTINCT repo_id FROM jobs WHERE pr_status = 'closed' AND ($1 IS NULL OR repo_id = $1)"
-        )
-        .bind(only)
-        .fetch_all(pool)
-        .await)
-        .map_err(sql("declined repos"))?;
-        Ok(repos.into_iter().collect())
     }
 
     /// Creates each job that does not exist yet for its repo and commit, in one transaction. Returns how
@@ -442,7 +428,7 @@ impl Store {
 
     /// Runs one claim (`claim.text`, an `UPDATE … RETURNING *` that binds the holder, its lease's end, the
     /// time, now and `fifth`) and records its event with `detail`'s text, in one transaction.
-    async fn claim_with<T>(
+    pub(super) async fn claim_with<T>(
         &self,
         claim: Claim<'_>,
         fifth: T,
@@ -478,7 +464,7 @@ impl Store {
     }
 
     /// ` FOR UPDATE SKIP LOCKED` where the backend has it.
-    fn skip_locked(&self) -> &'static str {
+    pub(super) fn skip_locked(&self) -> &'static str {
         match self.backend() {
             super::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
             super::Backend::Sqlite => "",
@@ -640,99 +626,6 @@ impl Store {
         })
     }
 
-    /// Records what became of the pull request `num` a job opened on `repo` (`closed` or `merged`, as the Hub
-    /// says), with an event on that job. `None` when no job of this store opened it: not hubalign's.
-    pub async fn pull_request_ended(&self, repo: &str, num: i64, status: &str) -> Result<Option<i64>, StoreError> {
-        on_pool!(self, |pool| {
-            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
-            let job: Option<(i64, Option<String>)> = sqlx::query_as(
-                "SELECT id, pr_status FROM jobs WHERE repo_id = $1 AND pr_num = $2 ORDER BY id DESC LIMIT 1",
-            )
-            .bind(repo)
-            .bind(num)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(sql("find pull request"))?;
-            let Some((id, before)) = job else { return Ok(None) };
-            if before.as_deref() != Some(status) {
-                sqlx::query("UPDATE jobs SET pr_status = $1, updated_at = $2 WHERE id = $3")
-                    .bind(status)
-                    .bind(crate::time::now_utc())
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql("record pull request"))?;
-                let detail = match status {
-                    "merged" => Some(format!("pull request #{num} merged by the owner")),
-                    _ => Some(format!("pull request #{num} closed by the owner: not proposed again")),
-                };
-                record_event!(tx, id, &format!("pr_{status}"), detail)?;
-            }
-            tx.commit().await.map_err(sql("commit pull request"))?;
-            Ok(Some(id))
-        })
-    }
-
-    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
-    /// runner is claiming at that moment, on PostgreSQL): with `on_hub`, only jobs staged on the Hub (the
-    /// runner downloads from there), else only jobs staged on a worker (it fetches over the runner API).
-    pub async fn claim_metal_job(
-        &self,
-        runner: &str,
-        lease: Duration,
-        on_hub: bool,
-    ) -> Result<Option<Job>, StoreError> {
-        let now = unix_now();
-        let claim = format!(
-            "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
-             WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < $4
-                           AND (staged IS NOT NULL) = $5
-                         ORDER BY id LIMIT 1{})
-             RETURNING *",
-            self.skip_locked()
-        );
-        let claim = Claim { text: claim, holder: runner, lease, now, event: "metal_claimed", what: "claim metal job" };
-        self.claim_with(claim, on_hub, |_| runner.to_owned()).await
-    }
-
-    /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
-    /// failure fails it for good. `false` if the runner no longer holds the job. Checked and recorded in one
-    /// transaction, so a lease that lapses and goes to another runner cannot let two results in.
-    pub async fn metal_result(&self, id: i64, runner: &str, passed: bool, record: &str) -> Result<bool, StoreError> {
-        let now = crate::time::now_utc();
-        let (state, reason) = if passed {
-            ("publishing", "Metal check passed".to_owned())
-        } else {
-            ("failed", format!("Metal load check failed: {record}"))
-        };
-        on_pool!(self, |pool| {
-            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin metal result"))?;
-            let taken = sqlx::query(
-                "UPDATE jobs SET verification = $1, updated_at = $2, state = $3,
-                    reason = CASE WHEN $3 = 'failed' THEN $4 ELSE reason END,
-                    finished_at = CASE WHEN $3 = 'failed' THEN $2 ELSE NULL END,
-                    failure_kind = CASE WHEN $3 = 'failed' THEN 'permanent' ELSE NULL END,
-                    lease_owner = NULL, lease_expires_at = NULL
-                 WHERE id = $5 AND lease_owner = $6 AND state = 'awaiting_metal_verify'",
-            )
-            .bind(record)
-            .bind(&now)
-            .bind(state)
-            .bind(&reason)
-            .bind(id)
-            .bind(runner)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("metal result"))?;
-            if taken.rows_affected() == 0 {
-                return Ok(false);
-            }
-            record_event!(tx, id, state, Some(reason))?;
-            tx.commit().await.map_err(sql("commit metal result"))?;
-            Ok(true)
-        })
-    }
-
     /// One job by id.
     pub async fn job(&self, id: i64) -> Result<Option<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE id = $1").bind(id).fetch_optional(pool).await)
@@ -863,39 +756,6 @@ pub(crate) mod tests {
         assert_eq!(backoff(30), Duration::from_secs(3600));
     }
 
-    #[tokio::test]
-    async fn only_the_runner_holding_a_job_records_its_metal_result() {
-        for test in crate::store::both::stores().await {
-            only_the_holder_records_on(&test.store).await;
-        }
-    }
-
-    async fn only_the_holder_records_on(store: &Store) {
-        let lease = Duration::from_secs(60);
-        for passed in [true, false] {
-            let job = store.job_for(&format!("ns/passed-{passed}"), "sha", VerifyDevice::Metal).await.unwrap();
-            store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
-            store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal { staged: None }).await.unwrap();
-            assert_eq!(store.claim_metal_job("runner-a", lease, true).await.unwrap(), None, "staged on a worker");
-            store.claim_metal_job("runner-a", lease, false).await.unwrap().unwrap();
-            // runner-a's lease runs out, and runner-b takes the job over.
-            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
-                .bind(job.id)
-                .execute(pool)
-                .await
-                .map(|_| ()))
-            .unwrap();
-            assert_eq!(store.claim_metal_job("runner-b", lease, false).await.unwrap().map(|j| j.id), Some(job.id));
-            assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
-            let record = format!(r#"{{"ok": {passed}}}"#);
-            assert!(store.metal_result(job.id, "runner-b", passed, &record).await.unwrap());
-            let after = store.job(job.id).await.unwrap().unwrap();
-            assert_eq!(after.state, if passed { "publishing" } else { "failed" });
-            assert_eq!(after.verification.as_deref(), Some(record.as_str()));
-            assert!(!store.metal_result(job.id, "runner-b", passed, "{}").await.unwrap(), "a second result");
-        }
-    }
-
     /// Only the holder of a job's lease advances, renews or finishes it; after its lease ran out and another
     /// worker claimed the job, the first one's outcome is refused.
     #[tokio::test]
@@ -1006,31 +866,6 @@ pub(crate) mod tests {
             assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
             assert_eq!(store.retry_job(id).await.unwrap(), Some(true));
             assert_job_sums_match(store, "after an administrator's retry").await;
-        }
-    }
-
-    /// A pull request the owner closed unmerged marks its repo declined (for `--pr` mode); a merged one, or
-    /// one no job of this store opened, does not.
-    #[tokio::test]
-    async fn a_closed_pull_request_declines_its_repo_and_a_merged_one_does_not() {
-        for test in crate::store::both::stores().await {
-            let store = &test.store;
-            let lease = Duration::from_secs(60);
-            for (repo, num) in [("ns/closed", 3), ("ns/merged", 4)] {
-                let id = store.job_for(repo, "sha", VerifyDevice::Cpu).await.unwrap().id;
-                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
-                let target = format!("{repo}/discussions/{num}");
-                let proposed = JobOutcome::Proposed { num, commit: "c".into(), target };
-                store.finish_job(id, "w", &proposed).await.unwrap();
-            }
-            assert_eq!(store.pull_request_ended("ns/closed", 9, "closed").await.unwrap(), None, "not hubalign's");
-            assert!(store.declined_repos(None).await.unwrap().is_empty(), "{:?}", store.backend());
-            assert!(store.pull_request_ended("ns/closed", 3, "closed").await.unwrap().is_some());
-            assert!(store.pull_request_ended("ns/merged", 4, "merged").await.unwrap().is_some());
-            let all: Vec<String> = store.declined_repos(None).await.unwrap().into_iter().collect();
-            assert_eq!(all, ["ns/closed"], "{:?}", store.backend());
-            assert!(store.declined_repos(Some("ns/merged")).await.unwrap().is_empty());
-            assert_eq!(store.declined_repos(Some("ns/closed")).await.unwrap().len(), 1);
         }
     }
 

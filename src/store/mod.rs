@@ -9,7 +9,9 @@
 pub mod changes;
 pub mod jobs;
 pub mod leases;
+pub mod metal;
 pub mod mirrors;
+pub mod pull_requests;
 pub mod queries;
 mod records;
 pub mod scratch;
