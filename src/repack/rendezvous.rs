@@ -107,6 +107,12 @@ impl Repacker<'_> {
         Ok(JobOutcome::AwaitMetal { staged: Some(staged) })
     }
 
+    /// The source's former name that its mirror's manifest may still give, after a followed rename.
+    async fn former_name(&self, job: &Job) -> Result<Option<String>, RepackError> {
+        let row = self.store.mirror_of(&job.repo_id).await.map_err(|e| RepackError::transient(e.to_string()))?;
+        Ok(row.and_then(|m| m.moved_from))
+    }
+
     /// Publishes a bundle a runner checked on the Hub: the card goes on top of the staged commit, which the
     /// runner's record must name, and the mirror turns public if its source still is.
     pub(super) async fn publish_from_hub(
@@ -129,7 +135,8 @@ impl Repacker<'_> {
             // The mirror stays private, as staged.
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
-        let manifest = staged_manifest(self.hub, &target, &staged.commit, job).await?;
+        let former = self.former_name(job).await?;
+        let manifest = staged_manifest(self.hub, &target, &staged.commit, job, former.as_deref()).await?;
         let card = self.card_text(&target, info.as_ref(), staged.source.clone(), &manifest, &staged.checks, record)?;
         let dir = self.opts.work_dir.join(format!("job-{}", job.id)).join("card");
         std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), &e))?;
@@ -153,7 +160,7 @@ impl Repacker<'_> {
             // Past the staged commit: only an earlier attempt's card on top of this source's repair is taken.
             match publish::holder(self.hub, &target).await? {
                 publish::Holder::Source { repo, revision: Some(rev) }
-                    if repo == job.repo_id && rev == job.source_sha =>
+                    if names_source(&repo, &job.repo_id, former.as_deref()) && rev == job.source_sha =>
                 {
                     head
                 }
@@ -175,29 +182,41 @@ impl Repacker<'_> {
     }
 }
 
-/// The manifest at the staged commit, which must be this job's source repo and commit.
-async fn staged_manifest(hub: &HubClient, target: &str, commit: &str, job: &Job) -> Result<Manifest, RepackError> {
+/// The manifest at the staged commit, which must be this job's source repo (or its `former` name) and commit.
+async fn staged_manifest(
+    hub: &HubClient,
+    target: &str,
+    commit: &str,
+    job: &Job,
+    former: Option<&str>,
+) -> Result<Manifest, RepackError> {
     let url = hub.resolve_url(target, commit, MANIFEST_FILE);
     let fetched = hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await;
     let fetched = fetched.map_err(|e| RepackError::hub(format_args!("{target}@{commit}: {MANIFEST_FILE}"), &e))?;
     let manifest: Manifest = serde_json::from_slice(&fetched.body)
         .map_err(|e| RepackError::permanent(format!("{target}@{commit}: {MANIFEST_FILE}: {e}")))?;
-    for_job(&manifest, job).map_err(RepackError::permanent)?;
+    for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(RepackError::permanent)?;
     Ok(manifest)
 }
 
-/// Whether a staged manifest is the repair of this job's source commit.
-fn for_job(manifest: &Manifest, job: &Job) -> Result<(), String> {
+/// Whether `repo` names the source `current`: its name now, or the `former` one its mirror's manifest still
+/// gives (a rename followed while a job was staged leaves a manifest naming the source as it was then).
+fn names_source(repo: &str, current: &str, former: Option<&str>) -> bool {
+    repo == current || Some(repo) == former
+}
+
+/// Whether a staged manifest is the repair of a job's source commit, `(repo, sha)`.
+fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&str>) -> Result<(), String> {
     let (repo, rev) = (manifest.source_repo.as_deref(), manifest.source_revision.as_deref());
-    if repo == Some(job.repo_id.as_str()) && rev == Some(job.source_sha.as_str()) {
+    if repo.is_some_and(|r| names_source(r, current, former)) && rev == Some(sha) {
         return Ok(());
     }
     Err(format!(
         "the staged manifest is the repair of {}@{}, not of {}@{}",
         crate::gate::quote(repo.unwrap_or("?")),
         crate::gate::quote(rev.unwrap_or("?")),
-        job.repo_id,
-        job.source_sha
+        current,
+        sha
     ))
 }
 
@@ -252,8 +271,9 @@ impl HubRunner<'_> {
             self.store.metal_result(job.id, self.name, false, &record.to_string()).await?;
             return Ok(Some((job.id, false)));
         };
+        let former = self.store.mirror_of(&job.repo_id).await?.and_then(|m| m.moved_from);
         let dir = self.work.join(format!("runner-job-{}", job.id));
-        let checked = self.download_and_check(&job, &target, &staged.commit, &dir).await;
+        let checked = self.download_and_check(&job, former.as_deref(), &target, &staged.commit, &dir).await;
         let _ = std::fs::remove_dir_all(&dir);
         let mut record = match checked {
             Ok(record) => record,
@@ -271,6 +291,7 @@ impl HubRunner<'_> {
     async fn download_and_check(
         &self,
         job: &Job,
+        former: Option<&str>,
         target: &str,
         commit: &str,
         dir: &Path,
@@ -289,7 +310,7 @@ impl HubRunner<'_> {
         })?;
         let manifest = Manifest::read(&layout.source).map_err(|e| Verdict::Failed(e.to_string()))?;
         let manifest = manifest.ok_or_else(|| Verdict::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
-        for_job(&manifest, job).map_err(Verdict::Failed)?;
+        for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(Verdict::Failed)?;
         let (python, script, staged, device) =
             (self.python.to_owned(), self.script.to_owned(), layout.source.clone(), self.device.to_owned());
         let checked =
@@ -302,4 +323,28 @@ impl HubRunner<'_> {
 enum Verdict {
     Failed(String),
     Unknown(RunnerError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest_of(repo: &str, rev: &str) -> Manifest {
+        let json = serde_json::json!({"tool": "hubalign", "generated_utc": "2026-12-02T00:00:00Z", "source_dir": "d",
+            "source_repo": repo, "source_revision": rev, "target_alignment": 8, "shards": []});
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// A job staged under a source's old name is still recognised once its rename was followed (the mirror
+    /// records the name its manifest gives), and a manifest of another repo or commit is not.
+    #[test]
+    fn a_staged_manifest_names_the_jobs_source_now_or_as_it_was() {
+        let job = ("ns/new", "abc");
+        assert_eq!(for_job(&manifest_of("ns/new", "abc"), job, None), Ok(()));
+        assert_eq!(for_job(&manifest_of("ns/old", "abc"), job, Some("ns/old")), Ok(()));
+        let refused = for_job(&manifest_of("ns/old", "abc"), job, None).unwrap_err();
+        assert!(refused.contains("ns/old") && refused.contains("ns/new@abc"), "{refused}");
+        assert!(for_job(&manifest_of("ns/other", "abc"), job, Some("ns/old")).is_err());
+        assert!(for_job(&manifest_of("ns/old", "def"), job, Some("ns/old")).is_err());
+    }
 }

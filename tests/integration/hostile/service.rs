@@ -136,7 +136,7 @@ fn a_source_renamed_between_crawls_keeps_its_mirror() {
     let sim = &world.hub.as_ref().unwrap().sim;
     let (old, new, mirror) = ("mlx-community/tiny-q4", "mlx-community/tiny-q4-renamed", "alice/tiny-q4-aligned");
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
-    rename_on_the_hub(sim, old, new);
+    world.rename(old, new);
     let html = |s: &str| s.replace('/', "&#x2f;");
     wait_for("the mirror to follow the new name", 60, || {
         get(&format!("{base}/repo/{new}")).contains(&format!("followed the rename from {}", html(old)))
@@ -152,17 +152,6 @@ fn a_source_renamed_between_crawls_keeps_its_mirror() {
     assert_eq!((of(old), of(new)), (0, 1), "the published job carried over, none added: {jobs:?}");
 }
 
-/// Renames `old` to `new` in the simulator without a webhook, as the Hub does: the old name then redirects.
-fn rename_on_the_hub(sim: &hubalign::sim::Sim, old: &str, new: &str) {
-    {
-        let mut repos = sim.repos_mut();
-        let mut repo = repos.remove(old).unwrap();
-        repo.id = new.to_owned();
-        repos.insert(new.to_owned(), repo);
-    }
-    sim.moves.record(old, new);
-}
-
 /// Under `--author`, a source moved to another owner is no longer crawled, so the crawl does not follow it
 /// (as the webhook path does not): its mirror goes private, saying where the source went.
 #[test]
@@ -174,7 +163,7 @@ fn a_source_moved_away_from_the_audited_author_takes_its_mirror_private() {
     let sim = &world.hub.as_ref().unwrap().sim;
     let (old, new, mirror) = ("mlx-community/tiny-q4", "bob/tiny-q4", "alice/tiny-q4-aligned");
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
-    rename_on_the_hub(sim, old, new);
+    world.rename(old, new);
     wait_for("the mirror to go private", 60, || sim.repos()[mirror].meta.private);
     let page = get(&format!("{base}/repo/{old}"));
     let why = "its source was renamed to bob&#x2f;tiny-q4, which is not mirrored (not the audited author)";

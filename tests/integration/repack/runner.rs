@@ -105,20 +105,32 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
 /// card on top of exactly that commit and makes the mirror public.
 #[test]
 fn a_bundle_staged_on_the_hub_is_checked_by_a_runner_that_reaches_only_the_store_and_the_hub() {
+    staged_on_the_hub(None);
+}
+
+/// The same with the source renamed (and the rename followed) while its repair waits for the check: the
+/// staged manifest names the old name, which the mirror records, so the check and the publication accept it.
+#[test]
+fn a_source_renamed_while_its_repair_is_staged_is_still_published() {
+    staged_on_the_hub(Some("mlx-community/tiny-q4-renamed"));
+}
+
+fn staged_on_the_hub(renamed: Option<&str>) {
     let world = audit_world(0, |_| {});
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let endpoint = world.endpoint();
-    let repack = |work: &std::path::Path| {
+    let source = "mlx-community/tiny-q4";
+    let repack = |work: &std::path::Path, repo: &str| {
         hubalign()
-            .args(["repack", "mlx-community/tiny-q4", "--endpoint", &endpoint, "--token", ALICE])
+            .args(["repack", repo, "--endpoint", &endpoint, "--token", ALICE])
             .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "metal"])
             .args(["--metal-handoff", "hub", "--work-dir", work.to_str().unwrap()])
             .output()
             .unwrap()
     };
     let (stager, publisher) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    assert_ok(&repack(stager.path()));
+    assert_ok(&repack(stager.path(), source));
     assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
     let sim = &world.hub.as_ref().unwrap().sim;
     let staged = sim.repos()["alice/tiny-q4-aligned"].clone();
@@ -133,6 +145,11 @@ fn a_bundle_staged_on_the_hub_is_checked_by_a_runner_that_reaches_only_the_store
             .as_str()
             .unwrap()
             .to_owned();
+    if let Some(new) = renamed {
+        // What the service does once the Hub answers the old name with the renamed repo.
+        world.rename(source, new);
+        world.runtime.block_on(async { Store::open(&db).await.unwrap().follow_move(source, new).await.unwrap() });
+    }
 
     let runner = |name: &str, token: &str| {
         hubalign()
@@ -156,7 +173,7 @@ fn a_bundle_staged_on_the_hub_is_checked_by_a_runner_that_reaches_only_the_store
     let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
     assert_eq!(record["staged_commit"], staged_commit.as_str(), "the verdict names the commit it judged");
 
-    assert_ok(&repack(publisher.path()));
+    assert_ok(&repack(publisher.path(), renamed.unwrap_or(source)));
     let job = store()[0].clone();
     assert_eq!(job.state, "published", "{job:?}");
     let mirror = &sim.repos()["alice/tiny-q4-aligned"];
@@ -169,4 +186,8 @@ fn a_bundle_staged_on_the_hub_is_checked_by_a_runner_that_reaches_only_the_store
     }
     let card = std::fs::read_to_string(sim.store.join("blobs").join(&head.files["README.md"].sha256)).unwrap();
     assert!(card.contains("**cpu** device") || card.contains("hub-runner"), "the card records the check: {card}");
+    if let Some(new) = renamed {
+        let row = world.runtime.block_on(async { Store::open(&db).await.unwrap().mirror_of(new).await.unwrap() });
+        assert_eq!(row.and_then(|m| m.moved_from).as_deref(), Some(source), "its manifest names the old name");
+    }
 }

@@ -31,6 +31,18 @@ impl World {
         self.hub.as_ref().map(|h| h.base_url.clone()).unwrap_or_default()
     }
 
+    /// Renames `old` to `new` on the Hub without a webhook, as `move_repo` does: the old name then redirects.
+    pub fn rename(&self, old: &str, new: &str) {
+        let sim = &self.hub.as_ref().unwrap().sim;
+        {
+            let mut repos = sim.repos_mut();
+            let mut repo = repos.remove(old).unwrap();
+            repo.id = new.to_owned();
+            repos.insert(new.to_owned(), repo);
+        }
+        sim.moves.record(old, new);
+    }
+
     /// The counters, straight from the shared state.
     pub fn counters(&self) -> hubalign::sim::counters::CounterSnapshot {
         self.hub.as_ref().map(|h| h.sim.counters.snapshot()).unwrap_or_default()
