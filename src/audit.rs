@@ -246,8 +246,17 @@ pub enum Reread {
     Renamed(String),
 }
 
+/// What started a re-read: the event, as the repo page names it, and when its payload arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Trigger<'a> {
+    /// `webhook: update`, …
+    pub event: &'a str,
+    /// The arrival of the earliest payload the hint stands for, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub received_at: &'a str,
+}
+
 /// Reads one repo again as the crawl reads each (its info, then one range probe per shard) and records it in
-/// a run of kind `webhook`, `started_by` naming the event: for a webhook's hint. The run's request counts are
+/// a run of kind `webhook`, started by `trigger`: for a webhook's hint. The run's request counts are
 /// the client's, so the caller gives it a client of its own. A repo the Hub reports gone,
 /// gated or disabled is recorded so (its mirror's lifecycle follows); one that fails otherwise returns the
 /// Hub's error, for the next crawl to retry.
@@ -256,7 +265,7 @@ pub async fn reread(
     store: &Store,
     opts: &AuditOptions,
     repo: &str,
-    started_by: &str,
+    trigger: Trigger<'_>,
 ) -> Result<Reread, RereadError> {
     let before = client.stats.snapshot();
     let listed = match client.repo_entry(repo).await {
@@ -277,7 +286,8 @@ pub async fn reread(
     if listed.is_err() && known.is_none() {
         return Ok(renamed.map_or(Reread::Unlisted, Reread::Renamed));
     }
-    let run = store.start_run_of(RunKind::Webhook, client.endpoint(), repo, Some(started_by)).await?;
+    let (event, received) = (Some(trigger.event), Some(trigger.received_at));
+    let run = store.start_run_of(RunKind::Webhook, client.endpoint(), repo, event, received).await?;
     let outcome = match listed {
         Ok(listed) => {
             store.record_listing(run, &[listing_entry(&listed)], true).await?;

@@ -163,7 +163,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             Ok(Some(lag)) => m.one(
                 "hubalign_webhook_last_lag_seconds",
                 "gauge",
-                "From the start of a webhook's re-read to its mirror's publication, for the newest one.",
+                "From a webhook payload's arrival (its wait in the queue included) to its mirror's publication, for the newest one.",
                 lag,
             ),
             Ok(None) => {}

@@ -17,7 +17,7 @@ use axum::routing::post;
 use hf_hub::HFClient;
 use tokio::sync::watch;
 
-use crate::audit::{AuditOptions, Reread, reread};
+use crate::audit::{AuditOptions, Reread, Trigger, reread};
 use crate::hub::HubClient;
 use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
 use crate::repack::policy::{EnqueuePolicy, Watched, enqueue_repo};
@@ -156,18 +156,18 @@ impl Rereader {
     /// Acts on hints until `stop` turns true.
     pub async fn run(self, queue: Arc<HintQueue>, mut stop: watch::Receiver<bool>) {
         loop {
-            let hint = tokio::select! {
-                hint = queue.pop() => hint,
+            let pending = tokio::select! {
+                pending = queue.pop() => pending,
                 _ = stop.wait_for(|s| *s) => return,
             };
-            self.act(&hint).await;
+            self.act(&pending.hint, &pending.received_at).await;
         }
     }
 
     /// Reads the hinted repos again (for a move, the old name, then the new), queues a job for an affected
     /// one, follows a rename the Hub confirms, then makes private the mirror of each repo read whose source is
     /// no longer public.
-    pub async fn act(&self, hint: &Hint) {
+    pub async fn act(&self, hint: &Hint, received_at: &str) {
         let (mut todo, event): (VecDeque<(String, Option<String>)>, &str) = match hint {
             Hint::Changed { repo, head } => ([(repo.clone(), head.clone())].into(), "webhook: update"),
             Hint::Deleted { repo } => ([(repo.clone(), None)].into(), "webhook: delete"),
@@ -186,7 +186,8 @@ impl Rereader {
             if seen.len() >= MAX_REPOS_PER_HINT || !seen.insert(repo.clone()) {
                 continue;
             }
-            if let Some(to) = self.read_again(&repo, head.as_deref(), event).await {
+            let trigger = Trigger { event, received_at };
+            if let Some(to) = self.read_again(&repo, head.as_deref(), trigger).await {
                 match self.follow(&repo, &to).await {
                     Ok(()) => todo.push_front((to, None)),
                     Err(e) => tracing::warn!(repo.id = %repo, to = %to, error = %e, "following the rename failed"),
@@ -205,7 +206,7 @@ impl Rereader {
     }
 
     /// Reads one repo again and queues its job; `Some(new name)` when the Hub answers it under another name.
-    async fn read_again(&self, repo: &str, head: Option<&str>, event: &str) -> Option<String> {
+    async fn read_again(&self, repo: &str, head: Option<&str>, trigger: Trigger<'_>) -> Option<String> {
         if let Err(why) = self.watched(repo) {
             tracing::debug!(repo.id = %repo, reason = why, "webhook for a repo outside the filters; dropped");
             return None;
@@ -219,7 +220,8 @@ impl Rereader {
             tracing::debug!(repo.id = %repo, repo.sha = %head, "webhook for a head already audited; nothing asked");
             return None;
         }
-        match reread(&self.hub, &self.store, &self.audit, repo, event).await {
+        let event = trigger.event;
+        match reread(&self.hub, &self.store, &self.audit, repo, trigger).await {
             Ok(Reread::Recorded(outcome)) => {
                 self.counters.reread.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(repo.id = %repo, state = outcome.state.as_str(), shards = outcome.shards.len(), event, "read again");

@@ -608,11 +608,11 @@ impl Store {
         .map_err(sql("repo audits"))
     }
 
-    /// Seconds from the start of the webhook's re-read that recorded a commit to the publication of its
-    /// mirror, for the newest such publication; `None` before the first.
+    /// Seconds from the arrival of the webhook payload whose re-read recorded a commit (its wait in the queue
+    /// included) to the publication of its mirror, for the newest such publication; `None` before the first.
     pub async fn last_webhook_lag(&self) -> Result<Option<i64>, StoreError> {
         let times: Option<(Option<String>, String)> = on_pool!(self, |pool| sqlx::query_as(
-            "SELECT j.finished_at, r.started_at FROM jobs j
+            "SELECT j.finished_at, COALESCE(r.requested_at, r.started_at) FROM jobs j
              JOIN repo_history h ON h.repo_id = j.repo_id AND h.sha = j.source_sha
              JOIN audit_runs r ON r.id = h.run_id AND r.kind = 'webhook'
              WHERE j.state = 'published' ORDER BY j.finished_at DESC, r.id DESC LIMIT 1",
@@ -641,7 +641,7 @@ impl Store {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::store::{ListingEntry, RepoOutcome, RepoState, RunStats};
+    use crate::store::{ListingEntry, RepoOutcome, RepoState, RunKind, RunStats};
 
     fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
         ShardRow {
@@ -874,5 +874,35 @@ pub(crate) mod tests {
         let again: Vec<(i64, i64)> =
             store.trend(60).await.unwrap().iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
         assert_eq!(again, figures);
+    }
+
+    /// The webhook lag counts from the payload's arrival (its wait in the queue included), not from the start
+    /// of its re-read.
+    #[tokio::test]
+    async fn the_webhook_lag_counts_from_the_payloads_arrival() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            assert_eq!(store.last_webhook_lag().await.unwrap(), None);
+            let arrived = Some("2026-12-02T00:00:00Z");
+            let run = store.start_run_of(RunKind::Webhook, "test", "ns/a", Some("webhook: update"), arrived).await;
+            let run = run.unwrap();
+            store.record_listing(run, &[ListingEntry::public("ns/a", "1")], true).await.unwrap();
+            store.record_repo(run, &outcome("ns/a", "1", 2)).await.unwrap();
+            store.finish_run(run, "finished", &RunStats::default(), None).await.unwrap();
+            let job = store.job_for("ns/a", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
+            on_pool!(store, |pool| {
+                sqlx::query("UPDATE audit_runs SET started_at = '2026-12-02T00:00:20Z' WHERE id = $1")
+                    .bind(run)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                sqlx::query("UPDATE jobs SET state = 'published', finished_at = '2026-12-02T00:01:05Z' WHERE id = $1")
+                    .bind(job.id)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            });
+            assert_eq!(store.last_webhook_lag().await.unwrap(), Some(65), "{:?}", store.backend());
+        }
     }
 }

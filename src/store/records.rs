@@ -214,27 +214,30 @@ impl Store {
 
     /// Records the start of a run (by `started_by`, the `serve` replica that leads, if any).
     pub async fn start_run(&self, endpoint: &str, query: &str, started_by: Option<&str>) -> Result<i64, StoreError> {
-        self.start_run_of(RunKind::Crawl, endpoint, query, started_by).await
+        self.start_run_of(RunKind::Crawl, endpoint, query, started_by, None).await
     }
 
-    /// Records the start of a run of `kind`.
+    /// Records the start of a run of `kind`, `requested_at` a time (when the payload behind a webhook's run
+    /// arrived).
     pub async fn start_run_of(
         &self,
         kind: RunKind,
         endpoint: &str,
         query: &str,
         started_by: Option<&str>,
+        requested_at: Option<&str>,
     ) -> Result<i64, StoreError> {
         on_pool!(self, |pool| {
             sqlx::query_scalar(
-                "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by, kind)
-             VALUES ($1, 'running', $2, $3, $4, $5) RETURNING id",
+                "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by, kind, requested_at)
+             VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
             )
             .bind(crate::time::now_utc())
             .bind(endpoint)
             .bind(query)
             .bind(started_by)
             .bind(kind.as_str())
+            .bind(requested_at)
             .fetch_one(pool)
             .await
         })

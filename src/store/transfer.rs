@@ -78,6 +78,7 @@ const TABLES: &[Table] = &[
             ("bytes_duplicated_after", Int),
             ("started_by", Text),
             ("kind", Text),
+            ("requested_at", Text),
         ],
     },
     Table {

@@ -1,7 +1,8 @@
 //! Hints waiting to be acted on: one per repo (and per move or pull request, see [`Hint::key`]) and at most a
 //! fixed number, so a flood of payloads costs bounded memory. A newer hint for a repo already waiting
 //! replaces the older one in place (each leads to reading the repo again from the Hub, which decides); a hint
-//! for a new repo when the queue is full is refused, and the scheduled crawl finds that repo later.
+//! for a new repo when the queue is full is refused, and the scheduled crawl finds that repo later. A waiting
+//! hint keeps the arrival of the earliest payload it stands for, from which the lag to its mirror counts.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -33,7 +34,16 @@ pub struct HintQueue {
 #[derive(Debug, Default)]
 struct Inner {
     order: VecDeque<String>,
-    waiting: HashMap<String, Hint>,
+    waiting: HashMap<String, Pending>,
+}
+
+/// A hint taken from the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// The newest hint for its key.
+    pub hint: Hint,
+    /// When the earliest payload it stands for arrived, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub received_at: String,
 }
 
 impl HintQueue {
@@ -42,33 +52,39 @@ impl HintQueue {
         HintQueue { inner: Mutex::new(Inner::default()), ready: tokio::sync::Notify::new(), capacity }
     }
 
-    /// Adds `hint`, or merges it into its repo's waiting one.
+    /// Adds `hint`, arrived now, or merges it into its repo's waiting one.
     pub fn push(&self, hint: Hint) -> Queued {
+        self.push_at(hint, crate::time::now_utc())
+    }
+
+    /// Adds `hint`, arrived at `received_at`, or merges it into its repo's waiting one (which keeps its
+    /// earlier arrival).
+    pub fn push_at(&self, hint: Hint, received_at: String) -> Queued {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let repo = hint.key();
         if let Some(waiting) = inner.waiting.get_mut(&repo) {
-            *waiting = hint;
+            waiting.hint = hint;
             return Queued::Merged;
         }
         if inner.waiting.len() >= self.capacity {
             return Queued::Full;
         }
         inner.order.push_back(repo.clone());
-        inner.waiting.insert(repo, hint);
+        inner.waiting.insert(repo, Pending { hint, received_at });
         drop(inner);
         self.ready.notify_one();
         Queued::New
     }
 
     /// The oldest waiting hint, if any.
-    pub fn try_pop(&self) -> Option<Hint> {
+    pub fn try_pop(&self) -> Option<Pending> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let repo = inner.order.pop_front()?;
         inner.waiting.remove(&repo)
     }
 
     /// The oldest waiting hint, once there is one.
-    pub async fn pop(&self) -> Hint {
+    pub async fn pop(&self) -> Pending {
         loop {
             let notified = self.ready.notified();
             if let Some(hint) = self.try_pop() {
@@ -110,7 +126,7 @@ mod tests {
         assert_eq!(outcomes[&Queued::New], 100);
         assert!(outcomes[&Queued::Full] > 0 && outcomes[&Queued::Merged] > 0, "{outcomes:?}");
         let mut seen = Vec::new();
-        while let Some(hint) = queue.try_pop() {
+        while let Some(Pending { hint, .. }) = queue.try_pop() {
             assert_eq!(hint, changed(hint.repo(), 'b'), "the newest hint of each repo");
             seen.push(hint.repo().to_owned());
         }
@@ -127,8 +143,18 @@ mod tests {
         for hint in [moved.clone(), ended.clone(), changed("ns/new", 'a'), changed("ns/new", 'b')] {
             queue.push(hint);
         }
-        let drained: Vec<Hint> = std::iter::from_fn(|| queue.try_pop()).collect();
+        let drained: Vec<Hint> = std::iter::from_fn(|| queue.try_pop()).map(|p| p.hint).collect();
         assert_eq!(drained, [moved, ended, changed("ns/new", 'b')]);
+    }
+
+    /// A merged hint is acted on as the newest, but its lag counts from the earliest payload it stands for.
+    #[test]
+    fn a_merged_hint_keeps_the_earliest_arrival() {
+        let queue = HintQueue::new(10);
+        queue.push_at(changed("ns/r", 'a'), "2026-12-02T00:00:00Z".into());
+        assert_eq!(queue.push_at(changed("ns/r", 'b'), "2026-12-02T00:00:09Z".into()), Queued::Merged);
+        let pending = queue.try_pop().unwrap();
+        assert_eq!((pending.hint, pending.received_at.as_str()), (changed("ns/r", 'b'), "2026-12-02T00:00:00Z"));
     }
 
     #[tokio::test]
@@ -140,6 +166,6 @@ mod tests {
         });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert_eq!(queue.push(Hint::Deleted { repo: "ns/gone".into() }), Queued::New);
-        assert_eq!(waiter.await.unwrap(), Hint::Deleted { repo: "ns/gone".into() });
+        assert_eq!(waiter.await.unwrap().hint, Hint::Deleted { repo: "ns/gone".into() });
     }
 }

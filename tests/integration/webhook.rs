@@ -237,7 +237,7 @@ fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
         .collect();
     assert!(published.contains(&second.as_str()), "the second push's commit was published: {jobs:?}");
     let lag = metric(&get(&format!("{base}/metrics")), "hubalign_webhook_last_lag_seconds ");
-    assert!(lag < 180, "from the webhook's re-read to the mirror: {lag} s");
+    assert!(lag < 180, "from the payload's arrival to the mirror: {lag} s");
     assert!(get(&format!("{base}/metrics")).contains("hubalign_webhook_last_lag_seconds "));
     let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs?limit=1000"))).unwrap();
     assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "no crawl but the first");
