@@ -253,8 +253,9 @@ impl Rereader {
         if self.watched(repo).is_err() {
             return;
         }
-        let ours = match self.store.repo_jobs(repo).await {
-            Ok(jobs) => jobs.iter().any(|j| j.pr_num.is_some_and(|n| u64::try_from(n).ok() == Some(num))),
+        let pr = i64::try_from(num).unwrap_or(i64::MAX);
+        let ours = match self.store.opened_pull_request(repo, pr).await {
+            Ok(ours) => ours,
             Err(e) => {
                 tracing::warn!(repo.id = %repo, error = %e, "reading its jobs failed");
                 return;
@@ -275,7 +276,7 @@ impl Rereader {
                 return;
             }
         };
-        match self.store.pull_request_ended(repo, i64::try_from(num).unwrap_or(i64::MAX), &status).await {
+        match self.store.pull_request_ended(repo, pr, &status).await {
             Ok(_) => tracing::info!(repo.id = %repo, pr = num, status = %status, "pull request ended"),
             Err(e) => tracing::warn!(repo.id = %repo, pr = num, error = %e, "recording the pull request failed"),
         }

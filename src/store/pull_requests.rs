@@ -21,6 +21,19 @@ impl Store {
         Ok(repos.into_iter().collect())
     }
 
+    /// Whether a job of this store opened pull request `num` on `repo`: a payload about any other asks the Hub
+    /// nothing.
+    pub async fn opened_pull_request(&self, repo: &str, num: i64) -> Result<bool, StoreError> {
+        let found: Option<i64> =
+            on_pool!(self, |pool| sqlx::query_scalar("SELECT id FROM jobs WHERE repo_id = $1 AND pr_num = $2 LIMIT 1")
+                .bind(repo)
+                .bind(num)
+                .fetch_optional(pool)
+                .await)
+            .map_err(sql("find pull request"))?;
+        Ok(found.is_some())
+    }
+
     /// Records what became of the pull request `num` a job opened on `repo` (`closed` or `merged`, as the Hub
     /// says), with an event on that job. `None` when no job of this store opened it: not hubalign's.
     pub async fn pull_request_ended(&self, repo: &str, num: i64, status: &str) -> Result<Option<i64>, StoreError> {
@@ -75,6 +88,8 @@ mod tests {
                 let proposed = JobOutcome::Proposed { num, commit: "c".into(), target };
                 store.finish_job(id, "w", &proposed).await.unwrap();
             }
+            assert!(store.opened_pull_request("ns/closed", 3).await.unwrap());
+            assert!(!store.opened_pull_request("ns/closed", 9).await.unwrap());
             assert_eq!(store.pull_request_ended("ns/closed", 9, "closed").await.unwrap(), None, "not hubalign's");
             assert!(store.declined_repos(None).await.unwrap().is_empty(), "{:?}", store.backend());
             assert!(store.pull_request_ended("ns/closed", 3, "closed").await.unwrap().is_some());
