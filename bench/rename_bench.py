@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,36 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target/release/hubalign"
-SYNTH = ROOT / "target/release/examples/synth_shard"
-PY = ROOT / "target/py-venv/bin/python"
-SECRET = "bench-secret"
-PUSH = r"""
-import sys
-from huggingface_hub import HfApi
-api = HfApi()
-api.create_repo(sys.argv[2], exist_ok=True)
-api.upload_folder(repo_id=sys.argv[2], folder_path=sys.argv[1], commit_message="weights")
-"""
+from push_bench import BIN, PUSH, PY, SECRET, SYNTH, bundle, free_port, mirror_public
+
 MOVE = "import sys\nfrom huggingface_hub import HfApi\nHfApi().move_repo(from_id=sys.argv[1], to_id=sys.argv[2])"
-
-
-def bundle(shard_mib):
-    """The publisher's bundle: written once, then reused (the same one as bench/push_bench.py)."""
-    folder = ROOT / f"target/bench/push-bundle-{shard_mib}"
-    if not folder.exists():
-        folder.mkdir(parents=True)
-        subprocess.run([SYNTH, folder / "model.safetensors", str(shard_mib), "pad"], check=True)
-        (folder / "config.json").write_text('{"model_type": "llama"}')
-        (folder / "README.md").write_text("---\nlibrary_name: mlx\nlicense: mit\n---\n# bench\n")
-    return folder
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fetch(url, method="GET"):
@@ -71,13 +43,6 @@ def wait(what, done, limit=600):
             sys.exit(f"{what}: not within {limit} s")
         time.sleep(0.1)
     return time.perf_counter() - start
-
-
-def mirror_public(hub, mirror):
-    try:
-        return not json.loads(fetch(f"{hub}/api/models/{mirror}")).get("private", True)
-    except OSError:
-        return False
 
 
 def counted(hub):

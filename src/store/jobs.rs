@@ -768,12 +768,7 @@ pub(crate) mod tests {
             assert!(store.renew_lease(job.id, "a", short).await.unwrap());
             assert!(!store.renew_lease(job.id, "b", short).await.unwrap(), "b does not hold it");
             // a's lease runs out; b claims the job.
-            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
-                .bind(job.id)
-                .execute(pool)
-                .await
-                .map(|_| ()))
-            .unwrap();
+            expire_lease(store, job.id).await;
             assert!(!store.renew_lease(job.id, "a", short).await.unwrap(), "a lapsed lease is not renewed");
             assert_eq!(store.claim_job("b", short, None).await.unwrap().map(|j| j.id), Some(job.id));
             let published = JobOutcome::Published { target: "me/r-aligned".into(), commit: "c".into() };
@@ -784,6 +779,16 @@ pub(crate) mod tests {
                 store.repo_job_events("ns/r").await.unwrap().into_iter().map(|e| e.state).collect();
             assert_eq!(events, ["claimed", "claimed", "published"], "{:?}", store.backend());
         }
+    }
+
+    /// Makes job `id`'s lease run out now.
+    pub(crate) async fn expire_lease(store: &Store, id: i64) {
+        on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .unwrap();
     }
 
     /// The trigger-kept job sums equal the aggregates over the jobs they stand for.

@@ -72,8 +72,8 @@ impl Store {
 mod tests {
     use std::time::Duration;
 
+    use crate::store::Store;
     use crate::store::jobs::{JobOutcome, VerifyDevice};
-    use crate::store::{Store, on_pool};
 
     #[tokio::test]
     async fn only_the_runner_holding_a_job_records_its_metal_result() {
@@ -91,12 +91,7 @@ mod tests {
             assert_eq!(store.claim_metal_job("runner-a", lease, true).await.unwrap(), None, "staged on a worker");
             store.claim_metal_job("runner-a", lease, false).await.unwrap().unwrap();
             // runner-a's lease runs out, and runner-b takes the job over.
-            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET lease_expires_at = 0 WHERE id = $1")
-                .bind(job.id)
-                .execute(pool)
-                .await
-                .map(|_| ()))
-            .unwrap();
+            crate::store::jobs::tests::expire_lease(store, job.id).await;
             assert_eq!(store.claim_metal_job("runner-b", lease, false).await.unwrap().map(|j| j.id), Some(job.id));
             assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
             let record = format!(r#"{{"ok": {passed}}}"#);

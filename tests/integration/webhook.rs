@@ -8,11 +8,41 @@ use std::time::{Duration, Instant};
 use hubalign::sim::model::Commit;
 use serde_json::{Value, json};
 
+use hubalign::sim::SimConfig;
+
 use crate::audit::world::{audit_world, db};
-use crate::serve::{get, start_serve};
+use crate::serve::{Service, get, start_serve};
+use crate::sim::world::World;
 
 const SECRET: &str = "hook-secret";
 const REPO: &str = "mlx-community/tiny-sharded";
+
+/// A service the simulator sends the Hub's payloads to (`sim --webhook`), with `extra` flags and the scheduled
+/// audit a year away, once its first audit finished. Bind its fields in this order, so that the service
+/// stops before the Hub.
+struct Hooked {
+    world: World,
+    _dir: tempfile::TempDir,
+    base: String,
+    service: Service,
+}
+
+fn hooked(extra: &[&str], tune: impl FnOnce(&mut SimConfig)) -> Hooked {
+    let port = crate::serve::free_port();
+    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
+    let world = audit_world(0, |c| {
+        c.webhooks = vec![target.parse().unwrap()];
+        tune(c);
+    });
+    let (dir, db) = db();
+    let args = [&["--webhook-secret", SECRET], extra].concat();
+    let (service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    wait_until("the first audit", || {
+        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+        runs.iter().any(|r| r["status"] == "finished")
+    });
+    Hooked { service, base, _dir: dir, world }
+}
 
 /// POSTs `body` to the webhook endpoint, with the secret in the header if given.
 fn deliver(base: &str, secret: Option<&str>, query: &str, body: Vec<u8>) -> (u16, String) {
@@ -199,16 +229,8 @@ fn a_deleted_source_takes_its_mirror_private_at_once() {
 /// same mirror.
 #[test]
 fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
-    let port = crate::serve::free_port();
-    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
-    let world = audit_world(0, |c| c.webhooks = vec![target.parse().unwrap()]);
-    let (_dir, db) = db();
-    let args = ["--webhook-secret", SECRET, "--include", "alice-org"];
-    let (service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
-    wait_until("the first audit", || {
-        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
-        runs.iter().any(|r| r["status"] == "finished")
-    });
+    // Bound in this order, dropped in the reverse: the service before the Hub.
+    let Hooked { world, _dir, base, service } = hooked(&["--include", "alice-org"], |_| {});
     let push = |message: &str, card: &str| push_bundle(&world, "alice-org/pushed-q4", message, card);
     let sim = &world.hub.as_ref().unwrap().sim;
     let mirror_commits = || {
@@ -309,17 +331,25 @@ with tempfile.TemporaryDirectory() as d:
     open(os.path.join(d, "README.md"), "w").write(sys.argv[3])
     print(api.upload_folder(repo_id=sys.argv[4], folder_path=d, commit_message=sys.argv[2]).oid)
 "#;
+    let bundle = crate::support::fixture("mlx_lm/q4");
+    let out =
+        with_huggingface_hub(world, crate::sim::world::ALICE, script, &[bundle.to_str().unwrap(), message, card, repo]);
+    out.trim().to_owned()
+}
+
+/// Runs a Python `script` with `huggingface_hub` against the simulator as the holder of `token`; returns
+/// what it printed.
+fn with_huggingface_hub(world: &crate::sim::world::World, token: &str, script: &str, args: &[&str]) -> String {
     let out = std::process::Command::new(crate::support::python())
         .args(["-c", script])
-        .arg(crate::support::fixture("mlx_lm/q4"))
-        .args([message, card, repo])
+        .args(args)
         .env("HF_ENDPOINT", world.endpoint())
-        .env("HF_TOKEN", crate::sim::world::ALICE)
+        .env("HF_TOKEN", token)
         .env("HF_HUB_DISABLE_TELEMETRY", "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A source renamed with `huggingface_hub`'s `move_repo`: the Hub answers the old name with the new repo,
@@ -328,16 +358,7 @@ with tempfile.TemporaryDirectory() as d:
 /// that, a forged `move` payload (the Hub still answers the old name with itself) re-points nothing.
 #[test]
 fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
-    let port = crate::serve::free_port();
-    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
-    let world = audit_world(0, |c| c.webhooks = vec![target.parse().unwrap()]);
-    let (_dir, db) = db();
-    let args = ["--webhook-secret", SECRET, "--include", "alice-org"];
-    let (_service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
-    wait_until("the first audit", || {
-        let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
-        runs.iter().any(|r| r["status"] == "finished")
-    });
+    let Hooked { world, _dir, base, service: _service } = hooked(&["--include", "alice-org"], |_| {});
     let (old, new, mirror) = ("alice-org/moving-q4", "alice-org/moved-q4", "alice/moving-q4-aligned");
     let sim = &world.hub.as_ref().unwrap().sim;
     // What the public mirror's manifest names as its source, read as anyone reads it.
@@ -376,14 +397,7 @@ fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     // The real move, with huggingface_hub; the simulator sends the Hub's `move` payload.
     let script =
         "import sys\nfrom huggingface_hub import HfApi\nHfApi().move_repo(from_id=sys.argv[1], to_id=sys.argv[2])";
-    let out = std::process::Command::new(crate::support::python())
-        .args(["-c", script, old, new])
-        .env("HF_ENDPOINT", world.endpoint())
-        .env("HF_TOKEN", crate::sim::world::ALICE)
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    with_huggingface_hub(&world, crate::sim::world::ALICE, script, &[old, new]);
     wait_until("the mirror to follow the new name", || {
         get(&format!("{base}/repo/{new}")).contains(&format!("followed the rename from {}", html(old)))
     });
@@ -467,15 +481,7 @@ const OWNER: &str = "hf_mlx_owner";
 
 /// Runs `script` with huggingface_hub as the owner of `mlx-community`.
 fn as_owner(world: &crate::sim::world::World, script: &str, args: &[&str]) {
-    let out = std::process::Command::new(crate::support::python())
-        .args(["-c", script])
-        .args(args)
-        .env("HF_ENDPOINT", world.endpoint())
-        .env("HF_TOKEN", OWNER)
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    with_huggingface_hub(world, OWNER, script, args);
 }
 
 /// `--pr` mode with webhooks: the owner closes one of hubalign's pull requests and merges another with
@@ -485,15 +491,8 @@ fn as_owner(world: &crate::sim::world::World, script: &str, args: &[&str]) {
 /// is skipped when queued, before anything is downloaded.
 #[test]
 fn pull_requests_closed_or_merged_are_recorded_and_a_closed_one_is_a_no() {
-    let port = crate::serve::free_port();
-    let target = format!("http://127.0.0.1:{port}/api/hub/webhook#{SECRET}");
-    let world = audit_world(0, |c| {
-        c.webhooks = vec![target.parse().unwrap()];
-        c.tokens.push(format!("{OWNER}:mlx-owner:mlx-community").parse().unwrap());
-    });
-    let (_dir, db) = db();
-    let args = ["--webhook-secret", SECRET, "--include", "mlx-community", "--pr"];
-    let (_service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
+    let owner = |c: &mut SimConfig| c.tokens.push(format!("{OWNER}:mlx-owner:mlx-community").parse().unwrap());
+    let Hooked { world, _dir, base, service: _service } = hooked(&["--include", "mlx-community", "--pr"], owner);
     let jobs = || -> Vec<Value> { serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap() };
     let proposed = || -> Vec<(String, i64)> {
         let mut out: Vec<(String, i64)> = jobs()
