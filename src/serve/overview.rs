@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::pages::{render, size_label};
+use super::webhook::WebhookCounters;
 use super::{AppState, internal};
 use crate::report::Publisher;
 use crate::store::changes::Changes;
@@ -36,6 +37,7 @@ struct Figures {
     progress: HashMap<String, Progress>,
     trend: Vec<TrendPoint>,
     mirrored_bytes: i64,
+    webhook_lag: Option<i64>,
 }
 
 /// The overview's figures as of the store's last commit: a page costs one `data_version` read until something
@@ -58,15 +60,16 @@ impl OverviewCache {
         {
             return Ok(figures.clone());
         }
-        let (totals, publishers, runs, progress, trend, mirrored_bytes) = tokio::try_join!(
+        let (totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag) = tokio::try_join!(
             store.totals(),
             crate::report::by_publisher(store),
             store.runs(1),
             store.progress(),
             store.trend(TREND_RUNS),
-            store.mirrored_bytes()
+            store.mirrored_bytes(),
+            store.last_webhook_lag()
         )?;
-        let figures = Arc::new(Figures { totals, publishers, runs, progress, trend, mirrored_bytes });
+        let figures = Arc::new(Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag });
         if let Some(version) = version {
             *self.kept.lock().await = Some((version, figures.clone()));
         }
@@ -80,7 +83,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
         Ok(figures) => figures,
         Err(e) => return internal(e),
     };
-    let Figures { totals, publishers, runs, progress, trend, mirrored_bytes } = &*figures;
+    let Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag } = &*figures;
     let (mirrored_bytes, mut publishers) = (*mirrored_bytes, publishers.clone());
     let progress_of = |ns: &str| progress.get(ns).cloned().unwrap_or_default();
     match q.sort.as_deref() {
@@ -138,8 +141,22 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
             last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
                 r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
             next_run, problems => state.health.problems(),
+            webhooks => state.webhooks.as_deref().map(|w| webhook_summary(w, *webhook_lag)),
         },
     )
+}
+
+/// The webhook line: payloads since this replica started, by scope and by why they were turned away, and the
+/// newest push-to-mirror lag.
+fn webhook_summary(counters: &WebhookCounters, lag: Option<i64>) -> minijinja::Value {
+    let listed = |rows: Vec<(&str, u64)>| {
+        let parts: Vec<String> = rows.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+        (rows.iter().map(|(_, n)| n).sum::<u64>(), parts.join(", "))
+    };
+    let (received, by_scope) = listed(counters.received());
+    let (accepted, _) = listed(counters.accepted());
+    let (rejected, by_reason) = listed(counters.rejected());
+    context! { received, by_scope, accepted, rejected, by_reason, lag => lag.map(|s| format!("{s} s")) }
 }
 
 /// The trend as SVG points: bytes duplicated and repos affected per audit, each scaled to its own maximum.

@@ -134,6 +134,10 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     assert_eq!(metric(&metrics, "hubalign_webhook_rereads_total{outcome=\"read\"} "), 0, "{metrics}");
     let counted = sim.counters.snapshot();
     assert_eq!(counted.api_requests + counted.resolver_requests, 0, "nothing was asked of the Hub: {counted:?}");
+    let overview = get(&format!("{base}/"));
+    let line = "6 turned away (unauthorized 3, malformed 2, too_large 1). Newest push to mirror: none yet.";
+    assert!(overview.contains("3 received (repo.content 2, other 1), 1 queued,"), "{overview}");
+    assert!(overview.contains(line), "the overview says what arrived and what was turned away: {overview}");
 
     // A push: a new commit on main (a file added), then its payload.
     let new_head = {
@@ -260,6 +264,8 @@ fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
     assert!(published.contains(&second.as_str()), "the second push's commit was published: {jobs:?}");
     let lag = metric(&get(&format!("{base}/metrics")), "hubalign_webhook_last_lag_seconds ");
     assert!(lag < 180, "from the payload's arrival to the mirror: {lag} s");
+    let overview = get(&format!("{base}/"));
+    assert!(overview.contains(&format!("Newest push to mirror: {lag} s.")), "the overview shows the lag: {overview}");
     assert!(get(&format!("{base}/metrics")).contains("hubalign_webhook_last_lag_seconds "));
     let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs?limit=1000"))).unwrap();
     assert_eq!(runs.iter().filter(|r| r["kind"] == "crawl").count(), 1, "no crawl but the first");
