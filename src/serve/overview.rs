@@ -29,7 +29,7 @@ pub(super) struct SortQuery {
     sort: Option<String>,
 }
 
-/// What `/` reads from the store: six queries over the whole store, so it is kept until the next commit.
+/// What `/` reads from the store: seven queries over the whole store, so it is kept until the next commit.
 struct Figures {
     totals: Totals,
     publishers: Vec<Publisher>,
