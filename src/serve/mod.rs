@@ -131,8 +131,8 @@ pub fn router(
     health: Arc<Health>,
     apis: Apis,
 ) -> Result<Router, minijinja::Error> {
-    let overview = Arc::new(overview::OverviewCache::new(store.clone()));
     let webhooks = apis.webhook.as_ref().map(|w| w.counters.clone());
+    let overview = Arc::new(overview::OverviewCache::new(store.clone(), webhooks.is_some()));
     let templates = Arc::new(pages::templates()?);
     let state = AppState { store, templates, next_run, hub_url, health, overview, webhooks };
     let Apis { runner, admin, webhook } = apis;

@@ -29,7 +29,7 @@ pub(super) struct SortQuery {
     sort: Option<String>,
 }
 
-/// What `/` reads from the store: seven queries over the whole store, so it is kept until the next commit.
+/// What `/` reads from the store: six queries over the whole store (seven with webhooks), so it is kept until the next commit.
 struct Figures {
     totals: Totals,
     publishers: Vec<Publisher>,
@@ -45,11 +45,17 @@ struct Figures {
 pub(super) struct OverviewCache {
     changes: Changes,
     kept: tokio::sync::Mutex<Option<(i64, Arc<Figures>)>>,
+    /// Whether Hub webhooks are served: only then is their lag read.
+    webhooks: bool,
 }
 
 impl OverviewCache {
-    pub(super) fn new(store: Store) -> OverviewCache {
-        OverviewCache { changes: Changes::new(store), kept: tokio::sync::Mutex::new(None) }
+    pub(super) fn new(store: Store, webhooks: bool) -> OverviewCache {
+        OverviewCache { changes: Changes::new(store), kept: tokio::sync::Mutex::new(None), webhooks }
+    }
+
+    async fn webhook_lag(&self, store: &Store) -> Result<Option<i64>, StoreError> {
+        if self.webhooks { store.last_webhook_lag().await } else { Ok(None) }
     }
 
     async fn figures(&self, store: &Store) -> Result<Arc<Figures>, StoreError> {
@@ -67,7 +73,7 @@ impl OverviewCache {
             store.progress(),
             store.trend(TREND_RUNS),
             store.mirrored_bytes(),
-            store.last_webhook_lag()
+            self.webhook_lag(store)
         )?;
         let figures = Arc::new(Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag });
         if let Some(version) = version {
@@ -237,7 +243,7 @@ mod tests {
     async fn the_figures_are_kept_until_the_next_commit() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("store.db")).await.unwrap();
-        let cache = OverviewCache::new(store.clone());
+        let cache = OverviewCache::new(store.clone(), false);
         let first = cache.figures(&store).await.unwrap();
         assert!(Arc::ptr_eq(&first, &cache.figures(&store).await.unwrap()), "nothing changed: kept");
         store.start_run("http://hub.test", "mlx", None).await.unwrap();
@@ -247,7 +253,7 @@ mod tests {
         assert!(Arc::ptr_eq(&second, &cache.figures(&store).await.unwrap()));
         // An in-memory store cannot tell, so it is read every time.
         let memory = Store::open_url("sqlite::memory:").await.unwrap();
-        let cache = OverviewCache::new(memory.clone());
+        let cache = OverviewCache::new(memory.clone(), false);
         assert!(!Arc::ptr_eq(&cache.figures(&memory).await.unwrap(), &cache.figures(&memory).await.unwrap()));
     }
 }

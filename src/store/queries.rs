@@ -567,8 +567,7 @@ impl Store {
         .map_err(sql("run counts"))
     }
 
-    /// The most recent runs, newest first.
-    /// When the newest finished run ended, in Unix seconds.
+    /// When the newest finished crawl ended, in Unix seconds.
     pub async fn last_finished_run_at(&self) -> Result<Option<i64>, StoreError> {
         let at: Option<String> = on_pool!(self, |pool| {
             sqlx::query_scalar(
@@ -611,11 +610,19 @@ impl Store {
     /// Seconds from the arrival of the webhook payload whose re-read recorded a commit (its wait in the queue
     /// included) to the publication of its mirror, for the newest such publication; `None` before the first.
     pub async fn last_webhook_lag(&self) -> Result<Option<i64>, StoreError> {
+        // Publications are walked newest first (`jobs_published`) until one whose commit a webhook's run
+        // read; none before the first webhook run can be one, so a store without webhook runs reads nothing.
         let times: Option<(Option<String>, String)> = on_pool!(self, |pool| sqlx::query_as(
-            "SELECT j.finished_at, COALESCE(r.requested_at, r.started_at) FROM jobs j
-             JOIN repo_history h ON h.repo_id = j.repo_id AND h.sha = j.source_sha
-             JOIN audit_runs r ON r.id = h.run_id AND r.kind = 'webhook'
-             WHERE j.state = 'published' ORDER BY j.finished_at DESC, r.id DESC LIMIT 1",
+            "SELECT j.finished_at,
+                    (SELECT COALESCE(r.requested_at, r.started_at) FROM repo_history h JOIN audit_runs r ON r.id = h.run_id
+                     WHERE h.repo_id = j.repo_id AND h.sha = j.source_sha AND r.kind = 'webhook'
+                     ORDER BY r.id DESC LIMIT 1) AS arrived
+             FROM jobs j
+             WHERE j.state = 'published'
+               AND j.finished_at >= (SELECT started_at FROM audit_runs WHERE kind = 'webhook' ORDER BY id LIMIT 1)
+               AND EXISTS (SELECT 1 FROM repo_history h JOIN audit_runs r ON r.id = h.run_id
+                           WHERE h.repo_id = j.repo_id AND h.sha = j.source_sha AND r.kind = 'webhook')
+             ORDER BY j.finished_at DESC, j.id DESC LIMIT 1",
         )
         .fetch_optional(pool)
         .await)
@@ -902,6 +909,22 @@ pub(crate) mod tests {
                     .await
                     .unwrap();
             });
+            assert_eq!(store.last_webhook_lag().await.unwrap(), Some(65), "{:?}", store.backend());
+
+            // A newer publication a crawl led to is passed over: the lag is still the webhook's.
+            let crawl = store.start_run("test", "{}", None).await.unwrap();
+            store.record_listing(crawl, &[ListingEntry::public("ns/b", "1")], true).await.unwrap();
+            store.record_repo(crawl, &outcome("ns/b", "1", 2)).await.unwrap();
+            store.finish_run(crawl, "finished", &RunStats::default(), None).await.unwrap();
+            let job = store.job_for("ns/b", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
+            on_pool!(store, |pool| sqlx::query(
+                "UPDATE jobs SET state = 'published', finished_at = '2026-12-02T00:09:00Z' WHERE id = $1"
+            )
+            .bind(job.id)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+            .unwrap();
             assert_eq!(store.last_webhook_lag().await.unwrap(), Some(65), "{:?}", store.backend());
         }
     }
