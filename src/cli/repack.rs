@@ -11,7 +11,7 @@ use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
-use hubalign::repack::policy::{EnqueuePolicy, PrivateMirrors, Watched, enqueue_affected};
+use hubalign::repack::policy::{EnqueuePolicy, NameFilters, PrivateMirrors, enqueue_affected};
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
@@ -407,7 +407,7 @@ async fn queue_and_reconcile(
     policy: &EnqueuePolicy,
 ) -> anyhow::Result<()> {
     // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    for hidden in reconcile_mirrors(hub, hf, store, Watched { policy, author: None }).await? {
+    for hidden in reconcile_mirrors(hub, hf, store, NameFilters { policy, author: None }).await? {
         println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
     }
     let queued = enqueue_affected(store, policy).await?;

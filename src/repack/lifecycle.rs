@@ -5,7 +5,7 @@
 
 use hf_hub::HFClient;
 
-use super::policy::{self, PrivateMirrors, Watched};
+use super::policy::{self, NameFilters, PrivateMirrors};
 use crate::hub::HubClient;
 use crate::store::{Store, StoreError};
 
@@ -20,15 +20,15 @@ pub struct Hidden {
 
 /// Makes private every public mirror whose source is no longer public. A source the Hub cannot answer for
 /// now is left for the next pass; one that is public again is left alone. A source the Hub answers under a
-/// new name was renamed: its mirror follows the new name, unless that name is not [`Watched`], in which case
+/// new name was renamed: its mirror follows the new name, unless the [`NameFilters`] exclude that name, in which case
 /// it goes private saying where the source went.
 pub async fn reconcile_mirrors(
     hub: &HubClient,
     hf: &HFClient,
     store: &Store,
-    watched: Watched<'_>,
+    filters: NameFilters<'_>,
 ) -> Result<Vec<Hidden>, StoreError> {
-    reconcile(hub, hf, store, watched, None).await
+    reconcile(hub, hf, store, filters, None).await
 }
 
 /// [`reconcile_mirrors`] for the mirrors of `sources` alone: after a webhook, whose re-read concerns only
@@ -37,17 +37,17 @@ pub async fn reconcile_mirrors_of(
     hub: &HubClient,
     hf: &HFClient,
     store: &Store,
-    watched: Watched<'_>,
+    filters: NameFilters<'_>,
     sources: &[String],
 ) -> Result<Vec<Hidden>, StoreError> {
-    reconcile(hub, hf, store, watched, Some(sources)).await
+    reconcile(hub, hf, store, filters, Some(sources)).await
 }
 
 async fn reconcile(
     hub: &HubClient,
     hf: &HFClient,
     store: &Store,
-    watched: Watched<'_>,
+    filters: NameFilters<'_>,
     only: Option<&[String]>,
 ) -> Result<Vec<Hidden>, StoreError> {
     let mut hidden = Vec::new();
@@ -59,7 +59,7 @@ async fn reconcile(
         if let Ok(found) = &info
             && let Some(to) = found.renamed(source)
         {
-            if let Some(why) = watched.excludes(to) {
+            if let Some(why) = filters.excludes(to) {
                 let reason = format!("its source was renamed to {to}, which is not mirrored ({why})");
                 if hide_mirror(hf, store, &mirror.target_repo, &reason).await? {
                     hidden.push(Hidden {

@@ -160,15 +160,15 @@ impl EnqueuePolicy {
 /// moved to another owner is no longer crawled, so its mirror could never be brought up to date), and the
 /// policy's name rules.
 #[derive(Debug, Clone, Copy)]
-pub struct Watched<'a> {
+pub struct NameFilters<'a> {
     /// `--include`, `--skip` and opt-out.
     pub policy: &'a EnqueuePolicy,
     /// The audit's `--author`.
     pub author: Option<&'a str>,
 }
 
-impl Watched<'_> {
-    /// Why the repo named `repo` is not watched, or `None`.
+impl NameFilters<'_> {
+    /// Why the repo named `repo` is outside the filters, or `None`.
     pub fn excludes(&self, repo: &str) -> Option<&'static str> {
         let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
         if self.author.is_some_and(|a| a != namespace) {

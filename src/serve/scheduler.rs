@@ -10,7 +10,7 @@ use tokio::sync::{Notify, watch};
 use super::Shared;
 use super::schedule::Schedule;
 use crate::audit::{AuditOptions, audit};
-use crate::repack::policy::{EnqueuePolicy, Watched};
+use crate::repack::policy::{EnqueuePolicy, NameFilters};
 use crate::store::leases::SCHEDULER;
 
 /// What the scheduler needs beside the shared clients.
@@ -153,9 +153,9 @@ async fn run_audit(
             }
         }
     }
-    let watched = Watched { policy: &config.policy, author: opts.query.author.as_deref() };
+    let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
     // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store, watched).await {
+    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store, filters).await {
         Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::audit::{AuditOptions, Reread, Trigger, reread};
 use crate::hub::HubClient;
 use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
-use crate::repack::policy::{EnqueuePolicy, Watched, enqueue_repo};
+use crate::repack::policy::{EnqueuePolicy, NameFilters, enqueue_repo};
 use crate::repack::runner::constant_time_eq;
 use crate::store::{RepoState, Store, StoreError};
 use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};
@@ -53,14 +53,18 @@ impl WebhookCounters {
         }
     }
 
+    fn by_scope(counts: &[AtomicU64]) -> Vec<(&'static str, u64)> {
+        Scope::ALL.iter().zip(counts).map(|(s, n)| (s.as_str(), n.load(Ordering::Relaxed))).collect()
+    }
+
     /// Payloads parsed, by the scope they count as.
     pub fn received(&self) -> Vec<(&'static str, u64)> {
-        Scope::ALL.iter().zip(&self.received).map(|(s, n)| (s.as_str(), n.load(Ordering::Relaxed))).collect()
+        Self::by_scope(&self.received)
     }
 
     /// Payloads whose hint was queued (or merged into its repo's), by scope.
     pub fn accepted(&self) -> Vec<(&'static str, u64)> {
-        Scope::ALL.iter().zip(&self.accepted).map(|(s, n)| (s.as_str(), n.load(Ordering::Relaxed))).collect()
+        Self::by_scope(&self.accepted)
     }
 
     /// Payloads turned away, by reason.
@@ -195,7 +199,7 @@ impl Rereader {
             }
         }
         let read: Vec<String> = seen.into_iter().collect();
-        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, self.watch(), &read).await {
+        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, self.filters(), &read).await {
             Ok(hidden) => {
                 for h in hidden {
                     tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");
@@ -300,10 +304,10 @@ impl Rereader {
     /// Whether a repo is one the service watches: the audit's `--author`, the policy's `--include`,
     /// `--skip` and opt-out.
     fn watched(&self, repo: &str) -> Result<(), &'static str> {
-        self.watch().excludes(repo).map_or(Ok(()), Err)
+        self.filters().excludes(repo).map_or(Ok(()), Err)
     }
 
-    fn watch(&self) -> Watched<'_> {
-        Watched { policy: &self.policy, author: self.audit.query.author.as_deref() }
+    fn filters(&self) -> NameFilters<'_> {
+        NameFilters { policy: &self.policy, author: self.audit.query.author.as_deref() }
     }
 }

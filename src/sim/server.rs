@@ -104,8 +104,9 @@ async fn flood_webhooks(
     axum::extract::Query(flood): axum::extract::Query<Flood>,
 ) -> Response {
     // At most a million: a test's burst, not a way to exhaust the machine.
-    let sent = sim.webhooks.flood(flood.n.min(1_000_000));
-    axum::Json(serde_json::json!({ "flooded": if sent { flood.n.min(1_000_000) } else { 0 } })).into_response()
+    let times = flood.n.min(1_000_000);
+    let sent = sim.webhooks.flood(times);
+    axum::Json(serde_json::json!({ "flooded": if sent { times } else { 0 } })).into_response()
 }
 
 /// The endpoint class a path is counted under.

@@ -4,7 +4,9 @@
 //! Every payload sent is kept (up to a bound) for `POST /_sim/webhooks/replay`; `POST /_sim/webhooks/flood`
 //! sends the last one again many times, for tests of a burst.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
@@ -63,12 +65,19 @@ impl Registered {
 pub struct Webhooks {
     targets: Vec<WebhookTarget>,
     client: reqwest::Client,
-    sent: Mutex<Vec<Value>>,
+    sent: Mutex<VecDeque<Value>>,
     /// Webhooks created through the API.
     pub registered: Mutex<Vec<Registered>>,
+    /// The last id given to one (ids are not reused after a deletion).
+    last_id: AtomicU64,
 }
 
 impl Webhooks {
+    /// A new webhook's id, as the Hub's look: 24 hex digits.
+    pub fn next_id(&self) -> String {
+        format!("{:024x}", self.last_id.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// A sender to `targets` (none: nothing is sent).
     pub fn new(targets: Vec<WebhookTarget>) -> Webhooks {
         Webhooks { targets, ..Webhooks::default() }
@@ -104,9 +113,9 @@ impl Webhooks {
         {
             let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
             if sent.len() == KEPT {
-                sent.remove(0);
+                sent.pop_front();
             }
-            sent.push(payload.clone());
+            sent.push_back(payload.clone());
         }
         self.post(payload.clone(), 1);
         for target in watching {
@@ -125,7 +134,7 @@ impl Webhooks {
 
     /// Sends the last payload `times` times at once; returns whether there was one.
     pub fn flood(&self, times: usize) -> bool {
-        let last = self.sent.lock().unwrap_or_else(|p| p.into_inner()).last().cloned();
+        let last = self.sent.lock().unwrap_or_else(|p| p.into_inner()).back().cloned();
         last.map(|p| self.post(p, times)).is_some()
     }
 
@@ -136,19 +145,31 @@ impl Webhooks {
     }
 
     fn post_to(&self, target: WebhookTarget, payload: Value, times: usize) {
-        {
-            let client = self.client.clone();
-            tokio::spawn(async move {
-                for _ in 0..times {
-                    let mut request = client.post(&target.url).json(&payload);
-                    if let Some(secret) = &target.secret {
-                        request = request.header("X-Webhook-Secret", secret);
-                    }
-                    if let Err(e) = request.send().await {
-                        tracing::warn!(url = %target.url, error = %e, "webhook not delivered");
-                    }
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            for _ in 0..times {
+                let mut request = client.post(&target.url).json(&payload);
+                if let Some(secret) = &target.secret {
+                    request = request.header("X-Webhook-Secret", secret);
                 }
-            });
-        }
+                if let Err(e) = request.send().await {
+                    tracing::warn!(url = %target.url, error = %e, "webhook not delivered");
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids come from a counter, not from how many webhooks exist now: a deletion never lets a new webhook take
+    /// the id of one still registered.
+    #[test]
+    fn ids_are_never_reused() {
+        let hooks = Webhooks::default();
+        let ids: Vec<String> = (0..3).map(|_| hooks.next_id()).collect();
+        assert_eq!(ids, [format!("{:024x}", 1), format!("{:024x}", 2), format!("{:024x}", 3)]);
     }
 }

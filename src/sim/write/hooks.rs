@@ -12,13 +12,18 @@ use crate::sim::Shared;
 use crate::sim::error::HubError;
 use crate::sim::webhooks::{Registered, WebhookTarget};
 
+/// The signed-in caller, whose webhooks these are.
+fn owner(sim: &Shared, headers: &HeaderMap) -> Result<String, HubError> {
+    Ok(caller(sim, headers)?.ok_or_else(HubError::auth_required)?.user.clone())
+}
+
 /// `POST /api/settings/webhooks` with `watched`, `url`, `domains`, `secret`.
 pub(in crate::sim) async fn create(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Result<Response, HubError> {
-    let owner = caller(&sim, &headers)?.ok_or_else(HubError::auth_required)?.user.clone();
+    let owner = owner(&sim, &headers)?;
     let url = body["url"].as_str().ok_or_else(|| HubError::bad_request("url is required"))?;
     let mut target: WebhookTarget = url.parse().map_err(HubError::bad_request)?;
     target.secret = body["secret"].as_str().map(str::to_owned);
@@ -35,9 +40,8 @@ pub(in crate::sim) async fn create(
         .as_array()
         .map(|d| d.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
         .unwrap_or_else(|| vec!["repo".to_owned(), "discussion".to_owned()]);
+    let hook = Registered { id: sim.webhooks.next_id(), owner, target, watched, domains };
     let mut registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
-    let id = format!("{:024x}", registered.len() + 1);
-    let hook = Registered { id, owner, target, watched, domains };
     let answer = serde_json::json!({ "webhook": hook.to_json() });
     registered.push(hook);
     Ok(Json(answer).into_response())
@@ -45,7 +49,7 @@ pub(in crate::sim) async fn create(
 
 /// `GET /api/settings/webhooks`: the caller's.
 pub(in crate::sim) async fn list(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
-    let owner = caller(&sim, &headers)?.ok_or_else(HubError::auth_required)?.user.clone();
+    let owner = owner(&sim, &headers)?;
     let registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
     let mine: Vec<Value> = registered.iter().filter(|r| r.owner == owner).map(Registered::to_json).collect();
     Ok(Json(mine).into_response())
@@ -57,7 +61,7 @@ pub(in crate::sim) async fn delete(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
-    let owner = caller(&sim, &headers)?.ok_or_else(HubError::auth_required)?.user.clone();
+    let owner = owner(&sim, &headers)?;
     let mut registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
     let before = registered.len();
     registered.retain(|r| !(r.id == id && r.owner == owner));
