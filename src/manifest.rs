@@ -40,6 +40,13 @@ pub struct Manifest {
     /// Shards left alone, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedShard>,
+    /// Files of the source repo a mirror does not carry, with the reason (a repack's; see
+    /// [`crate::repack::carry`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+    /// Carried configs whose pointers to code were removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edited: Vec<Edited>,
 }
 
 /// One shard's record. Fields after `repack_seconds` are hubalign's; they default when reading a manifest
@@ -103,6 +110,26 @@ pub struct SkippedShard {
     pub file: String,
     /// Why.
     pub reason: String,
+}
+
+/// A file of the source the mirror does not carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    /// Its path in the source repo, as the tree names it (untrusted text: escape it wherever it is shown).
+    pub file: String,
+    /// Its size as the tree gives it.
+    pub bytes: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// A carried config the mirror holds without some of its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edited {
+    /// The file.
+    pub file: String,
+    /// The keys removed, as dotted paths from the top (`auto_map`, `text_config.auto_map`).
+    pub removed: Vec<String>,
 }
 
 /// Why a manifest could not be read or written.

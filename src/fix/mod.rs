@@ -272,6 +272,8 @@ fn fix_bundle(
             target_alignment: opts.alignment.get(),
             shards: entries,
             skipped,
+            left_out: Vec::new(),
+            edited: Vec::new(),
         };
         result.manifest = Some(manifest.write(&out_dir)?.display().to_string());
     }

@@ -1,11 +1,19 @@
-//! The model card of a mirror: front matter carried over from the source's card (licence, task, languages,
-//! datasets, tags) plus what marks an aligned mirror, and a body rendered from `templates/model_card.md.j2`
-//! in which every figure comes from the manifest or a check that ran.
+//! The model card of a mirror: front matter with what the mirror can vouch for (its source, the source's
+//! licence, task and languages, the `not-for-all-audiences` flag) plus what marks an aligned mirror, and a
+//! body rendered from `templates/model_card.md.j2` in which every figure comes from the manifest or a check
+//! that ran.
+//!
+//! Nothing from the source reaches the card as markup. Identifier-like values must be plain (letters,
+//! digits, `._-+/:`) or they are dropped; file names and reasons are escaped for Markdown and HTML by the
+//! template's `md` and `code` filters; a licence link goes only into the source repo or to a known licence
+//! host. Tags come from an allow-list: a tag a source chose (`official`, `verified`, a vendor's name) is its
+//! own claim, and a tag the Hub computes (`text-generation-inference`, `endpoints_compatible`, `license:…`)
+//! is the Hub's to compute for the mirror, so neither is carried.
 
 use serde::Serialize;
 
 use crate::hub::info::ModelInfo;
-use crate::manifest::{Manifest, ManifestShard};
+use crate::manifest::{Edited, LeftOut, Manifest, ManifestShard};
 use crate::safetensors::Method;
 
 const TEMPLATE: &str = include_str!("../../templates/model_card.md.j2");
@@ -13,8 +21,43 @@ const TEMPLATE: &str = include_str!("../../templates/model_card.md.j2");
 /// The tag every aligned mirror carries, so they can be listed (`filter=aligned-safetensors`).
 pub const MIRROR_TAG: &str = "aligned-safetensors";
 
-/// Tags the Hub computes itself (from the licence, the region, the base model, papers, …): never copied.
-const COMPUTED_TAG_PREFIXES: [&str; 6] = ["license:", "region:", "base_model:", "arxiv:", "dataset:", "doi:"];
+/// The tags a mirror carries from its source: the flag that keeps a model out of searches for all
+/// audiences, and the Hub's task ids (a task is also a tag). Languages and the task have fields of their own.
+const CARRIED_TAGS: [&str; 1] = ["not-for-all-audiences"];
+
+/// The Hub's task ids (its `pipeline_tag` values) that MLX models have.
+const TASKS: [&str; 16] = [
+    "text-generation",
+    "image-text-to-text",
+    "text2text-generation",
+    "feature-extraction",
+    "sentence-similarity",
+    "automatic-speech-recognition",
+    "text-to-speech",
+    "text-to-image",
+    "image-to-text",
+    "visual-question-answering",
+    "audio-text-to-text",
+    "any-to-any",
+    "fill-mask",
+    "text-classification",
+    "image-classification",
+    "translation",
+];
+
+/// Hosts a licence link may point to beside the source repo itself: the licences' own publishers.
+const LICENSE_HOSTS: [&str; 10] = [
+    "opensource.org",
+    "www.apache.org",
+    "apache.org",
+    "creativecommons.org",
+    "www.gnu.org",
+    "spdx.org",
+    "choosealicense.com",
+    "www.llama.com",
+    "llama.meta.com",
+    "ai.google.dev",
+];
 
 /// What the source's own card says that the mirror's card carries over. Values come from the Hub and are
 /// kept only when short and printable; lists are capped.
@@ -24,15 +67,13 @@ pub struct SourceCard {
     pub license: Option<String>,
     /// For `license: other`, the licence's name.
     pub license_name: Option<String>,
-    /// For `license: other`, where its text is.
+    /// For `license: other`, where its text is, as the source gave it (checked by [`license_url`]).
     pub license_link: Option<String>,
     /// The task (`text-generation`).
     pub pipeline_tag: Option<String>,
     /// Languages.
     pub language: Vec<String>,
-    /// Training datasets.
-    pub datasets: Vec<String>,
-    /// The card's own tags.
+    /// The card's own tags that a mirror carries ([`CARRIED_TAGS`] and tasks).
     pub tags: Vec<String>,
 }
 
@@ -50,16 +91,36 @@ fn plain(v: &serde_json::Value) -> Option<String> {
     ok.then(|| s.to_owned())
 }
 
-/// Where the licence's text is: an `https` URL as given, or a file of the source repo under `endpoint`.
+/// Where the licence's text is: a file of the source repo under `endpoint`, a page of the source repo on
+/// it, or an `https` page of a known licence publisher ([`LICENSE_HOSTS`]); anything else is no link.
 fn license_url(link: &str, endpoint: &str, source_repo: &str) -> Option<String> {
+    let plain_url = |rest: &str| {
+        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '~' | '#'))
+    };
     if let Some(rest) = link.strip_prefix("https://") {
-        let ok =
-            !rest.is_empty() && rest.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '<' | '>' | '"' | '(' | ')'));
-        return ok.then(|| link.to_owned());
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        return (LICENSE_HOSTS.contains(&host) && (path.is_empty() || plain_url(path))).then(|| link.to_owned());
+    }
+    if let Some(rest) = link.strip_prefix(endpoint).and_then(|r| r.strip_prefix('/')) {
+        let own = rest.strip_prefix(source_repo).is_some_and(|p| p.is_empty() || p.starts_with('/'));
+        return (own && !rest.contains("..") && plain_url(rest)).then(|| link.to_owned());
+    }
+    if link.contains(':') {
+        return None;
     }
     crate::gate::check_repo_path(link)
         .ok()
         .map(|()| format!("{endpoint}/{source_repo}/blob/main/{}", crate::gate::encode_path(link)))
+}
+
+/// A language as cards give it: an ISO 639 code with an optional region (`en`, `zh`, `pt-br`), or
+/// `multilingual`.
+fn language(s: &str) -> bool {
+    let (code, region) = s.split_once('-').unwrap_or((s, ""));
+    s == "multilingual"
+        || ((2..=3).contains(&code.len())
+            && code.bytes().all(|b| b.is_ascii_lowercase())
+            && (region.is_empty() || ((2..=8).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_alphanumeric()))))
 }
 
 /// A string or a list of strings, as card fields come.
@@ -78,8 +139,10 @@ impl SourceCard {
         let field = |k: &str| card.and_then(|c| c.get(k)).and_then(plain);
         let tags = list(card.and_then(|c| c.get("tags")))
             .into_iter()
-            .filter(|t| !COMPUTED_TAG_PREFIXES.iter().any(|p| t.starts_with(p)))
+            .filter(|t| CARRIED_TAGS.contains(&t.as_str()) || TASKS.contains(&t.as_str()))
             .collect();
+        let task = field("pipeline_tag")
+            .or_else(|| info.pipeline_tag.clone().map(serde_json::Value::from).as_ref().and_then(plain));
         SourceCard {
             license: field("license").or_else(|| info.license()),
             license_name: field("license_name"),
@@ -88,25 +151,25 @@ impl SourceCard {
                 .and_then(|v| v.as_str())
                 .filter(|l| l.len() <= MAX_VALUE_LEN)
                 .map(str::to_owned),
-            pipeline_tag: field("pipeline_tag")
-                .or_else(|| info.pipeline_tag.clone().map(serde_json::Value::from).as_ref().and_then(plain)),
-            language: list(card.and_then(|c| c.get("language"))),
-            datasets: list(card.and_then(|c| c.get("datasets"))),
+            pipeline_tag: task.filter(|t| TASKS.contains(&t.as_str())),
+            language: list(card.and_then(|c| c.get("language"))).into_iter().filter(|l| language(l)).collect(),
             tags,
         }
     }
 }
 
 /// A card's YAML front matter, written by hand: every scalar double-quoted with JSON's escapes, which YAML
-/// reads the same way, so no value from the source can change the structure.
-fn front_matter(source_repo: &str, card: &SourceCard) -> String {
+/// reads the same way, so no value from the source can change the structure. The licence link is the
+/// checked one, or none.
+fn front_matter(source_repo: &str, card: &SourceCard, license_url: Option<&str>) -> String {
     let quote = |s: &str| serde_json::Value::from(s).to_string();
     let mut out = String::from("---\n");
     out.push_str(&format!("base_model: {}\n", quote(source_repo)));
+    let link = license_url.map(str::to_owned);
     for (key, value) in [
         ("license", &card.license),
         ("license_name", &card.license_name),
-        ("license_link", &card.license_link),
+        ("license_link", &link),
         ("pipeline_tag", &card.pipeline_tag),
     ] {
         if let Some(v) = value {
@@ -120,11 +183,7 @@ fn front_matter(source_repo: &str, card: &SourceCard) -> String {
             tags.push(t);
         }
     }
-    for (key, items) in [
-        ("language", card.language.iter().map(String::as_str).collect::<Vec<_>>()),
-        ("datasets", card.datasets.iter().map(String::as_str).collect()),
-        ("tags", tags),
-    ] {
+    for (key, items) in [("language", card.language.iter().map(String::as_str).collect::<Vec<_>>()), ("tags", tags)] {
         if !items.is_empty() {
             out.push_str(&format!("{key}:\n"));
             for item in items {
@@ -159,6 +218,15 @@ pub struct CardData<'a> {
     pub shards: &'a [ManifestShard],
     /// Shards left as they were (no loader copies from them), with why.
     pub skipped: Vec<(String, String)>,
+    /// Files of the source the mirror does not carry, with why: at most [`MAX_LISTED`].
+    pub left_out: &'a [LeftOut],
+    /// Files left out past [`MAX_LISTED`], and their bytes.
+    pub left_out_more: (usize, u64),
+    /// Carried configs whose pointers to code were removed.
+    pub edited: &'a [Edited],
+    /// Which digests the manifest holds, each with the number of shards that carry it, in the manifest's
+    /// field names.
+    pub digests: Vec<(String, usize)>,
     /// Whether any shard was reordered.
     pub any_relayout: bool,
     /// Misaligned tensors in the source.
@@ -199,8 +267,21 @@ impl<'a> CardData<'a> {
         let source_repo = manifest.source_repo.as_deref().unwrap_or("");
         let endpoint = inputs.endpoint.trim_end_matches('/');
         let license_url = inputs.source.license_link.as_deref().and_then(|l| license_url(l, endpoint, source_repo));
+        let listed = manifest.left_out.len().min(MAX_LISTED);
+        let more = &manifest.left_out[listed..];
+        let mut digests: Vec<(String, usize)> = Vec::new();
+        for name in manifest.shards.iter().flat_map(|s| &s.digests) {
+            match digests.iter_mut().find(|(n, _)| n == name) {
+                Some((_, count)) => *count += 1,
+                None => digests.push((name.clone(), 1)),
+            }
+        }
         CardData {
-            front_matter: front_matter(source_repo, &inputs.source),
+            front_matter: front_matter(source_repo, &inputs.source, license_url.as_deref()),
+            left_out: &manifest.left_out[..listed],
+            left_out_more: (more.len(), more.iter().fold(0u64, |sum, f| sum.saturating_add(f.bytes))),
+            edited: &manifest.edited,
+            digests,
             endpoint,
             license_url,
             source_repo,
@@ -222,6 +303,44 @@ impl<'a> CardData<'a> {
     }
 }
 
+/// Most left-out files the card names one by one.
+pub const MAX_LISTED: usize = 50;
+
+/// Longest piece of untrusted text the card shows; the rest is cut.
+const MAX_SHOWN: usize = 120;
+
+/// Untrusted text as Markdown that renders it literally: cut to [`MAX_SHOWN`] characters, control and
+/// invisible characters spelled out, every ASCII punctuation character backslash-escaped (so nothing opens a
+/// link, an emphasis, a code span, a table cell or an autolink) and `<`, `>`, `&` as entities (so nothing
+/// opens an HTML tag, whatever the renderer makes of backslashes).
+pub fn markdown_text(s: &str) -> String {
+    let mut cut: String = s.chars().take(MAX_SHOWN).collect();
+    if cut.len() < s.len() {
+        cut.push('…');
+    }
+    let cut = crate::gate::escape_control(&cut);
+    let mut out = String::with_capacity(cut.len() * 2);
+    for c in cut.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c if c.is_ascii_punctuation() => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A file name as a code span when it is a plain name (nothing in it can close the span), else as
+/// [`markdown_text`].
+pub fn markdown_code(s: &str) -> String {
+    if super::carry::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
+}
+
 /// `1234567` as `1,234,567`.
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -239,6 +358,8 @@ fn thousands(n: u64) -> String {
 pub fn render(data: &CardData<'_>) -> Result<String, String> {
     let mut env = minijinja::Environment::new();
     env.add_filter("thousands", |n: u64| thousands(n));
+    env.add_filter("md", |s: String| markdown_text(&s));
+    env.add_filter("code", |s: String| markdown_code(&s));
     env.add_filter("bytes", |n: u64| crate::report::human_bytes(n));
     env.add_filter("plural", |n: u64, one: String, many: String| {
         format!("{} {}", thousands(n), if n == 1 { one } else { many })
@@ -271,14 +392,16 @@ mod tests {
     }
 
     #[test]
-    fn the_source_card_is_carried_over_without_computed_tags_or_hostile_values() {
+    fn the_source_card_is_carried_over_without_claims_computed_tags_or_hostile_values() {
         let info: ModelInfo = serde_json::from_value(serde_json::json!({
             "pipeline_tag": "text-generation",
             "tags": ["license:other", "mlx"],
             "cardData": {
                 "license": "other", "license_name": "ornith", "license_link": "LICENSE",
-                "language": ["en", "fr"], "datasets": "some/data",
-                "tags": ["mlx", "region:us", "chat", "bad\nvalue", "x".repeat(300)],
+                "language": ["en", "fr", "pt-br", "English<b>", "x"], "datasets": "some/data",
+                "tags": ["mlx", "region:us", "chat", "official", "verified", "meta-llama", "text-generation-inference",
+                         "endpoints_compatible", "not-for-all-audiences", "text-generation", "bad\nvalue",
+                         "x".repeat(300)],
             }
         }))
         .unwrap();
@@ -286,18 +409,60 @@ mod tests {
         assert_eq!(card.license.as_deref(), Some("other"));
         assert_eq!((card.license_name.as_deref(), card.license_link.as_deref()), (Some("ornith"), Some("LICENSE")));
         assert_eq!(card.pipeline_tag.as_deref(), Some("text-generation"));
-        assert_eq!(card.language, ["en", "fr"]);
-        assert_eq!(card.datasets, ["some/data"]);
-        assert_eq!(card.tags, ["mlx", "chat"]);
-        assert_eq!(license_url("LICENSE", "http://h", "a/b").as_deref(), Some("http://h/a/b/blob/main/LICENSE"));
-        assert_eq!(license_url("https://x.org/l", "http://h", "a/b").as_deref(), Some("https://x.org/l"));
-        assert_eq!(license_url("../../x", "http://h", "a/b"), None);
-        // Anything else is a file of the source repo, encoded: never a link of another scheme.
-        let odd = license_url("javascript:alert(1)", "http://h", "a/b").unwrap();
-        assert_eq!(odd, "http://h/a/b/blob/main/javascript%3Aalert%281%29");
-        let front = front_matter("a/b", &card);
-        assert!(front.contains("- \"aligned-safetensors\"\n- \"chat\"\n"), "{front}");
+        assert_eq!(card.language, ["en", "fr", "pt-br"]);
+        assert_eq!(card.tags, ["not-for-all-audiences", "text-generation"]);
+        let front = front_matter("a/b", &card, None);
+        assert!(front.contains("- \"aligned-safetensors\"\n- \"not-for-all-audiences\"\n"), "{front}");
+        for claim in ["official", "verified", "meta-llama", "endpoints_compatible", "inference", "datasets", "chat"] {
+            assert!(!front.contains(claim), "{claim}: {front}");
+        }
+        assert!(!front.contains("license_link"), "an unchecked link is not carried: {front}");
         assert!(!front.contains("base_model_relation"), "a re-layout is none of the Hub's relations");
+    }
+
+    #[test]
+    fn a_licence_links_only_into_the_source_repo_or_to_a_licence_publisher() {
+        let url = |l: &str| license_url(l, "http://h", "a/b");
+        assert_eq!(url("LICENSE").as_deref(), Some("http://h/a/b/blob/main/LICENSE"));
+        assert_eq!(url("http://h/a/b/blob/main/LICENSE.txt").as_deref(), Some("http://h/a/b/blob/main/LICENSE.txt"));
+        assert_eq!(url("https://www.apache.org/licenses/LICENSE-2.0").as_deref(), Some("https://www.apache.org/licenses/LICENSE-2.0"));
+        for refused in [
+            "../../x",
+            "https://evil.example/license",
+            "https://opensource.org.evil.example/x",
+            "https://opensource.org/x)(y",
+            "http://h/evil/repo/blob/main/LICENSE",
+            "http://h/a/bc/blob/main/LICENSE",
+            "http://h/a/b/../../evil/LICENSE",
+            "javascript:alert(1)",
+            "http:evil.example",
+        ] {
+            assert_eq!(url(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn untrusted_text_renders_literally() {
+        let name = "x` <img src=x onerror=alert(1)> [Download verified weights](http:evil.example) `y.safetensors";
+        let md = markdown_text(name);
+        // Take away each backslash escape and each entity: no markup character is left bare.
+        let mut bare = String::new();
+        let mut chars = md.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                chars.next();
+            } else {
+                bare.push(c);
+            }
+        }
+        let bare = bare.replace("&lt;", "").replace("&gt;", "").replace("&amp;", "");
+        assert!(!bare.chars().any(|c| c.is_ascii_punctuation()), "{bare}");
+        assert!(md.contains("&lt;img src\\=x onerror\\=alert\\(1\\)&gt;"), "{md}");
+        assert_eq!(markdown_text("a\u{1b}[31m|b"), "a\\\\u\\{1b\\}\\[31m\\|b");
+        assert_eq!(markdown_text(&"y".repeat(500)).chars().count(), MAX_SHOWN + 1);
+        assert_eq!(markdown_text("www.evil.example"), "www\\.evil\\.example", "no autolink");
+        assert_eq!(markdown_code("model-00001-of-00002.safetensors"), "`model-00001-of-00002.safetensors`");
+        assert_eq!(markdown_code("a`b"), "a\\`b");
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct Downloaded {
     pub bytes: u64,
     /// Files an earlier attempt had already fetched and verified, kept rather than fetched again.
     pub reused: usize,
+    /// Files of the tree not downloaded, since a mirror does not carry them ([`super::carry`]).
+    pub left_out: Vec<super::carry::LeftOut>,
 }
 
 /// Why a download stopped.
@@ -84,6 +86,9 @@ pub struct Layout {
     /// Told the repo path of each shard repaired as it streamed, as soon as it is checked and in place in
     /// the repair directory (under the same name), so its upload can start while the rest download.
     pub ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Download only what a mirror carries ([`super::carry`]); `false` for a staged mirror, which holds
+    /// nothing else already.
+    pub carry_only: bool,
 }
 
 /// Connections a download holds at once unless told otherwise.
@@ -103,7 +108,18 @@ pub async fn download(
     gate::check_revision(sha).map_err(refuse)?;
     let fail = |error: RepackError| DownloadError::Failed { error, bytes: 0 };
     let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), &e)))?;
-    check_tree(&tree, max_bytes).map_err(|e| DownloadError::Refused(format!("{repo}@{sha}: {e}")))?;
+    let refused = |e: String| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
+    check_tree(&tree).map_err(refused)?;
+    let (tree, left_out) = if layout.carry_only {
+        let selection = super::carry::select(&tree).map_err(|e| refused(e.to_string()))?;
+        (selection.carried, selection.left_out)
+    } else {
+        (tree, Vec::new())
+    };
+    let total = tree.iter().fold(0u64, |sum, f| sum.saturating_add(f.size));
+    if total > max_bytes {
+        return Err(refused(format!("the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)")));
+    }
     for dir in
         [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
     {
@@ -126,6 +142,9 @@ pub async fn download(
         let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
         wanted.push((f, partial, dest, repair));
     }
+    // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
+    let to_fetch = wanted.iter().fold(0u64, |sum, (f, ..)| sum.saturating_add(f.size));
+    super::room::check(&layout.source, super::room::need(to_fetch, total)).map_err(|error| fail(error))?;
     // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
     // transfer at a time leaves the other cores (and connections) idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
@@ -171,7 +190,7 @@ pub async fn download(
     if streamed > 0 {
         tracing::debug!(repo.id = %repo, files = streamed, "shards repaired as they streamed where header padding fixes them");
     }
-    Ok(Downloaded { tree, bytes, reused })
+    Ok(Downloaded { tree, bytes, reused, left_out })
 }
 
 impl Layout {
@@ -183,11 +202,16 @@ impl Layout {
     }
 }
 
-/// Every path passes the gate, none twice, none a prefix directory of another, and the sizes add up to at
-/// most `max_bytes`.
-fn check_tree(tree: &[TreeFile], max_bytes: u64) -> Result<(), String> {
+/// Most files a tree may list (real MLX repos have a few dozen; the Hub's trees are paged by thousands).
+pub const MAX_TREE_FILES: usize = 10_000;
+
+/// Every path passes the gate, none twice, none a prefix directory of another, and there are at most
+/// [`MAX_TREE_FILES`].
+fn check_tree(tree: &[TreeFile]) -> Result<(), String> {
+    if tree.len() > MAX_TREE_FILES {
+        return Err(format!("{} files, over the cap of {MAX_TREE_FILES}; not mirrored", tree.len()));
+    }
     let mut paths = std::collections::BTreeSet::new();
-    let mut total = 0u64;
     for f in tree {
         gate::check_repo_path(&f.path).map_err(|e| e.to_string())?;
         if !paths.insert(f.path.as_str()) {
@@ -196,16 +220,12 @@ fn check_tree(tree: &[TreeFile], max_bytes: u64) -> Result<(), String> {
         if !is_hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !is_hex(&l.oid, 64)) {
             return Err(format!("file {}: its hash is not a git or LFS object id", gate::quote(&f.path)));
         }
-        total = total.saturating_add(f.size);
     }
     // A file and a directory of the same name cannot both be written.
     for p in &paths {
         if paths.range(format!("{p}/").as_str()..).next().is_some_and(|q| q.starts_with(&format!("{p}/"))) {
             return Err(format!("file path {} is also listed as a directory", gate::quote(p)));
         }
-    }
-    if total > max_bytes {
-        return Err(format!("the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"));
     }
     Ok(())
 }
@@ -496,16 +516,17 @@ mod tests {
 
     #[test]
     fn trees_that_would_leave_the_directory_or_the_budget_are_refused() {
-        assert_eq!(check_tree(&[file("model.safetensors", 10), file("sub/config.json", 5)], 15), Ok(()));
+        assert_eq!(check_tree(&[file("model.safetensors", 10), file("sub/config.json", 5)]), Ok(()));
+        let many: Vec<TreeFile> = (0..=MAX_TREE_FILES).map(|i| file(&format!("f{i}"), 1)).collect();
         for (tree, why) in [
             (vec![file("../x", 1)], "file path"),
             (vec![file("/etc/passwd", 1)], "absolute"),
             (vec![file("a", 1), file("a", 1)], "twice"),
             (vec![file("a", 1), file("a/b", 1)], "directory"),
-            (vec![file("a", u64::MAX), file("b", u64::MAX)], "cap"),
+            (many, "over the cap"),
             (vec![TreeFile { oid: "../../x".into(), ..file("a", 1) }], "object id"),
         ] {
-            let e = check_tree(&tree, 100).unwrap_err();
+            let e = check_tree(&tree).unwrap_err();
             assert!(e.contains(why), "{e}");
         }
     }

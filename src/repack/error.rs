@@ -1,6 +1,10 @@
 //! Why a repack step failed, and what that means for its job: tried again later (transient), given up
-//! (permanent), or held until the operator has acted (a refused token, a full disk), which no retry fixes
-//! and which would fail every other job the same way.
+//! (permanent), or held until the operator has acted (a refused token, a read-only work directory), which no
+//! retry fixes and which would fail every other job the same way.
+//!
+//! A disk that ran out of space is the job's failure, not the operator's: the job was larger than what was
+//! free (the room check before a download makes that rare). Its files are removed at once, so the next job
+//! has the space back, and it is tried again later like any transient failure.
 
 use std::io;
 
@@ -17,22 +21,25 @@ pub struct RepackError {
     pub kind: FailureKind,
     /// What failed, naming the repo or file.
     pub reason: String,
+    /// The disk ran out of space (or quota) on the way: the job's files are removed rather than kept for
+    /// the next attempt to resume from.
+    pub out_of_space: bool,
 }
 
 impl RepackError {
     /// Another attempt may succeed.
     pub fn transient(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::Transient, reason: reason.into() }
+        RepackError { kind: FailureKind::Transient, reason: reason.into(), out_of_space: false }
     }
 
     /// No attempt will succeed for this job.
     pub fn permanent(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::Permanent, reason: reason.into() }
+        RepackError { kind: FailureKind::Permanent, reason: reason.into(), out_of_space: false }
     }
 
     /// Nothing succeeds until the operator acts.
     pub fn needs_operator(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::NeedsOperator, reason: reason.into() }
+        RepackError { kind: FailureKind::NeedsOperator, reason: reason.into(), out_of_space: false }
     }
 
     /// A Hub request's failure, `what` saying which: a refused token or a missing permission needs the
@@ -44,7 +51,7 @@ impl RepackError {
             HubError::Status { status, .. } => FailureKind::of_status(*status),
             _ => FailureKind::Transient,
         };
-        RepackError { kind, reason: format!("{what}: {e}") }
+        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false }
     }
 
     /// hf-hub's failure, `what` saying which request: as [`RepackError::hub`].
@@ -54,30 +61,42 @@ impl RepackError {
             hf_hub::HFError::Http { context } => FailureKind::of_status(context.status),
             _ => FailureKind::Transient,
         };
-        RepackError { kind, reason: format!("{what}: {e}") }
+        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false }
     }
 
-    /// A local file's failure, `what` naming the file and the operation: a full disk, a quota or a directory
-    /// the worker may not write needs the operator, anything else is tried again.
+    /// A local file's failure, `what` naming the file and the operation: a read-only work directory or one
+    /// the worker may not write needs the operator; a full disk or quota is the job's (see the module's
+    /// documentation); anything else is tried again.
     pub fn io(what: impl std::fmt::Display, e: &io::Error) -> RepackError {
-        RepackError { kind: FailureKind::of_io(e.kind()), reason: format!("{what}: {e}") }
+        RepackError::of_io_kind(e.kind(), format!("{what}: {e}"))
     }
 
     /// A failure that carries its `io::Error` inside (a re-layout's, a manifest's): judged by the first I/O
     /// failure in its chain of causes, transient if there is none.
     pub fn caused_by(e: &(dyn std::error::Error + 'static)) -> RepackError {
-        let kind = crate::io_error::io_kind_in(e).map_or(FailureKind::Transient, FailureKind::of_io);
-        RepackError { kind, reason: e.to_string() }
+        match crate::io_error::io_kind_in(e) {
+            Some(kind) => RepackError::of_io_kind(kind, e.to_string()),
+            None => RepackError::transient(e.to_string()),
+        }
+    }
+
+    fn of_io_kind(kind: io::ErrorKind, reason: String) -> RepackError {
+        let out_of_space = matches!(kind, io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded);
+        RepackError { kind: FailureKind::of_io(kind), reason, out_of_space }
     }
 
     /// The same failure, its reason prefixed with `what`.
     pub fn context(self, what: impl std::fmt::Display) -> RepackError {
-        RepackError { kind: self.kind, reason: format!("{what}: {}", self.reason) }
+        RepackError { reason: format!("{what}: {}", self.reason), ..self }
     }
 
     /// The more serious of two failures' kinds, with both reasons: several files that failed at once.
     pub fn join(self, other: RepackError) -> RepackError {
-        RepackError { kind: self.kind.max(other.kind), reason: format!("{}; {}", self.reason, other.reason) }
+        RepackError {
+            kind: self.kind.max(other.kind),
+            reason: format!("{}; {}", self.reason, other.reason),
+            out_of_space: self.out_of_space || other.out_of_space,
+        }
     }
 }
 
@@ -98,10 +117,7 @@ impl FailureKind {
     /// permission is the machine's state, not the job's.
     pub fn of_io(kind: io::ErrorKind) -> FailureKind {
         match kind {
-            io::ErrorKind::StorageFull
-            | io::ErrorKind::QuotaExceeded
-            | io::ErrorKind::ReadOnlyFilesystem
-            | io::ErrorKind::PermissionDenied => FailureKind::NeedsOperator,
+            io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied => FailureKind::NeedsOperator,
             _ => FailureKind::Transient,
         }
     }
@@ -134,18 +150,28 @@ mod tests {
     }
 
     #[test]
-    fn a_full_disk_needs_the_operator_wherever_it_is_in_the_chain() {
-        let full = io::Error::from(io::ErrorKind::StorageFull);
-        assert_eq!(RepackError::io("work/x", &full).kind, FailureKind::NeedsOperator);
+    fn a_full_disk_is_the_jobs_and_a_read_only_one_needs_the_operator_wherever_it_is_in_the_chain() {
+        let full = RepackError::io("work/x", &io::Error::from(io::ErrorKind::StorageFull));
+        assert_eq!((full.kind, full.out_of_space), (FailureKind::Transient, true));
+        let read_only = RepackError::io("work/x", &io::Error::from(io::ErrorKind::ReadOnlyFilesystem));
+        assert_eq!((read_only.kind, read_only.out_of_space), (FailureKind::NeedsOperator, false));
         assert_eq!(RepackError::io("work/x", &io::Error::other("reset")).kind, FailureKind::Transient);
         let wrapped = crate::io_error::PathIoError {
             path: "work/x".into(),
             op: "write",
-            source: io::Error::from(io::ErrorKind::StorageFull),
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
         };
         let e = RepackError::caused_by(&wrapped);
         assert_eq!(e.kind, FailureKind::NeedsOperator);
         assert!(e.reason.starts_with("work/x: write"), "{}", e.reason);
+        let quota = crate::io_error::PathIoError {
+            path: "work/x".into(),
+            op: "write",
+            source: io::Error::from(io::ErrorKind::QuotaExceeded),
+        };
+        let e = RepackError::caused_by(&quota).context("re-layout");
+        assert_eq!((e.kind, e.out_of_space), (FailureKind::Transient, true));
+        assert!(RepackError::transient("a").join(e).out_of_space);
         let other = crate::io_error::PathIoError { path: "y".into(), op: "read", source: io::Error::other("eio") };
         assert_eq!(RepackError::caused_by(&other).kind, FailureKind::Transient);
     }

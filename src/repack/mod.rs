@@ -4,6 +4,7 @@
 
 pub mod ahead;
 pub mod card;
+pub mod carry;
 pub mod download;
 pub mod error;
 pub mod lfs;
@@ -14,6 +15,7 @@ pub mod prime;
 pub mod publish;
 pub mod pull_request;
 pub mod rendezvous;
+pub mod room;
 pub mod runner;
 pub mod stream;
 mod transfer;
@@ -135,10 +137,12 @@ impl Repacker<'_> {
     /// lost the job meanwhile (its lease ran out and another worker took it over, whose outcome stands).
     pub async fn run(&self, job: &Job) -> Result<Option<JobState>, StoreError> {
         let dir = self.opts.work_dir.join(format!("job-{}", job.id));
+        let mut out_of_space = false;
         let outcome = match self.steps(job, &dir).await {
             Ok(outcome) => outcome,
             Err(e) => {
                 tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, kind = e.kind.as_str(), "repack failed");
+                out_of_space = e.out_of_space;
                 JobOutcome::Failed { reason: e.reason, kind: e.kind }
             }
         };
@@ -148,9 +152,10 @@ impl Repacker<'_> {
             return Ok(None);
         };
         // A job waiting for the Metal check keeps its staged files for the runner and the publish after it
-        // (unless they wait on the Hub); one that will be tried again keeps its downloads.
+        // (unless they wait on the Hub); one that will be tried again keeps its downloads, unless the disk ran
+        // out of space for them: the next job gets the space back.
         let staged_here = state == JobState::AwaitingMetalVerify && self.opts.metal_handoff == MetalHandoff::Api;
-        if !staged_here && state != JobState::Queued {
+        if !staged_here && (state != JobState::Queued || out_of_space) {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(Some(state))
@@ -265,6 +270,7 @@ impl Repacker<'_> {
             repair,
             connections: self.opts.download_connections,
             ready,
+            carry_only: true,
         };
         let fetched =
             download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
@@ -285,7 +291,10 @@ impl Repacker<'_> {
         self.step(job, JobState::Relaying).await?;
         let (src, out, alignment) = (source.clone(), output.clone(), self.opts.alignment);
         let (repo, sha) = (job.repo_id.clone(), job.source_sha.clone());
-        let relaid = off_executor("the re-layout", move || relay(&src, &out, &streamed, alignment, &repo, &sha));
+        let left_out = fetched.left_out;
+        let relaid = off_executor("the re-layout", move || {
+            relay(&src, &out, &streamed, alignment, (&repo, &sha), left_out)
+        });
         if let Relaid::Skipped(reason) = relaid.await? {
             return Ok(JobOutcome::Skipped { reason });
         }
@@ -517,14 +526,15 @@ impl Repacker<'_> {
 }
 
 /// Re-lays the downloaded bundle into `output` (linking the shards repaired as they streamed, from
-/// `streamed`) and stamps the manifest with the source repo and commit.
+/// `streamed`), removes the carried configs' pointers to code, and stamps the manifest with the source repo
+/// and commit and what the mirror left out and edited.
 fn relay(
     source: &Path,
     output: &Path,
     streamed: &Path,
     alignment: Alignment,
-    repo: &str,
-    sha: &str,
+    (repo, sha): (&str, &str),
+    left_out: Vec<carry::LeftOut>,
 ) -> Result<Relaid, RepackError> {
     let bundles = discover(&[source.to_owned()]).map_err(|e| RepackError::permanent(e.to_string()))?;
     if bundles.len() != 1 {
@@ -546,10 +556,14 @@ fn relay(
         let why: Vec<String> = shards().filter_map(|s| s.error.clone()).collect();
         let reason = format!("re-layout left {} invalid and {} failed shards: {}", t.invalid, t.failed, why.join("; "));
         // An invalid shard stays invalid; a rewrite that failed left its original intact and may be tried
-        // again, unless the machine is at fault (a full disk), which only the operator can mend.
-        let kind = shards().filter_map(|s| s.io_kind).map(error::FailureKind::of_io).max();
-        return Err(match kind {
-            Some(error::FailureKind::NeedsOperator) => RepackError::needs_operator(reason),
+        // again, unless the machine is at fault (a read-only disk), which only the operator can mend. A full
+        // disk is said so, for the job's files to be removed.
+        let by_io = shards()
+            .filter_map(|s| s.io_kind)
+            .map(|k| RepackError::io("", &std::io::Error::from(k)))
+            .reduce(RepackError::join);
+        return Err(match by_io {
+            Some(e) if e.kind == error::FailureKind::NeedsOperator || e.out_of_space => RepackError { reason, ..e },
             _ if t.invalid > 0 => RepackError::permanent(reason),
             _ => RepackError::transient(reason),
         });
@@ -560,6 +574,11 @@ fn relay(
     let mut manifest = Manifest::read(output)
         .map_err(|e| RepackError::permanent(e.to_string()))?
         .ok_or_else(|| RepackError::permanent("fix wrote no manifest"))?;
+    manifest.edited = carry::strip_code_pointers(output).map_err(|e| match e {
+        carry::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), &source),
+        e @ carry::ConfigError::NotJson { .. } => RepackError::permanent(format!("not mirrored: {e}")),
+    })?;
+    manifest.left_out = left_out;
     manifest.source_repo = Some(repo.to_owned());
     manifest.source_revision = Some(sha.to_owned());
     manifest.source_dir = format!("{repo}@{sha}");

@@ -60,7 +60,7 @@ pub struct Target<'a> {
     pub sources: &'a [PathBuf],
 }
 
-/// Opens the pull request on the source repo with every file of `dir` but the model card, unless one by the
+/// Opens the pull request on the source repo with the shards and the manifest of `dir`, unless one by the
 /// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
 /// workers.
 pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
@@ -75,7 +75,10 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    for name in names.into_iter().filter(|n| n != "README.md" && !n.starts_with('.')) {
+    // Only the repair: the shards and the manifest. The owner's other files stay theirs, as they are (the
+    // carried configs of a mirror lose their pointers to code; a pull request proposes no such change).
+    let repair = |n: &String| n.ends_with(crate::bundle::SHARD_SUFFIX) || n == crate::manifest::MANIFEST_FILE;
+    for name in names.into_iter().filter(repair) {
         operations.push(CommitOperation::add_file(name.clone(), dir.join(&name)));
     }
     prime(hub, repo, sources).await;

@@ -302,6 +302,7 @@ impl HubRunner<'_> {
             repair: None,
             connections: 0,
             ready: None,
+            carry_only: false,
         };
         let downloaded = download::download(self.hub, target, commit, &layout, self.max_bytes).await;
         downloaded.map_err(|error| {
