@@ -1,6 +1,5 @@
 //! `hubalign repack` (one bundle by hand) and `hubalign worker` (the queue): the same pipeline.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
-use hubalign::repack::policy::{EnqueuePolicy, NameFilters, PrivateMirrors, enqueue_affected};
+use hubalign::repack::policy::{EnqueuePolicy, NameFilters, Names, PrivateMirrors, enqueue_affected};
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
@@ -132,8 +131,8 @@ impl PolicyArgs {
     ) -> anyhow::Result<EnqueuePolicy> {
         Ok(EnqueuePolicy {
             min_bytes: (self.min_gb * 1e9) as i64,
-            include: self.include.iter().cloned().collect(),
-            skip: self.skip.iter().cloned().collect(),
+            include: self.include.iter().collect(),
+            skip: self.skip.iter().collect(),
             opt_out: self.opt_out.as_ref().map(read_opt_out).transpose()?.unwrap_or_default(),
             verify_device: device,
             private_mirrors: private_mirrors.clone(),
@@ -323,9 +322,9 @@ pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     })
 }
 
-fn read_opt_out(path: &PathBuf) -> anyhow::Result<BTreeSet<String>> {
+fn read_opt_out(path: &PathBuf) -> anyhow::Result<Names> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim().to_owned()).filter(|l| !l.is_empty()).collect())
+    Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect())
 }
 
 pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {

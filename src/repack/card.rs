@@ -95,7 +95,8 @@ fn plain(v: &serde_json::Value) -> Option<String> {
 /// it, or an `https` page of a known licence publisher ([`LICENSE_HOSTS`]); anything else is no link.
 fn license_url(link: &str, endpoint: &str, source_repo: &str) -> Option<String> {
     let plain_url = |rest: &str| {
-        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '~' | '#'))
+        !rest.is_empty()
+            && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '~' | '#'))
     };
     if let Some(rest) = link.strip_prefix("https://") {
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -120,7 +121,8 @@ fn language(s: &str) -> bool {
     s == "multilingual"
         || ((2..=3).contains(&code.len())
             && code.bytes().all(|b| b.is_ascii_lowercase())
-            && (region.is_empty() || ((2..=8).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_alphanumeric()))))
+            && (region.is_empty()
+                || ((2..=8).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_alphanumeric()))))
 }
 
 /// A string or a list of strings, as card fields come.
@@ -425,7 +427,10 @@ mod tests {
         let url = |l: &str| license_url(l, "http://h", "a/b");
         assert_eq!(url("LICENSE").as_deref(), Some("http://h/a/b/blob/main/LICENSE"));
         assert_eq!(url("http://h/a/b/blob/main/LICENSE.txt").as_deref(), Some("http://h/a/b/blob/main/LICENSE.txt"));
-        assert_eq!(url("https://www.apache.org/licenses/LICENSE-2.0").as_deref(), Some("https://www.apache.org/licenses/LICENSE-2.0"));
+        assert_eq!(
+            url("https://www.apache.org/licenses/LICENSE-2.0").as_deref(),
+            Some("https://www.apache.org/licenses/LICENSE-2.0")
+        );
         for refused in [
             "../../x",
             "https://evil.example/license",

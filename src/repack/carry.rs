@@ -17,8 +17,8 @@ use std::path::Path;
 
 use crate::bundle::{INDEX_SUFFIX, SHARD_SUFFIX};
 use crate::hub::tree::TreeFile;
-pub use crate::manifest::{Edited, LeftOut};
 use crate::manifest::MANIFEST_FILE;
+pub use crate::manifest::{Edited, LeftOut};
 
 /// Most shards a repo may have to be mirrored (real MLX repos have fewer than 200).
 pub const MAX_SHARDS: usize = 256;

@@ -118,7 +118,9 @@ pub async fn download(
     };
     let total = tree.iter().fold(0u64, |sum, f| sum.saturating_add(f.size));
     if total > max_bytes {
-        return Err(refused(format!("the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)")));
+        return Err(refused(format!(
+            "the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"
+        )));
     }
     for dir in
         [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()

@@ -292,9 +292,8 @@ impl Repacker<'_> {
         let (src, out, alignment) = (source.clone(), output.clone(), self.opts.alignment);
         let (repo, sha) = (job.repo_id.clone(), job.source_sha.clone());
         let left_out = fetched.left_out;
-        let relaid = off_executor("the re-layout", move || {
-            relay(&src, &out, &streamed, alignment, (&repo, &sha), left_out)
-        });
+        let relaid =
+            off_executor("the re-layout", move || relay(&src, &out, &streamed, alignment, (&repo, &sha), left_out));
         if let Relaid::Skipped(reason) = relaid.await? {
             return Ok(JobOutcome::Skipped { reason });
         }

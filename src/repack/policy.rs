@@ -51,7 +51,7 @@ pub struct PrivateMirrors(pub Option<String>);
 impl PrivateMirrors {
     fn allows(&self, source: &str, target_namespace: &str) -> bool {
         let source_ns = source.split_once('/').map_or(source, |(ns, _)| ns);
-        self.0.as_deref() == Some(target_namespace) && source_ns == target_namespace
+        self.0.as_deref().is_some_and(|ns| same_name(ns, target_namespace)) && same_name(source_ns, target_namespace)
     }
 }
 
@@ -99,17 +99,45 @@ pub fn visibility_now(
     }
 }
 
+/// Names of publishers or repos, compared as the Hub compares them: without regard to ASCII case (on the Hub
+/// `OptCo` and `optco` are one owner, and `a/Model` and `a/model` one repo).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names(BTreeSet<String>);
+
+impl Names {
+    /// Whether `name` is one of these, in any case.
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains(&name.to_ascii_lowercase())
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for Names {
+    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Names {
+        Names(names.into_iter().map(|n| n.as_ref().to_ascii_lowercase()).collect())
+    }
+}
+
+/// Whether two namespaces (or repo ids) name the same owner (or repo) on the Hub.
+pub fn same_name(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
 /// Which affected repos become jobs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnqueuePolicy {
     /// Only repos duplicating at least this many bytes.
     pub min_bytes: i64,
     /// Only these namespaces (all when empty).
-    pub include: BTreeSet<String>,
+    pub include: Names,
     /// Never these namespaces.
-    pub skip: BTreeSet<String>,
+    pub skip: Names,
     /// Owners (namespaces) or repos that asked not to be mirrored.
-    pub opt_out: BTreeSet<String>,
+    pub opt_out: Names,
     /// Where the jobs' MLX check runs (`Metal` waits for the macOS runner).
     pub verify_device: VerifyDevice,
     /// Where private mirrors of private sources are allowed.
@@ -171,7 +199,7 @@ impl NameFilters<'_> {
     /// Why the repo named `repo` is outside the filters, or `None`.
     pub fn excludes(&self, repo: &str) -> Option<&'static str> {
         let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
-        if self.author.is_some_and(|a| a != namespace) {
+        if self.author.is_some_and(|a| !same_name(a, namespace)) {
             return Some("not the audited author");
         }
         self.policy.excludes_name(repo)
@@ -214,6 +242,25 @@ mod tests {
     use super::*;
 
     const OPEN: SourceFlags = SourceFlags { private: false, gated: false, disabled: false };
+
+    #[test]
+    fn names_are_compared_as_the_hub_compares_them() {
+        let policy = EnqueuePolicy {
+            include: ["Mlx-Community", "optco", "bob"].into_iter().collect(),
+            skip: ["bob"].into_iter().collect(),
+            opt_out: ["OptCo", "mlx-community/Private-Model"].into_iter().collect(),
+            ..EnqueuePolicy::default()
+        };
+        assert_eq!(policy.excludes_name("OPTCO/tiny-4bit"), Some("the owner opted out"));
+        assert_eq!(policy.excludes_name("optco/x"), Some("the owner opted out"));
+        assert_eq!(policy.excludes_name("MLX-COMMUNITY/private-model"), Some("the owner opted out"));
+        assert_eq!(policy.excludes_name("mlx-community/other"), None);
+        assert_eq!(policy.excludes_name("Bob/x"), Some("publisher skipped by policy"));
+        assert_eq!(policy.excludes_name("carol/x"), Some("publisher not included by policy"));
+        let filters = NameFilters { policy: &EnqueuePolicy::default(), author: Some("MLX-Community") };
+        assert_eq!(filters.excludes("mlx-community/x"), None);
+        assert_eq!(filters.excludes("other/x"), Some("not the audited author"));
+    }
 
     #[test]
     fn nothing_that_is_not_public_gets_a_public_mirror() {

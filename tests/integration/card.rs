@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use hubalign::manifest::{Manifest, ManifestShard};
+use hubalign::manifest::{Edited, LeftOut, Manifest, ManifestShard};
 use hubalign::repack::card::{CardData, CardInputs, SourceCard, render};
 use hubalign::repack::verify::LocalChecks;
 use hubalign::safetensors::Method;
@@ -49,6 +49,15 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
             shard(4, 3, 3_428_489_600, "32a9b3e550f03bb3", 409, 324),
         ],
         skipped: Vec::new(),
+        left_out: vec![
+            LeftOut {
+                file: "pytorch_model.bin".into(),
+                bytes: 2_147_483_648,
+                reason: "weights in a format this repair does not carry (pickles can run code when loaded)".into(),
+            },
+            LeftOut { file: "modeling_ornith.py".into(), bytes: 41_210, reason: "code: a mirror carries none".into() },
+        ],
+        edited: vec![Edited { file: "config.json".into(), removed: vec!["auto_map".into()] }],
     };
     let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757 };
     let mlx = serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7});
@@ -56,7 +65,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         license: Some("mit".into()),
         pipeline_tag: Some("text-generation".into()),
         language: vec!["en".into()],
-        tags: vec!["mlx".into(), "moe".into()],
+        tags: vec!["not-for-all-audiences".into()],
         ..SourceCard::default()
     };
     let inputs = CardInputs {
@@ -114,7 +123,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
                  assert m['base_model'] == 'ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit', m; \
                  assert m['license'] == 'mit' and m['pipeline_tag'] == 'text-generation' and m['language'] == ['en'], m; \
                  assert m['library_name'] == 'mlx', m; \
-                 assert m['tags'] == ['mlx', 'safetensors', 'aligned-safetensors', 'moe'], m; \
+                 assert m['tags'] == ['mlx', 'safetensors', 'aligned-safetensors', 'not-for-all-audiences'], m; \
                  assert 'base_model_relation' not in m, m; print('yaml ok')";
     let out = std::process::Command::new(python()).args(["-c", check]).arg(path.path()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -2,6 +2,7 @@
 //! and from clients that never finish a request. Each must cost hubalign at most bounded time and memory:
 //! never a panic, never a file outside its directories, never a public copy of something not public.
 
+mod carried;
 mod hub;
 mod local;
 pub mod proxy;

@@ -13,7 +13,7 @@ use crate::sim::world::{ALICE, World};
 use crate::support::{hubalign, python, stdout};
 
 /// `hubalign ARGS` as alice, publishing to `alice`, checking on the CPU, with its work directory in `work`.
-fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
+pub(super) fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
     hubalign()
         .args(args)
         .args(["--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
@@ -26,7 +26,7 @@ fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn audit(endpoint: &str, db: &Path) {
+pub(super) fn audit(endpoint: &str, db: &Path) {
     let out = hubalign()
         .args(["audit", "--endpoint", endpoint, "--db", db.to_str().unwrap()])
         .env("HF_TOKEN", ALICE)
@@ -44,12 +44,12 @@ fn audit_and_work(world: &World, dir: &Path, name: &str, args: &[&str]) -> std::
     db
 }
 
-fn jobs(db: &Path) -> Vec<hubalign::store::jobs::Job> {
+pub(super) fn jobs(db: &Path) -> Vec<hubalign::store::jobs::Job> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async { hubalign::store::Store::open(db).await.unwrap().jobs().await.unwrap() })
 }
 
-fn job<'a>(jobs: &'a [hubalign::store::jobs::Job], repo: &str) -> &'a hubalign::store::jobs::Job {
+pub(super) fn job<'a>(jobs: &'a [hubalign::store::jobs::Job], repo: &str) -> &'a hubalign::store::jobs::Job {
     jobs.iter().find(|j| j.repo_id == repo).unwrap_or_else(|| panic!("no job for {repo}: {jobs:?}"))
 }
 
@@ -59,7 +59,7 @@ fn mirrors(world: &World) -> Vec<String> {
 }
 
 /// The mirror's manifest, as anyone downloads it.
-fn manifest(world: &World, mirror: &str) -> Value {
+pub(super) fn manifest(world: &World, mirror: &str) -> Value {
     let url = format!("{}/{mirror}/resolve/main/MEI_ALIGN_MANIFEST.json", world.endpoint());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let text = rt.block_on(async { reqwest::get(&url).await.unwrap().text().await.unwrap() });
