@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The MLX load check of the repack worker: every output shard must load in MLX bit-identical to its source.
 
-    verify_mlx.py --output DIR [--device cpu|gpu]
+    verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES]
 
 Loads each `*.safetensors` of DIR with `mlx.core.load`, evaluates every array on the device (the Metal GPU on
 Apple silicon, `cpu` elsewhere), and judges the loaded bytes by the digests in DIR's MEI_ALIGN_MANIFEST.json,
@@ -10,13 +10,21 @@ hash to the shard's `payload_sha256` (a header-padded shard's payload is the sou
 tensor), and each array to its `tensor_sha256` where the manifest records one (a reordered shard's, taken
 from the source). Shards the manifest lists as skipped (copied as they are) must load. The source is not
 read again. Prints one JSON object: {"ok", "device", "mlx_version",
-"files", "tensors", "seconds"}, with "error" naming the file and tensor on a mismatch (exit status 1). The
-worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same script with `gpu`.
+"files", "tensors", "seconds", "peak_rss_bytes"}, with "error" naming the file and tensor on a mismatch (exit
+status 1). The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
+script with `gpu`.
+
+Memory does not grow with the shard: `mx.load` is lazy, and each array is evaluated, hashed and dropped
+before the next one is evaluated (MLX's buffer cache is turned off), so the check holds about one tensor per
+shard checked at once (`--jobs`, which the worker chooses from its memory). `--max-address-space` caps the
+process's address space (RLIMIT_AS) so that a check that would take more fails instead of pushing the
+machine into swap; the worker also kills a check that outlives its deadline.
 """
 
 import argparse
 import hashlib
 import json
+import resource
 import struct
 import sys
 import time
@@ -25,6 +33,8 @@ from pathlib import Path
 
 MANIFEST = "MEI_ALIGN_MANIFEST.json"
 HEADER_CAP = 100_000_000  # the reference reader's limit on N
+# MLX may keep this much of freed buffers for reuse (a fresh buffer for every tensor costs its page faults).
+CACHE_LIMIT = 256 << 20
 
 
 def header_of(path):
@@ -38,18 +48,27 @@ def header_of(path):
     return header
 
 
-def check_shard(mx, path, record):
+def arrays_in_order(mx, path, header):
+    """Each array of the shard, in the order of its offsets, evaluated alone; the caller drops it before
+    asking for the next, so at most one is resident."""
     arrays = mx.load(str(path))
-    header = header_of(path)
     if sorted(arrays) != sorted(header):
         raise ValueError(f"{path.name}: MLX loaded other tensors than the header lists")
-    mx.eval(list(arrays.values()))
+    for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
+        array = arrays.pop(name)
+        mx.eval(array)
+        yield name, array
+        del array
+
+
+def check_shard(mx, path, record):
+    header = header_of(path)
     per_tensor = record.get("tensor_sha256") or {}
     payload = hashlib.sha256()
     length = 0
-    for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
+    for name, array in arrays_in_order(mx, path, header):
         begin, end = header[name]["data_offsets"]
-        view = memoryview(arrays[name])
+        view = memoryview(array)
         # Cast in place where a view allows it; a scalar or an empty tensor is copied (a few bytes at most).
         data = view.cast("B") if view.ndim and view.nbytes and view.c_contiguous else view.tobytes()
         if len(data) != end - begin:
@@ -58,18 +77,28 @@ def check_shard(mx, path, record):
         length += len(data)
         if name in per_tensor and hashlib.sha256(data).hexdigest() != per_tensor[name]:
             raise ValueError(f"{path.name}: {name}: bytes differ from the source's")
+        del view, data
     if per_tensor and sorted(per_tensor) != sorted(header):
         raise ValueError(f"{path.name}: the manifest's tensor digests name other tensors")
     if length != record["payload_bytes"] or payload.hexdigest() != record["payload_sha256"]:
         raise ValueError(f"{path.name}: the loaded payload differs from the one recorded")
-    return len(arrays)
+    return len(header)
+
+
+def load_only(mx, path):
+    """A shard copied as it was: every array must load (one at a time, as above)."""
+    return sum(1 for _ in arrays_in_order(mx, path, header_of(path)))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--jobs", default=1, type=int, help="shards checked at once")
+    ap.add_argument("--max-address-space", default=0, type=int, help="RLIMIT_AS in bytes (0: none)")
     args = ap.parse_args()
+    if args.max_address_space > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (args.max_address_space, args.max_address_space))
     started = time.perf_counter()
     record = {"ok": False, "device": args.device, "files": 0, "tensors": 0}
     try:
@@ -79,6 +108,8 @@ def main():
         # Said at once: a worker that publishes while the check runs names this version in the card.
         print(json.dumps({"started": True, "mlx_version": mx.__version__}), flush=True)
         mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
+        # Freed buffers go back to the system at once instead of into MLX's cache.
+        mx.set_cache_limit(CACHE_LIMIT)
         manifest = json.loads((args.output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}
         # Shards no loader copies from are copied as they are (the download checked them against the Hub's
@@ -92,13 +123,11 @@ def main():
         def one(out):
             if out.name in shards:
                 return check_shard(mx, out, shards[out.name])
-            arrays = mx.load(str(out))
-            mx.eval(list(arrays.values()))
-            return len(arrays)
+            return load_only(mx, out)
 
-        # Two shards at a time: the reads and the hashing (which releases the GIL) overlap, and the memory
-        # held at once is what the check held when it loaded each source beside its output.
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        # Several shards at a time when the worker's memory allows: the reads and the hashing (which releases
+        # the GIL) overlap.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for tensors in pool.map(one, outputs):
                 record["tensors"] += tensors
                 record["files"] += 1
@@ -106,6 +135,7 @@ def main():
     except Exception as e:  # the record says what failed; the exit status says that it did
         record["error"] = f"{type(e).__name__}: {e}"
     record["seconds"] = round(time.perf_counter() - started, 3)
+    record["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps(record))
     sys.exit(0 if record["ok"] else 1)
 

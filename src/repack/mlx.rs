@@ -1,9 +1,14 @@
 //! Running `deploy/verify_mlx.py`: MLX itself loads the output and judges every byte by the digests the
 //! re-layout took from the source (the manifest's), without reading the source again.
+//!
+//! The check is bounded: it holds about one tensor per shard it checks at once (see the script), this
+//! worker's available memory decides how many shards that is, its address space is capped on Linux, and it
+//! is killed once it outlives a deadline that grows with the bytes it reads.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
@@ -24,10 +29,28 @@ pub fn check_with(
     on_start: impl FnOnce(&serde_json::Value),
 ) -> Result<serde_json::Value, String> {
     crate::blocking::assert_off_executor("the MLX check");
+    run_check(python, script, (output, device), Limits::for_bundle(output, available_memory()), on_start)
+}
+
+/// [`check_with`] within `limits`.
+fn run_check(
+    python: &Path,
+    script: &Path,
+    (output, device): (&Path, &str),
+    limits: Limits,
+    on_start: impl FnOnce(&serde_json::Value),
+) -> Result<serde_json::Value, String> {
     let cannot = |e: std::io::Error| format!("cannot run {} {}: {e}", python.display(), script.display());
-    let mut child = Command::new(python)
+    let mut command = Command::new(python);
+    command
         .arg(script)
         .args(["--output".as_ref(), output.as_os_str(), "--device".as_ref(), device.as_ref()])
+        .args(["--jobs", &limits.jobs.to_string()]);
+    // Only Linux enforces RLIMIT_AS for what MLX maps; macOS's Metal maps far more than it touches.
+    if cfg!(target_os = "linux") {
+        command.args(["--max-address-space", &limits.address_space.to_string()]);
+    }
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -40,22 +63,53 @@ pub fn check_with(
             text
         })
     });
-    let mut on_start = Some(on_start);
-    let mut last = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        let mut lines = BufReader::new(stdout.take(16 * MAX_LINE));
-        let mut line = String::new();
-        while lines.read_line(&mut line).map_err(cannot)? > 0 {
-            if let Ok(started) = serde_json::from_str::<serde_json::Value>(&line)
-                && started["started"] == true
-                && let Some(tell) = on_start.take()
-            {
-                tell(&started);
+    // stdout is read on a thread of its own, so that this one can kill a check that outlives its deadline
+    // even while it prints nothing.
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().map(|stdout| {
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            let mut lines = BufReader::new(stdout.take(16 * MAX_LINE));
+            let mut line = String::new();
+            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Ok(started) = serde_json::from_str::<serde_json::Value>(&line)
+                    && started["started"] == true
+                {
+                    let _ = started_tx.send(started);
+                }
+                last = std::mem::take(&mut line);
             }
-            last = std::mem::take(&mut line);
+            last
+        })
+    });
+    let mut on_start = Some(on_start);
+    let deadline = Instant::now() + limits.deadline;
+    let status = loop {
+        if let Ok(started) = started_rx.try_recv()
+            && let Some(tell) = on_start.take()
+        {
+            tell(&started);
         }
+        if let Some(status) = child.try_wait().map_err(cannot)? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "the check outlived its deadline of {} s for {} and was killed",
+                limits.deadline.as_secs(),
+                crate::report::human_bytes(limits.bytes)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Ok(started) = started_rx.try_recv()
+        && let Some(tell) = on_start.take()
+    {
+        tell(&started);
     }
-    let status = child.wait().map_err(cannot)?;
+    let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     let record: serde_json::Value = serde_json::from_str(last.trim())
         .map_err(|_| format!("no result from {}: {}", script.display(), stderr.trim()))?;
@@ -63,5 +117,99 @@ pub fn check_with(
         Ok(record)
     } else {
         Err(record["error"].as_str().unwrap_or("failed").to_owned())
+    }
+}
+
+/// What one check may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Shards checked at once.
+    pub jobs: usize,
+    /// The process's address-space cap, in bytes.
+    pub address_space: u64,
+    /// How long it may run.
+    pub deadline: Duration,
+    /// Bytes of shards it reads.
+    pub bytes: u64,
+}
+
+/// Most shards checked at once, whatever the memory (the reads and the hashing of two overlap; more gain
+/// nothing on the cores a worker has).
+const MAX_JOBS: usize = 2;
+/// What the interpreter and MLX map before any shard: about 0.9 GB measured with `mlx[cpu]` 0.32, doubled.
+const BASE_ADDRESS_SPACE: u64 = 2 << 30;
+/// The buffers MLX may keep for reuse (the script's `CACHE_LIMIT`).
+const MLX_CACHE: u64 = 256 << 20;
+/// The deadline's fixed part (starting the interpreter, importing MLX) and the slowest read rate it allows.
+const DEADLINE_BASE: Duration = Duration::from_secs(300);
+const SLOWEST_BYTES_PER_SEC: u64 = 20_000_000;
+
+impl Limits {
+    /// The limits for the bundle in `dir`, with `available` bytes of memory free on this machine (`None`
+    /// when unknown): each shard checked at once holds its largest tensor (twice, while it is hashed) and
+    /// MLX's cache.
+    pub fn for_bundle(dir: &Path, available: Option<u64>) -> Limits {
+        let (mut largest, mut bytes) = (0u64, 0u64);
+        for shard in crate::repack::upload::files_of(dir) {
+            if !shard.0.ends_with(crate::bundle::SHARD_SUFFIX) {
+                continue;
+            }
+            bytes = bytes.saturating_add(shard.2);
+            if let Ok(h) = crate::safetensors::read::read_shard_header(&shard.1) {
+                largest = h.header.tensors.iter().map(|t| t.byte_len()).fold(largest, u64::max);
+            }
+        }
+        let per_job = largest.saturating_mul(2).saturating_add(MLX_CACHE);
+        let fits = available.map_or(1, |a| usize::try_from(a / 2 / per_job.max(1)).unwrap_or(MAX_JOBS));
+        let jobs = fits.clamp(1, MAX_JOBS);
+        let address_space = BASE_ADDRESS_SPACE.saturating_add(per_job.saturating_mul(jobs as u64));
+        let deadline = DEADLINE_BASE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC);
+        Limits { jobs, address_space, deadline, bytes }
+    }
+}
+
+/// Memory this machine has available now (`MemAvailable` of `/proc/meminfo`), if it says.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = text.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
+    kib.parse::<u64>().ok()?.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safetensors::Dtype;
+    use crate::safetensors::synth::{SynthTensor, write_mlx_style};
+
+    #[test]
+    fn the_memory_decides_how_many_shards_are_checked_at_once_and_the_bytes_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = SynthTensor::filled("w", Dtype::F32, &[1024, 1024]);
+        std::fs::write(dir.path().join("model.safetensors"), write_mlx_style(&[big], None)).unwrap();
+        let per_job = 2 * (4 << 20) + MLX_CACHE;
+        let tight = Limits::for_bundle(dir.path(), Some(per_job));
+        assert_eq!(tight.jobs, 1, "{tight:?}");
+        let roomy = Limits::for_bundle(dir.path(), Some(100 * per_job));
+        assert_eq!(roomy.jobs, MAX_JOBS);
+        assert_eq!(roomy.address_space, BASE_ADDRESS_SPACE + 2 * per_job);
+        assert_eq!(Limits::for_bundle(dir.path(), None).jobs, 1, "unknown memory: one at a time");
+        assert!(tight.bytes > 4 << 20 && tight.deadline >= DEADLINE_BASE, "{tight:?}");
+    }
+
+    #[test]
+    fn a_check_that_outlives_its_deadline_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("hang.py");
+        std::fs::write(&script, "import time\nprint('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\ntime.sleep(600)\n").unwrap();
+        // The deadline is minutes long; a check here runs on a bundle of no bytes, so it is the fixed part.
+        let limits = Limits::for_bundle(dir.path(), None);
+        assert_eq!(limits.deadline, DEADLINE_BASE);
+        let short = Limits { deadline: Duration::from_millis(500), ..limits };
+        let started = Instant::now();
+        let mut told = None;
+        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s.clone()));
+        assert!(result.unwrap_err().contains("deadline"));
+        assert_eq!(told.map(|s| s["mlx_version"].clone()), Some(serde_json::json!("x")), "the start was told");
+        assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
     }
 }

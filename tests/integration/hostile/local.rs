@@ -154,3 +154,31 @@ fn file_names_with_control_characters_are_escaped_in_the_terminal() {
         assert!(shown.contains("\\u{1b}[2J\\u{a}forged"), "{format}: {shown}");
     }
 }
+
+#[test]
+fn the_mlx_check_holds_a_tensor_at_a_time_not_the_shard() {
+    // A 256 MiB shard of eight 32 MiB tensors, as MLX writes it (one odd-length tensor first), repaired.
+    let dir = tempfile::tempdir().unwrap();
+    let (src, out) = (dir.path().join("src"), dir.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    let mut file = std::fs::File::create(src.join("model.safetensors")).unwrap();
+    let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    let mut specs: Vec<(&str, hubalign::safetensors::Dtype, &[u64])> =
+        vec![("a", hubalign::safetensors::Dtype::BF16, &[3])];
+    specs.extend(names.iter().map(|n| (n.as_str(), hubalign::safetensors::Dtype::F32, &[8u64 << 20][..])));
+    hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 11).unwrap();
+    drop(file);
+    let fixed = hubalign().args(["fix", src.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
+    assert!(fixed.status.success(), "{}", text(&fixed));
+    let mut check = std::process::Command::new(crate::support::python());
+    check.arg(crate::support::root().join("deploy/verify_mlx.py")).arg("--output").arg(&out);
+    let measured = run_measured(&mut check);
+    assert_eq!(measured.code, Some(0), "{}", measured.output);
+    // The interpreter and MLX take about 90 MiB; the shard is 256 MiB. Loading it whole peaked above 340 MiB.
+    assert!(measured.max_rss < 200 << 20, "peak {} MiB: {}", measured.max_rss >> 20, measured.output);
+    // The address-space cap holds: a check that would need more than it fails, with its record.
+    check.args(["--max-address-space", &(64u64 << 20).to_string()]);
+    let capped = run_measured(&mut check);
+    assert_eq!(capped.code, Some(1), "{}", capped.output);
+    assert!(capped.output.contains("\"ok\": false"), "{}", capped.output);
+}
