@@ -146,7 +146,7 @@ pub async fn download(
     }
     // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
     let to_fetch = wanted.iter().fold(0u64, |sum, (f, ..)| sum.saturating_add(f.size));
-    super::room::check(&layout.source, super::room::need(to_fetch, total)).map_err(|error| fail(error))?;
+    super::room::check(&layout.source, super::room::need(to_fetch, total)).map_err(fail)?;
     // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
     // transfer at a time leaves the other cores (and connections) idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));

@@ -50,11 +50,7 @@ fn run_check(
     if cfg!(target_os = "linux") {
         command.args(["--max-address-space", &limits.address_space.to_string()]);
     }
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(cannot)?;
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(cannot)?;
     // stderr is drained beside stdout, so that neither pipe fills while the other is read.
     let stderr = child.stderr.take().map(|e| {
         std::thread::spawn(move || {
@@ -200,7 +196,11 @@ mod tests {
     fn a_check_that_outlives_its_deadline_is_killed() {
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("hang.py");
-        std::fs::write(&script, "import time\nprint('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\ntime.sleep(600)\n").unwrap();
+        std::fs::write(
+            &script,
+            "import time\nprint('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\ntime.sleep(600)\n",
+        )
+        .unwrap();
         // The deadline is minutes long; a check here runs on a bundle of no bytes, so it is the fixed part.
         let limits = Limits::for_bundle(dir.path(), None);
         assert_eq!(limits.deadline, DEADLINE_BASE);
