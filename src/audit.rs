@@ -14,6 +14,7 @@ use crate::hub::listing::{InvalidListing, ListQuery, ListedRepo};
 use crate::hub::pages::Pagination;
 use crate::hub::{Access, HubClient, HubError};
 use crate::safetensors::{Alignment, classify};
+use crate::sources::{MAX_FILE_BYTES, MAX_FILES, MAX_SHARDS, is_mirror};
 use crate::store::{
     ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow, Store, StoreError,
 };
@@ -35,6 +36,9 @@ pub struct AuditOptions {
     pub deadline: Duration,
     /// Who starts the run, as the store records it (the `serve` replica that leads; none from the CLI).
     pub started_by: Option<String>,
+    /// The namespaces mirrors are published to: repos there are mirrors, never sources (see
+    /// [`crate::sources::is_mirror`]).
+    pub own_namespaces: Vec<String>,
 }
 
 /// How long a run may take unless told otherwise.
@@ -50,6 +54,7 @@ impl Default for AuditOptions {
             alignment: Alignment::DEFAULT,
             deadline: DEFAULT_DEADLINE,
             started_by: None,
+            own_namespaces: Vec::new(),
         }
     }
 }
@@ -197,6 +202,15 @@ async fn crawl(
             tracing::warn!(repo.id = %bad.id, reason = %bad.reason, "invalid listing entry; skipped");
         }
         store.record_invalid_listings(run, &page.invalid.iter().map(refused_entry).collect::<Vec<_>>()).await?;
+        // Mirrors are not sources: not audited, and (if an earlier crawl took one for a source) forgotten.
+        let (mirrors, sources): (Vec<ListedRepo>, Vec<ListedRepo>) =
+            page.repos.into_iter().partition(|r| is_mirror(&r.id, &r.tags, &opts.own_namespaces));
+        page.repos = sources;
+        if !mirrors.is_empty() {
+            let ids: Vec<String> = mirrors.into_iter().map(|r| r.id).collect();
+            let known = store.forget_mirrors(&ids).await?;
+            tracing::info!(mirrors = ids.len(), forgotten = known, "mirrors in the listing; not audited");
+        }
         let entries: Vec<ListingEntry> = page.repos.iter().map(listing_entry).collect();
         let flags = store.record_listing(run, &entries, opts.force).await?;
         stats.repos_listed += page.repos.len() as u64;
@@ -236,8 +250,8 @@ async fn crawl(
 pub enum Reread {
     /// Audited and recorded, in a run of its own.
     Recorded(RepoOutcome),
-    /// It does not have the tags the audit lists by (`--filter`), or it is gone and the store never knew it:
-    /// nothing recorded.
+    /// It does not have the tags the audit lists by (`--filter`), it is a mirror (which is never a source),
+    /// or it is gone and the store never knew it: nothing recorded.
     Unlisted,
     /// The Hub's answer breaks the gate's rules: nothing recorded.
     Refused(String),
@@ -269,7 +283,11 @@ pub async fn reread(
 ) -> Result<Reread, RereadError> {
     let before = client.stats.snapshot();
     let listed = match client.repo_entry(repo).await {
-        Ok(Entry::Listed(listed, tags)) if opts.query.filters.iter().all(|f| tags.contains(f)) => Ok(listed),
+        Ok(Entry::Listed(_, tags)) if is_mirror(repo, &tags, &opts.own_namespaces) => {
+            store.forget_mirrors(&[repo.to_owned()]).await?;
+            return Ok(Reread::Unlisted);
+        }
+        Ok(Entry::Listed(listed, tags)) if opts.query.filters.iter().all(|f| tags.contains(f)) => Ok(*listed),
         Ok(Entry::Listed(..)) => return Ok(Reread::Unlisted),
         Ok(Entry::Renamed(to)) => Err((RepoState::Renamed, Some(to))),
         Ok(Entry::Refused(reason)) => return Ok(Reread::Refused(reason)),
@@ -341,8 +359,20 @@ pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOption
     if repo.flags.disabled {
         return Ok(outcome(RepoState::Disabled, Vec::new(), None));
     }
+    // Probes are the crawl's scarcest budget (the Hub allows 5,000 resolver requests per 5 minutes): a repo
+    // listing more shards or files than any real one is recorded over the cap, none of its shards probed.
+    let paths = repo.shard_paths();
+    if paths.len() > MAX_SHARDS || repo.siblings.len() > MAX_FILES {
+        let why = format!(
+            "over the cap: {} shards and {} files (a repo may have at most {MAX_SHARDS} shards and {MAX_FILES} files); none probed",
+            paths.len(),
+            repo.siblings.len()
+        );
+        tracing::warn!(repo.id = %repo.id, shards = paths.len(), files = repo.siblings.len(), "over the cap; not probed");
+        return Ok(outcome(RepoState::Error, Vec::new(), Some(why)));
+    }
     let mut shards = Vec::new();
-    for path in repo.shard_paths() {
+    for path in paths {
         match client.probe_header(&repo.id, &sha, &path, opts.probe_bytes).await {
             Ok(probed) => shards.push(shard_row(&repo.id, &sha, &path, probed, opts.alignment)),
             Err(e @ HubError::WaitTooLong { .. }) => return Err(e),
@@ -383,6 +413,11 @@ fn shard_row(repo: &str, sha: &str, path: &str, probed: crate::hub::probe::Probe
         error: None,
         writer: None,
     };
+    // A size no Hub file can have is the pusher's claim, not a shard: its bytes count in no total.
+    if probed.size > MAX_FILE_BYTES {
+        let error = format!("claims {} bytes, more than the Hub's {MAX_FILE_BYTES}-byte limit for a file", probed.size);
+        return ShardRow { error: Some(error), ..base };
+    }
     match probed.header {
         Ok(h) => {
             let a = classify(&h, alignment);
@@ -413,10 +448,38 @@ fn listing_entry(r: &ListedRepo) -> ListingEntry {
         private: r.flags.private,
         gated: r.flags.is_gated(),
         disabled: r.flags.disabled,
+        downloads: i64::try_from(r.downloads).unwrap_or(i64::MAX),
+        likes: i64::try_from(r.likes).unwrap_or(i64::MAX),
     }
 }
 
 /// What the store keeps of a listing entry the gate refused.
 fn refused_entry(bad: &InvalidListing) -> RefusedEntry {
     RefusedEntry { id: bad.id.clone(), namespace: bad.namespace.clone(), reason: bad.reason.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard whose size no Hub file can have is recorded invalid, its bytes counting in no total, however
+    /// well formed its header.
+    #[test]
+    fn a_shard_claiming_more_than_any_hub_file_counts_in_no_total() {
+        let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let mut prefix = (header.len() as u64).to_le_bytes().to_vec();
+        prefix.extend_from_slice(header);
+        let probe = |size: u64| crate::hub::probe::Probed {
+            header: crate::safetensors::header::parse(&prefix, size),
+            prefix: prefix.clone(),
+            size,
+            requests: 1,
+        };
+        let honest = shard_row("ns/r", "sha", "model.safetensors", probe(prefix.len() as u64 + 8), Alignment::DEFAULT);
+        assert_ne!(honest.verdict, "invalid", "{honest:?}");
+        let lying = shard_row("ns/r", "sha", "model.safetensors", probe(5_000_000_000_000), Alignment::DEFAULT);
+        assert_eq!(lying.verdict, "invalid");
+        assert_eq!(lying.misaligned_bytes, None, "its bytes count in no total");
+        assert!(lying.error.as_deref().unwrap_or("").contains("more than the Hub's"), "{lying:?}");
+    }
 }

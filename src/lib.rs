@@ -29,6 +29,7 @@ pub mod safetensors;
 pub mod scan;
 pub mod serve;
 pub mod sim;
+pub mod sources;
 pub mod store;
 pub mod time;
 pub mod webhook;

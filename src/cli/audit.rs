@@ -50,6 +50,10 @@ pub struct AuditArgs {
     /// shard is aligned when no tensor needs a copy, wherever its data starts.
     #[arg(long, value_name = "BYTES")]
     alignment: Option<Alignment>,
+    /// The namespace mirrors are published to (repeatable): its repos are mirrors, never audited or counted
+    /// as sources. Repos tagged `aligned-safetensors` never are, wherever they live.
+    #[arg(long = "target-namespace", env = "HUBALIGN_TARGET_NAMESPACE", value_name = "NAMESPACE")]
+    target_namespaces: Vec<String>,
     #[command(flatten)]
     bounds: HubBounds,
 }
@@ -97,6 +101,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             alignment: args.alignment.unwrap_or_default(),
             deadline: args.bounds.deadline(),
             started_by: None,
+            own_namespaces: args.target_namespaces.clone(),
         };
         let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
         let mut shards = 0u64;

@@ -127,7 +127,8 @@ fn build_world(fixtures: &Path, hub_root: &Path) -> anyhow::Result<()> {
             std::fs::copy(&src, dir.join("model.safetensors")).with_context(|| format!("copying {}", src.display()))?;
         }
         let gating = if *gated { r#","gated":"manual""# } else { "" };
-        let sidecar = format!(r#"{{"library_name":"mlx","license":"apache-2.0"{gating}}}"#);
+        // As popular as the conversions it stands for, so the popularity floor lets them through.
+        let sidecar = format!(r#"{{"library_name":"mlx","license":"apache-2.0","downloads":2500,"likes":12{gating}}}"#);
         std::fs::write(dir.join(sim::ingest::SIDECAR), sidecar)?;
     }
     Ok(())

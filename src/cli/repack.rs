@@ -10,13 +10,17 @@ use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::repack::lifecycle::reconcile_mirrors;
-use hubalign::repack::policy::{EnqueuePolicy, NameFilters, Names, PrivateMirrors, enqueue_affected};
+use hubalign::repack::policy::{
+    DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
+    enqueue_affected,
+};
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner::{self, RunnerApi};
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
 use hubalign::safetensors::Alignment;
 use hubalign::serve::listener::{self, Limits};
 use hubalign::store::jobs::{FailureKind, Job, JobState};
+use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
 use hubalign::worker::{WhenIdle, WorkerLoop};
 
 use super::audit::HubBounds;
@@ -88,6 +92,13 @@ pub struct WorkerArgs {
     /// alone comes in 4 MiB ranges over several of them (a CDN limits each connection's rate).
     #[arg(long, default_value_t = hubalign::repack::download::DEFAULT_CONNECTIONS, value_name = "N")]
     download_connections: usize,
+    /// New mirrors of one source namespace per UTC day; a job over the cap waits for the next day without
+    /// spending an attempt (mirrors already published are updated whatever the cap).
+    #[arg(long, default_value_t = DEFAULT_MIRROR_CAPS.per_namespace, value_name = "N")]
+    max_new_mirrors_per_namespace: u32,
+    /// New mirrors in all per UTC day, as `--max-new-mirrors-per-namespace`.
+    #[arg(long, default_value_t = DEFAULT_MIRROR_CAPS.total, value_name = "N")]
+    max_new_mirrors: u32,
     #[command(flatten)]
     pub(super) bounds: HubBounds,
 }
@@ -119,6 +130,16 @@ pub struct PolicyArgs {
     /// A file of owners or repos that opted out, one per line (`#` starts a comment).
     #[arg(long, value_name = "FILE")]
     opt_out: Option<PathBuf>,
+    /// The popularity floor: a source becomes a job once the Hub counts this many downloads of it over 30
+    /// days (or `--min-likes` likes), so that a push by a stranger, or a flood of them, is not republished.
+    #[arg(long, default_value_t = DEFAULT_MIN_DOWNLOADS, value_name = "N")]
+    min_downloads: i64,
+    /// The popularity floor's likes, as `--min-downloads`.
+    #[arg(long, default_value_t = DEFAULT_MIN_LIKES, value_name = "N")]
+    min_likes: i64,
+    /// A publisher whose repos need no popularity floor (repeatable).
+    #[arg(long = "trusted-publisher", value_name = "NS", default_value = "mlx-community")]
+    trusted_publishers: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -137,6 +158,11 @@ impl PolicyArgs {
             verify_device: device,
             private_mirrors: private_mirrors.clone(),
             pull_requests,
+            popularity: Popularity {
+                min_downloads: self.min_downloads,
+                min_likes: self.min_likes,
+                trusted: self.trusted_publishers.iter().collect(),
+            },
         })
     }
 }
@@ -250,6 +276,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         private_mirrors: PrivateMirrors(args.private_mirrors.then(|| target_namespace.clone())),
         download_connections: args.download_connections.clamp(1, 64),
         metal_handoff: args.metal_handoff,
+        caps: MirrorCaps { per_namespace: args.max_new_mirrors_per_namespace, total: args.max_new_mirrors },
     };
     Ok(Setup { hub, hf, store, opts, device })
 }

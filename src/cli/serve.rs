@@ -100,6 +100,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 query: ListQuery { filters: args.filters.clone(), author: args.author.clone(), search: None, limit: None },
                 concurrency: args.concurrency,
                 deadline: args.worker.bounds.deadline(),
+                own_namespaces: vec![s.opts.target_namespace.clone()],
                 ..AuditOptions::default()
             },
             policy: args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?,

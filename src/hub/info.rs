@@ -76,7 +76,7 @@ fn is_plain_word(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
     /// The repo, as a listing entry, with its tags.
-    Listed(ListedRepo, Vec<String>),
+    Listed(Box<ListedRepo>, Vec<String>),
     /// The Hub answered with another repo, which passed the gate: the name was moved to this one.
     Renamed(String),
     /// The answer breaks the gate's rules; nothing of it is used.
@@ -112,7 +112,7 @@ impl HubClient {
             .unwrap_or_default();
         let (mut repos, mut invalid) = super::listing::sort_entries(vec![item]);
         Ok(match (repos.pop(), invalid.pop()) {
-            (Some(listed), _) if listed.id == repo => Entry::Listed(listed, tags),
+            (Some(listed), _) if listed.id == repo => Entry::Listed(Box::new(listed), tags),
             (Some(listed), _) => Entry::Renamed(listed.id),
             (None, Some(bad)) => Entry::Refused(bad.reason),
             (None, None) => Entry::Refused("no repo in the answer".into()),

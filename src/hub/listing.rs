@@ -47,6 +47,15 @@ pub struct ListedRepo {
     /// File names.
     #[serde(default)]
     pub siblings: Vec<Sibling>,
+    /// Tags (the card's and the Hub's): a mirror carries [`crate::sources::MIRROR_TAG`].
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Downloads over the last 30 days.
+    #[serde(default)]
+    pub downloads: u64,
+    /// Likes.
+    #[serde(default)]
+    pub likes: u64,
 }
 
 /// A file name in a listing.

@@ -18,8 +18,7 @@ use crate::safetensors::Method;
 
 const TEMPLATE: &str = include_str!("../../templates/model_card.md.j2");
 
-/// The tag every aligned mirror carries, so they can be listed (`filter=aligned-safetensors`).
-pub const MIRROR_TAG: &str = "aligned-safetensors";
+pub use crate::sources::MIRROR_TAG;
 
 /// The tags a mirror carries from its source: the flag that keeps a model out of searches for all
 /// audiences, and the Hub's task ids (a task is also a tag). Languages and the task have fields of their own.

@@ -20,8 +20,7 @@ use crate::hub::tree::TreeFile;
 use crate::manifest::MANIFEST_FILE;
 pub use crate::manifest::{Edited, LeftOut};
 
-/// Most shards a repo may have to be mirrored (real MLX repos have fewer than 200).
-pub const MAX_SHARDS: usize = 256;
+pub use crate::sources::MAX_SHARDS;
 /// Largest carried file that is not a shard (the largest real tokenizers are about 35 MB).
 pub const MAX_SIDECAR_BYTES: u64 = 64 << 20;
 /// Most bytes all carried files that are not shards may hold together.

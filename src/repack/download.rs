@@ -205,7 +205,7 @@ impl Layout {
 }
 
 /// Most files a tree may list (real MLX repos have a few dozen; the Hub's trees are paged by thousands).
-pub const MAX_TREE_FILES: usize = 10_000;
+pub const MAX_TREE_FILES: usize = crate::sources::MAX_FILES;
 
 /// Every path passes the gate, none twice, none a prefix directory of another, and there are at most
 /// [`MAX_TREE_FILES`].

@@ -24,22 +24,40 @@ pub struct RepackError {
     /// The disk ran out of space (or quota) on the way: the job's files are removed rather than kept for
     /// the next attempt to resume from.
     pub out_of_space: bool,
+    /// Not a failure: the job waits until this time (Unix seconds) without spending an attempt, because
+    /// a cap of the operator's policy is reached for now (new mirrors per day).
+    pub deferred_until: Option<i64>,
 }
 
 impl RepackError {
     /// Another attempt may succeed.
     pub fn transient(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::Transient, reason: reason.into(), out_of_space: false }
+        RepackError { kind: FailureKind::Transient, reason: reason.into(), out_of_space: false, deferred_until: None }
     }
 
     /// No attempt will succeed for this job.
     pub fn permanent(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::Permanent, reason: reason.into(), out_of_space: false }
+        RepackError { kind: FailureKind::Permanent, reason: reason.into(), out_of_space: false, deferred_until: None }
+    }
+
+    /// The job waits until `until` (Unix seconds), spending no attempt: a cap is reached for now.
+    pub fn deferred(reason: impl Into<String>, until: i64) -> RepackError {
+        RepackError {
+            kind: FailureKind::Transient,
+            reason: reason.into(),
+            out_of_space: false,
+            deferred_until: Some(until),
+        }
     }
 
     /// Nothing succeeds until the operator acts.
     pub fn needs_operator(reason: impl Into<String>) -> RepackError {
-        RepackError { kind: FailureKind::NeedsOperator, reason: reason.into(), out_of_space: false }
+        RepackError {
+            kind: FailureKind::NeedsOperator,
+            reason: reason.into(),
+            out_of_space: false,
+            deferred_until: None,
+        }
     }
 
     /// A Hub request's failure, `what` saying which: a refused token or a missing permission needs the
@@ -51,7 +69,7 @@ impl RepackError {
             HubError::Status { status, .. } => FailureKind::of_status(*status),
             _ => FailureKind::Transient,
         };
-        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false }
+        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false, deferred_until: None }
     }
 
     /// hf-hub's failure, `what` saying which request: as [`RepackError::hub`].
@@ -61,7 +79,7 @@ impl RepackError {
             hf_hub::HFError::Http { context } => FailureKind::of_status(context.status),
             _ => FailureKind::Transient,
         };
-        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false }
+        RepackError { kind, reason: format!("{what}: {e}"), out_of_space: false, deferred_until: None }
     }
 
     /// A local file's failure, `what` naming the file and the operation: a read-only work directory or one
@@ -82,7 +100,7 @@ impl RepackError {
 
     fn of_io_kind(kind: io::ErrorKind, reason: String) -> RepackError {
         let out_of_space = matches!(kind, io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded);
-        RepackError { kind: FailureKind::of_io(kind), reason, out_of_space }
+        RepackError { kind: FailureKind::of_io(kind), reason, out_of_space, deferred_until: None }
     }
 
     /// The same failure, its reason prefixed with `what`.
@@ -96,6 +114,7 @@ impl RepackError {
             kind: self.kind.max(other.kind),
             reason: format!("{}; {}", self.reason, other.reason),
             out_of_space: self.out_of_space || other.out_of_space,
+            deferred_until: None,
         }
     }
 }

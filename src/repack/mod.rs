@@ -70,6 +70,8 @@ pub struct RepackOptions {
     /// Where a bundle waits for the Metal check: in the work directory (runner API) or in the private
     /// mirror on the Hub.
     pub metal_handoff: rendezvous::MetalHandoff,
+    /// How many new mirrors a day may bring.
+    pub caps: crate::store::mirrors::MirrorCaps,
 }
 
 /// The largest bundle a job downloads unless told otherwise: 1 TB.
@@ -140,6 +142,10 @@ impl Repacker<'_> {
         let mut out_of_space = false;
         let outcome = match self.steps(job, &dir).await {
             Ok(outcome) => outcome,
+            Err(RepackError { reason, deferred_until: Some(until), .. }) => {
+                tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
+                JobOutcome::Deferred { reason, until }
+            }
             Err(e) => {
                 tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, kind = e.kind.as_str(), "repack failed");
                 out_of_space = e.out_of_space;
@@ -151,6 +157,10 @@ impl Repacker<'_> {
             tracing::warn!(repo.id = %job.repo_id, job.id = job.id, "the job was taken over; its outcome is not recorded");
             return Ok(None);
         };
+        // A job that ended without a mirror leaves none: an empty repo it created goes, and its name with it.
+        if matches!(state, JobState::Failed | JobState::Skipped) && !self.opts.pull_request {
+            publish::abandon(self.hf, self.hub, self.store, &job.repo_id).await;
+        }
         // A job waiting for the Metal check keeps its staged files for the runner and the publish after it
         // (unless they wait on the Hub); one that will be tried again keeps its downloads, unless the disk ran
         // out of space for them: the next job gets the space back.
@@ -225,6 +235,11 @@ impl Repacker<'_> {
                 (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
                 (Ok(visibility), _) => private = Some(visibility == policy::Visibility::Private),
             }
+            // The mirror's name is taken before the download, so that a day's cap of new mirrors holds the
+            // job back before it spends any bandwidth.
+            let (namespace, caps) = (&self.opts.target_namespace, &self.opts.caps);
+            let private = private == Some(true);
+            publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, caps)).await?;
         }
         // A bundle that waits for the Metal runner is published by whichever worker takes it back: nothing
         // goes up ahead for it.
@@ -365,7 +380,8 @@ impl Repacker<'_> {
         // Nothing is created for a bundle with no shard to send ahead.
         let first = ready.recv().await?;
         let namespace = &self.opts.target_namespace;
-        let chosen = publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, private).await;
+        let chosen =
+            publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, &self.opts.caps)).await;
         let chosen =
             chosen.inspect_err(|e| tracing::warn!(repo.id = %job.repo_id, error = %e, "no upload ahead")).ok()?;
         let mirror = publish::Mirror {
@@ -428,8 +444,14 @@ impl Repacker<'_> {
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let private = visibility == policy::Visibility::Private;
-        let chosen =
-            publish::choose_mirror(self.hub, self.store, &job.repo_id, &self.opts.target_namespace, private).await?;
+        let chosen = publish::choose_mirror(
+            self.hub,
+            self.store,
+            &job.repo_id,
+            &self.opts.target_namespace,
+            (private, &self.opts.caps),
+        )
+        .await?;
         let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = self.before_bytes(source).await?;

@@ -144,6 +144,46 @@ pub struct EnqueuePolicy {
     pub private_mirrors: PrivateMirrors,
     /// `--pr` mode: repairs are proposed to the source, so a repo whose owner closed one is not repaired again.
     pub pull_requests: bool,
+    /// How popular a source must be before it is mirrored.
+    pub popularity: Popularity,
+}
+
+/// The popularity floor: a source is mirrored once people use it (its downloads or its likes reach the
+/// floor), or when its publisher is on the allow-list. Anyone can push a repo tagged `mlx`; what decides
+/// whether the service republishes it under its own name is what the Hub's users did with it, which a
+/// pusher cannot cheaply fake at scale, not what the pusher says of it (its sizes, tags or card).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Popularity {
+    /// Downloads over the last 30 days (as the Hub counts them) that make a source popular enough.
+    pub min_downloads: i64,
+    /// Likes that make a source popular enough.
+    pub min_likes: i64,
+    /// Publishers mirrored whatever their repos' popularity.
+    pub trusted: Names,
+}
+
+/// The floor unless told otherwise: 100 downloads in 30 days or 5 likes. A real conversion that anyone
+/// loads passes within days (mlx-community's median repo has thousands); a fresh push by a stranger, or a
+/// flood of them, does not.
+pub const DEFAULT_MIN_DOWNLOADS: i64 = 100;
+/// See [`DEFAULT_MIN_DOWNLOADS`].
+pub const DEFAULT_MIN_LIKES: i64 = 5;
+
+impl Default for Popularity {
+    fn default() -> Self {
+        Popularity { min_downloads: DEFAULT_MIN_DOWNLOADS, min_likes: DEFAULT_MIN_LIKES, trusted: Names::default() }
+    }
+}
+
+impl Popularity {
+    /// Whether the candidate has reached the floor (or its publisher needs none).
+    pub fn reached_by(&self, candidate: &Candidate) -> bool {
+        let repo = &candidate.affected.repo;
+        let namespace = repo.split_once('/').map_or(repo.as_str(), |(ns, _)| ns);
+        candidate.downloads >= self.min_downloads
+            || candidate.likes >= self.min_likes
+            || self.trusted.contains(namespace)
+    }
 }
 
 /// The reason a repo whose owner closed hubalign's pull request is skipped in `--pr` mode.
@@ -219,9 +259,13 @@ pub async fn enqueue_repo(store: &Store, policy: &EnqueuePolicy, repo: &str) -> 
 
 async fn enqueue(store: &Store, policy: &EnqueuePolicy, only: Option<&str>) -> Result<u64, StoreError> {
     let declined = if policy.pull_requests { store.declined_repos(only).await? } else { BTreeSet::new() };
-    let jobs: Vec<NewJob> = store
-        .candidates(policy.min_bytes, only)
-        .await?
+    // A source below the floor gets no job yet, so that each later enqueue looks at it again.
+    let (candidates, below): (Vec<Candidate>, Vec<Candidate>) =
+        store.candidates(policy.min_bytes, only).await?.into_iter().partition(|c| policy.popularity.reached_by(c));
+    if !below.is_empty() {
+        tracing::info!(repos = below.len(), "affected repos below the popularity floor; not queued yet");
+    }
+    let jobs: Vec<NewJob> = candidates
         .into_iter()
         .map(|c| NewJob {
             skipped: policy
@@ -275,5 +319,32 @@ mod tests {
         assert_eq!(visibility("me/b", private, "me", &none), Err(PRIVATE), "not without the operator's flag");
         assert_eq!(visibility("me/b", private, "me", &mine), Ok(Visibility::Private));
         assert_eq!(visibility("me/b", SourceFlags { gated: true, ..private }, "me", &mine), Err(GATED));
+    }
+
+    #[test]
+    fn a_source_is_mirrored_once_people_use_it_or_its_publisher_is_trusted() {
+        let candidate = |repo: &str, downloads, likes| Candidate {
+            affected: crate::store::queries::AffectedRepo {
+                repo: repo.into(),
+                namespace: String::new(),
+                sha: String::new(),
+                shards_header_pad: 1,
+                shards_relayout: 0,
+                shards_invalid: 0,
+                misaligned_tensors: 1,
+                misaligned_bytes: 1,
+            },
+            private: false,
+            gated: false,
+            disabled: false,
+            downloads,
+            likes,
+        };
+        let floor = Popularity { trusted: ["MLX-Community"].into_iter().collect(), ..Popularity::default() };
+        assert!(!floor.reached_by(&candidate("spam/r0", 0, 0)), "a fresh push");
+        assert!(!floor.reached_by(&candidate("spam/r1", DEFAULT_MIN_DOWNLOADS - 1, DEFAULT_MIN_LIKES - 1)));
+        assert!(floor.reached_by(&candidate("pubco/x", DEFAULT_MIN_DOWNLOADS, 0)));
+        assert!(floor.reached_by(&candidate("pubco/y", 0, DEFAULT_MIN_LIKES)));
+        assert!(floor.reached_by(&candidate("mlx-community/new", 0, 0)), "the allow-list needs no floor");
     }
 }

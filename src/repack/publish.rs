@@ -8,13 +8,14 @@ use hf_hub::{HFClient, RepoTypeModel};
 
 use super::ahead::{self, Ahead};
 use super::error::RepackError;
-use super::policy::Visibility;
+use super::policy::{Visibility, same_name};
 use super::upload::{self, CommitError, Verdict};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
 use crate::manifest::MANIFEST_FILE;
 use crate::store::Store;
+use crate::store::mirrors::{Claim, MirrorCaps};
 
 /// What publishing did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +34,33 @@ pub enum Published {
 /// Longest name the mirror may have (the Hub's limit for a repo name).
 const MAX_NAME: usize = crate::gate::MAX_NAME_LEN;
 
-/// The names a source's mirror may take, in order of preference: `{name}-aligned`, then
-/// `{namespace}-{name}-aligned` (another source of the same name holds the first), then a name with a hash
-/// of the source id, which no other source shares. Each fits the Hub's length limit and passes the gate.
-pub fn mirror_candidates(source: &str, target_namespace: &str) -> Vec<String> {
+/// Hex digits of the source id's SHA-256 a mirror name carries: 64 bits, so that finding another source id
+/// whose mirror takes the same name costs about 2^64 hashes, far more than a squatter can spend.
+const NAME_DIGEST_HEX: usize = 16;
+
+/// The mirror name of `source`: `{target_namespace}/{namespace}-{name}-{digest}-aligned`, all lower case,
+/// where `digest` is the first [`NAME_DIGEST_HEX`] hex digits of the SHA-256 of the source id in lower case,
+/// and `{namespace}-{name}` is cut (at the end) so the name fits the Hub's 96 characters.
+///
+/// It follows from the source id alone, so it does not depend on the order repos are seen, and no other
+/// source can take it first: the readable part alone is not unique (`a-b/c` and `a/b-c` read alike, and a
+/// cut name drops its tail), the digest is. Two ids the Hub takes for one repo (they differ only in case)
+/// give one name; two it takes for two repos give two names that differ without regard to case.
+pub fn mirror_name(source: &str, target_namespace: &str) -> String {
+    let folded = source.to_ascii_lowercase();
+    let digest = &sha256_hex(folded.as_bytes())[..NAME_DIGEST_HEX];
+    let suffix = format!("-{digest}-aligned");
+    let readable: String = folded.replace('/', "-").chars().take(MAX_NAME - suffix.len()).collect();
+    // A cut can end on a `-` or `.`, and the Hub refuses a `--` or `..` run.
+    let readable = readable.trim_end_matches(['-', '.']);
+    let named = format!("{target_namespace}/{readable}{suffix}");
+    if crate::gate::check_repo_id(&named).is_ok() { named } else { format!("{target_namespace}/{digest}-aligned") }
+}
+
+/// The names mirrors took before [`mirror_name`] (the first of these no other source held, in the order the
+/// sources were seen): kept so that a mirror published under one, which the store may not record (a new
+/// store), is found by its manifest and updated in place instead of published twice.
+fn legacy_names(source: &str, target_namespace: &str) -> Vec<String> {
     let (ns, name) = source.split_once('/').unwrap_or(("", source));
     let hash = &sha256_hex(source.as_bytes())[..8];
     let keep = MAX_NAME - "-aligned-".len() - hash.len();
@@ -69,9 +93,14 @@ pub enum Holder {
 /// Largest manifest read from a mirror (a bundle of thousands of tensors has one of a few MB).
 const MANIFEST_CAP: usize = 64 << 20;
 
-/// Reads the mirror's manifest to say whose mirror it is.
+/// Reads the mirror's manifest on its main branch to say whose mirror it is.
 pub async fn holder(hub: &HubClient, target: &str) -> Result<Holder, RepackError> {
-    let url = hub.resolve_url(target, "main", MANIFEST_FILE);
+    holder_at(hub, target, "main").await
+}
+
+/// Reads the mirror's manifest at `revision` to say whose mirror it was there.
+async fn holder_at(hub: &HubClient, target: &str, revision: &str) -> Result<Holder, RepackError> {
+    let url = hub.resolve_url(target, revision, MANIFEST_FILE);
     match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await {
         Ok(fetched) => {
             let manifest: serde_json::Value = serde_json::from_slice(&fetched.body)
@@ -99,33 +128,88 @@ pub struct Chosen {
     pub moved_from: Option<String>,
 }
 
-/// The mirror of `source`: the one the store records, or the first candidate name that neither the store
-/// nor the Hub gives to another source, taken in the store before anything is committed to it.
+/// The mirror of `source`: the one the store records; else one published under a [legacy
+/// name](legacy_names) whose manifest names this source; else [`mirror_name`]. Taken in the store before
+/// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo of that name is this source's is decided at the
+/// commit, against the manifest of the commit it builds on.
 pub async fn choose_mirror(
     hub: &HubClient,
     store: &Store,
     source: &str,
     target_namespace: &str,
-    private: bool,
+    (private, caps): (bool, &MirrorCaps),
 ) -> Result<Chosen, RepackError> {
     let store_err = |e: crate::store::StoreError| RepackError::transient(e.to_string());
     if let Some(row) = store.mirror_of(source).await.map_err(store_err)? {
         return Ok(Chosen { target: row.target_repo, moved_from: row.moved_from });
     }
-    for candidate in mirror_candidates(source, target_namespace) {
-        if store.mirror_holder(&candidate).await.map_err(store_err)?.is_some_and(|s| s != source) {
+    for legacy in legacy_names(source, target_namespace) {
+        if store.mirror_holder(&legacy).await.map_err(store_err)?.is_some() {
             continue;
         }
-        match holder(hub, &candidate).await? {
-            Holder::Free => {}
-            Holder::Source { repo, .. } if repo == source => {}
-            Holder::Source { .. } | Holder::Unknown => continue,
-        }
-        if store.claim_mirror(&candidate, source, private).await.map_err(store_err)? {
-            return Ok(Chosen { target: candidate, moved_from: None });
+        if let Holder::Source { repo, .. } = holder(hub, &legacy).await?
+            && same_name(&repo, source)
+            && store.claim_mirror(&legacy, source, private).await.map_err(store_err)?
+        {
+            tracing::info!(repo.id = %source, mirror = %legacy, "kept the mirror published under its former name");
+            return Ok(Chosen { target: legacy, moved_from: None });
         }
     }
-    Err(RepackError::permanent(format!("{source}: every mirror name in {target_namespace} is taken by another source")))
+    let target = mirror_name(source, target_namespace);
+    let now = crate::store::jobs::unix_now();
+    let day_start = now - now.rem_euclid(DAY);
+    let since = crate::time::format_utc(u64::try_from(day_start).unwrap_or(0));
+    match store.claim_new_mirror((&target, source, private), caps, &since).await.map_err(store_err)? {
+        Claim::Taken => Ok(Chosen { target, moved_from: None }),
+        Claim::HeldBy(holder) => Err(RepackError::permanent(format!(
+            "{source}: its mirror name {target} is recorded for {}; nothing published",
+            crate::gate::quote(&holder)
+        ))),
+        Claim::Capped => Err(RepackError::deferred(
+            format!(
+                "today's cap of new mirrors is reached ({} of {}'s namespace or {} in all, --max-new-mirrors-per-namespace \
+                 and --max-new-mirrors); tried again tomorrow",
+                caps.per_namespace,
+                crate::gate::quote(source),
+                caps.total
+            ),
+            day_start + DAY,
+        )),
+    }
+}
+
+/// Seconds in a day: the caps count new mirrors per UTC day.
+const DAY: i64 = 86_400;
+
+/// Removes the mirror `store` records for `source` if nothing was ever committed to it (a job that failed
+/// or was skipped after taking the name, or creating the repo): an empty private repo is deleted and the
+/// name released (so it counts in no cap), and a failed attempt leaves nothing behind. A mirror holding a manifest (published, or staged for the Metal check) is
+/// kept. Failures are only logged: the name is this source's alone, and its next job reuses the repo.
+pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str) {
+    let Ok(Some(row)) = store.mirror_of(source).await else { return };
+    let target = row.target_repo;
+    let removed = async {
+        match holder(hub, &target).await? {
+            Holder::Unknown => {
+                let request = hf.delete_repository().repo_id(&target).repo_type(RepoTypeModel).missing_ok(true);
+                request.send().await.map_err(|e| RepackError::hf(format_args!("deleting {target}"), &e))?;
+            }
+            // Taken before the download, never created: only the name goes.
+            Holder::Free => {}
+            Holder::Source { .. } => return Ok(false),
+        }
+        Ok::<_, RepackError>(true)
+    };
+    match removed.await {
+        Ok(true) => {
+            if let Err(e) = store.release_mirror(&target, source).await {
+                tracing::warn!(repo.id = %source, mirror = %target, error = %e, "releasing the mirror name failed");
+            }
+            tracing::info!(repo.id = %source, mirror = %target, "removed the empty mirror a failed attempt left");
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(repo.id = %source, mirror = %target, error = %e, "the empty mirror stays"),
+    }
 }
 
 /// Where a bundle is published and what its upload may deduplicate against.
@@ -151,13 +235,14 @@ pub struct Mirror<'a> {
     pub ahead: Option<&'a Ahead>,
 }
 
-/// Fails unless the mirror is free, unknown to any source yet, or this source's (under its current name, or
-/// the former one a followed rename left in the manifest).
-async fn check_holder(mirror: &Mirror<'_>) -> Result<Holder, RepackError> {
-    let holder = holder(mirror.hub, mirror.target).await?;
+/// Fails unless the mirror at `revision` is free, holds no manifest yet (a failed attempt's empty repo:
+/// the name is this source's alone), or names this source (under its current name, or the former one a
+/// followed rename left in the manifest), compared as the Hub compares names.
+async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, RepackError> {
+    let holder = holder_at(mirror.hub, mirror.target, revision).await?;
     if let Holder::Source { repo, .. } = &holder
-        && repo != mirror.source
-        && Some(repo.as_str()) != mirror.moved_from
+        && !same_name(repo, mirror.source)
+        && !mirror.moved_from.is_some_and(|from| same_name(repo, from))
     {
         return Err(RepackError::permanent(format!(
             "{} holds the mirror of {}, not of {}; nothing committed",
@@ -179,9 +264,9 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         target.split_once('/').ok_or_else(|| RepackError::permanent(format!("{target}: not namespace/name")))?;
     let repo = hf.model(ns, name);
     let public = mirror.visibility == Visibility::Public;
-    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror).await?
+    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror, "main").await?
         && rev == source_sha
-        && named == mirror.source
+        && same_name(&named, mirror.source)
     {
         // A worker that died between the upload and making the mirror public left it private.
         repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
@@ -203,16 +288,17 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
     }
-    // Again, right before the commit: the name may have been taken since it was chosen.
-    check_holder(mirror).await?;
+    // The holder check and the commit are one step: the manifest checked is the one at the commit the new
+    // one builds on, and the Hub refuses the commit if the branch has moved since.
     let parent = head(mirror.hub, target).await?;
+    check_holder(mirror, &parent).await?;
     let stored: Vec<_> = order.into_iter().filter_map(|rel| Some((rel.clone(), stored.remove(&rel)?))).collect();
     let summary = format!("Aligned safetensors from source commit {source_sha}");
     let (commit, committed) = match upload::commit(mirror.hub, target, &parent, &summary, &stored, &inline).await {
         Ok(made) => made,
         // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
-        Err(CommitError::Moved) => match check_holder(mirror).await? {
-            Holder::Source { repo, revision: Some(rev) } if rev == source_sha && repo == mirror.source => {
+        Err(CommitError::Moved) => match check_holder(mirror, "main").await? {
+            Holder::Source { repo, revision: Some(rev) } if rev == source_sha && same_name(&repo, mirror.source) => {
                 (head(mirror.hub, target).await?, 0)
             }
             _ => return Err(RepackError::transient(format!("{target}: its main branch moved during the commit"))),
@@ -226,19 +312,22 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
 }
 
-/// Creates `target`, private, unless it exists.
+/// Creates `target`, private. A 409 (it exists) is not a failure here: whose it is, is decided by the
+/// manifest at the commit the upload builds on (see [`check_holder`]).
 async fn create_private(hf: &HFClient, target: &str) -> Result<(), RepackError> {
-    let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true).exist_ok(true);
-    request.send().await.map_err(|e| RepackError::hf(format_args!("creating {target}"), &e))?;
-    Ok(())
+    let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true);
+    match request.send().await {
+        Ok(_) | Err(hf_hub::HFError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(RepackError::hf(format_args!("creating {target}"), &e)),
+    }
 }
 
 /// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
 /// is nothing to upload ahead, because it already holds this source commit's repair.
 pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, RepackError> {
-    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror).await?
+    if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror, "main").await?
         && rev == source_sha
-        && named == mirror.source
+        && same_name(&named, mirror.source)
     {
         return Ok(false);
     }
@@ -269,25 +358,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mirror_names_are_distinct_per_source_and_fit_the_hub() {
+    fn a_mirror_name_follows_from_the_source_id_alone() {
+        let digest = |id: &str| sha256_hex(id.as_bytes())[..NAME_DIGEST_HEX].to_owned();
         assert_eq!(
-            mirror_candidates("pubco/public-4bit", "me"),
+            mirror_name("mlx-community/Llama-3.2-1B-Instruct-4bit", "me"),
+            format!(
+                "me/mlx-community-llama-3.2-1b-instruct-4bit-{}-aligned",
+                digest("mlx-community/llama-3.2-1b-instruct-4bit")
+            )
+        );
+        // The Hub takes these for one repo: one name.
+        assert_eq!(mirror_name("OptCo/Tiny-4bit", "me"), mirror_name("optco/tiny-4bit", "me"));
+        // Alike to read, two repos: two names, distinct without regard to case.
+        let (a, b) = (mirror_name("a-b/c", "me"), mirror_name("a/b-c", "me"));
+        assert!(!a.eq_ignore_ascii_case(&b), "{a} {b}");
+        // A squatter's copy of a popular name gets its own, never the popular one's.
+        assert_ne!(mirror_name("squatter/Llama-tiny-4bit", "me"), mirror_name("mlx-community/Llama-tiny-4bit", "me"));
+        for id in
+            [format!("ns/{}", "x".repeat(96)), format!("{}/{}-{}", "n".repeat(40), "y".repeat(60), "z".repeat(30))]
+        {
+            let name = mirror_name(&id, "me");
+            assert!(crate::gate::check_repo_id(&name).is_ok(), "{name}");
+            assert!(name.ends_with(&format!("-{}-aligned", digest(&id.to_ascii_lowercase()))), "{name}");
+        }
+        // A cut that would end on `-` or `.` is trimmed, never making a `--` run.
+        let dashy = format!("ns/{}-{}", "y".repeat(68), "z".repeat(17));
+        assert!(crate::gate::check_repo_id(&mirror_name(&dashy, "me")).is_ok());
+    }
+
+    #[test]
+    fn the_former_names_are_still_recognised() {
+        assert_eq!(
+            legacy_names("pubco/public-4bit", "me"),
             [
                 "me/public-4bit-aligned",
                 "me/pubco-public-4bit-aligned",
                 &format!("me/public-4bit-aligned-{}", &sha256_hex(b"pubco/public-4bit")[..8])
             ]
         );
-        let other = mirror_candidates("otherco/public-4bit", "me");
-        assert_eq!(other[0], "me/public-4bit-aligned", "the same first choice: the store and the manifests decide");
-        assert_ne!(other[1], mirror_candidates("pubco/public-4bit", "me")[1]);
-        let long = format!("ns/{}", "x".repeat(96));
-        let names = mirror_candidates(&long, "me");
-        assert_eq!(names.len(), 1, "{names:?}");
-        assert!(names[0].len() <= "me/".len() + 96);
-        let dashy = format!("ns/{}-{}", "y".repeat(78), "z".repeat(17));
-        for n in mirror_candidates(&dashy, "me") {
-            assert!(crate::gate::check_repo_id(&n).is_ok(), "{n}");
-        }
     }
 }

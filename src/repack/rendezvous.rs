@@ -74,8 +74,14 @@ impl Repacker<'_> {
             (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let (repo, namespace) = (&job.repo_id, &self.opts.target_namespace);
-        let chosen =
-            publish::choose_mirror(self.hub, self.store, repo, namespace, visibility == Visibility::Private).await?;
+        let chosen = publish::choose_mirror(
+            self.hub,
+            self.store,
+            repo,
+            namespace,
+            (visibility == Visibility::Private, &self.opts.caps),
+        )
+        .await?;
         let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();

@@ -25,7 +25,7 @@ pub mod xet;
 mod xet_api;
 
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -37,7 +37,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use self::auth::{Accounts, TokenSpec};
 use self::counters::Counters;
 use self::faults::{Bucket, FaultConfig, Faults, Quota, RateLimiter};
-use self::model::Repo;
+use self::model::{Repo, RepoMap};
 use crate::io_error::PathIoError;
 
 /// How to run the simulator.
@@ -118,7 +118,7 @@ pub struct Sim {
     pub config: SimConfig,
     /// Accepted tokens.
     pub accounts: Accounts,
-    repos: RwLock<BTreeMap<String, Repo>>,
+    repos: RwLock<RepoMap>,
     /// sha256 → file holding that content (source files in place, uploads in the store).
     blobs: RwLock<HashMap<String, PathBuf>>,
     /// Where uploads go.
@@ -142,12 +142,12 @@ pub type Shared = Arc<Sim>;
 
 impl Sim {
     /// Read access to the repositories.
-    pub fn repos(&self) -> RwLockReadGuard<'_, BTreeMap<String, Repo>> {
+    pub fn repos(&self) -> RwLockReadGuard<'_, RepoMap> {
         self.repos.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Write access to the repositories; hold it only for in-memory changes.
-    pub fn repos_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Repo>> {
+    pub fn repos_mut(&self) -> RwLockWriteGuard<'_, RepoMap> {
         self.repos.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -302,7 +302,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         base_url: base_url.clone(),
         storage_url: storage_url.clone(),
         accounts: Accounts::new(&config.tokens),
-        repos: RwLock::new(BTreeMap::new()),
+        repos: RwLock::new(RepoMap::default()),
         blobs: RwLock::new(HashMap::new()),
         store: store.clone(),
         counters: Counters::default(),

@@ -257,3 +257,61 @@ impl Repo {
             .unwrap_or_else(|| self.commits.values().map(|c| c.date.clone()).min().unwrap_or_default())
     }
 }
+
+/// The repositories by id, found as the Hub finds them: without regard to case, so `Alice/Tiny` and
+/// `alice/tiny` are one repo (a read of either answers with the id as created, and creating the other is a
+/// 409). Iterates in the order of the case-folded ids.
+#[derive(Debug, Clone, Default)]
+pub struct RepoMap(BTreeMap<String, Repo>);
+
+/// The key an id is stored under.
+fn folded(id: &str) -> String {
+    id.to_ascii_lowercase()
+}
+
+impl RepoMap {
+    /// The repo of this id, in any case.
+    pub fn get(&self, id: &str) -> Option<&Repo> {
+        self.0.get(&folded(id))
+    }
+
+    /// The repo of this id, in any case, to change.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Repo> {
+        self.0.get_mut(&folded(id))
+    }
+
+    /// Whether a repo of this id, in any case, exists.
+    pub fn contains_key(&self, id: &str) -> bool {
+        self.0.contains_key(&folded(id))
+    }
+
+    /// Adds (or replaces) the repo of this id, in any case; the repo keeps the case of its own `id`.
+    pub fn insert(&mut self, id: String, repo: Repo) -> Option<Repo> {
+        self.0.insert(folded(&id), repo)
+    }
+
+    /// Removes the repo of this id, in any case.
+    pub fn remove(&mut self, id: &str) -> Option<Repo> {
+        self.0.remove(&folded(id))
+    }
+
+    /// How many repos there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every repo.
+    pub fn values(&self) -> impl Iterator<Item = &Repo> {
+        self.0.values()
+    }
+
+    /// Every repo's id, as created.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.values().map(|r| &r.id)
+    }
+}

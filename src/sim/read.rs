@@ -164,7 +164,7 @@ pub(super) async fn list_models(
 
 /// Finds a repo the caller may see.
 pub fn visible_repo<'a>(
-    repos: &'a std::collections::BTreeMap<String, Repo>,
+    repos: &'a super::model::RepoMap,
     id: &str,
     caller: Option<&super::auth::Account>,
 ) -> Result<&'a Repo, HubError> {

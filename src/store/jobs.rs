@@ -153,6 +153,9 @@ impl FailureKind {
 /// fixed one is noticed without a restart.
 pub const NEEDS_OPERATOR_HOLD: Duration = Duration::from_secs(15 * 60);
 
+/// How many times a job's attempt is given back for needing the operator; after that each hold spends one.
+pub const NEEDS_OPERATOR_REFUNDS: i64 = 3;
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Job {
@@ -245,6 +248,10 @@ pub struct Candidate {
     pub gated: bool,
     /// Disabled by the Hub.
     pub disabled: bool,
+    /// Downloads over the last 30 days, as last listed.
+    pub downloads: i64,
+    /// Likes, as last listed.
+    pub likes: i64,
 }
 
 /// A job to create for a candidate: queued, or skipped with the reason the policy gave.
@@ -298,6 +305,14 @@ pub enum JobOutcome {
         /// What it means for the job.
         kind: FailureKind,
     },
+    /// Back to the queue until `until` (Unix seconds), spending no attempt: a cap of the operator's policy
+    /// is reached for now.
+    Deferred {
+        /// Why.
+        reason: String,
+        /// When it may be claimed again.
+        until: i64,
+    },
     /// Nothing to do, and why.
     Skipped {
         /// Why.
@@ -311,7 +326,8 @@ pub enum JobOutcome {
     },
 }
 
-pub(super) fn unix_now() -> i64 {
+/// Now, in Unix seconds.
+pub fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
@@ -334,7 +350,8 @@ impl Store {
             "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
                     s.misaligned_tensors, s.misaligned_bytes,
                     COALESCE(r.private, TRUE) AS private, COALESCE(r.gated, FALSE) AS gated,
-                    COALESCE(r.disabled, FALSE) AS disabled
+                    COALESCE(r.disabled, FALSE) AS disabled, COALESCE(r.downloads, 0) AS downloads,
+                    COALESCE(r.likes, 0) AS likes
              FROM repo_sums s LEFT JOIN repos r ON r.id = s.repo
              WHERE s.misaligned_bytes > 0 AND s.misaligned_bytes >= $1 AND ($2 IS NULL OR s.repo = $2)
              ORDER BY s.misaligned_bytes DESC, s.repo",
@@ -565,13 +582,27 @@ impl Store {
                     .map_err(sql("read job"))?;
             let Some((attempts, max)) = held else { return Ok(None) };
             let now = unix_now();
+            let held_before: i64 = if matches!(outcome, JobOutcome::Failed { kind: FailureKind::NeedsOperator, .. }) {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM job_events WHERE job_id = $1 AND detail LIKE 'needs the operator:%'",
+                )
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(sql("count holds"))?
+            } else {
+                0
+            };
             let (state, reason, commit, target, not_before) = match outcome {
                 JobOutcome::Published { target, commit } | JobOutcome::Proposed { target, commit, .. } => {
                     (JobState::Published, None, Some(commit.as_str()), Some(target.as_str()), 0)
                 }
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
                 JobOutcome::AwaitMetal { .. } => (JobState::AwaitingMetalVerify, None, None, None, 0),
-                JobOutcome::Failed { reason, kind: FailureKind::NeedsOperator } => {
+                JobOutcome::Deferred { reason, until } => (JobState::Queued, Some(reason.as_str()), None, None, *until),
+                JobOutcome::Failed { reason, kind: FailureKind::NeedsOperator }
+                    if held_before < NEEDS_OPERATOR_REFUNDS || attempts < max =>
+                {
                     (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, NEEDS_OPERATOR_HOLD))
                 }
                 JobOutcome::Failed { reason, kind: FailureKind::Transient } if attempts < max => {
@@ -591,8 +622,13 @@ impl Store {
                 JobOutcome::Proposed { num, .. } => Some(*num),
                 _ => None,
             };
-            // A failure that is the machine's, not the job's, gives its attempt back.
-            let refund = i64::from(kind == Some(FailureKind::NeedsOperator));
+            // A failure that is the machine's, not the job's, gives its attempt back, but only the first few
+            // times: a job that keeps needing the operator is the job's doing after all (it alone meets what
+            // blocks it), and spends its attempts like any other failure. A deferred job spent none.
+            let refund = i64::from(
+                (kind == Some(FailureKind::NeedsOperator) && held_before < NEEDS_OPERATOR_REFUNDS)
+                    || matches!(outcome, JobOutcome::Deferred { .. }),
+            );
             sqlx::query(
                 "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
                  target_repo = COALESCE($4, target_repo), not_before = $5, lease_owner = NULL, lease_expires_at = NULL,
@@ -871,6 +907,45 @@ pub(crate) mod tests {
             assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
             assert_eq!(store.retry_job(id).await.unwrap(), Some(true));
             assert_job_sums_match(store, "after an administrator's retry").await;
+        }
+    }
+
+    /// A job that keeps needing the operator gets its attempt back only the first few times, then spends
+    /// one each time and fails once they run out; a deferred job (a day's cap) spends none.
+    #[tokio::test]
+    async fn a_job_that_keeps_needing_the_operator_spends_its_attempts_and_a_deferred_one_does_not() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let lease = Duration::from_secs(60);
+            let held = JobOutcome::Failed { reason: "why".into(), kind: FailureKind::NeedsOperator };
+            let id = store.job_for("ns/stuck", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            let max = store.job(id).await.unwrap().unwrap().max_attempts;
+            let mut attempts = Vec::new();
+            let mut state = None;
+            for _ in 0..(NEEDS_OPERATOR_REFUNDS + max) {
+                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+                state = store.finish_job(id, "w", &held).await.unwrap();
+                attempts.push(store.job(id).await.unwrap().unwrap().attempts);
+                if state == Some(JobState::Failed) {
+                    break;
+                }
+            }
+            let refunds = usize::try_from(NEEDS_OPERATOR_REFUNDS).unwrap();
+            assert!(attempts[..refunds].iter().all(|a| *a == 0), "{attempts:?} on {:?}", store.backend());
+            assert_eq!(attempts.last(), Some(&max), "{attempts:?}");
+            assert_eq!(state, Some(JobState::Failed), "failed once its attempts ran out: {attempts:?}");
+
+            let id = store.job_for("ns/capped", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            let until = unix_now() + 3600;
+            for _ in 0..(max + 2) {
+                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+                let deferred = JobOutcome::Deferred { reason: "cap".into(), until };
+                assert_eq!(store.finish_job(id, "w", &deferred).await.unwrap(), Some(JobState::Queued));
+            }
+            let job = store.job(id).await.unwrap().unwrap();
+            assert_eq!((job.attempts, job.not_before, job.failure_kind), (0, until, None), "{job:?}");
+            assert_eq!(store.claim_job("w", lease, None).await.unwrap().map(|j| j.id), None, "not before `until`");
+            assert_job_sums_match(store, "after deferrals").await;
         }
     }
 

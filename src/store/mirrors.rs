@@ -25,6 +25,38 @@ pub struct MirrorRow {
     pub moved_from: Option<String>,
 }
 
+/// How many new mirrors a day may bring: the operator's policy, never a pusher's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorCaps {
+    /// New mirrors of one source namespace per UTC day.
+    pub per_namespace: u32,
+    /// New mirrors in all per UTC day.
+    pub total: u32,
+}
+
+/// New mirrors a day unless told otherwise: 50 per source namespace and 500 in all. mlx-community, the
+/// busiest MLX publisher, adds a few dozen repos on its busiest days, so a real publisher is never held
+/// back for long; a namespace that pushes hundreds of repos a day gets at most 50 mirrors of them, and a
+/// backfill of the whole Hub takes weeks, at a pace the operator can watch and raise.
+pub const DEFAULT_MIRROR_CAPS: MirrorCaps = MirrorCaps { per_namespace: 50, total: 500 };
+
+impl Default for MirrorCaps {
+    fn default() -> Self {
+        DEFAULT_MIRROR_CAPS
+    }
+}
+
+/// What claiming a new mirror name did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The name is the source's.
+    Taken,
+    /// Another source holds the name (or the source already has another mirror).
+    HeldBy(String),
+    /// A day's cap is reached: nothing taken.
+    Capped,
+}
+
 /// What following a source's rename carried over to the new name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Followed {
@@ -65,6 +97,61 @@ impl Store {
             .await.map(|done| done.rows_affected()))
             .map_err(sql("claim mirror"))?;
         Ok(self.mirror_holder(target).await?.as_deref() == Some(source))
+    }
+
+    /// [`Store::claim_mirror`] for a new mirror, within the day's caps: `Capped` (nothing taken) when
+    /// `caps.total` new mirrors, or `caps.per_namespace` of the source's namespace (compared as the Hub
+    /// compares names), were taken since `day_start` (`YYYY-MM-DDT00:00:00Z`). The count and the insert are
+    /// one statement; on PostgreSQL, workers claiming at the same instant may each pass a count taken before
+    /// the others' inserts, so the cap can be passed by at most one mirror per other worker.
+    pub async fn claim_new_mirror(
+        &self,
+        (target, source, private): (&str, &str, bool),
+        caps: &MirrorCaps,
+        day_start: &str,
+    ) -> Result<Claim, StoreError> {
+        let namespace = source.split_once('/').map_or(source, |(ns, _)| ns).to_ascii_lowercase();
+        let inserted = on_pool!(self, |pool| sqlx::query(
+            "INSERT INTO mirrors (target_repo, source_repo, created_at, private)
+             SELECT $1, $2, $3, $4
+             WHERE (SELECT COUNT(*) FROM mirrors WHERE created_at >= $5) < $6
+               AND (SELECT COUNT(*) FROM mirrors WHERE created_at >= $5
+                    AND LOWER(SUBSTR(source_repo, 1, LENGTH($7) + 1)) = $7 || '/') < $8
+             ON CONFLICT DO NOTHING"
+        )
+        .bind(target)
+        .bind(source)
+        .bind(crate::time::now_utc())
+        .bind(private)
+        .bind(day_start)
+        .bind(i64::from(caps.total))
+        .bind(&namespace)
+        .bind(i64::from(caps.per_namespace))
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("claim new mirror"))?;
+        if inserted > 0 {
+            return Ok(Claim::Taken);
+        }
+        Ok(match self.mirror_holder(target).await? {
+            Some(holder) if holder == source => Claim::Taken,
+            Some(holder) => Claim::HeldBy(holder),
+            None if self.mirror_of(source).await?.is_some() => Claim::HeldBy(source.to_owned()),
+            None => Claim::Capped,
+        })
+    }
+
+    /// Gives up the name `target` that `source` took but never committed to (its repo was removed).
+    pub async fn release_mirror(&self, target: &str, source: &str) -> Result<(), StoreError> {
+        on_pool!(self, |pool| sqlx::query("DELETE FROM mirrors WHERE target_repo = $1 AND source_repo = $2")
+            .bind(target)
+            .bind(source)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))
+        .map_err(sql("release mirror"))?;
+        Ok(())
     }
 
     /// Records that a mirror was published from `source` with this visibility (clearing an earlier hiding:
@@ -206,6 +293,40 @@ mod tests {
             assert_eq!(store.mirror_of("ns/c").await.unwrap().unwrap().moved_from.as_deref(), Some("ns/b"));
             store.mirror_published("me/a-aligned", "ns/c", false).await.unwrap();
             assert_eq!(store.mirror_of("ns/c").await.unwrap().unwrap().moved_from, None);
+        }
+    }
+
+    /// A day's caps hold per source namespace (compared without regard to case) and in all; a name released
+    /// by a failed attempt counts in neither.
+    #[tokio::test]
+    async fn new_mirrors_are_capped_per_namespace_and_in_all_per_day() {
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let caps = MirrorCaps { per_namespace: 2, total: 3 };
+            let today = &crate::time::now_utc()[..10];
+            let since = &format!("{today}T00:00:00Z");
+            let claim = |source: &'static str| {
+                let target = format!("me/{}-aligned", source.replace('/', "-"));
+                async move { store.claim_new_mirror((&target, source, false), &caps, since).await.unwrap() }
+            };
+            assert_eq!(claim("spam/a").await, Claim::Taken);
+            assert_eq!(claim("SPAM/b").await, Claim::Taken);
+            assert_eq!(claim("spam/c").await, Claim::Capped, "{:?}", store.backend());
+            store.release_mirror("me/SPAM-b-aligned", "SPAM/b").await.unwrap();
+            assert_eq!(claim("spam/c").await, Claim::Taken, "a released name counts in no cap");
+            assert_eq!(claim("other/a").await, Claim::Taken);
+            assert_eq!(claim("third/a").await, Claim::Capped, "three in all");
+            assert_eq!(claim("spam/a").await, Claim::Taken, "its own name is its own");
+            // Yesterday's mirrors count in no cap of today's.
+            let tomorrow = format!(
+                "{}T00:00:00Z",
+                crate::time::format_utc((crate::store::jobs::unix_now() + 86_400) as u64).get(..10).unwrap()
+            );
+            let target = "me/third-a-aligned";
+            assert_eq!(
+                store.claim_new_mirror((target, "third/a", false), &caps, &tomorrow).await.unwrap(),
+                Claim::Taken
+            );
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct ListingEntry {
     pub gated: bool,
     /// Disabled by the Hub.
     pub disabled: bool,
+    /// Downloads over the last 30 days, as listed.
+    pub downloads: i64,
+    /// Likes, as listed.
+    pub likes: i64,
 }
 
 impl ListingEntry {
@@ -295,11 +299,12 @@ impl Store {
                     .await
                     .map_err(sql("read repo"))?;
                 sqlx::query(
-                    "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                    "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run,
+                       downloads, likes)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                      ON CONFLICT (id) DO UPDATE SET listed_sha = excluded.listed_sha, last_modified = excluded.last_modified,
                        private = excluded.private, gated = excluded.gated, disabled = excluded.disabled,
-                       last_listed_run = excluded.last_listed_run",
+                       last_listed_run = excluded.last_listed_run, downloads = excluded.downloads, likes = excluded.likes",
                 )
                 .bind(&r.id)
                 .bind(&r.namespace)
@@ -309,6 +314,8 @@ impl Store {
                 .bind(r.gated)
                 .bind(r.disabled)
                 .bind(run)
+                .bind(r.downloads)
+                .bind(r.likes)
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("record listing"))?;
@@ -316,6 +323,33 @@ impl Store {
             }
             tx.commit().await.map_err(sql("commit listing"))?;
             Ok(pending)
+        })
+    }
+
+    /// Forgets repos the listing shows to be mirrors (this service's or a peer's) which an earlier crawl
+    /// recorded as sources: their shards and rows go, so they count in no total. Returns how many were known.
+    pub async fn forget_mirrors(&self, ids: &[String]) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            let mut known = 0;
+            for id in ids {
+                sqlx::query("DELETE FROM shards WHERE repo_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("forget mirror shards"))?;
+                known += sqlx::query("DELETE FROM repos WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("forget mirror"))?
+                    .rows_affected();
+            }
+            tx.commit().await.map_err(sql("commit forget"))?;
+            Ok(known)
         })
     }
 

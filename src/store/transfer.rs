@@ -100,6 +100,8 @@ const TABLES: &[Table] = &[
             ("last_audited_at", Text),
             ("last_error", Text),
             ("was_affected", Int),
+            ("downloads", Int),
+            ("likes", Int),
         ],
     },
     Table {

@@ -146,9 +146,9 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     let sim = &world.hub.as_ref().unwrap().sim;
     {
         let repos = sim.repos();
-        assert!(!repos.keys().any(|id| id.contains("private-q4-aligned")), "no mirror of the private source");
+        assert!(!repos.keys().any(|id| id.contains("private-q4")), "no mirror of the private source");
         for j in &published {
-            let mirror = &repos[j["target_repo"].as_str().unwrap()];
+            let mirror = repos.get(j["target_repo"].as_str().unwrap()).unwrap();
             let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
             assert_eq!(uploads, 1, "{} published exactly once", j["target_repo"]);
         }
@@ -228,7 +228,7 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     // Without an admin token, nothing that changes state is served.
     assert_eq!(post(&format!("{base}/api/admin/audit"), None).0, 404);
     let repo_page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
-    assert!(repo_page.contains("tiny-q4-aligned"), "the repo page links its mirror");
+    assert!(repo_page.contains(&crate::support::mirror("mlx-community/tiny-q4")), "the repo page links its mirror");
     let q4 = store_jobs.iter().find(|j| j.repo_id == "mlx-community/tiny-q4").expect("a job for tiny-q4");
     for step in ["claimed", "downloading", "relaying", "verifying", "publishing", "published"] {
         assert!(
@@ -468,7 +468,8 @@ fn check_pages_in_a_browser(port: u16) {
         assert!(namespace.contains(r["repo"].as_str().unwrap()), "{r} missing from the namespace page");
     }
     let repo = chromium(&format!("{base}/repo/mlx-community/Tiny-Llama-4bit"), None);
-    assert!(repo.contains("hubalign-demo/Tiny-Llama-4bit-aligned</a>"), "the mirror link");
+    let mirror = hubalign::repack::publish::mirror_name("mlx-community/Tiny-Llama-4bit", "hubalign-demo");
+    assert!(repo.contains(&format!("{mirror}</a>")), "the mirror link");
     assert!(repo.contains("<td>model.safetensors</td><td>header_pad</td>"), "the shard row");
 
     let artifacts = crate::support::root().join("target/test-artifacts");

@@ -83,3 +83,8 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
     assert!(out.status.success(), "{script} {args:?} failed:\n{text}");
     text
 }
+
+/// The mirror name the worker gives `source` in the test worlds' target namespace, `alice`.
+pub fn mirror(source: &str) -> String {
+    hubalign::repack::publish::mirror_name(source, "alice")
+}

@@ -35,7 +35,7 @@ fn hooked(extra: &[&str], tune: impl FnOnce(&mut SimConfig)) -> Hooked {
         tune(c);
     });
     let (dir, db) = db();
-    let args = [&["--webhook-secret", SECRET], extra].concat();
+    let args = [&["--webhook-secret", SECRET, "--min-downloads", "0"], extra].concat();
     let (service, base) = crate::serve::start_serve_on(port, &world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
     wait_until("the first audit", || {
         let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
@@ -88,16 +88,22 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     let world = audit_world(0, |_| {});
     let (_dir, db) = db();
-    let (_service, base) =
-        start_serve(&world.endpoint(), &db, 365 * 24 * 3600, &["--webhook-secret", SECRET, "--workers", "0"], &[]);
+    let (_service, base) = start_serve(
+        &world.endpoint(),
+        &db,
+        365 * 24 * 3600,
+        &["--webhook-secret", SECRET, "--min-downloads", "0", "--workers", "0"],
+        &[],
+    );
     // The first (and, for a year, only) scheduled audit.
     wait_until("the first audit", || {
         let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
         runs.iter().any(|r| r["status"] == "finished")
     });
     let sim = &world.hub.as_ref().unwrap().sim;
-    let head = sim.repos()[REPO].head().unwrap().sha.clone();
-    let shards = sim.repos()[REPO].head().unwrap().files.keys().filter(|f| f.ends_with(".safetensors")).count();
+    let head = sim.repos().get(REPO).unwrap().head().unwrap().sha.clone();
+    let shards =
+        sim.repos().get(REPO).unwrap().head().unwrap().files.keys().filter(|f| f.ends_with(".safetensors")).count();
     assert!(shards > 1, "a sharded bundle");
     // A public mirror whose source the crawl does not list: the crawl's pass rechecks it, a webhook about
     // another repo must not.
@@ -207,10 +213,10 @@ fn deleted(repo: &str) -> Vec<u8> {
 fn a_deleted_source_takes_its_mirror_private_at_once() {
     let world = audit_world(0, |_| {});
     let (_dir, db) = db();
-    let args = ["--webhook-secret", SECRET, "--include", "mlx-community"];
+    let args = ["--webhook-secret", SECRET, "--min-downloads", "0", "--include", "mlx-community"];
     let (_service, base) = start_serve(&world.endpoint(), &db, 365 * 24 * 3600, &args, &[]);
     let source = "mlx-community/tiny-q4";
-    let mirror = "alice/tiny-q4-aligned";
+    let mirror = &crate::support::mirror("mlx-community/tiny-q4");
     let sim = &world.hub.as_ref().unwrap().sim;
     let deadline = Instant::now() + Duration::from_secs(180);
     while sim.repos().get(mirror).is_none_or(|m| m.meta.private) {
@@ -219,7 +225,7 @@ fn a_deleted_source_takes_its_mirror_private_at_once() {
     }
     sim.repos_mut().remove(source);
     assert_eq!(deliver(&base, Some(SECRET), "", deleted(source)).0, 202);
-    wait_until("the mirror to go private", || sim.repos()[mirror].meta.private);
+    wait_until("the mirror to go private", || sim.repos().get(mirror).unwrap().meta.private);
     let page = get(&format!("{base}/repo/{source}"));
     assert!(page.contains("id=\"mirror-hidden\""), "the repo page says why: {page}");
     let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community"))).unwrap();
@@ -239,7 +245,7 @@ fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
     let sim = &world.hub.as_ref().unwrap().sim;
     let mirror_commits = || {
         sim.repos()
-            .get("alice/pushed-q4-aligned")
+            .get(&crate::support::mirror("alice-org/pushed-q4"))
             .filter(|m| !m.meta.private)
             .map_or(0, |m| m.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count())
     };
@@ -320,7 +326,7 @@ fn pushes_with_huggingface_hub_reach_the_mirror_without_a_crawl() {
         assert!(answer.status().is_success());
     });
     wait_until("the mirror of the now private source to go private", || {
-        sim.repos()["alice/pushed-q4-aligned"].meta.private
+        sim.repos().get(&crate::support::mirror("alice-org/pushed-q4")).unwrap().meta.private
     });
 }
 
@@ -365,7 +371,8 @@ fn with_huggingface_hub(world: &crate::sim::world::World, token: &str, script: &
 #[test]
 fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     let Hooked { world, _dir, base, service: _service } = hooked(&["--include", "alice-org"], |_| {});
-    let (old, new, mirror) = ("alice-org/moving-q4", "alice-org/moved-q4", "alice/moving-q4-aligned");
+    let (old, new, mirror) =
+        ("alice-org/moving-q4", "alice-org/moved-q4", &crate::support::mirror("alice-org/moving-q4"));
     let sim = &world.hub.as_ref().unwrap().sim;
     // What the public mirror's manifest names as its source, read as anyone reads it.
     let manifest_names = || {
@@ -410,8 +417,8 @@ fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     let page = get(&format!("{base}/repo/{new}"));
     assert!(page.contains(&format!(">{}</a>", html(mirror))), "{page}");
     assert!(get(&format!("{base}/repo/{old}")).contains(&format!("renamed to {}", html(new))));
-    assert!(!sim.repos()[mirror].meta.private, "the mirror of a renamed public source stays public");
-    assert!(sim.repos().get("alice/moved-q4-aligned").is_none(), "no second mirror");
+    assert!(!sim.repos().get(mirror).unwrap().meta.private, "the mirror of a renamed public source stays public");
+    assert!(sim.repos().get(&crate::support::mirror("alice-org/moved-q4")).is_none(), "no second mirror");
     let jobs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
     let of = |repo: &str| jobs.iter().filter(|j| j["repo_id"] == repo).count();
     assert_eq!((of(old), of(new)), (0, 1), "the published job carried over, none added: {jobs:?}");
@@ -421,7 +428,7 @@ fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     push_bundle(&world, new, "card", card);
     wait_until("the new name's push on the same mirror", || manifest_names().as_deref() == Some(new));
     assert!(!get(&format!("{base}/repo/{new}")).contains("followed the rename"), "the manifest names it now");
-    assert!(sim.repos().get("alice/moved-q4-aligned").is_none(), "still no second mirror");
+    assert!(sim.repos().get(&crate::support::mirror("alice-org/moved-q4")).is_none(), "still no second mirror");
 }
 
 /// `hubalign webhook create | list | delete` through the Hub's webhooks API (the simulator's): the webhook
@@ -432,8 +439,13 @@ fn webhooks_made_with_the_cli_deliver_the_watched_namespaces_events() {
     let world = audit_world(0, |_| {});
     let (_dir, db) = db();
     let endpoint = world.endpoint();
-    let (_service, base) =
-        start_serve(&endpoint, &db, 365 * 24 * 3600, &["--webhook-secret", SECRET, "--workers", "0"], &[]);
+    let (_service, base) = start_serve(
+        &endpoint,
+        &db,
+        365 * 24 * 3600,
+        &["--webhook-secret", SECRET, "--min-downloads", "0", "--workers", "0"],
+        &[],
+    );
     let cli = |args: &[&str]| {
         crate::support::hubalign()
             .arg("webhook")
@@ -547,7 +559,7 @@ fn pull_requests_closed_or_merged_are_recorded_and_a_closed_one_is_a_no() {
     assert!(page.contains(&format!("pull request #{declined_num} closed by the owner")), "{page}");
 
     // The merged repo's new head is read again: aligned now, so no job follows the merge.
-    let merge_head = world.hub.as_ref().unwrap().sim.repos()[merged.as_str()].refs["main"].clone();
+    let merge_head = world.hub.as_ref().unwrap().sim.repos().get(merged.as_str()).unwrap().refs["main"].clone();
     wait_until("the merge commit audited", || {
         let repos: Vec<Value> =
             serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community&limit=1000"))).unwrap();

@@ -17,8 +17,6 @@ pub(super) use repos::{
     set_discussion_status, settings, validate_yaml,
 };
 
-use std::collections::BTreeMap;
-
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
@@ -57,7 +55,7 @@ pub(super) fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit,
 
 /// A repo the caller may commit to: its namespace is the caller's.
 pub(super) fn writable_repo<'a>(
-    repos: &'a BTreeMap<String, Repo>,
+    repos: &'a crate::sim::model::RepoMap,
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {
@@ -68,14 +66,14 @@ pub(super) fn writable_repo<'a>(
 }
 
 /// A repo to change, by id, for a caller already checked to be signed in and allowed to.
-pub(super) fn repo_mut<'a>(repos: &'a mut BTreeMap<String, Repo>, id: &str) -> Result<&'a mut Repo, HubError> {
+pub(super) fn repo_mut<'a>(repos: &'a mut crate::sim::model::RepoMap, id: &str) -> Result<&'a mut Repo, HubError> {
     repos.get_mut(id).ok_or_else(|| HubError::repo_not_found(id, true))
 }
 
 /// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
 /// (Clients do not say a preupload, LFS batch or Xet write token is for a PR, so those accept this too.)
 pub(super) fn proposable_repo<'a>(
-    repos: &'a BTreeMap<String, Repo>,
+    repos: &'a crate::sim::model::RepoMap,
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {

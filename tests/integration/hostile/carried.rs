@@ -19,6 +19,7 @@ fn hostile_source() -> World {
     let sidecar = serde_json::json!({
         "library_name": "mlx",
         "license": "other",
+        "downloads": 1000,
         "tags": ["official", "verified", "meta-llama", "text-generation-inference", "endpoints_compatible",
                  "not-for-all-audiences"],
         "cardData": {
@@ -64,7 +65,7 @@ fn a_mirror_carries_only_what_a_loader_reads_and_its_card_renders_nothing_of_the
 
     // The files: the shard, its index, the configs, the tokenizer; the card and the manifest.
     let sim = &world.hub.as_ref().unwrap().sim;
-    let head = sim.repos()[&mirror].head().unwrap().clone();
+    let head = sim.repos().get(&mirror).unwrap().head().unwrap().clone();
     let files: Vec<&str> = head.files.keys().map(String::as_str).filter(|f| *f != ".gitattributes").collect();
     assert_eq!(
         files,
@@ -116,7 +117,7 @@ fn a_mirror_carries_only_what_a_loader_reads_and_its_card_renders_nothing_of_the
 #[test]
 fn a_shard_named_as_markup_is_never_mirrored() {
     let root = tempfile::tempdir().unwrap();
-    bundle(root.path(), "evil/odd-shard", "mlx_lm/q4", r#"{"library_name":"mlx"}"#);
+    bundle(root.path(), "evil/odd-shard", "mlx_lm/q4", r#"{"library_name":"mlx","downloads":1000}"#);
     let dir = root.path().join("models/evil/odd-shard");
     let odd = "x` <img src=x onerror=alert(1)> `y.safetensors";
     std::fs::rename(dir.join("model.safetensors"), dir.join(odd)).unwrap();

@@ -5,9 +5,11 @@
 mod carried;
 mod hub;
 mod local;
+mod names;
 pub mod proxy;
 mod publish;
 mod service;
+mod volume;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -18,17 +20,32 @@ use crate::sim::world::{World, bundle, start_on};
 /// the token can all read; a private repo of the token's own namespace; two publishers' repos of one name.
 pub fn hostile_world() -> World {
     let root = tempfile::tempdir().unwrap();
-    let mlx = r#"{"library_name":"mlx","license":"mit"}"#;
+    let mlx = r#"{"library_name":"mlx","license":"mit","downloads":1000}"#;
     bundle(root.path(), "mlx-community/tiny-q4", "mlx_lm/q4", mlx);
-    bundle(root.path(), "alice-org/private-q4", "mlx_lm/q4", r#"{"library_name":"mlx","private":true}"#);
-    bundle(root.path(), "alice/own-private-q4", "mlx_lm/q4", r#"{"library_name":"mlx","private":true}"#);
+    bundle(
+        root.path(),
+        "alice-org/private-q4",
+        "mlx_lm/q4",
+        r#"{"library_name":"mlx","private":true,"downloads":1000}"#,
+    );
+    bundle(
+        root.path(),
+        "alice/own-private-q4",
+        "mlx_lm/q4",
+        r#"{"library_name":"mlx","private":true,"downloads":1000}"#,
+    );
     bundle(
         root.path(),
         "gatedco/gated-q4",
         "mlx_lm/q4",
-        r#"{"library_name":"mlx","gated":"manual","grantedUsers":["alice"]}"#,
+        r#"{"library_name":"mlx","gated":"manual","grantedUsers":["alice"],"downloads":1000}"#,
     );
-    bundle(root.path(), "old-org/disabled-q4", "mlx_lm/q4", r#"{"library_name":"mlx","disabled":true}"#);
+    bundle(
+        root.path(),
+        "old-org/disabled-q4",
+        "mlx_lm/q4",
+        r#"{"library_name":"mlx","disabled":true,"downloads":1000}"#,
+    );
     bundle(root.path(), "pubco/public-4bit", "mlx_lm/q4", mlx);
     bundle(root.path(), "otherco/public-4bit", "mlx_lm/q4", mlx);
     start_on(root, |c| c.page_size = 3)

@@ -53,7 +53,7 @@ pub(super) fn job<'a>(jobs: &'a [hubalign::store::jobs::Job], repo: &str) -> &'a
     jobs.iter().find(|j| j.repo_id == repo).unwrap_or_else(|| panic!("no job for {repo}: {jobs:?}"))
 }
 
-fn mirrors(world: &World) -> Vec<String> {
+pub(super) fn mirrors(world: &World) -> Vec<String> {
     let sim = &world.hub.as_ref().unwrap().sim;
     sim.repos().keys().filter(|k| k.ends_with("-aligned") || k.contains("-aligned-")).cloned().collect()
 }
@@ -97,7 +97,18 @@ fn a_tree_listing_that_lies_later_cannot_write_outside_the_work_directory() {
     let (world, _dir, _db, trees, out) = repack_through_lying_trees(1);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert_eq!(trees, 1, "the files fetched are exactly those of one listing");
-    let files = &world.hub.as_ref().unwrap().sim.repos()["alice/tiny-q4-aligned"].head().unwrap().files.clone();
+    let files = &world
+        .hub
+        .as_ref()
+        .unwrap()
+        .sim
+        .repos()
+        .get(&crate::support::mirror("mlx-community/tiny-q4"))
+        .unwrap()
+        .head()
+        .unwrap()
+        .files
+        .clone();
     assert!(!files.keys().any(|f| f.contains("escape")), "{:?}", files.keys());
 }
 
@@ -131,16 +142,16 @@ fn private_gated_and_disabled_sources_get_no_mirror() {
     for source in ["private-q4", "own-private-q4", "gated-q4", "disabled-q4"] {
         assert!(!published.iter().any(|m| m.contains(source)), "{source} mirrored: {published:?}");
     }
-    assert!(published.contains(&"alice/tiny-q4-aligned".to_owned()), "{published:?}");
+    assert!(published.contains(&crate::support::mirror("mlx-community/tiny-q4")), "{published:?}");
 
     // An operator may allow private mirrors of the target namespace's own private repos: private, and only
     // those.
     audit_and_work(&world, dir.path(), "b", &["--private-mirrors"]);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let own = sim.repos().get("alice/own-private-q4-aligned").map(|r| r.meta.private);
+    let own = sim.repos().get(&crate::support::mirror("alice/own-private-q4")).map(|r| r.meta.private);
     assert_eq!(own, Some(true), "a private mirror of alice's own private repo, and only that");
     let private_mirrors: Vec<String> = mirrors(&world).into_iter().filter(|m| m.contains("private")).collect();
-    assert_eq!(private_mirrors, ["alice/own-private-q4-aligned"]);
+    assert_eq!(private_mirrors, [crate::support::mirror("alice/own-private-q4")]);
 }
 
 #[test]
@@ -176,7 +187,7 @@ fn two_sources_with_one_name_get_two_mirrors_each_naming_its_source() {
     let (db2, work2) = (dir.path().join("b.db"), dir.path().join("work2"));
     audit(&world.endpoint(), &db2);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let commits = |m: &str| sim.repos()[m].commits.len();
+    let commits = |m: &str| sim.repos().get(m).unwrap().commits.len();
     let before = (commits(&ta), commits(&tb));
     let out = worker(&world.endpoint(), &db2, &work2, &["repack", "pubco/public-4bit"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
@@ -195,8 +206,9 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
-    // Someone's mirror already sits at the first name, made for another source.
-    let squatter = "alice/tiny-q4-aligned";
+    // A mirror of another source already sits at this source's name (made by hand: no other source's name
+    // can be this one).
+    let squatter = &crate::support::mirror("mlx-community/tiny-q4");
     let upload = std::process::Command::new(python())
         .args([
             "-c",
@@ -213,13 +225,19 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
         .unwrap();
     assert!(upload.status.success(), "{}", String::from_utf8_lossy(&upload.stderr));
     let sim = &world.hub.as_ref().unwrap().sim;
-    let before = sim.repos()[squatter].commits.len();
+    let before = sim.repos().get(squatter).unwrap().commits.len();
     let out = worker(&world.endpoint(), &db, &work, &["repack", "mlx-community/tiny-q4"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(sim.repos()[squatter].commits.len(), before, "nothing committed to another source's mirror");
+    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        sim.repos().get(squatter).unwrap().commits.len(),
+        before,
+        "nothing committed to another source's mirror"
+    );
     let j = jobs_of(&db, "mlx-community/tiny-q4");
-    assert_eq!(j.target_repo.as_deref(), Some("alice/mlx-community-tiny-q4-aligned"), "{j:?}");
-    assert_eq!(manifest(&world, "alice/mlx-community-tiny-q4-aligned")["source_repo"], "mlx-community/tiny-q4");
+    assert_eq!(j.state, hubalign::store::jobs::JobState::Failed, "{j:?}");
+    assert!(j.reason.as_deref().unwrap_or("").contains("holds the mirror of \"someone/else\""), "{j:?}");
+    assert_eq!(manifest(&world, squatter)["source_repo"], "someone/else", "kept as it was");
+    assert_eq!(mirrors(&world), std::slice::from_ref(squatter), "and no mirror under another name");
 }
 
 /// A token the Hub stops honouring midway (revoked, expired): the job is the operator's to mend, not the
@@ -271,6 +289,7 @@ fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
     assert!(stdout(&out).contains("needs the operator"), "{}", stdout(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert_eq!((j.failure_kind, j.attempts), (Some(FailureKind::NeedsOperator), 0), "{j:?}");
-    assert!(j.reason.as_deref().unwrap_or("").contains("pubco/tiny-q4-aligned"), "{j:?}");
+    let name = hubalign::repack::publish::mirror_name("mlx-community/tiny-q4", "pubco");
+    assert!(j.reason.as_deref().unwrap_or("").contains(&name), "{j:?}");
     assert!(mirrors(&world).is_empty());
 }

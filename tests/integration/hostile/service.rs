@@ -115,10 +115,10 @@ fn a_mirror_whose_source_turns_private_is_made_private_and_the_page_says_why() {
     let (_service, base) =
         start_serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let mirror = "alice/tiny-q4-aligned";
+    let mirror = &crate::support::mirror("mlx-community/tiny-q4");
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
     sim.repos_mut().get_mut("mlx-community/tiny-q4").unwrap().meta.private = true;
-    wait_for("the mirror to go private", 60, || sim.repos()[mirror].meta.private);
+    wait_for("the mirror to go private", 60, || sim.repos().get(mirror).unwrap().meta.private);
     let page = get(&format!("{base}/repo/mlx-community/tiny-q4"));
     assert!(page.contains("id=\"mirror-hidden\"") && page.contains("no longer public"), "{page}");
     assert!(page.contains("gone: the source was deleted or is no longer visible"), "{page}");
@@ -134,7 +134,8 @@ fn a_source_renamed_between_crawls_keeps_its_mirror() {
     let (_service, base) =
         start_serve(&world.endpoint(), &dir.path().join("a.db"), 3, &["--include", "mlx-community"], &[]);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let (old, new, mirror) = ("mlx-community/tiny-q4", "mlx-community/tiny-q4-renamed", "alice/tiny-q4-aligned");
+    let (old, new, mirror) =
+        ("mlx-community/tiny-q4", "mlx-community/tiny-q4-renamed", &crate::support::mirror("mlx-community/tiny-q4"));
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
     world.rename(old, new);
     let html = |s: &str| s.replace('/', "&#x2f;");
@@ -144,8 +145,8 @@ fn a_source_renamed_between_crawls_keeps_its_mirror() {
     let finished = || runs(&base).iter().filter(|r| r["status"] == "finished").count();
     let after = finished();
     wait_for("two more crawls", 60, || finished() >= after + 2);
-    assert!(!sim.repos()[mirror].meta.private, "the mirror of a renamed public source stays public");
-    assert!(sim.repos().get("alice/tiny-q4-renamed-aligned").is_none(), "no second mirror");
+    assert!(!sim.repos().get(mirror).unwrap().meta.private, "the mirror of a renamed public source stays public");
+    assert!(sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4-renamed")).is_none(), "no second mirror");
     assert!(get(&format!("{base}/repo/{old}")).contains(&format!("renamed to {}", html(new))));
     let jobs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
     let of = |repo: &str| jobs.iter().filter(|j| j["repo_id"] == repo).count();
@@ -161,10 +162,10 @@ fn a_source_moved_away_from_the_audited_author_takes_its_mirror_private() {
     let extra = ["--author", "mlx-community"];
     let (_service, base) = start_serve(&world.endpoint(), &dir.path().join("a.db"), 3, &extra, &[]);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let (old, new, mirror) = ("mlx-community/tiny-q4", "bob/tiny-q4", "alice/tiny-q4-aligned");
+    let (old, new, mirror) = ("mlx-community/tiny-q4", "bob/tiny-q4", &crate::support::mirror("mlx-community/tiny-q4"));
     wait_for("the mirror", 120, || sim.repos().get(mirror).is_some_and(|m| !m.meta.private));
     world.rename(old, new);
-    wait_for("the mirror to go private", 60, || sim.repos()[mirror].meta.private);
+    wait_for("the mirror to go private", 60, || sim.repos().get(mirror).unwrap().meta.private);
     let page = get(&format!("{base}/repo/{old}"));
     let why = "its source was renamed to bob&#x2f;tiny-q4, which is not mirrored (not the audited author)";
     assert!(page.contains(why), "{page}");

@@ -101,7 +101,10 @@ fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
     assert_eq!(record["commits_before_verdict"], 0, "and committed nothing: {record}");
     assert_eq!(commits(&world), 1);
     let sim = &world.hub.as_ref().unwrap().sim;
-    let card_sha = sim.repos()["alice/tiny-q8-aligned"].head().unwrap().files["README.md"].sha256.clone();
+    let card_sha =
+        sim.repos().get(&crate::support::mirror("lmstudio/tiny-q8")).unwrap().head().unwrap().files["README.md"]
+            .sha256
+            .clone();
     let card = std::fs::read_to_string(sim.store.join("blobs").join(card_sha)).unwrap();
     // The version is the check's own word, escaped as any text the card did not write itself.
     assert!(card.contains("(MLX 0\\.0\\-stand\\-in) returned\n  every array of every shard bit-identical"), "{card}");

@@ -46,12 +46,13 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
 
     // Download each mirror with the official client (as someone else) and judge it against the source.
     let sim = &world.hub.as_ref().unwrap().sim;
-    for (mirror, fixture_dir) in [
-        ("alice/tiny-q4-aligned", "mlx_lm/q4"),
-        ("alice/tiny-sharded-aligned", "mlx_lm/sharded"),
-        ("alice/tiny-mixed-aligned", "mlx_lm/mixed"),
+    for (source, fixture_dir) in [
+        ("mlx-community/tiny-q4", "mlx_lm/q4"),
+        ("mlx-community/tiny-sharded", "mlx_lm/sharded"),
+        ("lmstudio/tiny-mixed", "mlx_lm/mixed"),
     ] {
-        assert!(!sim.repos()[mirror].meta.private, "{mirror} was made public");
+        let mirror = &crate::support::mirror(source);
+        assert!(!sim.repos().get(mirror).unwrap().meta.private, "{mirror} was made public");
         let home = tempfile::tempdir().unwrap();
         let fetch = Command::new(python())
             .args([
@@ -84,29 +85,29 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
                  assert m['base_model'] == sys.argv[2], m; assert m['library_name'] == 'mlx'; \
                  assert {'mlx', 'safetensors'} <= set(m['tags']); print(m.get('license'))",
                 &format!("{snapshot}/README.md"),
-                &format!("mlx-community/{}", mirror.trim_start_matches("alice/").trim_end_matches("-aligned"))
-                    .replace("mlx-community/tiny-mixed", "lmstudio/tiny-mixed"),
+                source,
             ])
             .output()
             .unwrap();
         assert!(card.status.success(), "{mirror} card: {}", String::from_utf8_lossy(&card.stderr));
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(format!("{snapshot}/MEI_ALIGN_MANIFEST.json")).unwrap()).unwrap();
-        assert_eq!(
-            manifest["source_repo"].as_str().unwrap().rsplit('/').next(),
-            mirror.trim_start_matches("alice/").strip_suffix("-aligned")
-        );
+        assert_eq!(manifest["source_repo"], source);
         assert_eq!(manifest["source_revision"].as_str().unwrap().len(), 40);
     }
-    let meta = sim.repos()["alice/tiny-q4-aligned"].meta.clone();
+    let meta = sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().meta.clone();
     assert_eq!(meta.library_name.as_deref(), Some("mlx"), "the card makes the mirror an MLX repo");
     assert_eq!(meta.license.as_deref(), Some("mit"), "the source's licence is carried over");
 
     // Running the worker again changes nothing.
-    let commits = sim.repos()["alice/tiny-q4-aligned"].commits.len();
+    let commits = sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().commits.len();
     let again = worker_cmd(&world, &db, &["worker", "--once"]);
     assert_eq!(again.status.code(), Some(0));
-    assert_eq!(sim.repos()["alice/tiny-q4-aligned"].commits.len(), commits, "no new commit");
+    assert_eq!(
+        sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().commits.len(),
+        commits,
+        "no new commit"
+    );
 }
 
 #[test]
@@ -119,7 +120,9 @@ fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let uploads = |sim: &hubalign::sim::Sim| {
         let repos = sim.repos();
-        repos["alice/tiny-q8-aligned"]
+        repos
+            .get(&crate::support::mirror("lmstudio/tiny-q8"))
+            .unwrap()
             .commits
             .values()
             .filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json"))
@@ -140,6 +143,6 @@ fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
         2,
         "tiny-q8 and tiny-mixed, no second tiny-q8 mirror"
     );
-    let head = sim.repos()["alice/tiny-q8-aligned"].head().unwrap().files.clone();
+    let head = sim.repos().get(&crate::support::mirror("lmstudio/tiny-q8")).unwrap().head().unwrap().files.clone();
     assert!(head.contains_key("extra.safetensors"));
 }

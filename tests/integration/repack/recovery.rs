@@ -28,7 +28,7 @@ fn a_corrupted_download_is_refused_and_nothing_is_published() {
     let jobs = jobs(&world, &db);
     let reason = jobs[0].2.clone().unwrap_or_default();
     assert!(reason.contains("does not match the Hub's hash"), "{reason}");
-    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
+    assert!(!sim.repos().contains_key(&crate::support::mirror("lmstudio/tiny-q8")), "nothing published");
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn a_failing_check_is_not_published_and_the_job_says_why() {
     // The shard went up to the mirror's CAS while the bundle downloaded, so the mirror exists, but private
     // and with nothing committed.
     let repos = world.hub.as_ref().unwrap().sim.repos();
-    if let Some(mirror) = repos.get("alice/tiny-mixed-aligned") {
+    if let Some(mirror) = repos.get(&crate::support::mirror("lmstudio/tiny-mixed")) {
         assert!(mirror.meta.private, "an unpublished mirror stays private");
         assert!(mirror.commits.values().all(|c| !c.files.contains_key("MEI_ALIGN_MANIFEST.json")), "nothing committed");
     }
@@ -148,8 +148,8 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
     assert_eq!(jobs(&world, &db)[0].1, "published");
     let repos = sim.repos();
     let mirrors: Vec<&String> = repos.keys().filter(|k| k.ends_with("-aligned")).collect();
-    assert_eq!(mirrors, ["alice/tiny-sharded-aligned"]);
-    let mirror = &repos["alice/tiny-sharded-aligned"];
+    assert_eq!(mirrors, [&crate::support::mirror("mlx-community/tiny-sharded")]);
+    let mirror = &repos.get(&crate::support::mirror("mlx-community/tiny-sharded")).unwrap();
     let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
     assert_eq!(uploads, 1, "one upload commit, whatever the kills");
     assert!(!mirror.meta.private);
@@ -182,7 +182,7 @@ fn a_download_cut_again_and_again_resumes_by_range_and_fetches_each_byte_once() 
     assert_eq!(job.state, "published");
     let bundle = bundle_bytes(&sim.config.root.join("models/lmstudio/tiny-q8"));
     assert_eq!(job.bytes_downloaded, bundle, "no byte fetched twice");
-    assert!(sim.repos().contains_key("alice/tiny-q8-aligned"));
+    assert!(sim.repos().contains_key(&crate::support::mirror("lmstudio/tiny-q8")));
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn a_server_that_cuts_every_answer_short_gets_a_bounded_number_of_requests() {
     assert!(reason.contains("model.safetensors"), "the reason names the file: {reason}");
     let storage = sim.counters.snapshot().requests["storage"];
     assert!((8..=9).contains(&storage), "8 requests for the shard (and at most one for a small file): {storage}");
-    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
+    assert!(!sim.repos().contains_key(&crate::support::mirror("lmstudio/tiny-q8")), "nothing published");
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn a_range_that_returns_other_bytes_is_refused_and_nothing_is_published() {
     let reason = jobs(&world, &db)[0].2.clone().unwrap_or_default();
     assert!(reason.contains("model.safetensors: content does not match the Hub's hash"), "{reason}");
     assert!(sim.counters.snapshot().range_requests > 0);
-    assert!(!sim.repos().contains_key("alice/tiny-q8-aligned"), "nothing published");
+    assert!(!sim.repos().contains_key(&crate::support::mirror("lmstudio/tiny-q8")), "nothing published");
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn a_commit_whose_answer_is_lost_is_sent_again_and_lands_once() {
     let job = &jobs(&world, &db)[0];
     assert_eq!(job.1, "published", "{job:?}");
     let repos = sim.repos();
-    let mirror = &repos["alice/tiny-q8-aligned"];
+    let mirror = &repos.get(&crate::support::mirror("lmstudio/tiny-q8")).unwrap();
     let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
     assert_eq!(uploads, 1, "one commit, though it was sent twice");
     assert!(!mirror.meta.private);

@@ -48,7 +48,10 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
     assert_ok(&repack());
     assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
     let sim = &world.hub.as_ref().unwrap().sim;
-    assert!(!sim.repos().contains_key("alice/tiny-q4-aligned"), "nothing published before the Metal check");
+    assert!(
+        !sim.repos().contains_key(&crate::support::mirror("mlx-community/tiny-q4")),
+        "nothing published before the Metal check"
+    );
 
     // The service side of the protocol, on the test's runtime.
     let service = world.runtime.block_on(async {
@@ -92,7 +95,7 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
 
     assert_ok(&repack());
     assert_eq!(jobs(&world, &db)[0].1, "published");
-    let mirror = &sim.repos()["alice/tiny-q4-aligned"];
+    let mirror = sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().clone();
     assert!(!mirror.meta.private);
     let card_sha = &mirror.head().unwrap().files["README.md"].sha256;
     let card = std::fs::read_to_string(sim.store.join("blobs").join(card_sha)).unwrap();
@@ -133,7 +136,7 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     assert_ok(&repack(stager.path(), source));
     assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
     let sim = &world.hub.as_ref().unwrap().sim;
-    let staged = sim.repos()["alice/tiny-q4-aligned"].clone();
+    let staged = sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().clone();
     assert!(staged.meta.private, "staged, not published");
     let staged_files = staged.head().unwrap().files.clone();
     assert!(staged_files.contains_key("MEI_ALIGN_MANIFEST.json") && !staged_files.contains_key("README.md"));
@@ -176,7 +179,7 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     assert_ok(&repack(publisher.path(), renamed.unwrap_or(source)));
     let job = store()[0].clone();
     assert_eq!(job.state, "published", "{job:?}");
-    let mirror = &sim.repos()["alice/tiny-q4-aligned"];
+    let mirror = sim.repos().get(&crate::support::mirror("mlx-community/tiny-q4")).unwrap().clone();
     assert!(!mirror.meta.private);
     let head = mirror.head().unwrap();
     assert_eq!(head.parent.as_deref(), Some(staged_commit.as_str()), "the card goes on top of the staged commit");

@@ -1,0 +1,36 @@
+//! What counts as a source: the bounds real MLX repos stay within, which the audit and the worker both hold
+//! a repo to, and the mark that tells this service's own mirrors apart from the repos it audits.
+
+/// The tag every mirror's card carries. A listed repo that carries it is a mirror (this service's or a
+/// peer's), never a source: it is not audited and counts in no total.
+pub const MIRROR_TAG: &str = "aligned-safetensors";
+
+/// Most shards a repo may have to be audited or mirrored (real MLX repos have fewer than 200).
+pub const MAX_SHARDS: usize = 256;
+
+/// Most files a repo's tree may list (real MLX repos list a few dozen).
+pub const MAX_FILES: usize = 10_000;
+
+/// The largest file the Hub stores (its documented hard limit per file is 50 GB): a shard that claims more
+/// is lying, and its size counts in no total.
+pub const MAX_FILE_BYTES: u64 = 50_000_000_000;
+
+/// Whether a listed repo is a mirror rather than a source: it carries [`MIRROR_TAG`], or it lives in one of
+/// the namespaces this service publishes to (compared as the Hub compares names).
+pub fn is_mirror(id: &str, tags: &[String], own_namespaces: &[String]) -> bool {
+    let namespace = id.split_once('/').map_or(id, |(ns, _)| ns);
+    tags.iter().any(|t| t == MIRROR_TAG) || own_namespaces.iter().any(|ns| ns.eq_ignore_ascii_case(namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mirror_is_known_by_its_tag_or_its_namespace() {
+        let own = vec!["HubAlign".to_owned()];
+        assert!(is_mirror("someone/x", &[MIRROR_TAG.to_owned()], &[]));
+        assert!(is_mirror("hubalign/x-aligned", &[], &own));
+        assert!(!is_mirror("mlx-community/x", &["mlx".to_owned()], &own));
+    }
+}
