@@ -130,8 +130,8 @@ pub struct Chosen {
 
 /// The mirror of `source`: the one the store records; else one published under a [legacy
 /// name](legacy_names) whose manifest names this source; else [`mirror_name`]. Taken in the store before
-/// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo of that name is this source's is decided at the
-/// commit, against the manifest of the commit it builds on.
+/// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo
+/// of that name is this source's is decided at the commit, against the manifest of the commit it builds on.
 pub async fn choose_mirror(
     hub: &HubClient,
     store: &Store,
@@ -183,8 +183,9 @@ const DAY: i64 = 86_400;
 
 /// Removes the mirror `store` records for `source` if nothing was ever committed to it (a job that failed
 /// or was skipped after taking the name, or creating the repo): an empty private repo is deleted and the
-/// name released (so it counts in no cap), and a failed attempt leaves nothing behind. A mirror holding a manifest (published, or staged for the Metal check) is
-/// kept. Failures are only logged: the name is this source's alone, and its next job reuses the repo.
+/// name released (so it counts in no cap), and a failed attempt leaves nothing behind. A mirror holding a
+/// manifest (published, or staged for the Metal check) is kept. Failures are only logged: the name is this
+/// source's alone, and its next job reuses the repo.
 pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str) {
     let Ok(Some(row)) = store.mirror_of(source).await else { return };
     let target = row.target_repo;

@@ -2,6 +2,7 @@
 //! by the official client; refusals; a worker killed at each step.
 
 mod ahead;
+mod disk;
 mod overlap;
 mod pipeline;
 mod pull_request;
