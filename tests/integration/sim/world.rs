@@ -76,10 +76,11 @@ pub fn populate(root: &Path) {
         root,
         "gemma-org/gated-q4",
         "mlx_lm/q4",
-        r#"{"library_name":"mlx","gated":"manual","grantedUsers":["bob"]}"#,
+        r#"{"library_name":"mlx","gated":"manual","grantedUsers":["bob"],"downloads":100}"#,
     );
-    bundle(root, "alice/private-q4", "mlx_lm/q4", r#"{"library_name":"mlx","private":true}"#);
-    bundle(root, "old-org/disabled-q4", "mlx_lm/q4", r#"{"library_name":"mlx","disabled":true}"#);
+    // As popular as the public ones, so that the policy (not the popularity floor) is what keeps them out.
+    bundle(root, "alice/private-q4", "mlx_lm/q4", r#"{"library_name":"mlx","private":true,"downloads":100}"#);
+    bundle(root, "old-org/disabled-q4", "mlx_lm/q4", r#"{"library_name":"mlx","disabled":true,"downloads":100}"#);
     let plain = root.join("models/pytorch-org/not-mlx");
     std::fs::create_dir_all(&plain).unwrap();
     std::fs::copy(fixture("numpy/aligned.safetensors"), plain.join("model.safetensors")).unwrap();
