@@ -73,6 +73,11 @@ pub fn check_repo_id(id: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// The namespace of a repo id: the part before its `/` (all of it when there is none).
+pub fn namespace_of(id: &str) -> &str {
+    id.split_once('/').map_or(id, |(ns, _)| ns)
+}
+
 /// Checks a namespace (a user or organisation name) by the same rules as a repo id's parts.
 pub fn check_namespace(namespace: &str) -> Result<(), Invalid> {
     check_repo_id(&format!("{namespace}/x")).map_err(|e| Invalid { what: "namespace", value: quote(namespace), ..e })

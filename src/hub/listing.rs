@@ -68,7 +68,7 @@ pub struct Sibling {
 impl ListedRepo {
     /// The namespace.
     pub fn namespace(&self) -> &str {
-        self.id.split_once('/').map_or(self.id.as_str(), |(ns, _)| ns)
+        gate::namespace_of(&self.id)
     }
 
     /// Checks the id, the commit and every file path against the gate's rules.
@@ -109,7 +109,7 @@ impl InvalidListing {
         if id.is_empty() {
             id = "(no id)".into();
         }
-        let namespace = id.split_once('/').map_or(id.as_str(), |(ns, _)| ns).to_owned();
+        let namespace = gate::namespace_of(&id).to_owned();
         InvalidListing { id, namespace, reason }
     }
 }

@@ -213,7 +213,7 @@ impl Repo {
 
     /// The namespace (owner).
     pub fn namespace(&self) -> &str {
-        self.id.split_once('/').map_or(self.id.as_str(), |(ns, _)| ns)
+        crate::gate::namespace_of(&self.id)
     }
 
     /// The head of `main`.

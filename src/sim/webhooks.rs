@@ -86,7 +86,7 @@ impl Webhooks {
     /// Sends the Hub's payload for `action` on `scope` of model repo `repo` (whose `main` is at `head`), with
     /// `extra` top-level properties; in the background, after the change it reports is visible.
     pub fn send(&self, scope: &str, action: &str, repo: &str, private: bool, head: Option<&str>, extra: Value) {
-        let namespace = repo.split_once('/').map_or(repo, |(ns, _)| ns);
+        let namespace = crate::gate::namespace_of(repo);
         let watching: Vec<WebhookTarget> = self
             .registered
             .lock()

@@ -110,7 +110,7 @@ impl Store {
         caps: &MirrorCaps,
         day_start: &str,
     ) -> Result<Claim, StoreError> {
-        let namespace = source.split_once('/').map_or(source, |(ns, _)| ns).to_ascii_lowercase();
+        let namespace = crate::gate::namespace_of(source).to_ascii_lowercase();
         let inserted = on_pool!(self, |pool| sqlx::query(
             "INSERT INTO mirrors (target_repo, source_repo, created_at, private)
              SELECT $1, $2, $3, $4

@@ -56,7 +56,7 @@ pub struct ListingEntry {
 impl ListingEntry {
     /// An entry for `id` at `sha`, public: for tests and tools.
     pub fn public(id: &str, sha: &str) -> ListingEntry {
-        let namespace = id.split_once('/').map_or(id, |(ns, _)| ns).to_owned();
+        let namespace = crate::gate::namespace_of(id).to_owned();
         ListingEntry { id: id.to_owned(), namespace, sha: Some(sha.to_owned()), ..ListingEntry::default() }
     }
 }

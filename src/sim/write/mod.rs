@@ -59,7 +59,7 @@ pub(super) fn writable_repo<'a>(
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {
-    let ns = id.split_once('/').map_or(id, |(ns, _)| ns);
+    let ns = crate::gate::namespace_of(id);
     let repo = proposable_repo(repos, id, caller)?;
     can_write(ns, caller)?;
     Ok(repo)
