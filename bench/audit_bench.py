@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark `hubalign audit` against huggingface_hub's get_safetensors_metadata, on the simulator.
 
-    cargo build --release --bins && bash tests/python/setup-venv.sh && python3 bench/audit_bench.py [--repos 5000]
+    cargo build --release --workspace --bins && bash tests/python/setup-venv.sh && python3 bench/audit_bench.py [--repos 5000]
 
 Builds a world of MLX repos (1-4 shards each, MLX-style headers of 50-250 tensors, 0.2-2 MiB per shard,
-sharded repos with their index), serves it with `hubalign sim --latency-ms 50 --no-xet`, then in the same run:
+sharded repos with their index), serves it with `hubsim --latency-ms 50 --no-xet`, then in the same run:
 1. `hubalign audit --concurrency C` into a fresh store;
 2. huggingface_hub's `get_safetensors_metadata` over the same repos in a thread pool of C workers.
 Requests and bytes come from the simulator's counters (reset between the two). The physical minimum of
@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
+SIM = ROOT / "target/release/hubsim"
 PY = ROOT / "target/py-venv/bin/python"
 
 BASELINE = r"""
@@ -97,9 +98,9 @@ def main():
     ap.add_argument("--latency-ms", type=int, default=50)
     ap.add_argument("--probe-bytes", type=int, nargs="+", default=[65536, 16384])
     args = ap.parse_args()
-    for tool in (BIN, PY):
+    for tool in (BIN, SIM, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --bins, and tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins, and tests/python/setup-venv.sh")
     world = ROOT / f"target/bench/audit-world-{args.repos}"
     meta = world / "world.json"
     if not meta.exists():
@@ -110,7 +111,7 @@ def main():
     minimum, shards = info["minimum"], info["shards"]
 
     sim = subprocess.Popen(
-        [BIN, "sim", "--root", world, "--port", "0", "--latency-ms", str(args.latency_ms), "--no-xet"],
+        [SIM, "--root", world, "--port", "0", "--latency-ms", str(args.latency_ms), "--no-xet"],
         stdout=subprocess.PIPE, text=True)
     line = sim.stdout.readline()
     url = re.search(r"http://[0-9.:]+", line).group(0)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """How fast an audit records repos, on SQLite and on PostgreSQL, in the same run.
 
-    cargo build --release --bins && python3 bench/audit_write_bench.py [--repos 5000] [--rounds 2]
+    cargo build --release --workspace --bins && python3 bench/audit_write_bench.py [--repos 5000] [--rounds 2]
 
-The audit benchmark's world (bench/audit_bench.py: 5,000 MLX repos, 12,500 shards) served by `hubalign sim`
+The audit benchmark's world (bench/audit_bench.py: 5,000 MLX repos, 12,500 shards) served by `hubsim`
 with no added latency and no Xet, so the network costs little and the store's writes show: `hubalign audit
 --concurrency 8` into a fresh SQLite file and into a fresh database on a scratch PostgreSQL server
 (bench/scratch_pg.py, `fsync` off), alternated, --rounds times each. Prints repos recorded per second.
@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from audit_bench import BIN, ROOT, build_world
+from audit_bench import BIN, ROOT, SIM, build_world
 from scratch_pg import scratch_postgres
 
 
@@ -33,7 +33,7 @@ def main():
         minimum, shards = build_world(world, args.repos)
         meta.write_text(json.dumps({"minimum": minimum, "shards": shards}))
     shards = json.loads(meta.read_text())["shards"]
-    sim = subprocess.Popen([BIN, "sim", "--root", world, "--port", "0", "--latency-ms", "0", "--no-xet"],
+    sim = subprocess.Popen([SIM, "--root", world, "--port", "0", "--latency-ms", "0", "--no-xet"],
                            stdout=subprocess.PIPE, text=True)
     url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     times = {"SQLite": [], "PostgreSQL": []}

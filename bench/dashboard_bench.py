@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Time the dashboard and the JSON API with 50,000 repos in the store.
 
-    cargo build --release --bins && python3 bench/dashboard_bench.py [--repos 50000]  # HUBALIGN_BIN=... for another build
+    cargo build --release --workspace --bins && python3 bench/dashboard_bench.py [--repos 50000]  # HUBALIGN_BIN=... for another build
 
 Creates a store with `hubalign report` (which runs the migrations), fills it with --repos audited repos
 (2.5 shards each, 500 namespaces, one of them holding a fifth of all repos) straight through SQLite,
-starts `hubalign serve` on it (against an empty `hubalign sim`, so its audit changes nothing; `--include` of a
+starts `hubalign serve` on it (against an empty `hubsim`, so its audit changes nothing; `--include` of a
 publisher that does not exist, so no jobs run), and times
 each page as the median of --rounds GETs. The baseline is /healthz in the same run: the HTTP round trip plus a
 `SELECT 1`, i.e. everything but the page's own queries and rendering.
@@ -27,6 +27,7 @@ from scratch_pg import scratch_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
+SIM = ROOT / "target/release/hubsim"
 VERDICTS = ["aligned", "header_pad", "header_pad", "relayout", "invalid"]
 
 
@@ -60,7 +61,7 @@ def time_pages(db, tmp, rounds):
     """Starts `serve` on `db` (against an empty simulator) and times each page: (page, median ms) pairs."""
     hub = Path(tmp) / "hub"
     hub.mkdir(exist_ok=True)
-    sim = subprocess.Popen([BIN, "sim", "--root", hub, "--port", "0", "--token", "hf_bench:bench"],
+    sim = subprocess.Popen([SIM, "--root", hub, "--port", "0", "--token", "hf_bench:bench"],
                            stdout=subprocess.PIPE, text=True)
     endpoint = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     serve = subprocess.Popen([BIN, "serve", "--endpoint", endpoint, "--token", "hf_bench", "--db", db,

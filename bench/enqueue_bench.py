@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The queue's reads with and without the `--pr` bookkeeping, in the same run.
 
-    cargo build --release --bins && python3 bench/enqueue_bench.py [--repos 400000 --rounds 10]
+    cargo build --release --workspace --bins && python3 bench/enqueue_bench.py [--repos 400000 --rounds 10]
 
 Every serve cycle (and every webhook re-read, for one repo) reads the affected repos to queue with
 `Store::candidates`. In `--pr` mode the queue also reads the repos whose owner closed one of hubalign's pull

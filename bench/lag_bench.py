@@ -2,7 +2,7 @@
 """The webhook lag's read (`/metrics`' `hubalign_webhook_last_lag_seconds`, the overview's webhook line),
 before and after it walked the publications newest first, in the same run.
 
-    cargo build --release --bins && python3 bench/lag_bench.py [--jobs 200000 --rounds 10]
+    cargo build --release --workspace --bins && python3 bench/lag_bench.py [--jobs 200000 --rounds 10]
 
 A store holds --jobs published jobs, each with the run that recorded its commit. Three shapes:
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Push to published mirror: a webhook against the scheduled audit, in the same run.
 
-    cargo build --release --bins --examples && bash tests/python/setup-venv.sh && python3 bench/push_bench.py [--shard-mib 1024 --pushes 5]
+    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && python3 bench/push_bench.py [--shard-mib 1024 --pushes 5]
 
 A publisher pushes a header-padded MLX bundle (one shard of --shard-mib MiB, pseudo-random payloads whose
 data starts off 8 bytes) to a new repo with `huggingface_hub.upload_folder`, --pushes times. Each time is
 measured from the upload's return (the commit is on the Hub) to the mirror being public. Two services run
-against `hubalign sim`, one after the other, on SQLite, checking on the CPU:
+against `hubsim`, one after the other, on SQLite, checking on the CPU:
 
 - webhook: `serve --webhook-secret`, the simulator sending the Hub's payloads (`sim --webhook`), the
   scheduled audit a year away;
@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
+SIM = ROOT / "target/release/hubsim"
 SYNTH = ROOT / "target/release/examples/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 SECRET = "bench-secret"
@@ -72,7 +73,7 @@ def run_mode(mode, folder, pushes, tmp):
     root = Path(tmp) / f"hub-{mode}"
     root.mkdir()
     port = free_port()
-    sim_args = [BIN, "sim", "--root", root, "--port", "0", "--token", "hf_pub:pub:pubco", "--token", "hf_bench:bench"]
+    sim_args = [SIM, "--root", root, "--port", "0", "--token", "hf_pub:pub:pubco", "--token", "hf_bench:bench"]
     if mode == "webhook":
         sim_args += ["--webhook", f"http://127.0.0.1:{port}/api/hub/webhook#{SECRET}"]
     sim = subprocess.Popen(sim_args, stdout=subprocess.PIPE, text=True)
@@ -117,9 +118,9 @@ def main():
     ap.add_argument("--shard-mib", type=int, default=1024)
     ap.add_argument("--pushes", type=int, default=5)
     args = ap.parse_args()
-    for tool in (BIN, SYNTH, PY):
+    for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
     folder = bundle(args.shard_mib)
     with tempfile.TemporaryDirectory() as tmp:
         results = {mode: run_mode(mode, folder, args.pushes, tmp) for mode in ("webhook", "baseline")}

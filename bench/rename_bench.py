@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A renamed source: its mirror followed, against the same bundle mirrored afresh, in the same run.
 
-    cargo build --release --bins --examples && bash tests/python/setup-venv.sh && python3 bench/rename_bench.py [--shard-mib 1024 --rounds 3]
+    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && python3 bench/rename_bench.py [--shard-mib 1024 --rounds 3]
 
-`serve --webhook-secret` runs against `hubalign sim --webhook` (SQLite, CPU check). Each round a publisher
+`serve --webhook-secret` runs against `hubsim --webhook` (SQLite, CPU check). Each round a publisher
 pushes a header-padded bundle (one shard of --shard-mib MiB) with `huggingface_hub` and waits for its public
 mirror. Then, with the simulator's counters zeroed each time:
 
@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from push_bench import BIN, PUSH, PY, SECRET, SYNTH, bundle, free_port, mirror_public
+from push_bench import BIN, PUSH, PY, SECRET, SIM, SYNTH, bundle, free_port, mirror_public
 
 MOVE = "import sys\nfrom huggingface_hub import HfApi\nHfApi().move_repo(from_id=sys.argv[1], to_id=sys.argv[2])"
 
@@ -58,9 +58,9 @@ def main():
     ap.add_argument("--shard-mib", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    for tool in (BIN, SYNTH, PY):
+    for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
     folder = bundle(args.shard_mib)
     env = dict(os.environ, HF_TOKEN="hf_pub", HF_HUB_DISABLE_TELEMETRY="1")
     results = {"rename": [], "baseline": []}
@@ -68,7 +68,7 @@ def main():
         root = Path(tmp) / "hub"
         root.mkdir()
         port = free_port()
-        sim = subprocess.Popen([BIN, "sim", "--root", root, "--port", "0", "--token", "hf_pub:pub:pubco",
+        sim = subprocess.Popen([SIM, "--root", root, "--port", "0", "--token", "hf_pub:pub:pubco",
                                 "--token", "hf_bench:bench", "--webhook",
                                 f"http://127.0.0.1:{port}/api/hub/webhook#{SECRET}"], stdout=subprocess.PIPE, text=True)
         hub = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark a whole-bundle repack on the simulator: each step against its physical baseline.
 
-    cargo build --release --bins --examples && bash tests/python/setup-venv.sh && python3 bench/repack_bench.py [--shard-mib 1024 --shards 2]
+    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && python3 bench/repack_bench.py [--shard-mib 1024 --shards 2]
 
 Writes an MLX-layout bundle (pseudo-random payloads whose data starts off 8 bytes, so header padding fixes
-it), serves it with `hubalign sim` (Xet on: the bundle is ingested into the embedded CAS), audits it, and
+it), serves it with `hubsim` (Xet on: the bundle is ingested into the embedded CAS), audits it, and
 runs `hubalign repack --verify-device cpu` with JSON logs, whose `step` lines time each step. In the same
 run it measures the baselines: the simulator's raw transfer rate for the same bytes (a plain ranged-free GET
 of each shard through the storage redirect, and a plain PUT of each shard to its Git LFS upload URL), and
@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
+SIM = ROOT / "target/release/hubsim"
 SYNTH = ROOT / "target/release/examples/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 TOKEN = "hf_bench"
@@ -65,16 +66,16 @@ def main():
     ap.add_argument("--connections", type=int,
                     help="the repack's --download-connections (default: the worker's own default)")
     args = ap.parse_args()
-    for tool in (BIN, SYNTH, PY):
+    for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
     hub_root = world(args.shards, args.shard_mib, args.kind)
     repo = hub_root / "models/bench-org/big-q4"
     shards = sorted(repo.glob("*.safetensors"))
     size = sum(p.stat().st_size for p in shards)
     store = Path(tempfile.mkdtemp(prefix="hubsim-store-"))
     started = time.perf_counter()
-    sim = subprocess.Popen([BIN, "sim", "--root", hub_root, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench",
+    sim = subprocess.Popen([SIM, "--root", hub_root, "--store", store, "--port", "0", "--token", f"{TOKEN}:bench",
                             "--storage-mbps", str(args.storage_mbps)],
                            stdout=subprocess.PIPE, text=True)
     url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark `serve`'s pages while a worker repacks a 2 GiB bundle, against the same pages with no job.
 
-    cargo build --release --bins --examples && bash tests/python/setup-venv.sh && \\
+    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && \\
         python3 bench/serve_latency_bench.py [--shard-mib 1024 --shards 2] [--other PATH/TO/ANOTHER/hubalign]
 
 Serves the repack benchmark's bundle (`bench/repack_bench.py`'s MLX-layout shards, header padding fixes
-them) with `hubalign sim`, audits it, then for each build: runs `serve --workers 0` and samples `/healthz`
+them) with `hubsim`, audits it, then for each build: runs `serve --workers 0` and samples `/healthz`
 and `/` for --idle-secs (the baseline), then `serve --workers 1` and samples the same pages from the job's
 claim to its end (download, re-lay, verify with the CPU MLX check, publish). One client, a new connection
 per request, a request every 5 ms alternating the two pages; latency is the client's wall time per request,
@@ -30,6 +30,7 @@ from repack_bench import world  # the same bundle, written once for both benchma
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
+SIM = ROOT / "target/release/hubsim"
 SYNTH = ROOT / "target/release/examples/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 TOKEN = "hf_bench"
@@ -142,16 +143,16 @@ def main():
     ap.add_argument("--idle-secs", type=float, default=15)
     ap.add_argument("--other", type=Path, help="a second hubalign build, measured in the same run")
     args = ap.parse_args()
-    for tool in (BIN, SYNTH, PY):
+    for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
     root = world(args.shards, args.shard_mib)
     builds = [("this build", BIN)] + ([(f"`{args.other}`", args.other)] if args.other else [])
     results = []
     for name, binary in builds:
         # A fresh simulated Hub per build, so that each publishes a new mirror.
         store = Path(tempfile.mkdtemp(prefix="hubsim-store-"))
-        sim = subprocess.Popen([BIN, "sim", "--root", root, "--store", store, "--port", "0", "--token",
+        sim = subprocess.Popen([SIM, "--root", root, "--store", store, "--port", "0", "--token",
                                 f"{TOKEN}:bench"], stdout=subprocess.PIPE, text=True)
         try:
             url = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)

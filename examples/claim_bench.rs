@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hubalign::store::Store;
 use hubalign::store::jobs::JobOutcome;
-use hubalign::store::scratch::ScratchPostgres;
+use hubalign_test_support::scratch::ScratchPostgres;
 
 async fn drain(
     store_at: &str,

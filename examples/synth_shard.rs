@@ -9,8 +9,7 @@
 
 use std::io::{BufWriter, Write};
 
-use hubalign::safetensors::Dtype;
-use hubalign::safetensors::synth::{mlx_header, write_mlx_style_stream};
+use hubalign_test_support::synth::{Dtype, mlx_header, write_mlx_style_stream};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,12 +31,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for l in 0..layers {
         let p = format!("model.layers.{l}.mlp.down_proj");
         names.push(format!("{p}.weight"));
-        specs.push((Dtype::U32, vec![rows, cols]));
+        specs.push(("U32", vec![rows, cols]));
         names.push(format!("model.layers.{l}.input_layernorm.weight"));
-        specs.push((Dtype::BF16, vec![rows + u64::from(relayout)]));
+        specs.push(("BF16", vec![rows + u64::from(relayout)]));
         for part in ["scales", "biases"] {
             names.push(format!("{p}.{part}"));
-            specs.push((Dtype::BF16, vec![rows, cols / 8]));
+            specs.push(("BF16", vec![rows, cols / 8]));
         }
     }
     let view: Vec<(&str, Dtype, &[u64])> =
@@ -52,7 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let header = mlx_header(&view, Some(&format));
         out.write_all(&(header.len() as u64).to_le_bytes())?;
         out.write_all(header.as_bytes())?;
-        let data: u64 = specs.iter().map(|(d, s)| s.iter().product::<u64>() * d.bits() / 8).sum();
+        let data: u64 =
+            specs.iter().map(|(d, s)| s.iter().product::<u64>() * hubalign_test_support::synth::bits(d) / 8).sum();
         let file = out.into_inner()?;
         file.set_len(8 + header.len() as u64 + data)?;
     } else {

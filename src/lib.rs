@@ -6,7 +6,6 @@
 //! - [`scan`], the audit of local files, as report data.
 //! - [`fix`], repairing bundles in place or into a new directory, with the manifest.
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
-//! - [`sim`], a local Hugging Face Hub for tests, benchmarks and the offline demo.
 //! - [`gate`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
 //! - [`blocking`], how re-layout, hashing and checks stay off the async executor.
 
@@ -28,7 +27,6 @@ pub mod safe_fs;
 pub mod safetensors;
 pub mod scan;
 pub mod serve;
-pub mod sim;
 pub mod sources;
 pub mod store;
 pub mod time;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a machine with only Rust installed: `bash tests/run.sh [cargo test args…]`.
 #
-# Installs what the tests drive and cannot build themselves, then runs `cargo test --locked`:
+# Installs what the tests drive and cannot build themselves, then runs `cargo test --locked --workspace
+# --all-features` (every crate, with the demo built in):
 # - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
 #   strace (the kernel's count of what `scan` reads), and qemu-user with the aarch64 cross linker (the
 #   aarch64 SHA-256 kernel's check), and postgresql (the store's suites on PostgreSQL: each test process starts
@@ -32,4 +33,4 @@ fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
 bash tests/python/setup-venv.sh
-exec cargo test --locked "$@"
+exec cargo test --locked --workspace --all-features "$@"

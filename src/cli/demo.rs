@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, FromArgMatches};
-use hubalign::sim::{self, SimConfig};
+use hubsim::{self as sim, SimConfig};
 
 use super::Exit;
 

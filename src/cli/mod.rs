@@ -2,6 +2,7 @@
 
 mod audit;
 mod config_file;
+#[cfg(feature = "demo")]
 mod demo;
 mod fix;
 mod output;
@@ -9,7 +10,6 @@ mod repack;
 mod report;
 mod scan;
 mod serve;
-mod sim;
 mod store_args;
 mod store_cmd;
 mod webhook;
@@ -87,13 +87,6 @@ enum Command {
     ///
     /// Exit codes: 0 done, 1 dry run found work, 3 invalid shards left alone, 4 failure.
     Fix(fix::FixArgs),
-    /// Run a local Hugging Face Hub that serves a directory of bundles.
-    ///
-    /// DIR/models/{namespace}/{name}/… become model repositories with the Hub's API, resolve redirects,
-    /// range-capable storage, uploads (Git LFS and Xet) and commits, so huggingface_hub, hf-hub and hubalign
-    /// work against it by setting HF_ENDPOINT. Rate limits and faults are off unless flags turn them on;
-    /// /_sim/counters reports what was served.
-    Sim(sim::SimArgs),
     /// Crawl the Hub's MLX repositories and record, per shard, what mmap loaders would copy.
     ///
     /// Lists repositories with full listings (a page of up to 1,000 repos with commit and file names per
@@ -140,7 +133,9 @@ enum Command {
     /// namespaces; some aligned, some needing header padding, one needing a reorder, one malformed, one
     /// gated), starts `serve` against it with SQLite in --data-dir, waits for the first audit and
     /// republishing (MLX load check on the CPU), prints `report --by-publisher` and the dashboard's address,
-    /// and keeps serving until Ctrl-C. Run it again and it reuses the data directory.
+    /// and keeps serving until Ctrl-C. Run it again and it reuses the data directory. Built with
+    /// `--features demo` only: the service itself links no simulator code.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// Move a store's records between backends: `export` writes them as JSON Lines, `import` reads them into
     /// an empty store (SQLite or PostgreSQL).
@@ -171,26 +166,25 @@ pub fn run() -> std::process::ExitCode {
     };
     // The long-running commands say what they do (audit start and end, each job step, each publish) unless
     // RUST_LOG says otherwise; the local tools stay quiet but for warnings.
-    let talkative = matches!(
-        cli.command,
-        Command::Audit(_)
-            | Command::Repack(_)
-            | Command::Worker(_)
-            | Command::Serve(_)
-            | Command::Demo(_)
-            | Command::VerifyRunner(_)
-    );
+    let talkative = match &cli.command {
+        Command::Audit(_) | Command::Repack(_) | Command::Worker(_) | Command::Serve(_) | Command::VerifyRunner(_) => {
+            true
+        }
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => true,
+        _ => false,
+    };
     init_tracing(cli.log_json, if talkative { "warn,hubalign=info" } else { "warn" });
     let result = match &cli.command {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
-        Command::Sim(args) => sim::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Report(args) => report::run(args),
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),
         Command::Serve(args) => serve::run(args),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args),
         Command::Store(args) => store_cmd::run(args),
         Command::Webhook(args) => webhook::run(args),

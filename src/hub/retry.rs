@@ -23,12 +23,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt + 1` (`attempt` ≥ 1): "full jitter", uniformly in `[d/2, d]` where `d`
-    /// doubles from the base up to the cap, so concurrent workers spread out.
+    /// The wait before attempt `attempt + 1` (`attempt` ≥ 1): "full jitter" (AWS's name), uniformly in `[0, d]`
+    /// where `d` doubles from the base up to the cap, so concurrent workers that failed together spread over the
+    /// whole window instead of meeting again at its middle.
     pub fn delay(&self, attempt: u32, jitter_unit: f64) -> Duration {
         let doubled = self.base_delay.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let d = doubled.min(self.max_delay);
-        d.mul_f64(0.5 + 0.5 * jitter_unit.clamp(0.0, 1.0))
+        doubled.min(self.max_delay).mul_f64(jitter_unit.clamp(0.0, 1.0))
     }
 }
 
@@ -42,13 +42,10 @@ pub fn is_transient_error(e: &reqwest::Error) -> bool {
     e.is_connect() || e.is_timeout() || e.is_body() || e.is_request() || e.is_decode()
 }
 
-/// A cheap jitter source: the low bits of the clock, mixed; good enough to spread retries.
+/// A uniform draw in `[0, 1)` for [`RetryPolicy::delay`], from a per-thread generator seeded by the OS
+/// (`fastrand`, which `tempfile` already brings): workers started in the same instant still draw apart.
 pub fn jitter_unit() -> f64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let mut z = u64::from(nanos).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    fastrand::f64()
 }
 
 #[cfg(test)]
@@ -69,12 +66,15 @@ mod tests {
     fn delays_double_within_bounds_and_cap() {
         let p = RetryPolicy::default();
         assert_eq!(p.delay(1, 1.0), Duration::from_millis(250));
-        assert_eq!(p.delay(1, 0.0), Duration::from_millis(125));
+        assert_eq!(p.delay(1, 0.0), Duration::ZERO);
+        assert_eq!(p.delay(2, 0.25), Duration::from_millis(125));
         assert_eq!(p.delay(3, 1.0), Duration::from_secs(1));
         assert_eq!(p.delay(30, 1.0), Duration::from_secs(10));
         let total: Duration = (1..p.max_attempts).map(|a| p.delay(a, 1.0)).sum();
         assert!(total < Duration::from_secs(40), "worst case {total:?}");
-        let u = jitter_unit();
-        assert!((0.0..1.0).contains(&u));
+        // Full jitter spreads over the whole window: a thousand draws reach both its lower and upper quarter.
+        let draws: Vec<f64> = (0..1000).map(|_| jitter_unit()).collect();
+        assert!(draws.iter().all(|u| (0.0..1.0).contains(u)));
+        assert!(draws.iter().any(|&u| u < 0.25) && draws.iter().any(|&u| u > 0.75));
     }
 }

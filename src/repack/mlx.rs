@@ -174,13 +174,12 @@ fn available_memory() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::safetensors::Dtype;
-    use crate::safetensors::synth::{SynthTensor, write_mlx_style};
+    use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
     #[test]
     fn the_memory_decides_how_many_shards_are_checked_at_once_and_the_bytes_the_deadline() {
         let dir = tempfile::tempdir().unwrap();
-        let big = SynthTensor::filled("w", Dtype::F32, &[1024, 1024]);
+        let big = SynthTensor::filled("w", "F32", &[1024, 1024]);
         std::fs::write(dir.path().join("model.safetensors"), write_mlx_style(&[big], None)).unwrap();
         let per_job = 2 * (4 << 20) + MLX_CACHE;
         let tight = Limits::for_bundle(dir.path(), Some(per_job));

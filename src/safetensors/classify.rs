@@ -185,8 +185,8 @@ pub fn classify(header: &Header, target: Alignment) -> ShardAlignment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::safetensors::synth::{SynthTensor, write_mlx_style};
-    use crate::safetensors::{Dtype, header};
+    use crate::safetensors::header;
+    use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
     fn audit(tensors: &[SynthTensor], meta: Option<&str>, target: u64) -> ShardAlignment {
         let bytes = write_mlx_style(tensors, meta);
@@ -209,10 +209,7 @@ mod tests {
         // their offsets within the data stay multiples of 4.
         let a = (1..9)
             .map(|len| {
-                let t = [
-                    SynthTensor::filled(&"w".repeat(len), Dtype::F32, &[4]),
-                    SynthTensor::filled("v", Dtype::F32, &[3]),
-                ];
+                let t = [SynthTensor::filled(&"w".repeat(len), "F32", &[4]), SynthTensor::filled("v", "F32", &[3])];
                 audit(&t, Some("mlx"), 8)
             })
             .find(|a| a.data_start_mod8 % 2 == 1)
@@ -225,14 +222,14 @@ mod tests {
 
     #[test]
     fn relayout_when_a_relative_offset_is_odd() {
-        let t = [SynthTensor::filled("b", Dtype::U8, &[3]), SynthTensor::filled("f", Dtype::F32, &[2])];
+        let t = [SynthTensor::filled("b", "U8", &[3]), SynthTensor::filled("f", "F32", &[2])];
         let a = audit(&t, None, 8);
         assert_eq!(a.verdict, Verdict::Relayout);
     }
 
     #[test]
     fn byte_types_never_misalign_and_page_targets_count() {
-        let t = [SynthTensor::filled("b", Dtype::U8, &[3]), SynthTensor::filled("c", Dtype::F8_E4M3, &[5])];
+        let t = [SynthTensor::filled("b", "U8", &[3]), SynthTensor::filled("c", "F8_E4M3", &[5])];
         let a = audit(&t, None, 8);
         assert_eq!(a.misaligned_tensors, 0);
         let page = audit(&t, None, 16384);
@@ -245,10 +242,7 @@ mod tests {
         // All BF16 at even offsets: vary a name until the data starts at an even offset that is not 0 mod 8.
         let (h, a) = (1..17)
             .map(|len| {
-                let t = [
-                    SynthTensor::filled(&"w".repeat(len), Dtype::BF16, &[4]),
-                    SynthTensor::filled("v", Dtype::BF16, &[3]),
-                ];
+                let t = [SynthTensor::filled(&"w".repeat(len), "BF16", &[4]), SynthTensor::filled("v", "BF16", &[3])];
                 let bytes = write_mlx_style(&t, None);
                 let h = header::parse(&bytes, bytes.len() as u64).unwrap();
                 let a = classify(&h, Alignment::DEFAULT);

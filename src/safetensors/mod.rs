@@ -9,7 +9,6 @@ pub mod plan;
 pub mod pump;
 pub mod read;
 pub mod rewrite;
-pub mod synth;
 
 pub use classify::{Alignment, ShardAlignment, Verdict, classify};
 pub use dtype::Dtype;

@@ -14,7 +14,6 @@ pub mod mirrors;
 pub mod pull_requests;
 pub mod queries;
 mod records;
-pub mod scratch;
 pub mod transfer;
 
 use std::path::{Path, PathBuf};
@@ -211,7 +210,8 @@ pub fn redact_url(url: &str) -> String {
 /// For the store's own tests: one fresh store on each backend.
 #[cfg(test)]
 pub(crate) mod both {
-    use super::{Store, scratch::ScratchPostgres};
+    use super::Store;
+    use hubalign_test_support::scratch::ScratchPostgres;
 
     /// A store under test and what keeps it alive.
     pub(crate) struct TestStore {

@@ -265,12 +265,12 @@ fn page_alignment() {
 
 /// A big enough shard that a kill lands mid-copy.
 fn big_shard(dir: &Path) -> PathBuf {
-    use hubalign::safetensors::Dtype;
+    use hubalign_test_support::synth::Dtype;
     let path = dir.join("model.safetensors");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     let specs: [(&str, Dtype, &[u64]); 3] =
-        [("a.bias", Dtype::BF16, &[3]), ("b.weight", Dtype::U32, &[64 << 20]), ("c.scales", Dtype::BF16, &[5])];
-    hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 11).unwrap();
+        [("a.bias", "BF16", &[3]), ("b.weight", "U32", &[64 << 20]), ("c.scales", "BF16", &[5])];
+    hubalign_test_support::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 11).unwrap();
     drop(file);
     path
 }

@@ -87,9 +87,8 @@ fn scan_reads_headers_not_payloads() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.safetensors");
     let mut file = std::fs::File::create(&big).unwrap();
-    let specs: [(&str, hubalign::safetensors::Dtype, &[u64]); 2] =
-        [("a", hubalign::safetensors::Dtype::U8, &[3]), ("w", hubalign::safetensors::Dtype::F32, &[8 << 20])];
-    hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 7).unwrap();
+    let specs: [(&str, hubalign_test_support::synth::Dtype, &[u64]); 2] = [("a", "U8", &[3]), ("w", "F32", &[8 << 20])];
+    hubalign_test_support::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 7).unwrap();
     let text = stdout(&run(&["scan", big.to_str().unwrap()]));
     assert!(text.contains(" of 33.55 MB.") && text.contains("Read 1"), "{text}");
     // Counted by the kernel (strace), not by the program: exactly the length prefix and the header.

@@ -141,6 +141,36 @@ fn the_container_is_multi_stage_non_root_and_ships_only_the_binary() {
     assert!(instructions.iter().any(|(op, a)| op == "COPY" && a.starts_with("deploy/hubalign.toml ")));
 }
 
+/// What `cargo build --release --locked --bin hubalign` (the Dockerfile's build) links: crate name and enabled
+/// features, from `cargo tree` on the lock file.
+fn production_dependencies() -> Vec<String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(root())
+        .args(["tree", "--locked", "--offline", "-p", "hubalign", "-e", "normal,build", "--prefix", "none"])
+        .args(["-f", "{p} [{f}]"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo tree: {}", text(&out));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn the_production_build_links_no_simulator_code() {
+    let build = dockerfile_instructions()
+        .into_iter()
+        .find(|(op, a)| op == "RUN" && a.contains("cargo build"))
+        .map(|(_, a)| a)
+        .unwrap();
+    assert!(build.contains("--bin hubalign") && !build.contains("--features") && !build.contains("--all-features"));
+    let deps = production_dependencies();
+    assert!(deps.iter().any(|d| d.starts_with("xet-client ")), "the tree was not read: {deps:?}");
+    for dep in &deps {
+        assert!(!dep.starts_with("hubsim ") && !dep.starts_with("hubalign-test-support "), "production links {dep}");
+        assert!(!(dep.starts_with("xet-client ") && dep.contains("simulation")), "production links {dep}");
+    }
+}
+
 #[test]
 fn the_deploy_readme_covers_scopes_rate_budget_disk_and_every_file() {
     let readme = std::fs::read_to_string(root().join("deploy/README.md")).unwrap();

@@ -1,11 +1,12 @@
-//! The README cannot drift from `--help`: every flag a subcommand accepts is documented there.
+//! The command reference (`docs/COMMANDS.md`) cannot drift from `--help`: every flag a subcommand accepts is
+//! documented there, and the README keeps to the quick start and the concepts.
 
 use crate::support::{root, run, stdout};
 
 #[test]
-fn readme_documents_every_flag() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let subs = ["scan", "fix", "sim", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"];
+fn the_command_reference_documents_every_flag() {
+    let readme = std::fs::read_to_string(root().join("docs/COMMANDS.md")).unwrap();
+    let subs = ["scan", "fix", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"];
     for sub in subs.iter().map(|s| vec![*s]).chain([
         vec!["store", "export"],
         vec!["store", "import"],
@@ -25,10 +26,24 @@ fn readme_documents_every_flag() {
             .collect();
         assert!(!flags.is_empty(), "{sub}: no flags found in --help");
         for flag in flags {
-            assert!(readme.contains(flag), "README lacks `{flag}` of `hubalign {sub}`");
+            assert!(readme.contains(flag), "docs/COMMANDS.md lacks `{flag}` of `hubalign {sub}`");
         }
     }
     assert!(readme.contains("--log-json"));
+}
+
+#[test]
+fn the_readme_starts_with_the_two_commands_and_links_every_document_it_names() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let first_block: Vec<&str> = readme.split("```").nth(1).unwrap().lines().skip(1).collect();
+    assert!(first_block[0].starts_with("cargo run --release --features demo -- demo"), "{first_block:?}");
+    assert!(first_block[1].starts_with("bash tests/run.sh"), "{first_block:?}");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(ci.trim_end().ends_with("bash tests/run.sh"), "`.ci/run` runs the README's test command last");
+    for doc in ["docs/COMMANDS.md", "docs/ARCHITECTURE.md", "crates/hubsim/README.md", "SECURITY.md", "BENCHMARKS.md"] {
+        assert!(readme.contains(&format!("]({doc})")), "the README does not link {doc}");
+        assert!(root().join(doc).is_file(), "{doc} is linked from the README but missing");
+    }
 }
 
 #[test]

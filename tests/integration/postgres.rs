@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hubalign::store::scratch::ScratchPostgres;
+use hubalign_test_support::scratch::ScratchPostgres;
 
 use crate::serve::{demo_first_cycle, get};
 use crate::support::hubalign;

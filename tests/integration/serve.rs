@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use hubalign::sim::faults::{Bucket, FaultConfig, Quota};
+use hubsim::faults::{Bucket, FaultConfig, Quota};
 
 use crate::audit::world::{audit_world, db};
 use crate::sim::world::ALICE;

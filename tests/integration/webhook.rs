@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use hubalign::sim::model::Commit;
+use hubsim::model::Commit;
 use serde_json::{Value, json};
 
-use hubalign::sim::SimConfig;
+use hubsim::SimConfig;
 
 use crate::audit::world::{audit_world, db};
 use crate::serve::{Service, get, start_serve};

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drive the official huggingface_hub client (with hf_xet) against `hubalign sim` and check every answer.
+"""Drive the official huggingface_hub client (with hf_xet) against `hubsim` and check every answer.
 
     hub_client_check.py CHECK [CHECK ...]     (HF_ENDPOINT, HF_TOKEN and HF_HOME set by the caller)
 

@@ -2,10 +2,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::hashing::sha256_hex;
-use crate::safetensors::Dtype;
 use crate::safetensors::read::read_shard_header;
 use crate::safetensors::rewrite::rewrite;
-use crate::safetensors::synth::{SynthTensor, write_mlx_style};
+use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
 /// Streams `source` through a [`StreamRepair`] in pieces of the given lengths (cycled).
 fn stream(source: &[u8], pieces: &[usize], dir: &Path) -> (String, Streamed, Vec<u8>) {
@@ -41,8 +40,8 @@ fn rewritten(source: &[u8], dir: &Path) -> Vec<u8> {
 /// A shard whose data starts off 8 and whose tensors are all 8-byte multiples: header padding fixes it.
 fn header_padded(payload: usize, name_len: usize) -> Vec<u8> {
     let tensors = vec![
-        SynthTensor::filled(&"w".repeat(name_len), Dtype::U32, &[(payload / 4) as u64 * 2]),
-        SynthTensor::filled("norm", Dtype::BF16, &[8]),
+        SynthTensor::filled(&"w".repeat(name_len), "U32", &[(payload / 4) as u64 * 2]),
+        SynthTensor::filled("norm", "BF16", &[8]),
     ];
     write_mlx_style(&tensors, Some("mlx"))
 }
@@ -50,10 +49,10 @@ fn header_padded(payload: usize, name_len: usize) -> Vec<u8> {
 /// A shard with odd-length tensors between wide ones: only a reorder aligns it.
 fn reordered(payload: usize, name_len: usize) -> Vec<u8> {
     let tensors = vec![
-        SynthTensor::filled(&"a".repeat(name_len), Dtype::U8, &[3]),
-        SynthTensor::filled("w", Dtype::F32, &[(payload / 4) as u64 + 1]),
-        SynthTensor::filled("b", Dtype::U8, &[5]),
-        SynthTensor::filled("n", Dtype::BF16, &[7]),
+        SynthTensor::filled(&"a".repeat(name_len), "U8", &[3]),
+        SynthTensor::filled("w", "F32", &[(payload / 4) as u64 + 1]),
+        SynthTensor::filled("b", "U8", &[5]),
+        SynthTensor::filled("n", "BF16", &[7]),
     ];
     write_mlx_style(&tensors, Some("mlx"))
 }

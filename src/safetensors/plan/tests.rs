@@ -1,6 +1,6 @@
 use super::*;
-use crate::safetensors::synth::{SynthTensor, write_mlx_style};
-use crate::safetensors::{Dtype, header};
+use crate::safetensors::header;
+use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
 fn parsed(t: &[SynthTensor]) -> (Header, Vec<u8>) {
     let bytes = write_mlx_style(t, Some("mlx"));
@@ -13,7 +13,7 @@ fn parsed(t: &[SynthTensor]) -> (Header, Vec<u8>) {
 fn aligned_files_are_left_alone() {
     // Only byte-wide tensors and a name long enough to put the data start on 8.
     let (h, raw) = (0..8)
-        .map(|n| parsed(&[SynthTensor::filled(&"u".repeat(n + 1), Dtype::U8, &[3])]))
+        .map(|n| parsed(&[SynthTensor::filled(&"u".repeat(n + 1), "U8", &[3])]))
         .find(|(h, _)| h.data_start() % 8 == 0)
         .unwrap();
     let p = plan(&h, &raw, Alignment::DEFAULT).unwrap();
@@ -24,7 +24,7 @@ fn aligned_files_are_left_alone() {
 #[test]
 fn header_pad_appends_spaces_only() {
     let (h, raw) = (1..9)
-        .map(|n| parsed(&[SynthTensor::filled(&"w".repeat(n), Dtype::F32, &[2])]))
+        .map(|n| parsed(&[SynthTensor::filled(&"w".repeat(n), "F32", &[2])]))
         .find(|(h, _)| h.data_start() % 4 != 0)
         .unwrap();
     let p = plan(&h, &raw, Alignment::DEFAULT).unwrap();
@@ -40,11 +40,11 @@ fn header_pad_appends_spaces_only() {
 #[test]
 fn relayout_orders_widest_first_stably_and_keeps_everything_else() {
     let t = [
-        SynthTensor::filled("a", Dtype::U8, &[3]),
-        SynthTensor::filled("b", Dtype::F32, &[5]),
-        SynthTensor::filled("c", Dtype::BF16, &[7]),
-        SynthTensor::filled("d", Dtype::I64, &[3]),
-        SynthTensor::filled("e", Dtype::F32, &[1]),
+        SynthTensor::filled("a", "U8", &[3]),
+        SynthTensor::filled("b", "F32", &[5]),
+        SynthTensor::filled("c", "BF16", &[7]),
+        SynthTensor::filled("d", "I64", &[3]),
+        SynthTensor::filled("e", "F32", &[1]),
     ];
     let (h, raw) = parsed(&t);
     let p = plan(&h, &raw, Alignment::DEFAULT).unwrap();
@@ -70,7 +70,7 @@ fn relayout_orders_widest_first_stably_and_keeps_everything_else() {
 
 #[test]
 fn page_alignment_and_narrow_targets() {
-    let t = [SynthTensor::filled("a", Dtype::U8, &[3]), SynthTensor::filled("b", Dtype::F64, &[2])];
+    let t = [SynthTensor::filled("a", "U8", &[3]), SynthTensor::filled("b", "F64", &[2])];
     let (h, raw) = parsed(&t);
     let page = plan(&h, &raw, Alignment::new(16384).unwrap()).unwrap();
     assert_eq!(page.data_start() % 16384, 0);

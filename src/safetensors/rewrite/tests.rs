@@ -2,8 +2,8 @@ use super::*;
 use crate::hashing::sha256_hex;
 use crate::safetensors::Method;
 use crate::safetensors::plan::plan;
-use crate::safetensors::synth::{SynthTensor, write_mlx_style};
-use crate::safetensors::{Dtype, Verdict, header};
+use crate::safetensors::{Verdict, header};
+use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
 fn tensors_of(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let h = header::parse(bytes, bytes.len() as u64).unwrap();
@@ -45,14 +45,14 @@ fn run(
 
 fn hostile() -> Vec<SynthTensor> {
     vec![
-        SynthTensor::filled("a", Dtype::U8, &[3]),
-        SynthTensor::filled("b", Dtype::F32, &[5]),
-        SynthTensor::filled("c", Dtype::U8, &[10]),
-        SynthTensor::filled("d", Dtype::F16, &[7]),
-        SynthTensor::filled("e", Dtype::U8, &[1]),
-        SynthTensor::filled("f", Dtype::I64, &[3]),
-        SynthTensor::filled("g", Dtype::U8, &[6]),
-        SynthTensor::filled("h", Dtype::BF16, &[0, 4]),
+        SynthTensor::filled("a", "U8", &[3]),
+        SynthTensor::filled("b", "F32", &[5]),
+        SynthTensor::filled("c", "U8", &[10]),
+        SynthTensor::filled("d", "F16", &[7]),
+        SynthTensor::filled("e", "U8", &[1]),
+        SynthTensor::filled("f", "I64", &[3]),
+        SynthTensor::filled("g", "U8", &[6]),
+        SynthTensor::filled("h", "BF16", &[0, 4]),
     ]
 }
 
@@ -86,7 +86,7 @@ fn expected(original: &[u8], written: &[u8], digests: Digests, method: Method) -
 
 #[test]
 fn each_digest_set_computes_what_it_promises_and_nothing_else() {
-    let padded_only = vec![SynthTensor::filled("w", Dtype::U32, &[6]), SynthTensor::filled("b", Dtype::U8, &[3])];
+    let padded_only = vec![SynthTensor::filled("w", "U32", &[6]), SynthTensor::filled("b", "U8", &[3])];
     for tensors in [hostile(), padded_only] {
         for digests in [Digests::Minimal, Digests::All] {
             let (original, written, outcome, p) = run(&tensors, 8, false, digests);
@@ -99,9 +99,7 @@ fn each_digest_set_computes_what_it_promises_and_nothing_else() {
 #[test]
 fn header_pad_in_place_changes_only_the_header() {
     let t: Vec<_> = (1..9)
-        .map(|n| {
-            vec![SynthTensor::filled(&"w".repeat(n), Dtype::F32, &[6]), SynthTensor::filled("x", Dtype::U32, &[2])]
-        })
+        .map(|n| vec![SynthTensor::filled(&"w".repeat(n), "F32", &[6]), SynthTensor::filled("x", "U32", &[2])])
         .find(|t| {
             let b = write_mlx_style(t, Some("mlx"));
             !header::parse(&b, b.len() as u64).unwrap().data_start().is_multiple_of(4)
@@ -143,7 +141,7 @@ fn a_failed_write_leaves_the_destination_alone() {
 #[test]
 fn the_result_keeps_the_source_mode() {
     use std::os::unix::fs::PermissionsExt;
-    let padded_only = vec![SynthTensor::filled("w", Dtype::U32, &[6]), SynthTensor::filled("b", Dtype::U8, &[3])];
+    let padded_only = vec![SynthTensor::filled("w", "U32", &[6]), SynthTensor::filled("b", "U8", &[3])];
     for (tensors, in_place) in
         [(hostile(), false), (hostile(), true), (padded_only.clone(), false), (padded_only, true)]
     {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use hubalign::sim::faults::{Bucket, FaultConfig, Quota};
+use hubsim::faults::{Bucket, FaultConfig, Quota};
 
 use super::world::{assert_ok, audit, audit_world, comparable, db, expected_shards, repo_states, stored_shards};
 use crate::sim::world::ALICE;

@@ -4,10 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use hubalign::safetensors::Dtype;
-use hubalign::safetensors::synth::{SynthTensor, write_mlx_style};
-use hubalign::sim::SimConfig;
 use hubalign::store::Store;
+use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
+use hubsim::SimConfig;
 use serde_json::Value;
 
 use crate::sim::world::{ALICE, World, populate, start_on};
@@ -24,9 +23,9 @@ pub fn fillers(root: &Path, count: usize) {
         for s in 0..shards {
             let odd = (i + s) % 2 == 0;
             let tensors = vec![
-                SynthTensor::filled(&format!("m{i}.s{s}.norm"), Dtype::BF16, &[if odd { 33 } else { 32 }]),
-                SynthTensor::filled(&format!("m{i}.s{s}.weight"), Dtype::U32, &[16, 8 + s as u64]),
-                SynthTensor::filled(&format!("m{i}.s{s}.scales"), Dtype::BF16, &[16, 2]),
+                SynthTensor::filled(&format!("m{i}.s{s}.norm"), "BF16", &[if odd { 33 } else { 32 }]),
+                SynthTensor::filled(&format!("m{i}.s{s}.weight"), "U32", &[16, 8 + s as u64]),
+                SynthTensor::filled(&format!("m{i}.s{s}.scales"), "BF16", &[16, 2]),
             ];
             let name = if shards == 1 {
                 "model.safetensors".to_owned()

@@ -163,10 +163,9 @@ fn the_mlx_check_holds_a_tensor_at_a_time_not_the_shard() {
     std::fs::create_dir_all(&src).unwrap();
     let mut file = std::fs::File::create(src.join("model.safetensors")).unwrap();
     let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
-    let mut specs: Vec<(&str, hubalign::safetensors::Dtype, &[u64])> =
-        vec![("a", hubalign::safetensors::Dtype::BF16, &[3])];
-    specs.extend(names.iter().map(|n| (n.as_str(), hubalign::safetensors::Dtype::F32, &[8u64 << 20][..])));
-    hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 11).unwrap();
+    let mut specs: Vec<(&str, hubalign_test_support::synth::Dtype, &[u64])> = vec![("a", "BF16", &[3])];
+    specs.extend(names.iter().map(|n| (n.as_str(), "F32", &[8u64 << 20][..])));
+    hubalign_test_support::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 11).unwrap();
     drop(file);
     let fixed = hubalign().args(["fix", src.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
     assert!(fixed.status.success(), "{}", text(&fixed));

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hubalign::repack::publish::mirror_name;
-use hubalign::sim::Sim;
-use hubalign::sim::model::{Commit, FileEntry, Storage};
+use hubsim::Sim;
+use hubsim::model::{Commit, FileEntry, Storage};
 
 use super::hostile_world;
 use super::proxy::{self, Req, Rule};

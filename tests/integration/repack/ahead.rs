@@ -4,8 +4,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use hubalign::safetensors::Dtype;
-use hubalign::safetensors::synth::{mlx_header, write_mlx_style_stream};
+use hubalign_test_support::synth::Dtype;
+use hubalign_test_support::synth::{mlx_header, write_mlx_style_stream};
 
 use super::pipeline::jobs;
 use crate::audit::world::db;
@@ -24,11 +24,11 @@ fn two_shards(rows: [u64; 2]) -> tempfile::TempDir {
         let name = (1..16)
             .map(|n| format!("model.layers.{i}.mlp.{}.weight", "x".repeat(n)))
             .find(|w| {
-                let specs: [(&str, Dtype, &[u64]); 1] = [(w.as_str(), Dtype::U32, &[rows, 1024])];
+                let specs: [(&str, Dtype, &[u64]); 1] = [(w.as_str(), "U32", &[rows, 1024])];
                 !(8 + mlx_header(&specs, Some("mlx")).len()).is_multiple_of(8)
             })
             .unwrap();
-        let specs: [(&str, Dtype, &[u64]); 1] = [(name.as_str(), Dtype::U32, &[rows, 1024])];
+        let specs: [(&str, Dtype, &[u64]); 1] = [(name.as_str(), "U32", &[rows, 1024])];
         let mut file = std::fs::File::create(repo.join(format!("model-0000{}-of-00002.safetensors", i + 1))).unwrap();
         write_mlx_style_stream(&mut file, &specs, Some("mlx"), i as u64 + 11).unwrap();
     }

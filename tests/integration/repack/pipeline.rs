@@ -118,7 +118,7 @@ fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
     assert_ok(&audit(&world, &db, &["--author", "lmstudio"]));
     let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let uploads = |sim: &hubalign::sim::Sim| {
+    let uploads = |sim: &hubsim::Sim| {
         let repos = sim.repos();
         repos
             .get(&crate::support::mirror("lmstudio/tiny-q8"))

@@ -6,7 +6,7 @@ use crate::audit::world::db;
 use crate::sim::world::{World, start_on};
 
 /// A Hub holding one 24 MiB header-padded shard (and a config), with faults as `tune` sets them.
-fn world(tune: impl FnOnce(&mut hubalign::sim::SimConfig)) -> (World, u64) {
+fn world(tune: impl FnOnce(&mut hubsim::SimConfig)) -> (World, u64) {
     let (root, size) = header_padded_bundle_of(6144);
     (start_on(root, tune), size)
 }

@@ -1,7 +1,7 @@
 //! What republishing a header-padded bundle uploads, from the simulator's counters.
 
-use hubalign::safetensors::Dtype;
-use hubalign::safetensors::synth::{mlx_header, write_mlx_style_stream};
+use hubalign_test_support::synth::Dtype;
+use hubalign_test_support::synth::{mlx_header, write_mlx_style_stream};
 
 use std::path::PathBuf;
 
@@ -25,12 +25,11 @@ pub(super) fn header_padded_bundle_of(rows: u64) -> (tempfile::TempDir, u64) {
     let name = (1..16)
         .map(|n| format!("model.layers.0.mlp.{}.weight", "x".repeat(n)))
         .find(|w| {
-            let specs: [(&str, Dtype, &[u64]); 2] =
-                [(w.as_str(), Dtype::U32, &[rows, 1024]), ("norm", Dtype::BF16, &[64])];
+            let specs: [(&str, Dtype, &[u64]); 2] = [(w.as_str(), "U32", &[rows, 1024]), ("norm", "BF16", &[64])];
             !(8 + mlx_header(&specs, Some("mlx")).len()).is_multiple_of(8)
         })
         .unwrap();
-    let specs: [(&str, Dtype, &[u64]); 2] = [(name.as_str(), Dtype::U32, &[rows, 1024]), ("norm", Dtype::BF16, &[64])];
+    let specs: [(&str, Dtype, &[u64]); 2] = [(name.as_str(), "U32", &[rows, 1024]), ("norm", "BF16", &[64])];
     let mut file = std::fs::File::create(repo.join("model.safetensors")).unwrap();
     let size = write_mlx_style_stream(&mut file, &specs, Some("mlx"), 5).unwrap();
     drop(file);

@@ -216,7 +216,7 @@ fn faults_are_injected_as_configured_and_counted() {
     let root = tempfile::tempdir().unwrap();
     super::world::populate(root.path());
     let world = super::world::start_on(root, |c| {
-        c.faults = hubalign::sim::faults::FaultConfig {
+        c.faults = hubsim::faults::FaultConfig {
             error_rate: 0.5,
             truncate_rate: 0.5,
             seed: 42,

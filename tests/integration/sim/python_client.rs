@@ -69,18 +69,15 @@ fn uploads_through_xet_by_default() {
 
 #[test]
 fn a_header_padded_shard_uploads_little_more_than_its_header() {
-    use hubalign::safetensors::Dtype;
+    use hubalign_test_support::synth::Dtype;
     // A 128 MiB MLX-layout shard on the simulated Hub (ingested into Xet), and its repaired copy to upload.
     let root = tempfile::tempdir().unwrap();
     let source = root.path().join("models/mlx-community/big-q4");
     std::fs::create_dir_all(&source).unwrap();
-    let specs: [(&str, Dtype, &[u64]); 3] = [
-        ("a.scales", Dtype::BF16, &[64, 8]),
-        ("b.weight", Dtype::U32, &[32768, 1024]),
-        ("c.biases", Dtype::BF16, &[64, 8]),
-    ];
+    let specs: [(&str, Dtype, &[u64]); 3] =
+        [("a.scales", "BF16", &[64, 8]), ("b.weight", "U32", &[32768, 1024]), ("c.biases", "BF16", &[64, 8])];
     let mut file = std::fs::File::create(source.join("model.safetensors")).unwrap();
-    hubalign::safetensors::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 3).unwrap();
+    hubalign_test_support::synth::write_mlx_style_stream(&mut file, &specs, Some("mlx"), 3).unwrap();
     std::fs::write(source.join(".hubsim.json"), r#"{"library_name":"mlx"}"#).unwrap();
     let bundle = tempfile::tempdir().unwrap();
     let out = run(&["fix", source.to_str().unwrap(), "--out", bundle.path().to_str().unwrap()]);

@@ -109,7 +109,7 @@ fn creates_a_repository_and_commits() {
         assert_eq!(pr.pr_num, Some(1));
         // A large file goes through the LFS batch (answered with Xet), the CAS, and an lfsFile commit.
         let mut big = vec![0u8; 3_000_000];
-        hubalign::safetensors::synth::fill_pseudo_random(7, &mut big);
+        hubalign_test_support::synth::fill_pseudo_random(7, &mut big);
         let up = repo
             .create_commit()
             .operations(vec![CommitOperation::add_bytes("model.safetensors", big.clone())])

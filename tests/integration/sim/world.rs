@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use hubalign::sim::auth::TokenSpec;
-use hubalign::sim::faults::{Bucket, Quota};
-use hubalign::sim::{SimConfig, SimHandle, start};
+use hubsim::auth::TokenSpec;
+use hubsim::faults::{Bucket, Quota};
+use hubsim::{SimConfig, SimHandle, start};
 
 use crate::support::{copy_tree, fixture};
 
@@ -44,7 +44,7 @@ impl World {
     }
 
     /// The counters, straight from the shared state.
-    pub fn counters(&self) -> hubalign::sim::counters::CounterSnapshot {
+    pub fn counters(&self) -> hubsim::counters::CounterSnapshot {
         self.hub.as_ref().map(|h| h.sim.counters.snapshot()).unwrap_or_default()
     }
 }

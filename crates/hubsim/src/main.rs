@@ -1,19 +1,26 @@
-//! `hubalign sim`: run the local Hub simulator until interrupted.
+//! `hubsim`: serve a directory of model repositories as a local Hugging Face Hub until interrupted.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::process::ExitCode;
+
 use anyhow::Context;
-use clap::Args;
-use hubalign::sim::auth::TokenSpec;
-use hubalign::sim::faults::{Bucket, FaultConfig, Quota};
-use hubalign::sim::{SimConfig, start};
+use clap::Parser;
+use hubsim::auth::TokenSpec;
+use hubsim::faults::{Bucket, FaultConfig, Quota};
+use hubsim::{SimConfig, start};
 
-use super::Exit;
-
-#[derive(Args)]
-pub struct SimArgs {
+/// A local Hugging Face Hub for offline tests of any Hub client.
+///
+/// Serves `DIR/models/{namespace}/{name}/…` as model repositories with the Hub's read API, downloads
+/// (Git LFS and Xet), repo creation, preupload, LFS batch and NDJSON commits, so `huggingface_hub` and
+/// `hf-hub` work against it unchanged with `HF_ENDPOINT` set to its address. Quotas, latency, 5xx,
+/// truncated bodies and webhooks can be switched on; `GET /_sim/counters` says what was served.
+#[derive(Parser)]
+#[command(name = "hubsim", version)]
+struct SimArgs {
     /// Directory holding `models/{namespace}/{name}/…`; each repo may have a `.hubsim.json` sidecar with
     /// `private`, `gated`, `grantedUsers`, `disabled`, `downloads`, `likes`, `tags`, `library_name`, `license`.
     #[arg(long, value_name = "DIR")]
@@ -79,7 +86,7 @@ pub struct SimArgs {
     /// delete and visibility change (repeatable); `POST /_sim/webhooks/replay` sends them all again and
     /// `POST /_sim/webhooks/flood?n=N` the last one N times.
     #[arg(long = "webhook", value_name = "URL[#SECRET]")]
-    webhooks: Vec<hubalign::sim::webhooks::WebhookTarget>,
+    webhooks: Vec<hubsim::webhooks::WebhookTarget>,
 }
 
 impl SimArgs {
@@ -113,17 +120,28 @@ impl SimArgs {
     }
 }
 
-pub fn run(args: &SimArgs) -> anyhow::Result<Exit> {
+fn main() -> ExitCode {
+    let args = SimArgs::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hubsim: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &SimArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let handle = start(args.config()).await.context("starting the simulator")?;
         let repos = handle.sim.repos().len();
-        println!("hubalign sim: serving {repos} repositories from {} at {}", args.root.display(), handle.base_url);
+        println!("hubsim: serving {repos} repositories from {} at {}", args.root.display(), handle.base_url);
         println!("  use it with:  HF_ENDPOINT={} (huggingface_hub, hf-hub, hubalign)", handle.base_url);
         println!("  storage:      {} (its own origin, as the Hub's CDN is)", handle.storage_url);
         println!("  counters:     {}/_sim/counters", handle.base_url);
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         handle.stop().await;
-        Ok(Exit::Clean)
+        Ok(())
     })
 }

@@ -15,13 +15,13 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::{caller, proposable_repo};
-use crate::hashing::finish_hex;
-use crate::sim::error::HubError;
-use crate::sim::{Shared, Sim};
+use crate::digests::finish_hex;
+use crate::error::HubError;
+use crate::{Shared, Sim};
 
 /// `POST /{ns}/{name}.git/info/lfs/objects/batch`: Git LFS negotiation. Xet is chosen for clients that offer it
 /// (see [`super::xet`]); others get `basic` (or `multipart` above one part) actions on the simulator's storage.
-pub(in crate::sim) async fn lfs_batch(
+pub(crate) async fn lfs_batch(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name_git)): Path<(String, String)>,
@@ -107,7 +107,7 @@ async fn admit_object(sim: &Sim, temp: PathBuf, oid: &str, sha256: &str) -> Resu
 }
 
 /// `PUT /_lfs/upload/{oid}`: a basic-transfer upload.
-pub(in crate::sim) async fn lfs_upload_basic(
+pub(crate) async fn lfs_upload_basic(
     State(sim): State<Shared>,
     Path(oid): Path<String>,
     body: Body,
@@ -119,7 +119,7 @@ pub(in crate::sim) async fn lfs_upload_basic(
 }
 
 /// `PUT /_lfs/part/{oid}/{part}`: one part of a multipart upload; answers its `ETag`.
-pub(in crate::sim) async fn lfs_upload_part(
+pub(crate) async fn lfs_upload_part(
     State(sim): State<Shared>,
     Path((oid, part)): Path<(String, u64)>,
     body: Body,
@@ -134,7 +134,7 @@ pub(in crate::sim) async fn lfs_upload_part(
 }
 
 #[derive(Deserialize)]
-pub(in crate::sim) struct CompleteMultipart {
+pub(crate) struct CompleteMultipart {
     oid: String,
     parts: Vec<Part>,
 }
@@ -148,7 +148,7 @@ struct Part {
 }
 
 /// `POST /_lfs/complete/{oid}`: joins the parts, in the order given, and checks the hash.
-pub(in crate::sim) async fn lfs_complete(
+pub(crate) async fn lfs_complete(
     State(sim): State<Shared>,
     Path(oid): Path<String>,
     Json(req): Json<CompleteMultipart>,
@@ -174,7 +174,7 @@ pub(in crate::sim) async fn lfs_complete(
 }
 
 /// `POST /_lfs/verify/{oid}`: whether the object is stored with the announced size.
-pub(in crate::sim) async fn lfs_verify(
+pub(crate) async fn lfs_verify(
     State(sim): State<Shared>,
     Path(oid): Path<String>,
     Json(body): Json<Value>,

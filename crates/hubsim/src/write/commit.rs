@@ -11,13 +11,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{caller, head_for, now, proposable_repo, repo_mut, store_bytes, writable_repo};
-use crate::sim::Shared;
-use crate::sim::error::HubError;
-use crate::sim::ingest::is_lfs_path;
-use crate::sim::model::{Commit, FileEntry, PullRequest, Storage};
+use crate::Shared;
+use crate::error::HubError;
+use crate::ingest::is_lfs_path;
+use crate::model::{Commit, FileEntry, PullRequest, Storage};
 
 /// `POST /api/models/{ns}/{name}/preupload/{rev}`: which files go to LFS, and which are already there.
-pub(in crate::sim) async fn preupload(
+pub(crate) async fn preupload(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
@@ -48,7 +48,7 @@ pub(in crate::sim) async fn preupload(
 }
 
 #[derive(Deserialize, Default)]
-pub(in crate::sim) struct CommitQuery {
+pub(crate) struct CommitQuery {
     create_pr: Option<String>,
 }
 
@@ -61,7 +61,7 @@ enum Op {
 
 /// `POST /api/models/{ns}/{name}/commit/{rev}[?create_pr=1]`: NDJSON (`header`, `file`, `lfsFile`,
 /// `deletedFile`, `deletedFolder`) or the legacy JSON form; `parentCommit` is checked (412).
-pub(in crate::sim) async fn commit(
+pub(crate) async fn commit(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
@@ -175,7 +175,7 @@ pub(in crate::sim) async fn commit(
     let moved =
         if create_pr { format!("refs/pr/{}", repo.pull_requests.len()) } else { format!("refs/heads/{revision}") };
     drop(repos);
-    let refs = crate::sim::json_ref(&moved, (!create_pr).then_some(head_sha.as_str()), &sha);
+    let refs = crate::json_ref(&moved, (!create_pr).then_some(head_sha.as_str()), &sha);
     sim.webhooks.send("repo.content", "update", &id, private, main.as_deref(), refs);
     tracing::info!(repo.id = %id, commit = %sha, create_pr, "commit");
     Ok(Json(body).into_response())
@@ -208,7 +208,7 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
 
 /// Reads `library_name`, `license`, `pipeline_tag` and `tags` from a README's YAML front matter: the simple
 /// forms model cards use (`key: value`, and `tags:` followed by `- item` lines).
-fn apply_card(meta: &mut crate::sim::model::RepoMeta, card: &str) {
+fn apply_card(meta: &mut crate::model::RepoMeta, card: &str) {
     let Some(front) = card.strip_prefix("---").and_then(|b| b.find("\n---").map(|end| &b[..end])) else { return };
     let mut in_tags = false;
     let mut tags = Vec::new();
@@ -237,7 +237,7 @@ fn apply_card(meta: &mut crate::sim::model::RepoMeta, card: &str) {
 mod tests {
     #[test]
     fn card_front_matter() {
-        let mut meta = crate::sim::model::RepoMeta::default();
+        let mut meta = crate::model::RepoMeta::default();
         super::apply_card(
             &mut meta,
             "---\nbase_model: a/b\nlicense: mit\nlibrary_name: mlx\ntags:\n- mlx\n- safetensors\n---\n# x\n",

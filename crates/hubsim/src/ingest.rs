@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 use sha2::{Digest, Sha256};
 
 use super::model::{Commit, FileEntry, RepoMeta, Storage};
-use crate::hashing::finish_hex;
+use crate::digests::finish_hex;
 use crate::io_error::PathIoError;
 
 /// The per-repo sidecar with metadata; never served as a file.
@@ -70,7 +70,7 @@ impl DiskRepo {
             })
             .collect();
         let mtime = self.files.iter().map(|f| f.mtime).max().unwrap_or(0);
-        let date = crate::time::format_utc_millis(mtime);
+        let date = crate::clock::hub_time(mtime);
         Commit::new(parent, files, "Upload folder using huggingface_hub".into(), date)
     }
 }

@@ -5,8 +5,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 
-use crate::hashing::to_hex;
-
 /// How a file's content is stored, which decides how `resolve` serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Storage {
@@ -63,7 +61,7 @@ pub fn lfs_pointer(sha256: &str, size: u64) -> String {
     format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n")
 }
 
-pub use crate::hashing::git_blob_oid;
+pub use crate::digests::git_blob_oid;
 
 /// An immutable snapshot of a repository.
 #[derive(Debug, Clone)]
@@ -91,7 +89,7 @@ impl Commit {
             h.update(path.as_bytes());
             h.update(f.git_oid.as_bytes());
         }
-        Commit { sha: to_hex(&h.finalize()), parent, files, title, date }
+        Commit { sha: hex::encode(h.finalize()), parent, files, title, date }
     }
 }
 
@@ -213,7 +211,7 @@ impl Repo {
 
     /// The namespace (owner).
     pub fn namespace(&self) -> &str {
-        crate::gate::namespace_of(&self.id)
+        crate::digests::namespace_of(&self.id)
     }
 
     /// The head of `main`.

@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL server of its own, for the tests, the benchmarks and a demo on PostgreSQL: a cluster
+//! A throwaway PostgreSQL server of its own, for the tests and the benchmarks: a cluster
 //! `initdb` makes in a temporary directory, served on a free loopback port, gone when its owner is.
 //!
 //! It needs Debian's `postgresql` package (or any install whose `pg_config --bindir`, `/usr/lib/postgresql/*/bin`

@@ -1,4 +1,4 @@
-//! `hubalign sim`: a local Hugging Face Hub serving `DIR/models/{namespace}/{name}/…` as model repositories,
+//! hubsim: a local Hugging Face Hub serving `DIR/models/{namespace}/{name}/…` as model repositories,
 //! faithful enough that the official clients (`huggingface_hub`, `hf-hub`) work against it unchanged.
 //!
 //! - [`model`]: repositories as commits, branches and PR refs.
@@ -9,10 +9,13 @@
 //! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
 
 pub mod auth;
+pub mod clock;
 pub mod counters;
+pub mod digests;
 pub mod error;
 pub mod faults;
 pub mod ingest;
+pub mod io_error;
 pub mod model;
 pub mod moves;
 pub mod query;

@@ -307,7 +307,7 @@ impl http_body::Body for Metered {
                 if let Some((rate, started)) = self.pace {
                     // The next frame waits until this many bytes would have taken at the rate.
                     let due =
-                        crate::time::instant_after(started, Duration::from_secs_f64(self.sent as f64 / rate as f64));
+                        started.checked_add(Duration::from_secs_f64(self.sent as f64 / rate as f64)).unwrap_or(started);
                     if due > Instant::now() {
                         self.wait = Some(Box::pin(tokio::time::sleep_until(due.into())));
                     }

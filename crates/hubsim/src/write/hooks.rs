@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::caller;
-use crate::sim::Shared;
-use crate::sim::error::HubError;
-use crate::sim::webhooks::{Registered, WebhookTarget};
+use crate::Shared;
+use crate::error::HubError;
+use crate::webhooks::{Registered, WebhookTarget};
 
 /// The signed-in caller, whose webhooks these are.
 fn owner(sim: &Shared, headers: &HeaderMap) -> Result<String, HubError> {
@@ -18,7 +18,7 @@ fn owner(sim: &Shared, headers: &HeaderMap) -> Result<String, HubError> {
 }
 
 /// `POST /api/settings/webhooks` with `watched`, `url`, `domains`, `secret`.
-pub(in crate::sim) async fn create(
+pub(crate) async fn create(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Json(body): Json<Value>,
@@ -48,7 +48,7 @@ pub(in crate::sim) async fn create(
 }
 
 /// `GET /api/settings/webhooks`: the caller's.
-pub(in crate::sim) async fn list(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
+pub(crate) async fn list(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
     let owner = owner(&sim, &headers)?;
     let registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
     let mine: Vec<Value> = registered.iter().filter(|r| r.owner == owner).map(Registered::to_json).collect();
@@ -56,7 +56,7 @@ pub(in crate::sim) async fn list(State(sim): State<Shared>, headers: HeaderMap) 
 }
 
 /// `DELETE /api/settings/webhooks/{id}`: one of the caller's.
-pub(in crate::sim) async fn delete(
+pub(crate) async fn delete(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,

@@ -10,17 +10,17 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{caller, head_for, now, proposable_repo, repo_mut, store_bytes};
-use crate::sim::auth::can_write;
-use crate::sim::error::HubError;
-use crate::sim::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
-use crate::sim::{Shared, Sim};
+use crate::auth::can_write;
+use crate::error::HubError;
+use crate::model::{Commit, FileEntry, PullRequest, Repo, RepoMeta, Storage};
+use crate::{Shared, Sim};
 
 /// The `.gitattributes` a new repository starts with, as on the Hub.
 const GITATTRIBUTES: &str = "*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n*.gguf filter=lfs diff=lfs merge=lfs -text\n*.npz filter=lfs diff=lfs merge=lfs -text\n*.pt filter=lfs diff=lfs merge=lfs -text\n";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(in crate::sim) struct CreateRepo {
+pub(crate) struct CreateRepo {
     name: String,
     organization: Option<String>,
     #[serde(rename = "type")]
@@ -31,10 +31,7 @@ pub(in crate::sim) struct CreateRepo {
 
 /// The namespace a create or delete names (`organization`, else the caller's own), if the caller may write
 /// there.
-fn writable_namespace(
-    organization: Option<&str>,
-    caller: Option<&crate::sim::auth::Account>,
-) -> Result<String, HubError> {
+fn writable_namespace(organization: Option<&str>, caller: Option<&crate::auth::Account>) -> Result<String, HubError> {
     let account = caller.ok_or_else(HubError::auth_required)?;
     let namespace = organization.map_or_else(|| account.user.clone(), str::to_owned);
     can_write(&namespace, caller)?;
@@ -42,7 +39,7 @@ fn writable_namespace(
 }
 
 /// `POST /api/repos/create`: 409 when it exists (with its `url`, as the Hub answers).
-pub(in crate::sim) async fn create_repo(
+pub(crate) async fn create_repo(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Json(req): Json<CreateRepo>,
@@ -78,13 +75,13 @@ pub(in crate::sim) async fn create_repo(
 }
 
 #[derive(Deserialize)]
-pub(in crate::sim) struct DeleteRepo {
+pub(crate) struct DeleteRepo {
     name: String,
     organization: Option<String>,
 }
 
 /// `DELETE /api/repos/delete`.
-pub(in crate::sim) async fn delete_repo(
+pub(crate) async fn delete_repo(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Json(req): Json<DeleteRepo>,
@@ -104,7 +101,7 @@ pub(in crate::sim) async fn delete_repo(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(in crate::sim) struct MoveRepo {
+pub(crate) struct MoveRepo {
     from_repo: String,
     to_repo: String,
     #[serde(rename = "type")]
@@ -114,7 +111,7 @@ pub(in crate::sim) struct MoveRepo {
 /// `POST /api/repos/move` with `{fromRepo, toRepo, type}`: renames a repo (the caller must be able to write
 /// both namespaces); the old name then redirects to the new one, and watchers get a `repo` `move` payload
 /// naming the old repo with `movedTo`.
-pub(in crate::sim) async fn move_repo(
+pub(crate) async fn move_repo(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Json(req): Json<MoveRepo>,
@@ -146,7 +143,7 @@ pub(in crate::sim) async fn move_repo(
 }
 
 /// `PUT /api/models/{ns}/{name}/settings`: `private`/`visibility`, `gated`.
-pub(in crate::sim) async fn settings(
+pub(crate) async fn settings(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
@@ -177,13 +174,13 @@ pub(in crate::sim) async fn settings(
 }
 
 /// `POST /api/validate-yaml`: the simulator accepts every card.
-pub(in crate::sim) async fn validate_yaml(Json(_body): Json<Value>) -> Response {
+pub(crate) async fn validate_yaml(Json(_body): Json<Value>) -> Response {
     Json(json!({ "errors": [], "warnings": [] })).into_response()
 }
 
 /// `POST /api/models/{ns}/{name}/discussions` with `pullRequest: true`: opens `refs/pr/N` at `main`'s head
 /// (what `upload_folder(create_pr=True)` does before committing to that ref).
-pub(in crate::sim) async fn create_discussion(
+pub(crate) async fn create_discussion(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
@@ -207,7 +204,7 @@ pub(in crate::sim) async fn create_discussion(
 }
 
 /// `GET /api/models/{ns}/{name}/discussions/{num}`.
-pub(in crate::sim) async fn get_discussion(
+pub(crate) async fn get_discussion(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
@@ -215,7 +212,7 @@ pub(in crate::sim) async fn get_discussion(
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
     let repos = sim.repos();
-    let repo = crate::sim::read::visible_repo(&repos, &id, caller)?;
+    let repo = crate::read::visible_repo(&repos, &id, caller)?;
     if !repo.pull_requests.iter().any(|p| p.num == num) {
         return Err(HubError::not_found(format!("no discussion #{num}")));
     }
@@ -243,14 +240,14 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
 }
 
 /// `GET /api/models/{ns}/{name}/discussions`: pull requests, newest first (the simulator has no other kind).
-pub(in crate::sim) async fn list_discussions(
+pub(crate) async fn list_discussions(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let repos = sim.repos();
-    let repo = crate::sim::read::visible_repo(&repos, &format!("{ns}/{name}"), caller)?;
+    let repo = crate::read::visible_repo(&repos, &format!("{ns}/{name}"), caller)?;
     let items: Vec<Value> = repo.pull_requests.iter().rev().map(|p| discussion_json(&sim, repo, p.num)).collect();
     let closed = repo.pull_requests.iter().filter(|p| !p.open).count();
     Ok(Json(json!({ "discussions": items, "count": items.len(), "start": 0, "numClosedDiscussions": closed }))
@@ -259,7 +256,7 @@ pub(in crate::sim) async fn list_discussions(
 
 /// `POST /api/models/{ns}/{name}/discussions/{num}/status` with `{"status": "open" | "closed"}`: the owner
 /// closes or reopens a pull request.
-pub(in crate::sim) async fn set_discussion_status(
+pub(crate) async fn set_discussion_status(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
@@ -299,7 +296,7 @@ fn discussion_payload(id: &str, pr: &PullRequest) -> Value {
 
 /// `POST /api/models/{ns}/{name}/discussions/{num}/merge`: the owner merges an open pull request. `main`
 /// gets a merge commit: its files with what the pull request changed from its base.
-pub(in crate::sim) async fn merge_pull_request(
+pub(crate) async fn merge_pull_request(
     State(sim): State<Shared>,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
@@ -332,7 +329,7 @@ pub(in crate::sim) async fn merge_pull_request(
     let discussion = discussion_payload(&id, pr);
     let private = repo.meta.private;
     drop(repos);
-    let refs = crate::sim::json_ref("refs/heads/main", Some(&parent), &sha);
+    let refs = crate::json_ref("refs/heads/main", Some(&parent), &sha);
     sim.webhooks.send("repo.content", "update", &id, private, Some(&sha), refs);
     sim.webhooks.send("discussion", "update", &id, private, None, discussion);
     tracing::info!(repo.id = %id, pr = num, commit = %sha, "pull request merged");

@@ -24,15 +24,14 @@ use super::Sim;
 use super::auth::{Account, can_see, can_write};
 use super::error::HubError;
 use super::model::{Commit, Repo};
-use crate::hashing::finish_hex;
+use crate::digests::finish_hex;
 
 pub(super) fn caller<'a>(sim: &'a Sim, headers: &HeaderMap) -> Result<Option<&'a Account>, HubError> {
     sim.accounts.caller(headers)
 }
 
 pub(super) fn now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    crate::time::format_utc_millis(secs)
+    crate::clock::now()
 }
 
 /// Stores bytes in the content store; returns their sha256.
@@ -55,25 +54,25 @@ pub(super) fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit,
 
 /// A repo the caller may commit to: its namespace is the caller's.
 pub(super) fn writable_repo<'a>(
-    repos: &'a crate::sim::model::RepoMap,
+    repos: &'a crate::model::RepoMap,
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {
-    let ns = crate::gate::namespace_of(id);
+    let ns = crate::digests::namespace_of(id);
     let repo = proposable_repo(repos, id, caller)?;
     can_write(ns, caller)?;
     Ok(repo)
 }
 
 /// A repo to change, by id, for a caller already checked to be signed in and allowed to.
-pub(super) fn repo_mut<'a>(repos: &'a mut crate::sim::model::RepoMap, id: &str) -> Result<&'a mut Repo, HubError> {
+pub(super) fn repo_mut<'a>(repos: &'a mut crate::model::RepoMap, id: &str) -> Result<&'a mut Repo, HubError> {
     repos.get_mut(id).ok_or_else(|| HubError::repo_not_found(id, true))
 }
 
 /// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
 /// (Clients do not say a preupload, LFS batch or Xet write token is for a PR, so those accept this too.)
 pub(super) fn proposable_repo<'a>(
-    repos: &'a crate::sim::model::RepoMap,
+    repos: &'a crate::model::RepoMap,
     id: &str,
     caller: Option<&Account>,
 ) -> Result<&'a Repo, HubError> {

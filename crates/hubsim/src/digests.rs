@@ -1,0 +1,43 @@
+//! The digests the Hub reports: SHA-256 of content (LFS oids, commit ids) and git's blob id of regular files.
+
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+/// Lower-case hex of a finished SHA-256.
+pub fn finish_hex(hasher: Sha256) -> String {
+    hex::encode(hasher.finalize())
+}
+
+/// Hex SHA-256 of a byte string.
+pub fn sha256_hex(data: &[u8]) -> String {
+    finish_hex(Sha256::new_with_prefix(data))
+}
+
+/// Git's blob id: `sha1("blob {len}\0" + content)`, what the Hub reports as a regular file's `oid`.
+pub fn git_blob_oid(content: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", content.len()).as_bytes());
+    h.update(content);
+    hex::encode(h.finalize())
+}
+
+/// A repo id's namespace: the part before the `/` (the whole id when there is none).
+pub fn namespace_of(id: &str) -> &str {
+    id.split_once('/').map_or(id, |(ns, _)| ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_blob_oid_matches_git() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        assert_eq!(git_blob_oid(b"hello\n"), "ce013625030ba8dba906f756967f9e9ca394464a");
+    }
+
+    #[test]
+    fn sha256_of_nothing() {
+        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    }
+}
