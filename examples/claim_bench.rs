@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hubalign::job::JobOutcome;
 use hubalign::store::Store;
-use hubalign::store::jobs::JobOutcome;
 use hubalign_test_support::scratch::ScratchPostgres;
 
 async fn drain(
@@ -22,7 +22,7 @@ async fn drain(
     let open = |at: String| async move { Store::open_at(&at).await };
     let store = open(store_at.to_owned()).await?;
     for i in 0..jobs {
-        store.job_for(&format!("ns{}/r{i}", i % 50), &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu).await?;
+        store.job_for(&format!("ns{}/r{i}", i % 50), &"0".repeat(40), hubalign::job::VerifyDevice::Cpu).await?;
     }
     let started = Instant::now();
     let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(jobs)));

@@ -11,8 +11,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hubalign::job::{Job, JobOutcome, JobState};
 use hubalign::store::Store;
-use hubalign::store::jobs::{Job, JobOutcome, JobState};
 use hubalign::worker::{JobRunner, WhenIdle, WorkerLoop};
 
 struct Sleeper {
@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             idle: Duration::from_millis(100),
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
-            operator_hold: hubalign::store::jobs::NEEDS_OPERATOR_HOLD,
+            operator_hold: hubalign::job::NEEDS_OPERATOR_HOLD,
         };
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let summary = worker.run(stop, if once { WhenIdle::Stop } else { WhenIdle::Wait }).await;

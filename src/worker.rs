@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::store::jobs::{FailureKind, Job, JobOutcome, JobState};
+use crate::job::{FailureKind, Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 /// What the loop runs for each claimed job.
@@ -45,7 +45,7 @@ pub struct WorkerLoop<R> {
     /// Called when a job's task panicked (the service counts them for `/healthz`).
     pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
     /// How long the loop stops claiming after a failure that needs the operator (every job would fail the
-    /// same way): [`crate::store::jobs::NEEDS_OPERATOR_HOLD`] in a service.
+    /// same way): [`crate::job::NEEDS_OPERATOR_HOLD`] in a service.
     pub operator_hold: Duration,
 }
 

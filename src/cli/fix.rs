@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
 use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
+use hubalign::gate;
 use hubalign::safetensors::Alignment;
 use hubalign::safetensors::rewrite::Digests;
 
@@ -74,7 +75,7 @@ pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
     let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
     let report = fix(&bundles, &opts, &mut |event| match event {
         FixEvent::Total(n) => bar.set_length(n),
-        FixEvent::Shard(path) => bar.set_message(path.display().to_string()),
+        FixEvent::Shard(path) => bar.set_message(gate::escape_control(&path.display().to_string()).into_owned()),
         FixEvent::Bytes(n) => bar.inc(n),
     })?;
     bar.finish_and_clear();

@@ -27,35 +27,33 @@ pub fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::R
     Ok(())
 }
 
-/// Prints flat rows as CSV: a header from the first row's field names, values quoted when they must be.
+/// Prints flat rows as CSV (RFC 4180, by the `csv` crate): a header from the first row's field names, fields
+/// quoted when they must be, the data as it is (a newline stays a newline, inside quotes). On a terminal, where
+/// a person reads it, control characters are escaped as everywhere else text from outside is shown.
 pub fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    let mut header_done = false;
-    for row in rows {
+    let stdout = std::io::stdout();
+    let on_terminal = stdout.is_terminal();
+    write_csv(rows, stdout.lock(), on_terminal)
+}
+
+fn write_csv<T: Serialize, W: Write>(rows: &[T], out: W, escape: bool) -> anyhow::Result<()> {
+    let mut writer = ::csv::Writer::from_writer(out);
+    let shown = |s: &str| if escape { gate::escape_control(s).into_owned() } else { s.to_owned() };
+    for (i, row) in rows.iter().enumerate() {
         let serde_json::Value::Object(fields) = serde_json::to_value(row)? else {
             anyhow::bail!("CSV needs flat rows")
         };
-        if !header_done {
-            writeln!(out, "{}", fields.keys().map(|k| csv_field(k)).collect::<Vec<_>>().join(","))?;
-            header_done = true;
+        if i == 0 {
+            writer.write_record(fields.keys().map(|k| shown(k)))?;
         }
-        let cells: Vec<String> = fields
-            .values()
-            .map(|v| match v {
-                serde_json::Value::Null => String::new(),
-                serde_json::Value::String(s) => csv_field(s),
-                other => csv_field(&other.to_string()),
-            })
-            .collect();
-        writeln!(out, "{}", cells.join(","))?;
+        writer.write_record(fields.values().map(|v| match v {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => shown(s),
+            other => other.to_string(),
+        }))?;
     }
+    writer.flush()?;
     Ok(())
-}
-
-fn csv_field(s: &str) -> String {
-    // Control characters are escaped like everywhere else text from outside is shown; a row stays one line.
-    let s = gate::escape_control(s).into_owned();
-    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
 }
 
 /// `n` and the noun in the number it takes: `count(1, "shard", "shards")` is `1 shard`.
@@ -111,18 +109,28 @@ mod tests {
         assert_eq!(super::count(2, "entry", "entries"), "2 entries");
     }
 
+    fn csv_of(rows: &[serde_json::Value], escape: bool) -> String {
+        let mut out = Vec::new();
+        super::write_csv(rows, &mut out, escape).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
-    fn csv_quoting() {
-        assert_eq!(super::csv_field("plain"), "plain");
-        assert_eq!(super::csv_field("a,b"), "\"a,b\"");
-        assert_eq!(super::csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    fn csv_quotes_what_must_be_and_keeps_the_data() {
+        let rows = [serde_json::json!({"id": "a,b", "note": "say \"hi\"", "n": 3, "gone": null, "lines": "a\nb"})];
+        let text = csv_of(&rows, false);
+        assert_eq!(text, "id,note,n,gone,lines\n\"a,b\",\"say \"\"hi\"\"\",3,,\"a\nb\"\n");
+        let back: Vec<csv::StringRecord> =
+            csv::Reader::from_reader(text.as_bytes()).records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(&back[0][4], "a\nb", "a reader gets the newline back");
     }
 
     #[test]
     fn control_characters_are_escaped_in_tables_and_csv() {
         let t = super::table(&[vec!["id".into()], vec!["evil/\u{1b}[2J\nforged  row".into()]]);
         assert_eq!(t, "id\nevil/\\u{1b}[2J\\u{a}forged  row\n");
-        assert_eq!(super::csv_field("a\nb"), "a\\u{a}b");
+        let csv = csv_of(&[serde_json::json!({"id": "evil/\u{1b}[2J"})], true);
+        assert_eq!(csv, "id\nevil/\\u{1b}[2J\n");
     }
 
     #[test]

@@ -9,6 +9,8 @@ use clap::{Args, ValueEnum};
 use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
+use hubalign::job::VerifyDevice;
+use hubalign::job::{FailureKind, Job, JobState};
 use hubalign::repack::lifecycle::reconcile_mirrors;
 use hubalign::repack::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
@@ -16,10 +18,9 @@ use hubalign::repack::policy::{
 };
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner::{self, RunnerApi};
-use hubalign::repack::{RepackOptions, RepackRunner, Repacker, VerifyDevice};
+use hubalign::repack::{RepackOptions, RepackRunner, Repacker};
 use hubalign::safetensors::Alignment;
 use hubalign::serve::listener::{self, Limits};
-use hubalign::store::jobs::{FailureKind, Job, JobState};
 use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
 use hubalign::worker::{WhenIdle, WorkerLoop};
 
@@ -405,7 +406,7 @@ pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             idle: Duration::from_secs(30),
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
-            operator_hold: hubalign::store::jobs::NEEDS_OPERATOR_HOLD,
+            operator_hold: hubalign::job::NEEDS_OPERATOR_HOLD,
             runner: Arc::new(RepackRunner { hub, hf, store, opts: s.opts }),
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
+use hubalign::gate;
 use hubalign::safetensors::{Alignment, Verdict};
 use hubalign::scan::{ScanReport, scan};
 
@@ -31,7 +32,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
     let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");
     let report = scan(&bundles, args.alignment.unwrap_or_default(), &mut |shard| {
-        bar.set_message(shard.path.clone());
+        bar.set_message(gate::escape_control(&shard.path).into_owned());
         bar.inc(1);
     });
     bar.finish_and_clear();

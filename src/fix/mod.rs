@@ -1,10 +1,12 @@
 //! Repairing bundles: in place or into a new directory, with the manifest; invalid shards are never rewritten.
 
+mod record;
 mod report;
 mod sidecars;
 
 use sidecars::{copy_sidecars, remove_stale_temps};
 
+pub use record::StreamedRecord;
 pub use report::{BundleFix, FixEvent, FixReport, FixTotals, ShardFix};
 
 use std::collections::BTreeMap;
@@ -42,7 +44,7 @@ pub struct FixOptions {
     /// Which digests go into the manifest.
     pub digests: Digests,
     /// A directory of shards the repack worker's download already repaired as they streamed, each with its
-    /// record (see `repack::stream`): such a shard is linked into the output with its record, not rewritten
+    /// record ([`StreamedRecord`], written by `repack::stream`): such a shard is linked into the output with its record, not rewritten
     /// from its source, which is only a stub.
     pub prepared: Option<PathBuf>,
 }
@@ -378,7 +380,6 @@ fn prepared_shard(
     plan: &LayoutPlan,
     dst: &Path,
 ) -> Result<Option<ManifestShard>, String> {
-    use crate::repack::stream::StreamedRecord;
     let name = &file_name(source);
     let consistent = StreamedRecord::read(dir, name).filter(|r| {
         r.entry.src_header_len == shard.header.header_len

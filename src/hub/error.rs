@@ -4,7 +4,7 @@ use reqwest::StatusCode;
 use thiserror::Error;
 
 /// Why a request to the Hub failed, after any retries.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 #[non_exhaustive]
 pub enum HubError {
     /// The Hub answered with an error status that retrying does not fix.

@@ -2,10 +2,30 @@
 
 use serde::Deserialize;
 
-use super::info::RepoFlags;
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, LISTING_PAGE_CAP};
 use crate::gate;
+
+/// Who may see a repo, as listings and repo info report it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RepoFlags {
+    /// Private (seen because the token may).
+    #[serde(default)]
+    pub private: bool,
+    /// Disabled by the Hub.
+    #[serde(default)]
+    pub disabled: bool,
+    /// `false`, `"auto"` or `"manual"`.
+    #[serde(default)]
+    pub gated: serde_json::Value,
+}
+
+impl RepoFlags {
+    /// Whether a licence gate guards the files.
+    pub fn is_gated(&self) -> bool {
+        !matches!(self.gated, serde_json::Value::Bool(false) | serde_json::Value::Null)
+    }
+}
 
 /// The Hub's largest page.
 pub const MAX_PAGE: usize = 1000;

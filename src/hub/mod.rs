@@ -7,6 +7,7 @@
 //! requests where the audit's budget is one), and its snapshot download lists the tree again and writes
 //! wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
+pub mod commit;
 pub mod config;
 pub mod discussions;
 pub mod error;

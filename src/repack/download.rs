@@ -23,8 +23,9 @@ use crate::hub::retry::RetryPolicy;
 use crate::hub::tree::TreeFile;
 use crate::safe_fs;
 
-use super::stream::{RepairTarget, StreamRepair, Streamed, StreamedRecord};
+use super::stream::{RepairTarget, StreamRepair, Streamed};
 use super::transfer::{End, SEGMENTED_FROM, send_rest, send_segments};
+use crate::fix::StreamedRecord;
 
 /// What a download fetched.
 #[derive(Debug, Clone)]
@@ -107,7 +108,7 @@ pub async fn download(
     gate::check_repo_id(repo).map_err(refuse)?;
     gate::check_revision(sha).map_err(refuse)?;
     let fail = |error: RepackError| DownloadError::Failed { error, bytes: 0 };
-    let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), &e)))?;
+    let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), e)))?;
     let refused = |e: String| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
     check_tree(&tree).map_err(refused)?;
     let (tree, left_out) = if layout.carry_only {
@@ -125,12 +126,12 @@ pub async fn download(
     for dir in
         [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
     {
-        std::fs::create_dir_all(dir).map_err(|e| fail(RepackError::io(dir.display(), &e)))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(RepackError::io(dir.display(), e)))?;
     }
     let mut reused = 0;
     let mut wanted = Vec::new();
     for f in &tree {
-        let dest = destination(&layout.source, &f.path).map_err(|e| fail(RepackError::io(&f.path, &e)))?;
+        let dest = destination(&layout.source, &f.path).map_err(|e| fail(RepackError::io(&f.path, e)))?;
         let repair = layout.repair.as_ref().filter(|_| streamable(f));
         if repaired_on_disk(repair, &dest, f) {
             reused += 1;
@@ -414,7 +415,7 @@ fn join_writer(
     joined: Result<Written, crate::blocking::BlockingError>,
     f: &TreeFile,
 ) -> Result<(u64, Finished), RepackError> {
-    joined.map_err(|e| RepackError::caused_by(&e).context(&f.path))?.map_err(|e| RepackError::io(&f.path, &e))
+    joined.map_err(|e| RepackError::caused_by(e).context(&f.path))?.map_err(|e| RepackError::io(&f.path, e))
 }
 
 /// Hashes the partial file's first `start` bytes (what an earlier transfer left), then appends and hashes
@@ -496,14 +497,14 @@ fn finish(
     let kept = match (repaired, repair) {
         (Some((r, oid)), Some(target)) => {
             r.keep(&target.dir, &oid).map_err(|e| {
-                RepackError::caused_by(&e).context(format_args!("{}: keeping the repaired shard", f.path))
+                RepackError::caused_by(e).context(format_args!("{}: keeping the repaired shard", f.path))
             })?;
             true
         }
         _ => false,
     };
-    safe_fs::clear_for_write(dest).map_err(|e| RepackError::io(dest.display(), &e))?;
-    std::fs::rename(partial, dest).map_err(|e| RepackError::io(dest.display(), &e))?;
+    safe_fs::clear_for_write(dest).map_err(|e| RepackError::io(dest.display(), e))?;
+    std::fs::rename(partial, dest).map_err(|e| RepackError::io(dest.display(), e))?;
     Ok(kept)
 }
 

@@ -31,12 +31,12 @@ use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::hub::HubClient;
 use crate::hub::info::ModelInfo;
+use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::Manifest;
 use crate::safetensors::Alignment;
-use crate::store::jobs::{Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
-pub use crate::store::jobs::VerifyDevice;
+use crate::job::VerifyDevice;
 pub use error::RepackError;
 use rendezvous::MetalHandoff;
 
@@ -97,7 +97,7 @@ fn off_executor<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, RepackError> + Send + 'static,
 ) -> impl Future<Output = Result<T, RepackError>> {
     let running = crate::blocking::run(what, work);
-    async move { running.await.map_err(|e| RepackError::caused_by(&e))? }
+    async move { running.await.map_err(RepackError::caused_by)? }
 }
 
 /// What the publish step waits for from the work that runs beside it.
@@ -142,14 +142,16 @@ impl Repacker<'_> {
         let mut out_of_space = false;
         let outcome = match self.steps(job, &dir).await {
             Ok(outcome) => outcome,
-            Err(RepackError { reason, deferred_until: Some(until), .. }) => {
-                tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
-                JobOutcome::Deferred { reason, until }
-            }
             Err(e) => {
-                tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %e.reason, kind = e.kind.as_str(), "repack failed");
-                out_of_space = e.out_of_space;
-                JobOutcome::Failed { reason: e.reason, kind: e.kind }
+                let reason = e.reason();
+                if let Some(until) = e.deferred_until {
+                    tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
+                    JobOutcome::Deferred { reason, until }
+                } else {
+                    tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, kind = e.kind.as_str(), "repack failed");
+                    out_of_space = e.out_of_space;
+                    JobOutcome::Failed { reason, kind: e.kind }
+                }
             }
         };
         let Some(state) = self.store.finish_job(job.id, &self.opts.worker, &outcome).await? else {
@@ -348,7 +350,7 @@ impl Repacker<'_> {
             let verdict = match &result {
                 Ok(record) if record["mlx_version"] == card_record["mlx_version"] => Ok(()),
                 Ok(_) => Err("the check ran another MLX version than it announced".to_owned()),
-                Err(e) => Err(e.reason.clone()),
+                Err(e) => Err(e.reason()),
             };
             verdict_tx.send_replace(Some(verdict));
             if let Ok(record) = &result {
@@ -458,7 +460,7 @@ impl Repacker<'_> {
         let source_card = SourceFacts { license: readme_license(source), before_bytes };
         let card = self.card_text(&target, info.as_ref(), source_card, &manifest, &checks, record)?;
         let card_path = output.join("README.md");
-        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), &e))?;
+        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), e))?;
         let ahead = match ahead {
             Some(sent) => sent.await.ok().flatten(),
             None => None,
@@ -570,7 +572,7 @@ fn relay(
         digests: crate::safetensors::rewrite::Digests::Minimal,
         prepared: Some(streamed.to_owned()),
     };
-    let report = fix(&bundles, &options, &mut |_| {}).map_err(|e| RepackError::caused_by(&e))?;
+    let report = fix(&bundles, &options, &mut |_| {}).map_err(RepackError::caused_by)?;
     let t = &report.totals;
     if t.invalid > 0 || t.failed > 0 {
         let shards = || report.bundles.iter().flat_map(|b| &b.shards);
@@ -581,10 +583,10 @@ fn relay(
         // disk is said so, for the job's files to be removed.
         let by_io = shards()
             .filter_map(|s| s.io_kind)
-            .map(|k| RepackError::io("", &std::io::Error::from(k)))
+            .map(|k| RepackError::io("", std::io::Error::from(k)))
             .reduce(RepackError::join);
         return Err(match by_io {
-            Some(e) if e.kind == error::FailureKind::NeedsOperator || e.out_of_space => RepackError { reason, ..e },
+            Some(e) if e.kind == error::FailureKind::NeedsOperator || e.out_of_space => e.said_as(reason),
             _ if t.invalid > 0 => RepackError::permanent(reason),
             _ => RepackError::transient(reason),
         });
@@ -596,14 +598,14 @@ fn relay(
         .map_err(|e| RepackError::permanent(e.to_string()))?
         .ok_or_else(|| RepackError::permanent("fix wrote no manifest"))?;
     manifest.edited = carry::strip_code_pointers(output).map_err(|e| match e {
-        carry::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), &source),
+        carry::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), source),
         e @ carry::ConfigError::NotJson { .. } => RepackError::permanent(format!("not mirrored: {e}")),
     })?;
     manifest.left_out = left_out;
     manifest.source_repo = Some(repo.to_owned());
     manifest.source_revision = Some(sha.to_owned());
     manifest.source_dir = format!("{repo}@{sha}");
-    manifest.write(output).map_err(|e| RepackError::caused_by(&e))?;
+    manifest.write(output).map_err(RepackError::caused_by)?;
     Ok(Relaid::Staged)
 }
 

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use super::error::RepackError;
 use crate::hub::info::ModelInfo;
 use crate::hub::{Access, HubError};
-use crate::store::jobs::{Candidate, NewJob, VerifyDevice};
+use crate::job::VerifyDevice;
+use crate::store::jobs::{Candidate, NewJob};
 use crate::store::{Store, StoreError};
 
 /// The reason a gated source is skipped.
@@ -94,7 +95,7 @@ pub fn visibility_now(
             Some(Access::Vanished) => Ok(Err(GONE)),
             Some(Access::Gated) => Ok(Err(GATED)),
             Some(Access::Disabled) => Ok(Err(DISABLED)),
-            Some(Access::Moved) | None => Err(RepackError::hub("checking the source's visibility", e)),
+            Some(Access::Moved) | None => Err(RepackError::hub("checking the source's visibility", e.clone())),
         },
     }
 }

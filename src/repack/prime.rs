@@ -12,7 +12,6 @@ use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
 use xet_client::cas_types::Key;
 use xet_core_structures::merklehash::MerkleHash;
 use xet_core_structures::metadata_shard::shard_format::current_timestamp;
@@ -23,38 +22,15 @@ use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_runtime::core::XetContext;
 
 use super::error::RepackError;
-use crate::hub::pacing::Bucket;
-use crate::hub::{BodyLimit, HubClient, SMALL_CAP, read_capped};
+use crate::hub::commit::XetToken;
+use crate::hub::{HubClient, read_capped};
 
 /// Largest global-dedup answer read: a shard's chunk list is a few MB even for the largest files.
 const DEDUP_SHARD_CAP: usize = 64 << 20;
 
-/// A CAS write token for one repo, as the Hub hands it out.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct XetToken {
-    pub(super) access_token: String,
-    pub(super) cas_url: String,
-    /// When it expires, in Unix seconds.
-    #[serde(default)]
-    pub(super) exp: u64,
-}
-
-/// Where `target`'s CAS write token comes from (and is refreshed).
-pub(super) fn write_token_url(hub: &HubClient, target: &str) -> String {
-    format!("{}/api/models/{}/xet-write-token/main", hub.endpoint(), crate::gate::encode_path(target))
-}
-
 /// A CAS write token for `target`, or `None` where the Hub offers no Xet storage (a 404).
 pub(super) async fn write_token(hub: &HubClient, target: &str) -> Result<Option<XetToken>, RepackError> {
-    let url = write_token_url(hub, target);
-    match hub.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await {
-        Ok(answer) => serde_json::from_slice(&answer.body)
-            .map(Some)
-            .map_err(|e| RepackError::transient(format!("{target}: Xet write token: {e}"))),
-        Err(crate::hub::HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(None),
-        Err(e) => Err(RepackError::hub(format_args!("{target}: Xet write token"), &e)),
-    }
+    hub.xet_write_token(target).await.map_err(|e| RepackError::hub(format_args!("{target}: Xet write token"), e))
 }
 
 /// What priming found.
@@ -72,7 +48,7 @@ pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed
     match write_token(hub, target).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,
         Ok(None) => log_outcome(target, sources, Err("no Xet storage on this Hub".into())),
-        Err(e) => log_outcome(target, sources, Err(e.reason)),
+        Err(e) => log_outcome(target, sources, Err(e.reason())),
     }
 }
 

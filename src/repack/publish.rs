@@ -114,7 +114,7 @@ async fn holder_at(hub: &HubClient, target: &str, revision: &str) -> Result<Hold
         Err(e) => match (e.error_code(), e.access()) {
             (Some("RepoNotFound"), _) | (None, Some(crate::hub::Access::Vanished)) => Ok(Holder::Free),
             (Some("EntryNotFound" | "RevisionNotFound"), _) => Ok(Holder::Unknown),
-            _ => Err(RepackError::hub(format_args!("reading {target}'s manifest"), &e)),
+            _ => Err(RepackError::hub(format_args!("reading {target}'s manifest"), e)),
         },
     }
 }
@@ -156,7 +156,7 @@ pub async fn choose_mirror(
         }
     }
     let target = mirror_name(source, target_namespace);
-    let now = crate::store::jobs::unix_now();
+    let now = crate::job::unix_now();
     let day_start = now - now.rem_euclid(DAY);
     let since = crate::time::format_utc(u64::try_from(day_start).unwrap_or(0));
     match store.claim_new_mirror((&target, source, private), caps, &since).await.map_err(store_err)? {
@@ -193,7 +193,7 @@ pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str
         match holder(hub, &target).await? {
             Holder::Unknown => {
                 let request = hf.delete_repository().repo_id(&target).repo_type(RepoTypeModel).missing_ok(true);
-                request.send().await.map_err(|e| RepackError::hf(format_args!("deleting {target}"), &e))?;
+                request.send().await.map_err(|e| RepackError::hf(format_args!("deleting {target}"), e))?;
             }
             // Taken before the download, never created: only the name goes.
             Holder::Free => {}
@@ -260,7 +260,7 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
 /// committed to. If it already holds this source commit's repair, nothing is sent.
 pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
     let (hf, target) = (mirror.hf, mirror.target);
-    let failed = |what: &str, e: &hf_hub::HFError| RepackError::hf(format_args!("{what} {target}"), e);
+    let failed = |what: &str, e: hf_hub::HFError| RepackError::hf(format_args!("{what} {target}"), e);
     let (ns, name) =
         target.split_once('/').ok_or_else(|| RepackError::permanent(format!("{target}: not namespace/name")))?;
     let repo = hf.model(ns, name);
@@ -270,7 +270,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         && same_name(&named, mirror.source)
     {
         // A worker that died between the upload and making the mirror public left it private.
-        repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", &e))?;
+        repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", e))?;
         return Ok(Published::AlreadyThere(head(mirror.hub, target).await?));
     }
     create_private(hf, target).await?;
@@ -307,7 +307,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         Err(CommitError::Failed(why)) => return Err(why),
     };
     if public {
-        repo.update_settings().private(false).send().await.map_err(|e| failed("making public", &e))?;
+        repo.update_settings().private(false).send().await.map_err(|e| failed("making public", e))?;
     }
     tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
@@ -319,7 +319,7 @@ async fn create_private(hf: &HFClient, target: &str) -> Result<(), RepackError> 
     let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true);
     match request.send().await {
         Ok(_) | Err(hf_hub::HFError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(RepackError::hf(format_args!("creating {target}"), &e)),
+        Err(e) => Err(RepackError::hf(format_args!("creating {target}"), e)),
     }
 }
 
@@ -338,7 +338,7 @@ pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<
 
 /// The commit `target`'s main branch is at.
 pub(super) async fn head(hub: &HubClient, target: &str) -> Result<String, RepackError> {
-    let info = hub.model_info(target).await.map_err(|e| RepackError::hub(format_args!("reading {target}"), &e))?;
+    let info = hub.model_info(target).await.map_err(|e| RepackError::hub(format_args!("reading {target}"), e))?;
     info.sha
         .filter(|s| crate::gate::check_revision(s).is_ok())
         .ok_or_else(|| RepackError::transient(format!("{target}: the Hub names no commit for its main branch")))

@@ -39,7 +39,7 @@ pub enum Proposal {
 
 async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<Option<String>, RepackError> {
     let prs =
-        hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", &e))?;
+        hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", e))?;
     Ok(prs.into_iter().find(|p| p.base.as_deref() == Some(head) || p.status == "closed").map(|p| {
         match p.status.as_str() {
             "closed" => format!("the owner closed #{}: not proposing again", p.num),
@@ -70,7 +70,7 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
     }
     let mut operations = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| RepackError::io(dir.display(), &e))?
+        .map_err(|e| RepackError::io(dir.display(), e))?
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
@@ -98,6 +98,6 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
         .create_pr(true)
         .send()
         .await
-        .map_err(|e| RepackError::hf(format_args!("opening a pull request on {repo}"), &e))?;
+        .map_err(|e| RepackError::hf(format_args!("opening a pull request on {repo}"), e))?;
     Ok(Proposal::Opened { num: info.pr_num.unwrap_or(0), commit: info.commit_oid.unwrap_or_default() })
 }

@@ -20,8 +20,8 @@ use super::verify::LocalChecks;
 use super::{Repacker, SourceFacts, download, publish, upload};
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
+use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::{MANIFEST_FILE, Manifest};
-use crate::store::jobs::{Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 /// Where a bundle waits for the Metal check.
@@ -145,9 +145,9 @@ impl Repacker<'_> {
         let manifest = staged_manifest(self.hub, &target, &staged.commit, job, former.as_deref()).await?;
         let card = self.card_text(&target, info.as_ref(), staged.source.clone(), &manifest, &staged.checks, record)?;
         let dir = self.opts.work_dir.join(format!("job-{}", job.id)).join("card");
-        std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), &e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))?;
         let card_path = dir.join("README.md");
-        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), &e))?;
+        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), e))?;
         let head = publish::head(self.hub, &target).await?;
         let commit = if head == staged.commit {
             let card = [("README.md".to_owned(), card_path)];
@@ -178,7 +178,7 @@ impl Repacker<'_> {
         if visibility == Visibility::Public {
             let (ns, name) = target.split_once('/').unwrap_or_default();
             let settings = self.hf.model(ns, name).update_settings().private(false).send().await;
-            settings.map_err(|e| RepackError::hf(format_args!("making public {target}"), &e))?;
+            settings.map_err(|e| RepackError::hf(format_args!("making public {target}"), e))?;
         }
         let named = manifest.source_repo.as_deref().unwrap_or(&job.repo_id);
         if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {
@@ -198,7 +198,7 @@ async fn staged_manifest(
 ) -> Result<Manifest, RepackError> {
     let url = hub.resolve_url(target, commit, MANIFEST_FILE);
     let fetched = hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Whole(MANIFEST_CAP)).await;
-    let fetched = fetched.map_err(|e| RepackError::hub(format_args!("{target}@{commit}: {MANIFEST_FILE}"), &e))?;
+    let fetched = fetched.map_err(|e| RepackError::hub(format_args!("{target}@{commit}: {MANIFEST_FILE}"), e))?;
     let manifest: Manifest = serde_json::from_slice(&fetched.body)
         .map_err(|e| RepackError::permanent(format!("{target}@{commit}: {MANIFEST_FILE}: {e}")))?;
     for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(RepackError::permanent)?;

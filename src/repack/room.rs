@@ -37,7 +37,7 @@ pub fn space(dir: &Path) -> std::io::Result<Space> {
 
 /// Whether `need` bytes fit the disk holding `dir`, as a job's failure if not.
 pub fn check(dir: &Path, need: u64) -> Result<(), RepackError> {
-    let space = space(dir).map_err(|e| RepackError::io(format_args!("{}: free space", dir.display()), &e))?;
+    let space = space(dir).map_err(|e| RepackError::io(format_args!("{}: free space", dir.display()), e))?;
     judge(need, space, dir)
 }
 
@@ -70,7 +70,7 @@ pub fn judge(need: u64, space: Space, dir: &Path) -> Result<(), RepackError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::jobs::FailureKind;
+    use crate::job::FailureKind;
 
     #[test]
     fn a_job_fits_waits_or_fails_for_size_and_only_a_full_disk_needs_the_operator() {
@@ -79,13 +79,13 @@ mod tests {
         let disk = |free| Space { free, capacity: 100 * gib };
         assert!(judge(need(gib, gib), disk(10 * gib), dir).is_ok());
         let later = judge(need(20 * gib, 20 * gib), disk(10 * gib), dir).unwrap_err();
-        assert_eq!(later.kind, FailureKind::Transient, "{}", later.reason);
+        assert_eq!(later.kind, FailureKind::Transient, "{}", later.reason());
         let never = judge(need(80 * gib, 80 * gib), disk(90 * gib), dir).unwrap_err();
-        assert_eq!(never.kind, FailureKind::Permanent, "{}", never.reason);
-        assert!(never.reason.contains("too large for this worker"), "{}", never.reason);
+        assert_eq!(never.kind, FailureKind::Permanent, "{}", never.reason());
+        assert!(never.reason().contains("too large for this worker"), "{}", never.reason());
         let full = judge(need(1, 1), disk(RESERVE - 1), dir).unwrap_err();
-        assert_eq!(full.kind, FailureKind::NeedsOperator, "{}", full.reason);
-        assert!(full.reason.contains("--work-dir"), "the message names the fix: {}", full.reason);
+        assert_eq!(full.kind, FailureKind::NeedsOperator, "{}", full.reason());
+        assert!(full.reason().contains("--work-dir"), "the message names the fix: {}", full.reason());
         assert_eq!(need(u64::MAX, u64::MAX), u64::MAX, "a lying size cannot overflow the sum");
     }
 

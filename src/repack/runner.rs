@@ -22,6 +22,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use crate::secret::bearer_matches;
 use crate::store::Store;
 
 /// What the service side needs.
@@ -48,21 +49,6 @@ pub struct Claim {
     pub sha: String,
     /// The staged output's shard file names and its manifest.
     pub files: Vec<String>,
-}
-
-/// Compares secrets without leaking, through timing, how much of a guess was right.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether the request carries `Authorization: Bearer <token>` (an empty token never matches).
-pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let sent = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    !token.is_empty() && constant_time_eq(sent.as_bytes(), token.as_bytes())
 }
 
 /// The runner's name if it presented the token.
@@ -216,14 +202,4 @@ pub async fn run_once(
         return Err(format!("result: HTTP {}", posted.status()));
     }
     Ok(Some((claim.job_id, passed)))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn constant_time_comparison() {
-        assert!(super::constant_time_eq(b"secret", b"secret"));
-        assert!(!super::constant_time_eq(b"secret", b"secreT"));
-        assert!(!super::constant_time_eq(b"secret", b"secret2"));
-    }
 }

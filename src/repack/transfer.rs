@@ -112,7 +112,7 @@ async fn open_at(
     let range = [("range", last.map_or_else(|| format!("bytes={start}-"), |last| format!("bytes={start}-{last}")))];
     let headers: &[(&'static str, String)] = if start > 0 || last.is_some() { &range } else { &[] };
     let opened =
-        hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| End::Refused(RepackError::hub(&f.path, &e)))?;
+        hub.open(Bucket::Resolvers, url, headers).await.map_err(|e| End::Refused(RepackError::hub(&f.path, e)))?;
     match opened.status {
         StatusCode::PARTIAL_CONTENT if content_range_start(&opened) == Some(start) => Ok((opened.response, false)),
         StatusCode::PARTIAL_CONTENT => {

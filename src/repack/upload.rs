@@ -1,35 +1,22 @@
-//! A mirror's upload, in the Hub's own commit flow: a preupload question (which files go to LFS), each LFS
-//! file through Xet (whose chunking computes the file's SHA-256 beside it, the LFS oid the commit names),
-//! then one NDJSON commit with the small files inline.
-//!
-//! hf-hub 1.0's `create_commit` reads every file twice (a SHA-256 pass before the upload, then the upload)
-//! and needs every file before it sends any; this reads each once, and its steps stand on their own, so a
-//! shard goes up as soon as it is written (`repack::ahead`).
+//! A mirror's upload, in the Hub's own commit flow (`hub::commit` speaks it): a preupload question (which
+//! files go to LFS), each LFS file through Xet (whose chunking computes the file's SHA-256 beside it, the LFS
+//! oid the commit names), then one NDJSON commit with the small files inline.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use reqwest::StatusCode;
 use tokio::io::AsyncReadExt as _;
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
 use xet_runtime::config::XetConfig;
 
 use super::error::RepackError;
-use super::prime::{prime_with, write_token, write_token_url};
-use crate::hub::{HubClient, HubError};
+use super::prime::{prime_with, write_token};
+use crate::hub::HubClient;
+pub use crate::hub::commit::Stored;
+use crate::hub::commit::{Change, CommitRefused, PreuploadFile};
 
 /// What the MLX check beside the upload decided: nothing yet, passed, or failed with its reason.
 pub type Verdict = Option<Result<(), String>>;
-
-/// One file stored in the CAS, as the commit names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
-    /// Its SHA-256, the LFS oid.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
-}
 
 /// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
@@ -43,33 +30,21 @@ pub async fn preupload(
     target: &str,
     files: &[(String, PathBuf, u64)],
 ) -> Result<(Vec<String>, u64), RepackError> {
-    let url = format!("{}/api/models/{}/preupload/main", hub.endpoint(), crate::gate::encode_path(target));
     let (mut lfs, mut sent) = (Vec::new(), 0u64);
     for batch in files.chunks(PREUPLOAD_BATCH) {
         let mut asked = Vec::with_capacity(batch.len());
         for (rel, path, size) in batch {
             let mut sample = Vec::with_capacity(SAMPLE as usize);
-            let file = tokio::fs::File::open(path).await.map_err(|e| RepackError::io(path.display(), &e))?;
-            file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| RepackError::io(path.display(), &e))?;
-            let sample = base64::engine::general_purpose::STANDARD.encode(sample);
-            asked.push(serde_json::json!({"path": rel, "sample": sample, "size": size}));
+            let file = tokio::fs::File::open(path).await.map_err(|e| RepackError::io(path.display(), e))?;
+            file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| RepackError::io(path.display(), e))?;
+            asked.push(PreuploadFile { path: rel.clone(), sample, size: *size });
         }
-        let body = serde_json::to_vec(&serde_json::json!({ "files": asked }))
-            .map_err(|e| RepackError::permanent(e.to_string()))?;
-        sent += body.len() as u64;
-        let answer = hub
-            .post(&url, "application/json", body)
+        let (to_lfs, n) = hub
+            .preupload(target, &asked)
             .await
-            .map_err(|e| RepackError::hub(format_args!("preupload to {target}"), &e))?;
-        let answer: serde_json::Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| RepackError::transient(format!("preupload to {target}: {e}")))?;
-        let modes = answer["files"].as_array().cloned().unwrap_or_default();
-        for (rel, _, size) in batch {
-            let mode = modes.iter().find(|m| m["path"] == rel.as_str()).and_then(|m| m["uploadMode"].as_str());
-            if *size > 0 && mode == Some("lfs") {
-                lfs.push(rel.clone());
-            }
-        }
+            .map_err(|e| RepackError::hub(format_args!("preupload to {target}"), e))?;
+        lfs.extend(to_lfs);
+        sent += n;
     }
     Ok((lfs, sent))
 }
@@ -96,7 +71,7 @@ pub async fn to_xet(
     // need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
     let config = XetConfig::new().with_config("data.max_concurrent_file_ingestion", 1).map_err(|e| xet_error(&e))?;
     let session = XetSessionBuilder::new_with_config(config).build().map_err(|e| xet_error(&e))?;
-    let refresh = write_token_url(hub, target);
+    let refresh = hub.xet_write_token_url(target);
     let commit = session
         .new_upload_commit()
         .map_err(|e| xet_error(&e))?
@@ -138,34 +113,19 @@ pub async fn commit(
     stored: &[(String, Stored)],
     inline: &[(String, PathBuf)],
 ) -> Result<(String, u64), CommitError> {
-    let line = |key: &str, value: serde_json::Value| {
-        let mut bytes = serde_json::to_vec(&serde_json::json!({"key": key, "value": value})).unwrap_or_default();
-        bytes.push(b'\n');
-        bytes
-    };
-    let mut body = line("header", serde_json::json!({ "summary": summary, "parentCommit": parent }));
-    for (rel, s) in stored {
-        let value = serde_json::json!({"path": rel, "algo": "sha256", "oid": s.sha256, "size": s.size});
-        body.extend(line("lfsFile", value));
-    }
-    for (rel, path) in inline {
+    let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
+    for (path, file) in inline {
         let content =
-            tokio::fs::read(path).await.map_err(|e| CommitError::Failed(RepackError::io(path.display(), &e)))?;
-        let content = base64::engine::general_purpose::STANDARD.encode(content);
-        body.extend(line("file", serde_json::json!({"path": rel, "content": content, "encoding": "base64"})));
+            tokio::fs::read(file).await.map_err(|e| CommitError::Failed(RepackError::io(file.display(), e)))?;
+        changes.push(Change::Inline { path, content });
     }
-    let sent = body.len() as u64;
-    let url = format!("{}/api/models/{}/commit/main", hub.endpoint(), crate::gate::encode_path(target));
-    let answer = match hub.post(&url, "application/x-ndjson", body).await {
-        Ok(answer) => answer,
-        Err(HubError::Status { status: StatusCode::PRECONDITION_FAILED, .. }) => return Err(CommitError::Moved),
-        Err(e) => return Err(CommitError::Failed(RepackError::hub(format_args!("committing to {target}"), &e))),
-    };
-    let failed = |why: String| CommitError::Failed(RepackError::transient(format!("committing to {target}: {why}")));
-    let answer: serde_json::Value = serde_json::from_slice(&answer.body).map_err(|e| failed(e.to_string()))?;
-    let oid = answer["commitOid"].as_str().filter(|s| crate::gate::check_revision(s).is_ok());
-    let oid = oid.ok_or_else(|| failed("the answer names no commit".into()))?;
-    Ok((oid.to_owned(), sent))
+    match hub.commit(target, parent, summary, &changes).await {
+        Ok(done) => Ok(done),
+        Err(CommitRefused::Moved) => Err(CommitError::Moved),
+        Err(CommitRefused::Hub(e)) => {
+            Err(CommitError::Failed(RepackError::hub(format_args!("committing to {target}"), e)))
+        }
+    }
 }
 
 /// Why a commit was not made.

@@ -11,7 +11,7 @@ use axum::routing::post;
 use tokio::sync::Notify;
 
 use super::internal;
-use crate::repack::runner::bearer_matches;
+use crate::secret::bearer_matches;
 use crate::store::Store;
 
 /// What the admin endpoints act on.

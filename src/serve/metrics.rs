@@ -1,28 +1,71 @@
-//! `GET /metrics`: Prometheus text read from the store, named by Prometheus's conventions (`_total` for
-//! counters, units as suffixes, every label value present even at zero).
+//! `GET /metrics`: the OpenMetrics text format read from the store, encoded by `prometheus-client` (the
+//! Prometheus project's Rust client, which adds `_total` to counters, units as suffixes, escapes label values and
+//! ends with `# EOF`), every label value present even at zero.
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
 
 use super::{AppState, internal};
-use crate::store::jobs::JobState;
+use crate::job::JobState;
 
-/// Prometheus exposition text, one family at a time.
-#[derive(Default)]
-struct Exposition(String);
+/// The families of one scrape: values read from the store at this moment, so a fresh registry per request.
+struct Exposition(Registry);
+
+/// One label's values with their samples.
+type Labelled<'a> = (&'a str, Vec<(String, i64)>);
 
 impl Exposition {
-    fn family(&mut self, name: &str, kind: &str, help: &str, samples: &[(String, i64)]) {
-        self.0.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for (labels, value) in samples {
-            self.0.push_str(&format!("{name}{labels} {value}\n"));
-        }
+    // prometheus-client ends every help text with a full stop itself.
+    fn help(help: &str) -> &str {
+        help.trim_end_matches('.')
     }
 
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: i64) {
-        self.family(name, kind, help, &[(String::new(), value)]);
+    fn gauge(&mut self, name: &str, help: &str, value: i64) {
+        let g: Gauge = Gauge::default();
+        g.set(value);
+        self.0.register(name, Self::help(help), g);
     }
+
+    fn gauge_seconds(&mut self, name: &str, help: &str, value: i64) {
+        let g: Gauge = Gauge::default();
+        g.set(value);
+        self.0.register_with_unit(name, Self::help(help), Unit::Seconds, g);
+    }
+
+    fn gauges(&mut self, name: &str, help: &str, (label, samples): Labelled<'_>) {
+        let family = Family::<Vec<(String, String)>, Gauge>::default();
+        for (value, n) in samples {
+            family.get_or_create(&vec![(label.to_owned(), value)]).set(n);
+        }
+        self.0.register(name, Self::help(help), family);
+    }
+
+    /// A counter family; `name` without `_total`, which the encoder adds. The store's counts are never negative.
+    fn counters(&mut self, name: &str, help: &str, (label, samples): Labelled<'_>) {
+        let family = Family::<Vec<(String, String)>, Counter>::default();
+        for (value, n) in samples {
+            family.get_or_create(&vec![(label.to_owned(), value)]).inc_by(u64::try_from(n).unwrap_or(0));
+        }
+        self.0.register(name, Self::help(help), family);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, n: u64) {
+        let c: Counter = Counter::default();
+        c.inc_by(n);
+        self.0.register(name, Self::help(help), c);
+    }
+}
+
+/// Samples labelled by each of `values`.
+fn by<const N: usize>(values: [(&str, i64); N]) -> Vec<(String, i64)> {
+    values.into_iter().map(|(v, n)| (v.to_owned(), n)).collect()
 }
 
 /// Every way an audit run ends (or is still going).
@@ -42,17 +85,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         Ok(all) => all,
         Err(e) => return internal(e),
     };
-    let mut m = Exposition::default();
-    m.family(
-        "hubalign_build_info",
-        "gauge",
-        "The running build: its version as a label, value 1.",
-        &[(format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1)],
-    );
-    m.one("hubalign_repos_audited", "gauge", "Repos audited.", totals.repos_audited);
-    m.one(
+    let mut m = Exposition(Registry::default());
+    let build = Info::new(vec![("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned())]);
+    m.0.register("hubalign_build", "The running build: its version as a label, value 1", build);
+    m.gauge("hubalign_repos_audited", "Repos audited.", totals.repos_audited);
+    m.gauge(
         "hubalign_repos_affected",
-        "gauge",
         "Audited repos a copying mmap loader duplicates bytes of.",
         totals.repos_affected,
     );
@@ -62,107 +100,78 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         ("relayout", totals.shards_relayout),
         ("invalid", totals.shards_invalid),
     ];
-    m.family(
-        "hubalign_shards",
-        "gauge",
-        "Audited shards by verdict.",
-        &verdicts.map(|(v, n)| (format!("{{verdict=\"{v}\"}}"), n)),
-    );
-    m.one(
-        "hubalign_duplicated_bytes",
-        "gauge",
-        "Bytes a copying mmap loader duplicates, Hub-wide.",
-        totals.misaligned_bytes,
-    );
+    m.gauges("hubalign_shards", "Audited shards by verdict.", ("verdict", by(verdicts)));
+    m.gauge("hubalign_duplicated_bytes", "Bytes a copying mmap loader duplicates, Hub-wide.", totals.misaligned_bytes);
     let count_of = |rows: &[(String, i64)], key: &str| rows.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n);
-    m.family(
-        "hubalign_jobs",
-        "gauge",
-        "Repack jobs by state.",
-        // Every state, so a state with no job reads 0 rather than missing.
-        &JobState::ALL.map(|s| (format!("{{state=\"{}\"}}", s.as_str()), count_of(&jobs, s.as_str()))),
-    );
-    m.one(
+    // Every state, so a state with no job reads 0 rather than missing.
+    let states = JobState::ALL.map(|s| (s.as_str(), count_of(&jobs, s.as_str())));
+    m.gauges("hubalign_jobs", "Repack jobs by state.", ("state", by(states)));
+    m.gauge(
         "hubalign_jobs_needing_operator",
-        "gauge",
         "Queued jobs held for the operator: the Hub refused the token, or the disk is full.",
         held,
     );
-    m.family(
-        "hubalign_audit_runs_total",
-        "counter",
-        "Audit runs by how they ended.",
-        &RUN_STATUSES.map(|s| (format!("{{status=\"{s}\"}}"), count_of(&run_counts, s))),
-    );
-    m.family(
-        "hubalign_job_bytes_total",
-        "counter",
+    let statuses = RUN_STATUSES.map(|s| (s, count_of(&run_counts, s)));
+    m.counters("hubalign_audit_runs", "Audit runs by how they ended.", ("status", by(statuses)));
+    m.counters(
+        "hubalign_job_bytes",
         "Bytes repack jobs moved: down (downloads) and up (uploads after Xet deduplication).",
-        &[("{direction=\"down\"}".to_owned(), down), ("{direction=\"up\"}".to_owned(), up)],
+        ("direction", by([("down", down), ("up", up)])),
     );
-    m.one(
-        "hubalign_task_panics_total",
-        "counter",
+    m.counter(
+        "hubalign_task_panics",
         "Audits and repack jobs whose task panicked (each recorded as failed; the loop went on).",
-        state.health.panics() as i64,
+        state.health.panics(),
     );
-    m.one(
+    m.gauge(
         "hubalign_tasks_stopped",
-        "gauge",
         "Scheduler or worker loops that stopped while the service runs (/healthz fails while any has).",
-        state.health.problems().len() as i64,
+        i64::try_from(state.health.problems().len()).unwrap_or(i64::MAX),
     );
     if let Some(at) = last_ok {
-        m.one(
-            "hubalign_last_successful_audit_timestamp_seconds",
-            "gauge",
+        m.gauge_seconds(
+            "hubalign_last_successful_audit_timestamp",
             "When the newest finished audit ended, in Unix seconds.",
             at,
         );
     }
     if let Some(r) = runs.first() {
-        m.one("hubalign_last_audit_run_id", "gauge", "Id of the newest audit run.", r.id);
+        m.gauge("hubalign_last_audit_run_id", "Id of the newest audit run.", r.id);
         let buckets = [("api", r.api_requests), ("resolvers", r.resolver_requests)];
-        m.family(
+        m.gauges(
             "hubalign_last_audit_requests",
-            "gauge",
             "Requests of the newest audit run by rate-limit bucket.",
-            &buckets.map(|(b, n)| (format!("{{bucket=\"{b}\"}}"), n)),
+            ("bucket", by(buckets)),
         );
-        m.one(
+        m.gauge(
             "hubalign_last_audit_rate_limited_responses",
-            "gauge",
             "429 answers the newest audit run received.",
             r.rate_limited,
         );
-        m.one("hubalign_last_audit_read_bytes", "gauge", "Body bytes the newest audit run read.", r.bytes_read);
+        m.gauge("hubalign_last_audit_read_bytes", "Body bytes the newest audit run read.", r.bytes_read);
     }
     if let Some(w) = &state.webhooks {
-        let labelled = |rows: Vec<(&str, u64)>, label: &str| -> Vec<(String, i64)> {
-            rows.into_iter().map(|(k, n)| (format!("{{{label}=\"{k}\"}}"), n as i64)).collect()
+        let labelled = |rows: Vec<(&str, u64)>| -> Vec<(String, i64)> {
+            rows.into_iter().map(|(k, n)| (k.to_owned(), i64::try_from(n).unwrap_or(i64::MAX))).collect()
         };
-        m.family(
-            "hubalign_webhooks_received_total",
-            "counter",
+        m.counters(
+            "hubalign_webhooks_received",
             "Hub webhook payloads parsed, by the scope they count as.",
-            &labelled(w.received(), "scope"),
+            ("scope", labelled(w.received())),
         );
-        m.family(
-            "hubalign_webhooks_accepted_total",
-            "counter",
+        m.counters(
+            "hubalign_webhooks_accepted",
             "Hub webhook payloads whose hint was queued (one per repo waits), by scope.",
-            &labelled(w.accepted(), "scope"),
+            ("scope", labelled(w.accepted())),
         );
-        m.family(
-            "hubalign_webhooks_rejected_total",
-            "counter",
+        m.counters(
+            "hubalign_webhooks_rejected",
             "Hub webhook payloads turned away, by reason.",
-            &labelled(w.rejected(), "reason"),
+            ("reason", labelled(w.rejected())),
         );
         match state.store.last_webhook_lag().await {
-            Ok(Some(lag)) => m.one(
-                "hubalign_webhook_last_lag_seconds",
-                "gauge",
+            Ok(Some(lag)) => m.gauge_seconds(
+                "hubalign_webhook_last_lag",
                 "From a webhook payload's arrival (its wait in the queue included) to its mirror's publication, for the newest one.",
                 lag,
             ),
@@ -170,15 +179,15 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             Err(e) => return internal(e),
         }
         let (reread, unchanged) = w.rereads();
-        m.family(
-            "hubalign_webhook_rereads_total",
-            "counter",
+        m.counters(
+            "hubalign_webhook_rereads",
             "Repos a webhook hinted at: read again from the Hub, or skipped as already audited at that head.",
-            &[
-                ("{outcome=\"read\"}".to_owned(), reread as i64),
-                ("{outcome=\"unchanged\"}".to_owned(), unchanged as i64),
-            ],
+            ("outcome", labelled(vec![("read", reread), ("unchanged", unchanged)])),
         );
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0).into_response()
+    let mut text = String::new();
+    if let Err(e) = encode(&mut text, &m.0) {
+        return internal(e);
+    }
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }

@@ -268,7 +268,7 @@ pub async fn serve(
             idle: Duration::from_secs(2),
             jobs_on: batch.handle().clone(),
             on_panic: Some(Arc::new(move || health.panicked())),
-            operator_hold: crate::store::jobs::NEEDS_OPERATOR_HOLD,
+            operator_hold: crate::job::NEEDS_OPERATOR_HOLD,
             runner: Arc::new(RepackRunner {
                 hub: shared.hub.clone(),
                 hf: shared.hf.clone(),

@@ -21,7 +21,7 @@ use crate::audit::{AuditOptions, Reread, Trigger, reread};
 use crate::hub::HubClient;
 use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
 use crate::repack::policy::{EnqueuePolicy, NameFilters, enqueue_repo};
-use crate::repack::runner::constant_time_eq;
+use crate::secret::same_secret;
 use crate::store::{RepoState, Store, StoreError};
 use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};
 use crate::webhook::queue::{HintQueue, Queued};
@@ -105,7 +105,7 @@ async fn receive(
 ) -> Response {
     let sent =
         headers.get("x-webhook-secret").and_then(|v| v.to_str().ok()).or(query.get("secret").map(String::as_str));
-    if api.secret.is_empty() || !constant_time_eq(sent.unwrap_or("").as_bytes(), api.secret.as_bytes()) {
+    if !same_secret(sent.unwrap_or(""), &api.secret) {
         api.counters.reject("unauthorized");
         return (StatusCode::UNAUTHORIZED, "webhook secret required").into_response();
     }

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use super::jobs::{lease_until, unix_now};
+use super::jobs::lease_until;
 use super::{Store, StoreError, on_pool, sql};
+use crate::job::unix_now;
 
 /// The lease of the replica that runs the scheduled audits.
 pub const SCHEDULER: &str = "scheduler";

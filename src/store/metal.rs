@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::jobs::{Claim, Job, record_event, unix_now};
+use super::jobs::{Claim, record_event};
 use super::{Store, StoreError, on_pool, sql};
+use crate::job::{Job, unix_now};
 
 impl Store {
     /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
@@ -72,8 +73,8 @@ impl Store {
 mod tests {
     use std::time::Duration;
 
+    use crate::job::{JobOutcome, VerifyDevice};
     use crate::store::Store;
-    use crate::store::jobs::{JobOutcome, VerifyDevice};
 
     #[tokio::test]
     async fn only_the_runner_holding_a_job_records_its_metal_result() {

@@ -251,7 +251,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::jobs::VerifyDevice;
+    use crate::job::VerifyDevice;
 
     /// A followed rename moves the mirror and the jobs (but not onto a commit the new name has a job for, nor
     /// a mirror onto a name that has one), keeps the name the manifest gives through a second rename, and the
@@ -320,7 +320,7 @@ mod tests {
             // Yesterday's mirrors count in no cap of today's.
             let tomorrow = format!(
                 "{}T00:00:00Z",
-                crate::time::format_utc((crate::store::jobs::unix_now() + 86_400) as u64).get(..10).unwrap()
+                crate::time::format_utc((crate::job::unix_now() + 86_400) as u64).get(..10).unwrap()
             );
             let target = "me/third-a-aligned";
             assert_eq!(

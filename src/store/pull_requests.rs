@@ -72,7 +72,7 @@ impl Store {
 mod tests {
     use std::time::Duration;
 
-    use crate::store::jobs::{JobOutcome, VerifyDevice};
+    use crate::job::{JobOutcome, VerifyDevice};
 
     /// A pull request the owner closed unmerged marks its repo declined (for `--pr` mode); a merged one, or
     /// one no job of this store opened, does not.

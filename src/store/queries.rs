@@ -896,7 +896,7 @@ pub(crate) mod tests {
             store.record_listing(run, &[ListingEntry::public("ns/a", "1")], true).await.unwrap();
             store.record_repo(run, &outcome("ns/a", "1", 2)).await.unwrap();
             store.finish_run(run, "finished", &RunStats::default(), None).await.unwrap();
-            let job = store.job_for("ns/a", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
+            let job = store.job_for("ns/a", "1", crate::job::VerifyDevice::Cpu).await.unwrap();
             on_pool!(store, |pool| {
                 sqlx::query("UPDATE audit_runs SET started_at = '2026-12-02T00:00:20Z' WHERE id = $1")
                     .bind(run)
@@ -916,7 +916,7 @@ pub(crate) mod tests {
             store.record_listing(crawl, &[ListingEntry::public("ns/b", "1")], true).await.unwrap();
             store.record_repo(crawl, &outcome("ns/b", "1", 2)).await.unwrap();
             store.finish_run(crawl, "finished", &RunStats::default(), None).await.unwrap();
-            let job = store.job_for("ns/b", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
+            let job = store.job_for("ns/b", "1", crate::job::VerifyDevice::Cpu).await.unwrap();
             on_pool!(store, |pool| sqlx::query(
                 "UPDATE jobs SET state = 'published', finished_at = '2026-12-02T00:09:00Z' WHERE id = $1"
             )

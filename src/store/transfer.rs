@@ -384,8 +384,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobOutcome;
     use crate::store::both::stores;
-    use crate::store::jobs::JobOutcome;
     use crate::store::{Backend, ListingEntry, RepoOutcome, RepoState, RunStats, ShardRow};
 
     /// A store with a bit of everything: two runs, repos in several states, shards, history, jobs with
@@ -424,7 +424,7 @@ mod tests {
         };
         store.record_repo(run, &gone).await.unwrap();
         store.finish_run(run, "finished", &RunStats { repos_listed: 3, ..RunStats::default() }, None).await.unwrap();
-        let job = store.job_for("ns/a", "1", crate::store::jobs::VerifyDevice::Cpu).await.unwrap();
+        let job = store.job_for("ns/a", "1", crate::job::VerifyDevice::Cpu).await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(job.id)).await.unwrap();
         let published = JobOutcome::Published { target: "me/a-aligned".into(), commit: "c0ffee".into() };
         store.finish_job(job.id, "w", &published).await.unwrap();

@@ -49,7 +49,7 @@ fn drain_while_killing(db: &str) {
         let store = store.unwrap();
         for i in 0..JOBS {
             store
-                .job_for(&format!("ns{}/r{i}", i % 7), &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu)
+                .job_for(&format!("ns{}/r{i}", i % 7), &"0".repeat(40), hubalign::job::VerifyDevice::Cpu)
                 .await
                 .unwrap();
         }

@@ -265,12 +265,9 @@ fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
     // A failed job for the administrator to retry.
     let failed = world.runtime.block_on(async {
         let store = hubalign::store::Store::open(&db).await.unwrap();
-        let job =
-            store.job_for("alice/broken", &"0".repeat(40), hubalign::store::jobs::VerifyDevice::Cpu).await.unwrap();
-        let outcome = hubalign::store::jobs::JobOutcome::Failed {
-            reason: "test".into(),
-            kind: hubalign::store::jobs::FailureKind::Permanent,
-        };
+        let job = store.job_for("alice/broken", &"0".repeat(40), hubalign::job::VerifyDevice::Cpu).await.unwrap();
+        let outcome =
+            hubalign::job::JobOutcome::Failed { reason: "test".into(), kind: hubalign::job::FailureKind::Permanent };
         store.claim_job("test", Duration::from_secs(60), Some(job.id)).await.unwrap().unwrap();
         store.finish_job(job.id, "test", &outcome).await.unwrap().unwrap();
         job.id

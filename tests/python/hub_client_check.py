@@ -153,6 +153,39 @@ def check_upload_lfs():
     upload_and_verify("alice-org/tiny-q8-aligned", os.environ["SIM_UPLOAD_LFS"])
 
 
+def check_history():
+    # Two commits on a repo of our own: list_repo_commits walks back from the head, newest first.
+    repo = "alice/history"
+    api.create_repo(repo, exist_ok=True)
+    first = api.upload_file(path_or_fileobj=b"one", path_in_repo="a.txt", repo_id=repo, commit_message="first")
+    second = api.upload_file(path_or_fileobj=b"two", path_in_repo="a.txt", repo_id=repo, commit_message="second")
+    commits = api.list_repo_commits(repo)
+    assert [c.title for c in commits[:2]] == ["second", "first"], commits
+    assert commits[0].commit_id == second.oid and commits[1].commit_id == first.oid, commits
+    assert commits[0].created_at is not None
+    assert [c.commit_id for c in api.list_repo_commits(repo, revision=first.oid)][0] == first.oid
+    refs = api.list_repo_refs(repo)
+    assert [(b.name, b.ref, b.target_commit) for b in refs.branches] == [("main", "refs/heads/main", second.oid)], refs
+    assert refs.tags == [] and refs.pull_requests is None
+    from huggingface_hub import CommitOperationAdd
+    api.create_commit(repo, operations=[CommitOperationAdd("b.txt", b"pr")], commit_message="a PR", create_pr=True)
+    prs = api.list_repo_refs(repo, include_pull_requests=True).pull_requests
+    assert [p.ref for p in prs] == ["refs/pr/1"], prs
+    expect(RevisionNotFoundError, lambda: api.list_repo_commits(repo, revision="nope"))
+
+
+def check_card_from_disk():
+    # A repo laid out on disk: its README's front matter is its card, as if it had been pushed.
+    info = api.model_info("cardco/tiny-card")
+    card = info.card_data
+    assert card is not None, info
+    assert (card.library_name, card.license, card.base_model) == ("mlx", "apache-2.0", "org/base"), card
+    assert info.library_name == "mlx" and info.pipeline_tag == "text-generation", info
+    for tag in ["mlx", "en", "base_model:org/base"]:
+        assert tag in info.tags, (tag, info.tags)
+    assert "cardco/tiny-card" in [m.id for m in api.list_models(filter="mlx", author="cardco")]
+
+
 def check_pull_request():
     repo = "alice/pr-target"
     api.create_repo(repo, exist_ok=True)

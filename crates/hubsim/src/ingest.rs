@@ -85,7 +85,12 @@ pub fn scan_root(root: &Path) -> Result<Vec<DiskRepo>, PathIoError> {
             let mut files = Vec::new();
             collect_files(&repo, &repo, &mut files)?;
             files.sort_by(|a, b| a.rel.cmp(&b.rel));
-            let meta = read_sidecar(&repo)?;
+            let mut meta = read_sidecar(&repo)?;
+            // As the Hub does for a pushed card: the README's front matter says what the sidecar leaves unsaid.
+            let card = files.iter().find(|f| f.rel == "README.md").and_then(|f| f.content.as_deref());
+            if let Some(card) = card.and_then(|c| std::str::from_utf8(c).ok()) {
+                crate::card::apply(&mut meta, card, true);
+            }
             repos.push(DiskRepo { id, files, meta });
         }
     }

@@ -9,11 +9,13 @@
 //! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
 
 pub mod auth;
+pub mod card;
 pub mod clock;
 pub mod counters;
 pub mod digests;
 pub mod error;
 pub mod faults;
+mod history;
 pub mod ingest;
 pub mod io_error;
 pub mod model;

@@ -14,7 +14,7 @@ use axum::routing::{any, get, post, put};
 
 use super::counters::CounterSnapshot;
 use super::faults::{Bucket, Fault};
-use super::{Shared, read, resolve, write, xet_api};
+use super::{Shared, history, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
 pub fn hub_router(sim: Shared) -> Router {
@@ -25,6 +25,8 @@ pub fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/tree/{rev}", get(read::tree))
         .route("/api/models/{ns}/{name}/tree/{rev}/{*path}", get(read::tree))
         .route("/api/models/{ns}/{name}/paths-info/{rev}", post(read::paths_info))
+        .route("/api/models/{ns}/{name}/commits/{*rev}", get(history::list_commits))
+        .route("/api/models/{ns}/{name}/refs", get(history::list_refs))
         .route("/api/whoami-v2", get(read::whoami))
         .route("/api/repos/create", post(write::create_repo))
         .route("/api/repos/delete", axum::routing::delete(write::delete_repo))

@@ -2,7 +2,7 @@
 //! in an output directory, an output directory inside its source, names with control characters.
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use super::run_measured;
@@ -146,13 +146,24 @@ fn file_names_with_control_characters_are_escaped_in_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let evil = dir.path().join("evil\u{1b}[2J\nforged.safetensors");
     std::fs::copy(fixture("mlx_lm/q4/model.safetensors"), &evil).unwrap();
-    for format in ["table", "csv"] {
-        let out = run_bounded(&["scan", "--format", format, dir.path().to_str().unwrap()]);
-        let shown = stdout(&out);
+    let table = stdout(&run_bounded(&["scan", "--format", "table", dir.path().to_str().unwrap()]));
+    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
+    // CSV on a terminal (`script` gives it one, and the progress bar draws there too): a person reads it, so it
+    // is escaped like the table. Only the bar's own cursor movements may be escape sequences.
+    let command = format!("{} scan --format csv {}", bin.to_str().unwrap(), dir.path().display());
+    let on_terminal = Command::new("script").args(["-qec", &command, "/dev/null"]).output().unwrap();
+    let on_terminal = String::from_utf8_lossy(&on_terminal.stdout).replace("\r\n", "\n");
+    let on_terminal = ["\u{1b}[1A", "\u{1b}[1B", "\u{1b}[2K"].iter().fold(on_terminal, |t, bar| t.replace(bar, ""));
+    for (format, shown) in [("table", &table), ("csv on a terminal", &on_terminal)] {
         assert!(!shown.contains('\u{1b}'), "{format}: {shown:?}");
         assert!(!shown.lines().any(|l| l.starts_with("forged")), "{format}: {shown}");
         assert!(shown.contains("\\u{1b}[2J\\u{a}forged"), "{format}: {shown}");
     }
+    // CSV into a pipe is data for a program: RFC 4180, the name quoted and read back byte for byte.
+    let piped = run_bounded(&["scan", "--format", "csv", dir.path().to_str().unwrap()]);
+    let mut rows = csv::Reader::from_reader(&piped.stdout[..]);
+    let paths: Vec<String> = rows.records().map(|r| r.unwrap()[0].to_owned()).collect();
+    assert_eq!(paths, [evil.to_str().unwrap()]);
 }
 
 #[test]

@@ -67,7 +67,7 @@ fn a_squatter_seen_first_and_a_name_alike_but_for_case_take_no_other_sources_mir
         "bob/tiny-model-4bit",
     ] {
         let j = job(&jobs, source);
-        assert_eq!(j.state, hubalign::store::jobs::JobState::Published, "{j:?}");
+        assert_eq!(j.state, hubalign::job::JobState::Published, "{j:?}");
         assert_eq!(j.target_repo.as_deref(), Some(mirror(source).as_str()), "{source}: named from its id alone");
         assert_eq!(manifest(&world, &mirror(source))["source_repo"], source);
         names.push(mirror(source).to_ascii_lowercase());
@@ -126,7 +126,7 @@ fn a_job_that_fails_after_creating_its_mirror_leaves_no_repo_and_no_name() {
         .unwrap();
     assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
-    assert_eq!(j.state, hubalign::store::jobs::JobState::Failed, "{j:?}");
+    assert_eq!(j.state, hubalign::job::JobState::Failed, "{j:?}");
     let counts = world.counters().requests;
     assert!(counts.get("repo_create").copied().unwrap_or(0) >= 1, "the mirror was created: {counts:?}");
     assert_eq!(counts.get("repo_delete").copied(), Some(1), "and removed: {counts:?}");

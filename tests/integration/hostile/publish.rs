@@ -44,12 +44,12 @@ fn audit_and_work(world: &World, dir: &Path, name: &str, args: &[&str]) -> std::
     db
 }
 
-pub(super) fn jobs(db: &Path) -> Vec<hubalign::store::jobs::Job> {
+pub(super) fn jobs(db: &Path) -> Vec<hubalign::job::Job> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async { hubalign::store::Store::open(db).await.unwrap().jobs().await.unwrap() })
 }
 
-pub(super) fn job<'a>(jobs: &'a [hubalign::store::jobs::Job], repo: &str) -> &'a hubalign::store::jobs::Job {
+pub(super) fn job<'a>(jobs: &'a [hubalign::job::Job], repo: &str) -> &'a hubalign::job::Job {
     jobs.iter().find(|j| j.repo_id == repo).unwrap_or_else(|| panic!("no job for {repo}: {jobs:?}"))
 }
 
@@ -197,7 +197,7 @@ fn two_sources_with_one_name_get_two_mirrors_each_naming_its_source() {
     assert_eq!(manifest(&world, &tb)["source_repo"], "otherco/public-4bit");
 }
 
-fn jobs_of(db: &Path, repo: &str) -> hubalign::store::jobs::Job {
+fn jobs_of(db: &Path, repo: &str) -> hubalign::job::Job {
     job(&jobs(db), repo).clone()
 }
 
@@ -234,7 +234,7 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
         "nothing committed to another source's mirror"
     );
     let j = jobs_of(&db, "mlx-community/tiny-q4");
-    assert_eq!(j.state, hubalign::store::jobs::JobState::Failed, "{j:?}");
+    assert_eq!(j.state, hubalign::job::JobState::Failed, "{j:?}");
     assert!(j.reason.as_deref().unwrap_or("").contains("holds the mirror of \"someone/else\""), "{j:?}");
     assert_eq!(manifest(&world, squatter)["source_repo"], "someone/else", "kept as it was");
     assert_eq!(mirrors(&world), std::slice::from_ref(squatter), "and no mirror under another name");
@@ -245,7 +245,7 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
 /// (exit 5) instead of failing every other job the same way.
 #[test]
 fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
-    use hubalign::store::jobs::FailureKind;
+    use hubalign::job::FailureKind;
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
@@ -259,7 +259,7 @@ fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
     let held: Vec<_> = jobs.iter().filter(|j| j.failure_kind == Some(FailureKind::NeedsOperator)).collect();
     assert_eq!(held.len(), 1, "the worker stopped at the first: {jobs:?}");
     let j = held[0];
-    assert_eq!((j.state, j.attempts), (hubalign::store::jobs::JobState::Queued, 0), "{j:?}");
+    assert_eq!((j.state, j.attempts), (hubalign::job::JobState::Queued, 0), "{j:?}");
     assert!(j.reason.as_deref().unwrap_or("").contains("HTTP 401"), "{j:?}");
     assert!(j.not_before > 0, "held back: {j:?}");
     let claimed: Vec<_> = jobs.iter().filter(|j| j.id != held[0].id && j.attempts > 0).collect();
@@ -271,7 +271,7 @@ fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
 /// 403 on creating the mirror holds the job for the operator as well.
 #[test]
 fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
-    use hubalign::store::jobs::FailureKind;
+    use hubalign::job::FailureKind;
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));

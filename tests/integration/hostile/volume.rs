@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use hubalign::store::jobs::JobState;
+use hubalign::job::JobState;
 
 use super::proxy;
 use super::publish::{jobs, worker};
@@ -70,7 +70,7 @@ fn a_flood_of_pushes_gets_no_mirror_a_day_caps_new_ones_and_mirrors_are_never_so
     let w = waiting[0];
     assert!(w.reason.as_deref().unwrap_or("").contains("cap of new mirrors"), "{w:?}");
     assert_eq!(w.attempts, 0, "a deferred job spends no attempt: {w:?}");
-    let tomorrow = hubalign::store::jobs::unix_now() / 86_400 * 86_400 + 86_400;
+    let tomorrow = hubalign::job::unix_now() / 86_400 * 86_400 + 86_400;
     assert_eq!(w.not_before, tomorrow, "tried again at the next UTC midnight: {w:?}");
     assert!(world.hub.as_ref().unwrap().sim.repos().get(&crate::support::mirror(&w.repo_id)).is_none());
 

@@ -126,6 +126,24 @@ fn create_commit_opens_a_pull_request() {
 }
 
 #[test]
+fn commits_and_refs_are_listed_as_the_hub_lists_them() {
+    let world = standard();
+    run_checks(&world, &["history"], &[]);
+}
+
+#[test]
+fn a_repo_on_disk_gets_its_card_metadata_from_its_readme() {
+    let root = tempfile::tempdir().unwrap();
+    // No sidecar says what the library is: the README's front matter does, as on the Hub.
+    super::world::bundle(root.path(), "cardco/tiny-card", "mlx_lm/q4", r#"{"downloads":100}"#);
+    let card = "---\nlibrary_name: mlx\nlicense: apache-2.0\npipeline_tag: text-generation\nlanguage: [en]\n\
+                base_model: org/base\ntags:\n  - mlx\n---\n# tiny\n";
+    std::fs::write(root.path().join("models/cardco/tiny-card/README.md"), card).unwrap();
+    let world = super::world::start_on(root, |_| {});
+    run_checks(&world, &["card_from_disk"], &[]);
+}
+
+#[test]
 fn the_client_waits_out_429s_and_finishes() {
     let world = rate_limited(3, 2);
     run_checks(&world, &["rate_limited"], &[("SIM_EXPECT_COUNT", "7")]);

@@ -153,7 +153,7 @@ pub(crate) async fn commit(
     let sha = commit.sha.clone();
     // As on the Hub, the card's front matter sets the library, licence and tags (a main-branch card only).
     if let Some(card) = card.as_deref().filter(|_| !create_pr && revision == "main") {
-        apply_card(&mut repo.meta, card);
+        crate::card::apply(&mut repo.meta, card, false);
     }
     repo.commits.insert(sha.clone(), commit);
     let mut body = json!({ "success": true, "commitOid": sha, "commitUrl": format!("{}/{id}/commit/{sha}", sim.base_url), "hookOutput": "" });
@@ -204,46 +204,4 @@ fn parse_commit_body(body: &str) -> Result<Vec<(String, Value)>, HubError> {
             Ok((key, v["value"].clone()))
         })
         .collect()
-}
-
-/// Reads `library_name`, `license`, `pipeline_tag` and `tags` from a README's YAML front matter: the simple
-/// forms model cards use (`key: value`, and `tags:` followed by `- item` lines).
-fn apply_card(meta: &mut crate::model::RepoMeta, card: &str) {
-    let Some(front) = card.strip_prefix("---").and_then(|b| b.find("\n---").map(|end| &b[..end])) else { return };
-    let mut in_tags = false;
-    let mut tags = Vec::new();
-    for line in front.lines() {
-        if let Some(item) = line.trim_start().strip_prefix("- ").filter(|_| in_tags) {
-            tags.push(item.trim().trim_matches('"').to_owned());
-            continue;
-        }
-        in_tags = false;
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.trim().trim_matches('"').to_owned();
-        match key.trim() {
-            "library_name" if !value.is_empty() => meta.library_name = Some(value),
-            "license" if !value.is_empty() => meta.license = Some(value),
-            "pipeline_tag" if !value.is_empty() => meta.pipeline_tag = Some(value),
-            "tags" => in_tags = true,
-            _ => {}
-        }
-    }
-    if !tags.is_empty() {
-        meta.tags = tags;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn card_front_matter() {
-        let mut meta = crate::model::RepoMeta::default();
-        super::apply_card(
-            &mut meta,
-            "---\nbase_model: a/b\nlicense: mit\nlibrary_name: mlx\ntags:\n- mlx\n- safetensors\n---\n# x\n",
-        );
-        assert_eq!(meta.library_name.as_deref(), Some("mlx"));
-        assert_eq!(meta.license.as_deref(), Some("mit"));
-        assert_eq!(meta.tags, ["mlx", "safetensors"]);
-    }
 }

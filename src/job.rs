@@ -1,0 +1,278 @@
+//! A repack job's domain: where it is ([`JobState`]), what a failure means ([`FailureKind`]), where its MLX check
+//! runs ([`VerifyDevice`]), the job as recorded ([`Job`], [`JobEvent`]) and how a step ends ([`JobOutcome`]).
+//! The store keeps these and the pipeline moves them; neither owns them.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
+/// runner protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for a worker.
+    Queued,
+    /// Fetching the bundle.
+    Downloading,
+    /// Rewriting shards.
+    Relaying,
+    /// Checking the result.
+    Verifying,
+    /// Waiting for the macOS runner's Metal load check.
+    AwaitingMetalVerify,
+    /// Uploading the mirror.
+    Publishing,
+    /// Done: the mirror is public.
+    Published,
+    /// Given up, with the reason.
+    Failed,
+    /// Not to be done (policy, opt-out, nothing to fix), with the reason.
+    Skipped,
+}
+
+impl JobState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Downloading => "downloading",
+            JobState::Relaying => "relaying",
+            JobState::Verifying => "verifying",
+            JobState::AwaitingMetalVerify => "awaiting_metal_verify",
+            JobState::Publishing => "publishing",
+            JobState::Published => "published",
+            JobState::Failed => "failed",
+            JobState::Skipped => "skipped",
+        }
+    }
+
+    /// Every state, in the order a job passes through them.
+    pub const ALL: [JobState; 9] = [
+        JobState::Queued,
+        JobState::Downloading,
+        JobState::Relaying,
+        JobState::Verifying,
+        JobState::AwaitingMetalVerify,
+        JobState::Publishing,
+        JobState::Published,
+        JobState::Failed,
+        JobState::Skipped,
+    ];
+
+    /// Whether the job is over.
+    pub fn is_final(self) -> bool {
+        matches!(self, JobState::Published | JobState::Failed | JobState::Skipped)
+    }
+}
+
+/// Where the MLX load check must run before publishing (stored as `metal` or `cpu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum VerifyDevice {
+    /// Apple-silicon Metal, on the macOS runner (the production default).
+    #[default]
+    Metal,
+    /// The local CPU MLX check stands in, and the card says so.
+    Cpu,
+}
+
+impl VerifyDevice {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyDevice::Metal => "metal",
+            VerifyDevice::Cpu => "cpu",
+        }
+    }
+}
+
+impl PartialEq<&str> for JobState {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        JobState::ALL.into_iter().find(|j| j.as_str() == s).ok_or_else(|| format!("unknown job state `{s}`"))
+    }
+}
+
+/// What a failure means for its job (stored by name beside the reason): ordered from the least serious.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Another attempt may succeed: back to the queue with backoff while attempts remain.
+    Transient,
+    /// No attempt will: failed for good.
+    Permanent,
+    /// Nothing succeeds until the operator acts (a refused token, a full disk): back to the queue without
+    /// spending an attempt, held for [`NEEDS_OPERATOR_HOLD`], and the worker stops claiming meanwhile.
+    NeedsOperator,
+}
+
+impl FailureKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Transient => "transient",
+            FailureKind::Permanent => "permanent",
+            FailureKind::NeedsOperator => "needs_operator",
+        }
+    }
+}
+
+/// How long a job whose failure needs the operator waits before it is tried again, and how long the worker
+/// that met it pauses: long enough not to spend the Hub's patience on a refused token, short enough that a
+/// fixed one is noticed without a restart.
+pub const NEEDS_OPERATOR_HOLD: Duration = Duration::from_secs(15 * 60);
+
+/// How many times a job's attempt is given back for needing the operator; after that each hold spends one.
+pub const NEEDS_OPERATOR_REFUNDS: i64 = 3;
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Job {
+    /// Its id.
+    pub id: i64,
+    /// The source repo.
+    pub repo_id: String,
+    /// The source commit.
+    pub source_sha: String,
+    /// Its state.
+    pub state: JobState,
+    /// Why it failed or was skipped, or the last transient failure.
+    pub reason: Option<String>,
+    /// What its last failure meant; `None` until one, and again once it is published or skipped.
+    pub failure_kind: Option<FailureKind>,
+    /// The mirror's repo id, once known.
+    pub target_repo: Option<String>,
+    /// The mirror commit that published it.
+    pub published_commit: Option<String>,
+    /// Where its MLX check runs.
+    pub verify_device: VerifyDevice,
+    /// The MLX load check's record: JSON, served as a JSON object.
+    #[serde(serialize_with = "json_text")]
+    pub verification: Option<String>,
+    /// Where the bundle waits for the Metal check when the Hub is the rendezvous: the private mirror's
+    /// staged commit and the local checks (JSON, served as a JSON object); `None` when staged on a worker.
+    #[serde(serialize_with = "json_text")]
+    pub staged: Option<String>,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// The worker holding it.
+    pub lease_owner: Option<String>,
+    /// Until when (unix seconds).
+    pub lease_expires_at: Option<i64>,
+    /// Not to be claimed before (unix seconds): the backoff after a failure.
+    pub not_before: i64,
+    /// Bytes a copying loader duplicates in the source, from the audit.
+    pub misaligned_bytes: i64,
+    /// Bytes downloaded, over all attempts.
+    pub bytes_downloaded: i64,
+    /// Bytes uploaded, over all attempts.
+    pub bytes_uploaded: i64,
+    /// When it was created.
+    pub created_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// When it ended (published, failed or skipped); `None` while it runs.
+    pub finished_at: Option<String>,
+    /// In `--pr` mode: the pull request it opened on the source.
+    pub pr_num: Option<i64>,
+    /// What became of that pull request: `open`, `closed` or `merged`.
+    pub pr_status: Option<String>,
+}
+
+/// A JSON document kept as text, serialized as the document itself (a string only if it does not parse).
+fn json_text<S: serde::Serializer>(text: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match text.as_deref().map(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|_| t)) {
+        None => s.serialize_none(),
+        Some(Ok(value)) => value.serialize(s),
+        Some(Err(raw)) => s.serialize_str(raw),
+    }
+}
+
+/// One step in a job's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct JobEvent {
+    /// The job.
+    pub job_id: i64,
+    /// When.
+    pub at: String,
+    /// The state entered, or what happened (`claimed`, `metal_claimed`).
+    pub state: String,
+    /// Who or why.
+    pub detail: Option<String>,
+}
+
+/// How a job ended a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// The mirror is published.
+    Published {
+        /// The mirror repo.
+        target: String,
+        /// Its commit.
+        commit: String,
+    },
+    /// In `--pr` mode: a pull request opened on the source (the job is `published`, its target the PR's page).
+    Proposed {
+        /// The pull request's number.
+        num: i64,
+        /// Its commit.
+        commit: String,
+        /// `{repo}/discussions/{num}`.
+        target: String,
+    },
+    /// A failure; its kind decides whether the job goes back to the queue (see [`FailureKind`]).
+    Failed {
+        /// Why.
+        reason: String,
+        /// What it means for the job.
+        kind: FailureKind,
+    },
+    /// Back to the queue until `until` (Unix seconds), spending no attempt: a cap of the operator's policy
+    /// is reached for now.
+    Deferred {
+        /// Why.
+        reason: String,
+        /// When it may be claimed again.
+        until: i64,
+    },
+    /// Nothing to do, and why.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// Waiting for the macOS runner's Metal check; the lease is released. `staged` is the record of a bundle
+    /// staged on the Hub (JSON), `None` for one staged in the worker's directory.
+    AwaitMetal {
+        /// The staged commit and the local checks, when the Hub is the rendezvous.
+        staged: Option<String>,
+    },
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Backoff before attempt `n + 1`: 1, 2, 4 … minutes, at most an hour.
+pub fn backoff(attempts: i64) -> Duration {
+    Duration::from_secs(60u64.saturating_mul(1 << attempts.clamp(0, 6) as u32).min(3600))
+}
