@@ -116,6 +116,7 @@ impl From<StoreError> for Stop {
 }
 
 /// Runs one audit, at most `opts.deadline` long. `events` is called from this task only.
+#[tracing::instrument(name = "audit", skip_all, fields(endpoint = %client.endpoint()))]
 pub async fn audit(
     client: &HubClient,
     store: &Store,
@@ -168,9 +169,7 @@ fn debug_panic() {
     let left = LEFT.get_or_init(|| {
         AtomicI64::new(std::env::var("HUBALIGN_DEBUG_PANIC_AUDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
     });
-    if left.fetch_sub(1, Ordering::SeqCst) > 0 {
-        panic!("HUBALIGN_DEBUG_PANIC_AUDITS: a panic the tests asked for");
-    }
+    assert!(left.fetch_sub(1, Ordering::SeqCst) <= 0, "HUBALIGN_DEBUG_PANIC_AUDITS: a panic the tests asked for");
 }
 
 /// A Hub error that ends the run as interrupted (the next run resumes), or as failed.
@@ -274,6 +273,7 @@ pub struct Trigger<'a> {
 /// the client's, so the caller gives it a client of its own. A repo the Hub reports gone,
 /// gated or disabled is recorded so (its mirror's lifecycle follows); one that fails otherwise returns the
 /// Hub's error, for the next crawl to retry.
+#[tracing::instrument(name = "reread", skip_all, fields(repo.id = %repo))]
 pub async fn reread(
     client: &HubClient,
     store: &Store,

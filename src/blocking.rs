@@ -47,7 +47,10 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    // The caller's span (its job, its repo) follows the work onto the thread.
+    let span = tracing::Span::current();
     let spawned = std::thread::Builder::new().name(format!("batch: {what}")).spawn(move || {
+        let _in_span = span.enter();
         lower_priority(what);
         let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(work)));
     });

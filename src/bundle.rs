@@ -102,7 +102,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<Bundle>, DiscoverError> {
 fn walk(dir: &Path, by_dir: &mut BTreeMap<PathBuf, (Vec<PathBuf>, bool)>) -> Result<(), DiscoverError> {
     let io_err = |source| DiscoverError::Io { path: dir.to_owned(), source };
     let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io_err)?.collect::<Result<_, _>>().map_err(io_err)?;
-    entries.sort_by_key(|e| e.file_name());
+    entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {
         let path = entry.path();
         if entry.file_name().to_string_lossy().starts_with('.') {

@@ -198,6 +198,7 @@ pub struct Job {
 }
 
 /// A JSON document kept as text, serialized as the document itself (a string only if it does not parse).
+#[expect(clippy::ref_option, reason = "serde's `serialize_with` hands the field over as `&Option<T>`")]
 fn json_text<S: serde::Serializer>(text: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
     use serde::Serialize;
     match text.as_deref().map(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|_| t)) {

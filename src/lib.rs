@@ -9,9 +9,6 @@
 //! - [`gate`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
 //! - [`blocking`], how re-layout, hashing and checks stay off the async executor.
 
-#![deny(unsafe_code)]
-#![warn(missing_docs)]
-
 pub mod audit;
 pub mod blocking;
 pub mod bundle;

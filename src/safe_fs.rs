@@ -191,8 +191,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("victim"), root.join("config.json")).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
 
-        use std::io::Write;
-        create_nofollow(&root.join("config.json")).unwrap().write_all(b"new").unwrap();
+        std::io::Write::write_all(&mut create_nofollow(&root.join("config.json")).unwrap(), b"new").unwrap();
         let sub = create_dirs_nofollow(&root, Path::new("sub/deeper")).unwrap();
         std::fs::write(sub.join("f"), b"x").unwrap();
 

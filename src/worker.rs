@@ -67,6 +67,7 @@ pub struct LoopSummary {
 impl<R: JobRunner> WorkerLoop<R> {
     /// Runs until `stop` turns true (a job in hand is finished first) or, with [`WhenIdle::Stop`], until the
     /// queue is empty. Store failures are logged and retried after the idle wait, never fatal.
+    #[tracing::instrument(name = "worker", skip_all, fields(worker = %self.worker))]
     pub async fn run(&self, mut stop: watch::Receiver<bool>, when_idle: WhenIdle) -> LoopSummary {
         let mut summary = LoopSummary::default();
         loop {
@@ -85,7 +86,7 @@ impl<R: JobRunner> WorkerLoop<R> {
                                 return summary;
                             }
                             tokio::select! {
-                                _ = tokio::time::sleep(self.operator_hold) => {}
+                                () = tokio::time::sleep(self.operator_hold) => {}
                                 _ = stop.wait_for(|s| *s) => return summary,
                             }
                         }
@@ -97,14 +98,14 @@ impl<R: JobRunner> WorkerLoop<R> {
                 Ok(None) if when_idle == WhenIdle::Stop => return summary,
                 Ok(None) => {
                     tokio::select! {
-                        _ = tokio::time::sleep(self.idle) => {}
+                        () = tokio::time::sleep(self.idle) => {}
                         _ = stop.wait_for(|s| *s) => return summary,
                     }
                 }
                 Err(e) => {
                     tracing::warn!(worker = %self.worker, error = %e, "claiming a job failed");
                     tokio::select! {
-                        _ = tokio::time::sleep(self.idle) => {}
+                        () = tokio::time::sleep(self.idle) => {}
                         _ = stop.wait_for(|s| *s) => return summary,
                     }
                 }
@@ -130,15 +131,18 @@ impl<R: JobRunner> WorkerLoop<R> {
 
     /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
     /// (another worker holds the job now) stops the task.
+    #[tracing::instrument(name = "job", skip_all, fields(job.id = job.id, repo.id = %job.repo_id, repo.sha = %job.source_sha))]
     async fn run_one(&self, job: Job) -> Ran {
         let (id, repo) = (job.id, job.repo_id.clone());
         let runner = self.runner.clone();
-        let mut task = self.jobs_on.spawn(async move { runner.run(job).await });
+        // The job's span (this function's) goes along to the batch runtime, so every line the job logs there says
+        // which job and repo it is.
+        let mut task = self.jobs_on.spawn(tracing::Instrument::in_current_span(async move { runner.run(job).await }));
         let beat = (self.lease / 3).max(Duration::from_millis(100));
         let joined = loop {
             tokio::select! {
                 joined = &mut task => break joined,
-                _ = tokio::time::sleep(beat) => match self.store.renew_lease(id, &self.worker, self.lease).await {
+                () = tokio::time::sleep(beat) => match self.store.renew_lease(id, &self.worker, self.lease).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(job.id = id, repo.id = %repo, worker = %self.worker, "lost the job's lease; stopping it");

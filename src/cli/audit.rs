@@ -16,7 +16,7 @@ use super::output::{bytes, count, progress};
 use super::store_args::StoreArgs;
 
 #[derive(Args)]
-pub struct AuditArgs {
+pub(super) struct AuditArgs {
     /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
@@ -60,7 +60,7 @@ pub struct AuditArgs {
 
 /// How long the Hub may hold a run: shared by `audit`, `worker` and `serve`.
 #[derive(Args, Clone, Copy)]
-pub struct HubBounds {
+pub(super) struct HubBounds {
     /// The longest wait the Hub may ask for (`Retry-After`, a `RateLimit` reset); a longer one ends the run as
     /// interrupted, naming the wait, and the next run resumes.
     #[arg(long, env = "HUBALIGN_MAX_WAIT", default_value_t = hubalign::hub::DEFAULT_MAX_WAIT.as_secs(), value_name = "SECS")]
@@ -72,17 +72,17 @@ pub struct HubBounds {
 
 impl HubBounds {
     /// The client, with the wait bound applied.
-    pub fn client(&self, config: HubConfig) -> anyhow::Result<HubClient> {
+    pub(super) fn client(&self, config: HubConfig) -> anyhow::Result<HubClient> {
         Ok(HubClient::new(config, RetryPolicy::default())?.with_max_wait(Duration::from_secs(self.max_wait)))
     }
 
     /// The audit's deadline.
-    pub fn deadline(&self) -> Duration {
+    pub(super) fn deadline(&self) -> Duration {
         Duration::from_secs(self.deadline.max(1))
     }
 }
 
-pub fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let store = args.store.open().await?;

@@ -13,7 +13,7 @@ use clap::CommandFactory;
 const CONFIGURABLE: &[&str] = &["serve"];
 
 /// Returns `argv` with the config file's settings added as flags, or `argv` unchanged without `--config`.
-pub fn expand(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
+pub(super) fn expand(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     // The subcommand is the first word that is not a flag: global flags (`--log-json`) may come before it.
     let Some(at) = argv.iter().skip(1).position(|a| !a.to_str().is_some_and(|s| s.starts_with('-'))) else {
         return Ok(argv);

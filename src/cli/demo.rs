@@ -27,7 +27,7 @@ const REPOS: &[(&str, &str, &str, bool)] = &[
 ];
 
 #[derive(Args)]
-pub struct DemoArgs {
+pub(super) struct DemoArgs {
     /// Port of the dashboard.
     #[arg(long, default_value_t = 8080, value_name = "P")]
     port: u16,
@@ -43,7 +43,7 @@ pub struct DemoArgs {
     python: Option<PathBuf>,
 }
 
-pub fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixtures = checkout.join("tests/fixtures");
     if !fixtures.is_dir() {

@@ -14,7 +14,7 @@ use super::output::{Format, bytes, count, csv, json_lines, progress, table};
 use super::{Exit, UsageError};
 
 #[derive(Args)]
-pub struct FixArgs {
+pub(super) struct FixArgs {
     /// Files or bundle directories (with --in-place, also trees of bundles).
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -50,7 +50,7 @@ enum DigestsArg {
     All,
 }
 
-pub fn run(args: &FixArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &FixArgs) -> anyhow::Result<Exit> {
     let destination = match (&args.out, args.in_place) {
         (Some(out), _) => Destination::OutDir(out.clone()),
         (None, true) => Destination::InPlace,

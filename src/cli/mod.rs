@@ -20,12 +20,12 @@ use clap::{Parser, Subcommand};
 /// like any error, with exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 /// Exit codes, shared by every subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// Nothing to report: everything aligned (or fixed).
     Clean = 0,
     /// Misaligned shards found (scan) or left (fix dry run).
@@ -148,7 +148,7 @@ enum Command {
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
-pub fn run() -> std::process::ExitCode {
+pub(crate) fn run() -> std::process::ExitCode {
     let argv = match config_file::expand(std::env::args_os().collect()) {
         Ok(argv) => argv,
         Err(e) => {

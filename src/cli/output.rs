@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// How a report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(super) enum Format {
     /// Aligned columns for people.
     Table,
     /// One JSON object per line.
@@ -18,7 +18,7 @@ pub enum Format {
 }
 
 /// Prints each item as one JSON line.
-pub fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::Result<()> {
+pub(super) fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for item in items {
         serde_json::to_writer(&mut out, &item)?;
@@ -30,7 +30,7 @@ pub fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::R
 /// Prints flat rows as CSV (RFC 4180, by the `csv` crate): a header from the first row's field names, fields
 /// quoted when they must be, the data as it is (a newline stays a newline, inside quotes). On a terminal, where
 /// a person reads it, control characters are escaped as everywhere else text from outside is shown.
-pub fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
+pub(super) fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let on_terminal = stdout.is_terminal();
     write_csv(rows, stdout.lock(), on_terminal)
@@ -57,17 +57,17 @@ fn write_csv<T: Serialize, W: Write>(rows: &[T], out: W, escape: bool) -> anyhow
 }
 
 /// `n` and the noun in the number it takes: `count(1, "shard", "shards")` is `1 shard`.
-pub fn count(n: u64, one: &str, many: &str) -> String {
+pub(super) fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Decimal gigabytes and friends, as the Hub and the seeds count them.
-pub fn bytes(n: u64) -> String {
+pub(super) fn bytes(n: u64) -> String {
     hubalign::report::human_bytes(n)
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.
-pub fn progress(len: u64, template: &str) -> ProgressBar {
+pub(super) fn progress(len: u64, template: &str) -> ProgressBar {
     let target =
         if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let bar = ProgressBar::with_draw_target(Some(len), target);
@@ -78,7 +78,7 @@ pub fn progress(len: u64, template: &str) -> ProgressBar {
 }
 
 /// Renders rows as space-separated columns, the first row being the heading.
-pub fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> =
         rows.iter().map(|r| r.iter().map(|c| gate::escape_control(c).into_owned()).collect()).collect();
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))

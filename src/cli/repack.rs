@@ -41,7 +41,7 @@ enum Device {
 
 /// Options `repack` and `worker` share.
 #[derive(Args)]
-pub struct WorkerArgs {
+pub(super) struct WorkerArgs {
     /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
@@ -105,7 +105,7 @@ pub struct WorkerArgs {
 }
 
 #[derive(Args)]
-pub struct RepackArgs {
+pub(super) struct RepackArgs {
     /// The source repository, `namespace/name`.
     #[arg(value_name = "REPO")]
     repo: String,
@@ -118,7 +118,7 @@ pub struct RepackArgs {
 
 /// Which affected repos become jobs: shared by `worker` and `serve`.
 #[derive(Args)]
-pub struct PolicyArgs {
+pub(super) struct PolicyArgs {
     /// Only repos a copying loader duplicates at least this many GB of become jobs.
     #[arg(long, default_value_t = 0.0, value_name = "GB")]
     min_gb: f64,
@@ -169,7 +169,7 @@ impl PolicyArgs {
 }
 
 #[derive(Args)]
-pub struct WorkerLoopArgs {
+pub(super) struct WorkerLoopArgs {
     #[command(flatten)]
     worker: WorkerArgs,
     #[command(flatten)]
@@ -192,7 +192,7 @@ pub struct WorkerLoopArgs {
 
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("rendezvous").required(true).args(["service", "db"]))]
-pub struct RunnerArgs {
+pub(super) struct RunnerArgs {
     /// The service that serves the runner API (`hubalign worker --runner-listen`): jobs staged on a worker.
     #[arg(long, value_name = "URL")]
     service: Option<String>,
@@ -283,7 +283,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "worker".into())
+    std::fs::read_to_string("/etc/hostname").map_or_else(|_| "worker".into(), |h| h.trim().to_owned())
 }
 
 fn exit_for(job: &Job) -> Exit {
@@ -294,7 +294,7 @@ fn exit_for(job: &Job) -> Exit {
     }
 }
 
-pub fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
+pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the repack command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -355,7 +355,7 @@ fn read_opt_out(path: &PathBuf) -> anyhow::Result<Names> {
     Ok(text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect())
 }
 
-pub fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
+pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the worker command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -452,7 +452,7 @@ enum Rendezvous<'a> {
     Hub(hubalign::store::Store, Box<HubClient>),
 }
 
-pub fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
+pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;

@@ -11,7 +11,7 @@ use super::store_args::StoreArgs;
 
 #[derive(Args)]
 #[command(group(ArgGroup::new("view").args(["by_publisher", "by_writer", "repo", "affected", "shards"])))]
-pub struct ReportArgs {
+pub(super) struct ReportArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// Create the database (empty, with its tables) if it does not exist, instead of refusing the path.
@@ -55,7 +55,7 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-pub fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let store = if args.create_db { args.store.open().await? } else { args.store.open_existing().await? };

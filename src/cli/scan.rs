@@ -13,7 +13,7 @@ use super::Exit;
 use super::output::{Format, bytes, count as plural, csv, json_lines, progress, table};
 
 #[derive(Args)]
-pub struct ScanArgs {
+pub(super) struct ScanArgs {
     /// Files, bundle directories, trees of bundles or Hugging Face cache directories.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -27,7 +27,7 @@ pub struct ScanArgs {
     alignment: Option<Alignment>,
 }
 
-pub fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     let bundles = discover(&args.paths).context("finding shards")?;
     let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
     let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");

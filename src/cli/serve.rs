@@ -16,7 +16,7 @@ use super::Exit;
 use super::repack::{PolicyArgs, WorkerArgs, setup};
 
 #[derive(Args)]
-pub struct ServeArgs {
+pub(super) struct ServeArgs {
     /// A TOML file whose keys are these long flags without the dashes (see deploy/hubalign.toml); flags
     /// and environment variables win over it.
     #[arg(long, env = "HUBALIGN_CONFIG", value_name = "FILE")]
@@ -75,7 +75,7 @@ pub struct ServeArgs {
     webhook_secret: Option<String>,
 }
 
-pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let schedule = match &args.cron {
@@ -119,7 +119,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
         };
         serve(config, Arc::new(s.hub), Arc::new(s.hf), s.store, shutdown).await.map_err(|e| anyhow::anyhow!(e))?;

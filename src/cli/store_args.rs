@@ -11,7 +11,7 @@ use super::UsageError;
 
 /// The store's location.
 #[derive(Args, Clone, Debug)]
-pub struct StoreArgs {
+pub(super) struct StoreArgs {
     /// SQLite database file, or a PostgreSQL server's `postgres://user@host/db` URL (one store that many
     /// workers and replicas share) [default: DATABASE_URL if set, else $XDG_DATA_HOME/hubalign/hubalign.db].
     #[arg(long, value_name = "PATH|URL")]
@@ -21,7 +21,7 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
     /// machine never share staged files.
-    pub fn default_work_dir(&self) -> PathBuf {
+    pub(super) fn default_work_dir(&self) -> PathBuf {
         match self.db.as_deref().filter(|db| !is_postgres_url(db)) {
             Some(db) => PathBuf::from(db).with_extension("work"),
             None => default_db_path().with_extension("work"),
@@ -30,7 +30,7 @@ impl StoreArgs {
 
     /// Opens a store that must already exist (for reading it): a database file that is not there is a
     /// mistyped path, not an empty store to report on.
-    pub async fn open_existing(&self) -> anyhow::Result<Store> {
+    pub(super) async fn open_existing(&self) -> anyhow::Result<Store> {
         let path = match (&self.db, std::env::var("DATABASE_URL")) {
             (Some(url), _) if is_postgres_url(url) => return self.open().await,
             (Some(path), _) => PathBuf::from(path),
@@ -49,7 +49,7 @@ impl StoreArgs {
     }
 
     /// Opens the store, creating it if needed, and applies migrations.
-    pub async fn open(&self) -> anyhow::Result<Store> {
+    pub(super) async fn open(&self) -> anyhow::Result<Store> {
         if let Some(db) = &self.db {
             let shown = if is_postgres_url(db) { redact_url(db) } else { db.clone() };
             return Store::open_at(db).await.with_context(|| format!("opening {shown}"));

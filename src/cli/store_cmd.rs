@@ -11,7 +11,7 @@ use super::Exit;
 use super::store_args::StoreArgs;
 
 #[derive(Args)]
-pub struct StoreCmdArgs {
+pub(super) struct StoreCmdArgs {
     #[command(subcommand)]
     action: StoreAction,
 }
@@ -48,7 +48,7 @@ enum StoreAction {
     },
 }
 
-pub fn run(args: &StoreCmdArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &StoreCmdArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let counts = runtime.block_on(async {
         match &args.action {

@@ -11,7 +11,7 @@ use hubalign::hub::webhooks::{Watched, Webhook};
 use super::Exit;
 
 #[derive(Args)]
-pub struct WebhookArgs {
+pub(super) struct WebhookArgs {
     #[command(subcommand)]
     action: WebhookAction,
     /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
@@ -53,7 +53,7 @@ fn describe(w: &Webhook) -> String {
     escape_control(&format!("{}  {}  {}{state}", w.id, w.url.as_deref().unwrap_or("-"), watched.join(","))).into_owned()
 }
 
-pub fn run(args: &WebhookArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: &WebhookArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());

@@ -247,7 +247,7 @@ fn fix_bundle(
             }
             (Some(e), _) => entries.push(e.clone()),
             (None, Some(reason)) => {
-                skipped.push(SkippedShard { file: file_name(Path::new(&shard_fix.path)), reason: reason.clone() })
+                skipped.push(SkippedShard { file: file_name(Path::new(&shard_fix.path)), reason: reason.clone() });
             }
             (None, None) => {}
         }

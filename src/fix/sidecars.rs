@@ -21,7 +21,7 @@ fn copy_tree(src: &Path, dst: &Path, rel: &Path, copied: &mut Vec<String>) -> Re
     let dir = src.join(rel);
     let mut entries: Vec<_> =
         std::fs::read_dir(&dir).map_err(io_error(&dir, "read directory"))?.filter_map(Result::ok).collect();
-    entries.sort_by_key(|e| e.file_name());
+    entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') || name.ends_with(SHARD_SUFFIX) || name == MANIFEST_FILE {

@@ -90,7 +90,7 @@ impl SpanHasher {
 
     /// Feeds the next bytes of the stream.
     pub fn update(&mut self, data: &[u8]) {
-        self.update_span_by_span(data, |current, span| current.update(span));
+        self.update_span_by_span(data, stream::Sha256Stream::update);
     }
 
     /// Feeds the next bytes of the stream to this and, in step with it, all of them to `whole`.

@@ -14,7 +14,7 @@ use std::arch::x86_64::{
 };
 
 /// Whether this CPU has the instructions [`compress_pair`] needs.
-pub fn available() -> bool {
+pub(super) fn available() -> bool {
     std::is_x86_feature_detected!("sha")
         && std::is_x86_feature_detected!("sse4.1")
         && std::is_x86_feature_detected!("ssse3")
@@ -23,7 +23,7 @@ pub fn available() -> bool {
 /// Compresses `a_blocks` into `a` and `b_blocks` into `b`, two rounds of one between two rounds of the other
 /// for as many blocks as both have. Without SHA-NI, or for the blocks only one has, it hashes them one after
 /// the other.
-pub fn compress_pair(a: &mut [u32; 8], a_blocks: &[[u8; 64]], b: &mut [u32; 8], b_blocks: &[[u8; 64]]) {
+pub(super) fn compress_pair(a: &mut [u32; 8], a_blocks: &[[u8; 64]], b: &mut [u32; 8], b_blocks: &[[u8; 64]]) {
     super::pair::compress_pair_with(available(), compress_pair_sha_ni, (a, a_blocks), (b, b_blocks));
 }
 

@@ -218,6 +218,7 @@ impl HubClient {
     /// Asks which of `files` go to LFS on `repo`'s main branch (one question, at most 256 files, as the Hub
     /// takes them); the others travel inline in the commit. An empty file is never LFS. Returns the LFS paths
     /// and the bytes sent.
+    #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, files = files.len()))]
     pub async fn preupload(&self, repo: &str, files: &[PreuploadFile]) -> Result<(Vec<String>, u64), HubError> {
         let url = self.model_api(repo, "preupload/main");
         let b64 = base64::engine::general_purpose::STANDARD;
@@ -243,6 +244,7 @@ impl HubClient {
 
     /// Git LFS's batch negotiation for uploading `objects` to `repo` by the basic transfer: the server's
     /// answer for each, and the bytes sent.
+    #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, objects = objects.len()))]
     pub async fn lfs_batch(&self, repo: &str, objects: &[&Stored]) -> Result<(Vec<BatchObject>, u64), HubError> {
         let url = format!("{}/{}.git/info/lfs/objects/batch", self.endpoint(), crate::gate::encode_path(repo));
         let ask = BatchAsk {
@@ -290,6 +292,7 @@ impl HubClient {
     ///
     /// The commit names its parent, so sending it again after a lost answer cannot make a second commit: if the
     /// first one landed, the Hub refuses the second with 412 ([`CommitRefused::Moved`]).
+    #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, parent = %parent))]
     pub async fn commit(
         &self,
         repo: &str,

@@ -90,7 +90,7 @@ impl Pacer {
     /// one request goes out and the rest wait for its `RateLimit` answer, so a crawl starting with many
     /// workers does not burst into a quota it has not seen.
     pub fn reserve(&self, now: Instant) -> Duration {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.unlimited {
             return Duration::ZERO;
         }
@@ -121,7 +121,7 @@ impl Pacer {
 
     /// Learns the bucket's state from a response.
     pub fn observe(&self, headers: &HeaderMap, now: Instant) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.probing = false;
         let Some(limit) = parse_rate_limit(headers) else {
             // A server that never sent limits is not paced; one that did keeps being, and an answer that says
@@ -149,22 +149,22 @@ impl Pacer {
 
     /// The wait the Hub named for the window now closed, in seconds as it named them.
     pub fn named_wait(&self) -> Option<u64> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).named_wait
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).named_wait
     }
 
     /// Forgets the bucket's window: the next request finds out its state afresh.
     pub fn forget(&self) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = State::default();
+        *self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = State::default();
     }
 
     /// After a request that taught nothing (a network failure): let another one find out.
     pub fn release(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).probing = false;
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).probing = false;
     }
 
     /// After a 429: nothing more until `wait` has passed.
     pub fn refused(&self, wait: Duration, now: Instant) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.probing = false;
         s.unlimited = false;
         s.seen_limits = true;

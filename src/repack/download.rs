@@ -97,6 +97,7 @@ pub const DEFAULT_CONNECTIONS: usize = 4;
 
 /// Downloads `repo` at `sha` and checks each file against the tree's hash. Resumes an interrupted attempt: a
 /// file already in place that matches its hash is kept, and a partial transfer continues from its end.
+#[tracing::instrument(name = "download", skip_all, fields(repo.id = %repo, repo.sha = %sha))]
 pub async fn download(
     hub: &HubClient,
     repo: &str,
@@ -327,7 +328,7 @@ async fn fetch_file(
     if repair.is_some() {
         let _ = std::fs::remove_file(partial);
     }
-    let kept = std::fs::symlink_metadata(partial).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
+    let kept = std::fs::symlink_metadata(partial).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let start = if kept > f.size { 0 } else { kept };
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(f, partial, start, repair, rx);

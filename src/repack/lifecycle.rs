@@ -22,6 +22,7 @@ pub struct Hidden {
 /// now is left for the next pass; one that is public again is left alone. A source the Hub answers under a
 /// new name was renamed: its mirror follows the new name, unless the [`NameFilters`] exclude that name, in which case
 /// it goes private saying where the source went.
+#[tracing::instrument(skip_all)]
 pub async fn reconcile_mirrors(
     hub: &HubClient,
     hf: &HFClient,
@@ -93,10 +94,11 @@ async fn reconcile(
 
 /// Makes `target` private on the Hub, then records `made private because {why}`. `Ok(false)` when the Hub
 /// refused (tried again on the next pass).
+#[tracing::instrument(skip_all, fields(mirror.id = %target))]
 pub async fn hide_mirror(hf: &HFClient, store: &Store, target: &str, why: &str) -> Result<bool, StoreError> {
     let Some((ns, name)) = target.split_once('/') else { return Ok(false) };
     match hf.model(ns, name).update_settings().private(true).send().await {
-        Ok(_) => {
+        Ok(()) => {
             store.hide_mirror(target, &format!("made private because {why}")).await?;
             Ok(true)
         }

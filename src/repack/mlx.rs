@@ -152,7 +152,12 @@ impl Limits {
             }
             bytes = bytes.saturating_add(shard.2);
             if let Ok(h) = crate::safetensors::read::read_shard_header(&shard.1) {
-                largest = h.header.tensors.iter().map(|t| t.byte_len()).fold(largest, u64::max);
+                largest = h
+                    .header
+                    .tensors
+                    .iter()
+                    .map(super::super::safetensors::header::TensorInfo::byte_len)
+                    .fold(largest, u64::max);
             }
         }
         let per_job = largest.saturating_mul(2).saturating_add(MLX_CACHE);

@@ -245,7 +245,7 @@ impl Repacker<'_> {
         }
         // A bundle that waits for the Metal runner is published by whichever worker takes it back: nothing
         // goes up ahead for it.
-        if self.device(job) == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+        if job.verify_device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             private = None;
         }
         // Shards that header padding fixes are repaired as they stream: written once, and never read again
@@ -318,7 +318,7 @@ impl Repacker<'_> {
         self.step(job, JobState::Verifying).await?;
         let staged = output.clone();
         let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
-        let device = self.device(job);
+        let device = job.verify_device;
         if device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             if self.opts.metal_handoff == MetalHandoff::Hub {
                 return self.stage_on_hub(job, &source, &output, checked).await;
@@ -364,10 +364,6 @@ impl Repacker<'_> {
         // The check's failure is the reason, whatever the publish made of it (it committed nothing).
         judged?;
         published
-    }
-
-    fn device(&self, job: &Job) -> VerifyDevice {
-        job.verify_device
     }
 
     /// Sends each shard named on `ready` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen

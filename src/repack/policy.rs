@@ -249,6 +249,7 @@ impl NameFilters<'_> {
 
 /// Creates a job for every affected repo at its audited commit that has none yet; repos the policy excludes
 /// get a `skipped` job saying why. Returns how many jobs were queued.
+#[tracing::instrument(skip_all)]
 pub async fn enqueue_affected(store: &Store, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
     enqueue(store, policy, None).await
 }

@@ -44,6 +44,7 @@ pub struct Primed {
 
 /// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, fetching `target`'s
 /// write token first. A failure only costs deduplication, so it is logged, never raised into the job.
+#[tracing::instrument(skip_all, fields(mirror.id = %target))]
 pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
     match write_token(hub, target).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,

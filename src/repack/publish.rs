@@ -132,6 +132,7 @@ pub struct Chosen {
 /// name](legacy_names) whose manifest names this source; else [`mirror_name`]. Taken in the store before
 /// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo
 /// of that name is this source's is decided at the commit, against the manifest of the commit it builds on.
+#[tracing::instrument(skip_all, fields(repo.id = %source))]
 pub async fn choose_mirror(
     hub: &HubClient,
     store: &Store,
@@ -186,6 +187,7 @@ const DAY: i64 = 86_400;
 /// name released (so it counts in no cap), and a failed attempt leaves nothing behind. A mirror holding a
 /// manifest (published, or staged for the Metal check) is kept. Failures are only logged: the name is this
 /// source's alone, and its next job reuses the repo.
+#[tracing::instrument(skip_all, fields(repo.id = %source))]
 pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str) {
     let Ok(Some(row)) = store.mirror_of(source).await else { return };
     let target = row.target_repo;
@@ -258,6 +260,7 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
 /// Uploads `dir` to the mirror: created private, committed, then made public unless it must stay private.
 /// The mirror's manifest is checked before every commit: a repo that holds another source's mirror is never
 /// committed to. If it already holds this source commit's repair, nothing is sent.
+#[tracing::instrument(name = "publish", skip_all, fields(mirror.id = %mirror.target))]
 pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
     let (hf, target) = (mirror.hf, mirror.target);
     let failed = |what: &str, e: hf_hub::HFError| RepackError::hf(format_args!("{what} {target}"), e);

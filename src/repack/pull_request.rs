@@ -63,6 +63,7 @@ pub struct Target<'a> {
 /// Opens the pull request on the source repo with the shards and the manifest of `dir`, unless one by the
 /// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
 /// workers.
+#[tracing::instrument(name = "propose", skip_all, fields(repo.id = %target.repo))]
 pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot, head).await? {

@@ -269,6 +269,7 @@ pub enum RunnerError {
 impl HubRunner<'_> {
     /// Claims one job staged on the Hub, downloads its commit, runs the check and records the verdict,
     /// naming the commit. Returns the job and whether it passed, or `None` when nothing waits.
+    #[tracing::instrument(name = "metal check", skip_all, fields(runner = %self.name))]
     pub async fn check_once(&self) -> Result<Option<(i64, bool)>, RunnerError> {
         let Some(job) = self.store.claim_metal_job(self.name, self.lease, true).await? else { return Ok(None) };
         let staged: Option<Staged> = job.staged.as_deref().and_then(|s| serde_json::from_str(s).ok());

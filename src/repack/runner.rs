@@ -134,6 +134,7 @@ async fn result(
 
 /// The runner's side: claims one job, fetches its shards, runs the check, posts the record. Returns the job
 /// and whether it passed, or `None` when nothing waits.
+#[tracing::instrument(name = "metal check", skip_all, fields(runner = %runner))]
 pub async fn run_once(
     service: &str,
     token: &str,

@@ -312,7 +312,9 @@ fn moved(
     let mut out = temp.reopen().ok()?;
     out.write_all(prefix).ok()?;
     out.set_len(plan.data_start() + header.data_len()).ok()?;
-    let spans = crate::hashing::SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect());
+    let spans = crate::hashing::SpanHasher::new(
+        header.tensors.iter().map(super::super::safetensors::header::TensorInfo::byte_len).collect(),
+    );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
     Some(Writes::Moved { out, spans, order })

@@ -47,7 +47,7 @@ impl Digest {
         match lane {
             [Digest::Whole(a), Digest::Whole(b)] => update_both(a, data, b, data),
             [Digest::Spans(spans), Digest::Whole(whole)] | [Digest::Whole(whole), Digest::Spans(spans)] => {
-                spans.update_with(data, whole)
+                spans.update_with(data, whole);
             }
             _ => lane.iter_mut().for_each(|d| d.update(data)),
         }

@@ -249,9 +249,11 @@ fn stream_source(
         src_prefix.extend_from_slice(&shard.raw_json);
         digests.add(Digest::whole_with_prefix(&src_prefix))
     });
-    let tensors_at = want
-        .tensors
-        .then(|| digests.add(Digest::Spans(SpanHasher::new(header.tensors.iter().map(|t| t.byte_len()).collect()))));
+    let tensors_at = want.tensors.then(|| {
+        digests.add(Digest::Spans(SpanHasher::new(
+            header.tensors.iter().map(super::header::TensorInfo::byte_len).collect(),
+        )))
+    });
     let payload_at = want.payload.then(|| digests.add(Digest::whole_with_prefix(b"")));
     let new_file_at = want.new_file.map(|prefix| digests.add(Digest::whole_with_prefix(prefix)));
     file.seek(SeekFrom::Start(header.data_start())).map_err(io_error(src, "seek"))?;

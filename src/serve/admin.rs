@@ -26,7 +26,7 @@ pub struct AdminApi {
 }
 
 /// The routes, to mount in the service.
-pub fn router(api: AdminApi) -> axum::Router {
+pub(super) fn router(api: AdminApi) -> axum::Router {
     axum::Router::new()
         .route("/api/admin/audit", post(audit_now))
         .route("/api/admin/jobs/{id}/retry", post(retry_job))

@@ -57,12 +57,12 @@ struct ConnState {
 
 impl Conn {
     fn begin(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.in_flight += 1;
     }
 
     fn end(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.in_flight = s.in_flight.saturating_sub(1);
         if s.in_flight == 0 {
             s.idle_since = Instant::now();
@@ -71,7 +71,7 @@ impl Conn {
 
     /// Since when it has been waiting for a request, if it is.
     fn waiting_since(&self) -> Option<Instant> {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (s.in_flight == 0).then_some(s.idle_since)
     }
 }
@@ -90,22 +90,22 @@ impl Registry {
             state: Mutex::new(ConnState { in_flight: 0, idle_since: Instant::now() }),
             close: Notify::new(),
         });
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, conn.clone());
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, conn.clone());
         (id, conn)
     }
 
     fn remove(&self, id: u64) {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
     }
 
     fn len(&self) -> usize {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
     /// Closes the connection that has waited longest for a request; `false` if every one is busy. It leaves
     /// the registry at once, so a burst of new connections closes as many old ones.
     fn evict_oldest_waiting(&self) -> bool {
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conns = self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let oldest = conns.iter().filter_map(|(id, c)| c.waiting_since().map(|t| (t, *id))).min_by_key(|(t, _)| *t);
         match oldest.and_then(|(_, id)| conns.remove(&id)) {
             Some(c) => {
@@ -119,7 +119,7 @@ impl Registry {
     /// Closes every connection that has waited longer than `timeout` for a request.
     fn close_stale(&self, timeout: Duration) {
         let now = Instant::now();
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, c| {
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|_, c| {
             let stale = c.waiting_since().is_some_and(|t| now.saturating_duration_since(t) > timeout);
             if stale {
                 c.close.notify_one();
@@ -145,8 +145,8 @@ pub async fn serve(
             let tick = (limits.header_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(tick) => registry.close_stale(limits.header_timeout),
-                    _ = stop.notified() => return,
+                    () = tokio::time::sleep(tick) => registry.close_stale(limits.header_timeout),
+                    () = stop.notified() => return,
                 }
             }
         })
@@ -293,7 +293,7 @@ mod tests {
         slow.write_all(b"GET /healthz HTTP/1.1\r\nhost:").await.unwrap();
         let mut buf = [0u8; 64];
         let read = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;
-        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed, not left open: {read:?}");
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "closed, not left open: {read:?}");
         assert!(get(addr).await.ends_with("ok\n"));
     }
 

@@ -51,7 +51,7 @@ pub struct Health {
 impl Health {
     /// Loops that stopped while the service runs, with why; `/healthz` fails while there is any.
     pub fn problems(&self) -> Vec<String> {
-        let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let stopped = self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         stopped.iter().map(|(task, why)| format!("{task} stopped: {why}")).collect()
     }
 
@@ -62,7 +62,7 @@ impl Health {
 
     fn stopped(&self, task: &str, why: String) {
         tracing::error!(task, reason = %why, "a service task stopped; /healthz now fails");
-        self.stopped.lock().unwrap_or_else(|p| p.into_inner()).insert(task.to_owned(), why);
+        self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(task.to_owned(), why);
     }
 
     fn panicked(&self) {

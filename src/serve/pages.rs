@@ -13,7 +13,7 @@ use super::{AppState, internal};
 const PAGE: i64 = 100;
 
 /// The templates, compiled once, HTML-escaped whatever their names.
-pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
+pub(super) fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     // A missing value reads as a dash, never `None`; byte counts in the units people read.

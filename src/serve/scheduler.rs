@@ -96,8 +96,8 @@ async fn stopping(stop: &mut watch::Receiver<bool>) {
 /// Sleeps `d`, or less if an administrator asks for an audit or the service stops.
 async fn wait(d: Duration, audit_now: &Notify, stop: &mut watch::Receiver<bool>) {
     tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = audit_now.notified() => {}
+        () = tokio::time::sleep(d) => {}
+        () = audit_now.notified() => {}
         () = stopping(stop) => {}
     }
 }
@@ -120,7 +120,7 @@ async fn run_audit(
         tokio::select! {
             outcome = &mut run => break Some(outcome),
             () = stopping(stop) => break None,
-            _ = tokio::time::sleep(beat) => {
+            () = tokio::time::sleep(beat) => {
                 if let Ok(false) = shared.store.try_lead(SCHEDULER, &config.me, config.lease).await {
                     tracing::warn!(replica = %config.me, "lost the scheduler lease; stopping the audit");
                     break None;
@@ -140,7 +140,7 @@ async fn run_audit(
         Ok(Ok(summary)) => match &summary.interrupted {
             None => tracing::info!(run = summary.run_id, repos = summary.stats.repos_probed, "audit finished"),
             Some(reason) => {
-                tracing::warn!(run = summary.run_id, reason = %reason, "audit interrupted; the next one resumes")
+                tracing::warn!(run = summary.run_id, reason = %reason, "audit interrupted; the next one resumes");
             }
         },
         Ok(Err(e)) => tracing::warn!(error = %e, "audit failed; the next one resumes"),

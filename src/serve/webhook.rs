@@ -171,6 +171,7 @@ impl Rereader {
     /// Reads the hinted repos again (for a move, the old name, then the new), queues a job for an affected
     /// one, follows a rename the Hub confirms, then makes private the mirror of each repo read whose source is
     /// no longer public.
+    #[tracing::instrument(name = "webhook", skip_all)]
     pub async fn act(&self, hint: &Hint, received_at: &str) {
         let (mut todo, event): (VecDeque<(String, Option<String>)>, &str) = match hint {
             Hint::Changed { repo, head } => ([(repo.clone(), head.clone())].into(), "webhook: update"),

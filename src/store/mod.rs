@@ -224,7 +224,8 @@ pub(crate) mod both {
     pub(crate) async fn stores() -> Vec<TestStore> {
         let dir = tempfile::tempdir().unwrap();
         let sqlite = Store::open(&dir.path().join("t.db")).await.unwrap();
-        let url = ScratchPostgres::shared().and_then(|pg| pg.database()).unwrap();
+        let url =
+            ScratchPostgres::shared().and_then(hubalign_test_support::scratch::ScratchPostgres::database).unwrap();
         let postgres = Store::open_url(&url).await.unwrap();
         vec![TestStore { store: sqlite, _dir: tempfile::tempdir().unwrap() }, TestStore { store: postgres, _dir: dir }]
     }

@@ -773,7 +773,7 @@ pub(crate) mod tests {
                             namespace: namespace.map(str::to_owned),
                             affected,
                             limit: limit as i64,
-                            offset: offset as i64,
+                            offset: i64::from(offset),
                         };
                         let page = store.repo_listing(&filter).await.unwrap();
                         assert!(page.len() <= limit);
@@ -811,7 +811,7 @@ pub(crate) mod tests {
                             let state = if (i + round) % 7 == 0 { RepoState::Vanished } else { RepoState::Ok };
                             let shards = if state == RepoState::Ok {
                                 let verdict = if bad > 0 { "relayout" } else { "aligned" };
-                                (0..1 + (i + round) % 3)
+                                (0..=((i + round) % 3))
                                     .map(|k| shard(&id, &format!("m{k}.safetensors"), verdict, bad))
                                     .collect()
                             } else {

@@ -60,7 +60,7 @@ impl HintQueue {
     /// Adds `hint`, arrived at `received_at`, or merges it into its repo's waiting one (which keeps its
     /// earlier arrival).
     pub fn push_at(&self, hint: Hint, received_at: String) -> Queued {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let repo = hint.key();
         if let Some(waiting) = inner.waiting.get_mut(&repo) {
             waiting.hint = hint;
@@ -78,7 +78,7 @@ impl HintQueue {
 
     /// The oldest waiting hint, if any.
     pub fn try_pop(&self) -> Option<Pending> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let repo = inner.order.pop_front()?;
         inner.waiting.remove(&repo)
     }
@@ -96,7 +96,7 @@ impl HintQueue {
 
     /// Repos waiting.
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).waiting.len()
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).waiting.len()
     }
 
     /// Whether nothing waits.

@@ -125,7 +125,7 @@ fn the_container_is_multi_stage_non_root_and_ships_only_the_binary() {
     }
     let last = &instructions[*stages.last().unwrap()..];
     let user = last.iter().rev().find(|(op, _)| op == "USER").map(|(_, a)| a.as_str());
-    assert!(user.is_some_and(|u| !u.starts_with("root") && !u.starts_with("0")), "final stage runs as {user:?}");
+    assert!(user.is_some_and(|u| !u.starts_with("root") && !u.starts_with('0')), "final stage runs as {user:?}");
     let from_build: Vec<&str> =
         last.iter().filter(|(op, a)| op == "COPY" && a.starts_with("--from")).map(|(_, a)| a.as_str()).collect();
     assert_eq!(from_build, ["--from=build /src/target/release/hubalign /usr/local/bin/hubalign"]);

@@ -91,8 +91,8 @@ fn the_reference_reader_decides_which_dtypes_exist_and_judges_fix_output_in_each
     let accepted: Vec<&String> = verdicts.iter().filter(|(_, ok)| **ok).map(|(d, _)| d).collect();
     assert_eq!(accepted.len(), 22, "{verdicts:?}");
     let ours: std::collections::BTreeSet<String> =
-        hubalign::safetensors::Dtype::ALL.iter().map(|d| d.to_string()).collect();
-    assert_eq!(ours, accepted.iter().map(|d| d.to_string()).collect(), "the parser's dtypes are the reference's");
+        hubalign::safetensors::Dtype::ALL.iter().map(std::string::ToString::to_string).collect();
+    assert_eq!(ours, accepted.iter().map(|d| (*d).clone()).collect(), "the parser's dtypes are the reference's");
 
     // scan agrees with the reference on each file.
     let orig = tmp.path().join("orig");

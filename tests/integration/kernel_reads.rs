@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 /// Runs the binary with `args` under strace; bytes returned by `read`/`pread64` from files whose path ends
 /// with `suffix`, per path.
-pub fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, BTreeMap<String, u64>) {
+pub(crate) fn bytes_read_by_kernel(args: &[&str], suffix: &str) -> (Output, BTreeMap<String, u64>) {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
     let out = Command::new("strace")

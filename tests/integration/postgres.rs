@@ -11,9 +11,9 @@ use crate::serve::{demo_first_cycle, get};
 use crate::support::hubalign;
 
 /// A database of its own on the test process's scratch server.
-pub fn postgres_url() -> String {
+pub(crate) fn postgres_url() -> String {
     ScratchPostgres::shared()
-        .and_then(|pg| pg.database())
+        .and_then(hubalign_test_support::scratch::ScratchPostgres::database)
         .expect("a scratch PostgreSQL server (tests/run.sh installs it)")
 }
 

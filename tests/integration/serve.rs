@@ -12,7 +12,7 @@ use crate::sim::world::ALICE;
 use crate::support::{hubalign, python};
 
 /// A child process killed when dropped.
-pub struct Service(pub Child);
+pub(crate) struct Service(pub Child);
 
 impl Drop for Service {
     fn drop(&mut self) {
@@ -22,24 +22,24 @@ impl Drop for Service {
 }
 
 /// A port nothing listens on now.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A GET from the test thread, on a small runtime of its own; `None` until the service listens.
-pub fn try_get(url: &str) -> Option<String> {
+pub(crate) fn try_get(url: &str) -> Option<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async { reqwest::get(url).await.ok()?.text().await.ok() })
 }
 
 /// A GET that must succeed.
-pub fn get(url: &str) -> String {
+pub(crate) fn get(url: &str) -> String {
     try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
 }
 
 /// Starts `serve` as alice against `endpoint` (admin token `s3cret`, MLX check on the CPU), auditing every
 /// `interval` seconds, with `extra` flags and environment, and waits until it answers.
-pub fn start_serve(
+pub(crate) fn start_serve(
     endpoint: &str,
     db: &Path,
     interval: u64,
@@ -50,7 +50,7 @@ pub fn start_serve(
 }
 
 /// [`start_serve`] on a port chosen beforehand (one the simulator's webhooks already point at).
-pub fn start_serve_on(
+pub(crate) fn start_serve_on(
     port: u16,
     endpoint: &str,
     db: &Path,
@@ -246,7 +246,7 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
 }
 
 /// A POST with an optional bearer token: status and body.
-pub fn post(url: &str, token: Option<&str>) -> (u16, String) {
+pub(crate) fn post(url: &str, token: Option<&str>) -> (u16, String) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut request = reqwest::Client::new().post(url);
@@ -275,7 +275,7 @@ fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let endpoint = world.endpoint();
-    let _service = Service(
+    let service = Service(
         hubalign()
             .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
             .args(["--listen", &format!("127.0.0.1:{port}"), "--cron", "*/2 * * * * *", "--workers", "0"])
@@ -310,7 +310,7 @@ fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
     assert_eq!((job["state"].as_str(), job["attempts"].as_i64()), (Some("queued"), Some(0)));
     assert_eq!(post(&url, Some("s3cret-admin")).0, 409, "only failed or skipped jobs are retried");
     assert_eq!(post(&format!("{base}/api/admin/jobs/99999/retry"), Some("s3cret-admin")).0, 404);
-    drop(_service);
+    drop(service);
 
     // Once a year: no audit at start; an administrator's request runs one now.
     let (_dir, db) = crate::audit::world::db();
@@ -346,7 +346,7 @@ fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
 
 /// Runs `hubalign demo` in `dir` with `extra` flags until its first cycle is done (the report and the
 /// dashboard's address printed): the running demo, what it printed, and its port.
-pub fn demo_first_cycle(dir: &Path, extra: &[&str]) -> (Service, String, u16) {
+pub(crate) fn demo_first_cycle(dir: &Path, extra: &[&str]) -> (Service, String, u16) {
     use std::io::{BufRead, BufReader};
     let port = free_port();
     let mut child = hubalign()

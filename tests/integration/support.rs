@@ -5,24 +5,24 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// The repository root.
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `tests/fixtures/<rel>`.
-pub fn fixture(rel: &str) -> PathBuf {
+pub(crate) fn fixture(rel: &str) -> PathBuf {
     root().join("tests/fixtures").join(rel)
 }
 
 /// The `hubalign` binary under test: this build's, or another named by `HUBALIGN_TEST_BIN` (to show that a
 /// regression test fails on an older build).
-pub fn hubalign() -> Command {
-    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("RUST_LOG");
+pub(crate) fn hubalign() -> Command {
     // Each run gets an empty Xet shard cache of its own, in the build tree rather than the user's home, so no
     // run deduplicates against what an earlier one cached (simulators reuse ports, and the cache is per port).
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("RUST_LOG");
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     cmd.env("HF_XET_CACHE", root().join(format!("target/test-xet-cache/{}-{run}", std::process::id())));
     // Logs of the binary under test, when debugging a test: DEBUG_CHILD_LOG=hubalign=info cargo test …
@@ -33,17 +33,17 @@ pub fn hubalign() -> Command {
 }
 
 /// Runs `hubalign args…` and returns its output.
-pub fn run(args: &[&str]) -> Output {
+pub(crate) fn run(args: &[&str]) -> Output {
     hubalign().args(args).output().expect("hubalign runs")
 }
 
 /// stdout as text.
-pub fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Copies a fixture file or directory tree into `dst`.
-pub fn copy_tree(src: &Path, dst: &Path) {
+pub(crate) fn copy_tree(src: &Path, dst: &Path) {
     if src.is_dir() {
         std::fs::create_dir_all(dst).unwrap();
         for entry in std::fs::read_dir(src).unwrap() {
@@ -58,7 +58,7 @@ pub fn copy_tree(src: &Path, dst: &Path) {
 /// The interpreter of the pinned interop venv, created on first use by `tests/python/setup-venv.sh`
 /// (idempotent and locked, so parallel tests and `.ci/run` share one install). Never skipped: if it cannot be
 /// set up, the test fails saying why.
-pub fn python() -> &'static Path {
+pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let script = root().join("tests/python/setup-venv.sh");
@@ -71,7 +71,7 @@ pub fn python() -> &'static Path {
 }
 
 /// Runs a Python script of `tests/python` with the venv, offline; panics with its output unless it succeeds.
-pub fn run_python(script: &str, args: &[&str]) -> String {
+pub(crate) fn run_python(script: &str, args: &[&str]) -> String {
     let out = Command::new(python())
         .arg(root().join("tests/python").join(script))
         .args(args)
@@ -85,6 +85,6 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
 }
 
 /// The mirror name the worker gives `source` in the test worlds' target namespace, `alice`.
-pub fn mirror(source: &str) -> String {
+pub(crate) fn mirror(source: &str) -> String {
     hubalign::repack::publish::mirror_name(source, "alice")
 }

@@ -40,16 +40,16 @@ pub struct Counters {
 impl Counters {
     /// Applies a change.
     pub fn update(&self, f: impl FnOnce(&mut CounterSnapshot)) {
-        f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
     /// The current values.
     pub fn snapshot(&self) -> CounterSnapshot {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Zeroes everything.
     pub fn reset(&self) {
-        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = CounterSnapshot::default();
+        *self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = CounterSnapshot::default();
     }
 }

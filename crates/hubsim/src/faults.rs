@@ -72,7 +72,7 @@ impl RateLimiter {
     /// Counts a request against its bucket; `None` when the bucket is unlimited.
     pub fn admit(&self, bucket: Bucket, now: Instant) -> Option<Admission> {
         let quota = self.quotas.iter().find(|(b, _)| *b == bucket)?.1;
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let idx = match windows.iter().position(|(b, _)| *b == bucket) {
             Some(i) => i,
             None => {
@@ -190,7 +190,7 @@ impl Faults {
     }
 
     fn next_unit(&self) -> f64 {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // splitmix64: good enough for fault dice, and stable across platforms.
         *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = *s;

@@ -148,21 +148,21 @@ pub type Shared = Arc<Sim>;
 impl Sim {
     /// Read access to the repositories.
     pub fn repos(&self) -> RwLockReadGuard<'_, RepoMap> {
-        self.repos.read().unwrap_or_else(|p| p.into_inner())
+        self.repos.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Write access to the repositories; hold it only for in-memory changes.
     pub fn repos_mut(&self) -> RwLockWriteGuard<'_, RepoMap> {
-        self.repos.write().unwrap_or_else(|p| p.into_inner())
+        self.repos.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records that `path` holds the content with this sha256.
     pub fn add_blob(&self, sha256: String, path: PathBuf) {
-        self.blobs.write().unwrap_or_else(|p| p.into_inner()).insert(sha256, path);
+        self.blobs.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(sha256, path);
     }
 
     fn blob_path(&self, sha256: &str) -> Option<PathBuf> {
-        self.blobs.read().unwrap_or_else(|p| p.into_inner()).get(sha256).cloned()
+        self.blobs.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(sha256).cloned()
     }
 
     /// Size of stored content, if known: a file on disk, or a Xet file.

@@ -21,14 +21,14 @@ pub struct Moves {
 impl Moves {
     /// Records that `from` is now called `to`.
     pub fn record(&self, from: &str, to: &str) {
-        let mut renamed = self.renamed.write().unwrap_or_else(|p| p.into_inner());
+        let mut renamed = self.renamed.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         renamed.remove(to);
         renamed.insert(from.to_owned(), to.to_owned());
     }
 
     /// The new name of `id`, if it was moved.
     pub fn new_name(&self, id: &str) -> Option<String> {
-        self.renamed.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.renamed.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned()
     }
 }
 

@@ -17,7 +17,7 @@ use super::faults::{Bucket, Fault};
 use super::{Shared, history, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
-pub fn hub_router(sim: Shared) -> Router {
+pub(crate) fn hub_router(sim: Shared) -> Router {
     Router::new()
         .route("/api/models", get(read::list_models))
         .route("/api/models/{ns}/{name}", get(read::model_info))
@@ -60,7 +60,7 @@ pub fn hub_router(sim: Shared) -> Router {
 
 /// The storage side, on an origin of its own as the Hub's CDN and S3 are: clients treat a redirect to
 /// another origin as "the file's metadata is on this response", and drop their Hub token on the way.
-pub fn storage_router(sim: Shared) -> Router {
+pub(crate) fn storage_router(sim: Shared) -> Router {
     Router::new()
         .route("/_storage/{sha256}", get(resolve::storage).head(resolve::storage))
         .route("/_lfs/upload/{oid}", put(write::lfs_upload_basic))

@@ -90,7 +90,7 @@ impl Webhooks {
         let watching: Vec<WebhookTarget> = self
             .registered
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .filter(|r| r.watched.iter().any(|(_, name)| name == namespace))
             .map(|r| r.target.clone())
@@ -111,7 +111,7 @@ impl Webhooks {
             p.extend(extra.clone());
         }
         {
-            let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+            let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if sent.len() == KEPT {
                 sent.pop_front();
             }
@@ -125,7 +125,7 @@ impl Webhooks {
 
     /// Sends every kept payload again, in order; returns how many.
     pub fn replay(&self) -> usize {
-        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         for p in &sent {
             self.post(p.clone(), 1);
         }
@@ -134,7 +134,7 @@ impl Webhooks {
 
     /// Sends the last payload `times` times at once; returns whether there was one.
     pub fn flood(&self, times: usize) -> bool {
-        let last = self.sent.lock().unwrap_or_else(|p| p.into_inner()).back().cloned();
+        let last = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).back().cloned();
         last.map(|p| self.post(p, times)).is_some()
     }
 

@@ -106,7 +106,7 @@ impl XetCas {
             .map_err(xet_err("upload"))?;
         session.finalize().await.map_err(xet_err("finalize upload"))?;
         let mut out = Vec::new();
-        let mut index = self.by_sha256.write().unwrap_or_else(|p| p.into_inner());
+        let mut index = self.by_sha256.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for info in infos {
             let object = XetObject { size: info.file_size.unwrap_or(0), xet_hash: info.hash };
             if let Some(sha) = info.sha256 {
@@ -132,7 +132,7 @@ impl XetCas {
                 found.insert(ext.sha256.hex(), XetObject { xet_hash: file_hash.hex(), size: info.file_size() });
             }
         }
-        self.by_sha256.write().unwrap_or_else(|p| p.into_inner()).extend(found);
+        self.by_sha256.write().unwrap_or_else(std::sync::PoisonError::into_inner).extend(found);
         Ok(())
     }
 
@@ -147,7 +147,7 @@ impl XetCas {
 
     /// The indexed Xet file with this content, without touching the store.
     pub fn cached(&self, sha256: &str) -> Option<XetObject> {
-        self.by_sha256.read().unwrap_or_else(|p| p.into_inner()).get(sha256).cloned()
+        self.by_sha256.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(sha256).cloned()
     }
 
     /// A body reconstructing `len` bytes of the file from `start`, chunk by chunk, straight from the store.

@@ -36,7 +36,7 @@ fn run(
     let written = std::fs::read(&dst).unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter(|e| e.file_name().to_string_lossy().ends_with(TEMP_SUFFIX))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left behind");

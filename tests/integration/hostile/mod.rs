@@ -6,7 +6,7 @@ mod carried;
 mod hub;
 mod local;
 mod names;
-pub mod proxy;
+pub(crate) mod proxy;
 mod publish;
 mod service;
 mod volume;
@@ -18,7 +18,7 @@ use crate::sim::world::{World, bundle, start_on};
 
 /// The hostile world: a public affected repo; a private org repo, a manually gated repo and a disabled repo
 /// the token can all read; a private repo of the token's own namespace; two publishers' repos of one name.
-pub fn hostile_world() -> World {
+pub(crate) fn hostile_world() -> World {
     let root = tempfile::tempdir().unwrap();
     let mlx = r#"{"library_name":"mlx","license":"mit","downloads":1000}"#;
     bundle(root.path(), "mlx-community/tiny-q4", "mlx_lm/q4", mlx);
@@ -52,7 +52,7 @@ pub fn hostile_world() -> World {
 }
 
 /// What a child process did, with its peak resident memory.
-pub struct Measured {
+pub(crate) struct Measured {
     /// Exit code (`None` if killed by a signal).
     pub code: Option<i32>,
     /// stdout and stderr, as text.
@@ -65,7 +65,7 @@ pub struct Measured {
 /// `ru_maxrss` carries over from the process a child was forked from, so measured straight from this test
 /// process it would be this process's size, not the command's. A command still running after three minutes
 /// is killed (exit 124): a regression fails the test instead of hanging it.
-const MEASURE: &str = r#"
+const MEASURE: &str = r"
 import resource, subprocess, sys
 try:
     code = subprocess.run(sys.argv[1:], timeout=180).returncode
@@ -73,10 +73,10 @@ except subprocess.TimeoutExpired:
     code = 124
 sys.stderr.write('\nmax_rss_kib=%d\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(code if code >= 0 else 128 - code)
-"#;
+";
 
 /// Runs `cmd` to its end and reads its peak memory from the kernel.
-pub fn run_measured(cmd: &mut Command) -> Measured {
+pub(crate) fn run_measured(cmd: &mut Command) -> Measured {
     let mut wrapped = Command::new("python3");
     wrapped.args(["-c", MEASURE]).arg(cmd.get_program()).args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
@@ -94,7 +94,7 @@ pub fn run_measured(cmd: &mut Command) -> Measured {
 }
 
 /// Every file under `dir` whose name starts with `prefix`.
-pub fn files_named(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+pub(crate) fn files_named(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else { return found };
     for entry in entries.flatten() {

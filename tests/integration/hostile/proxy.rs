@@ -15,7 +15,7 @@ use crate::sim::world::World;
 
 /// What a rule sees of a request.
 #[derive(Debug, Clone)]
-pub struct Req {
+pub(crate) struct Req {
     /// The path, percent-encoded as sent.
     pub path: String,
     /// The query, without `?`.
@@ -23,10 +23,10 @@ pub struct Req {
 }
 
 /// Edits a forwarded JSON body.
-pub type JsonEdit = Box<dyn Fn(&mut Value) + Send + Sync>;
+pub(crate) type JsonEdit = Box<dyn Fn(&mut Value) + Send + Sync>;
 
 /// How to answer instead of the simulator.
-pub enum Reply {
+pub(crate) enum Reply {
     /// This status, headers and body.
     Fixed(u16, Vec<(&'static str, String)>, Vec<u8>),
     /// 200 with a body that never ends and no length.
@@ -36,7 +36,7 @@ pub enum Reply {
 }
 
 /// A rule: given the request, an answer, or `None` to let the next rule (or the simulator) answer.
-pub type Rule = Box<dyn Fn(&Req) -> Option<Reply> + Send + Sync>;
+pub(crate) type Rule = Box<dyn Fn(&Req) -> Option<Reply> + Send + Sync>;
 
 struct Inner {
     upstream: String,
@@ -48,7 +48,7 @@ struct Inner {
 }
 
 /// A running proxy; stops with the world's runtime.
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// `http://127.0.0.1:port`: the endpoint to give hubalign.
     pub base_url: String,
     inner: Arc<Inner>,
@@ -56,13 +56,13 @@ pub struct Proxy {
 
 impl Proxy {
     /// Requests whose path contains `part`.
-    pub fn count(&self, part: &str) -> usize {
+    pub(crate) fn count(&self, part: &str) -> usize {
         self.inner.seen.lock().unwrap().iter().filter(|r| r.path.contains(part)).count()
     }
 }
 
 /// Starts a proxy to the world's simulator on the world's runtime.
-pub fn start(world: &World, rules: Vec<Rule>) -> Proxy {
+pub(crate) fn start(world: &World, rules: Vec<Rule>) -> Proxy {
     let inner = Arc::new(Inner {
         upstream: world.endpoint(),
         base: Mutex::new(String::new()),
@@ -146,7 +146,7 @@ async fn forward(
 }
 
 /// A rule for requests whose path contains `part`, answering from its `from`-th match on (0: every one).
-pub fn on(part: &'static str, from: u64, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Rule {
+pub(crate) fn on(part: &'static str, from: u64, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Rule {
     let matched = AtomicU64::new(0);
     Box::new(move |req| {
         if !req.path.contains(part) {
@@ -157,7 +157,7 @@ pub fn on(part: &'static str, from: u64, reply: impl Fn() -> Reply + Send + Sync
 }
 
 /// A rule for the first request whose path contains `part`, and none after.
-pub fn once(part: &'static str, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Rule {
+pub(crate) fn once(part: &'static str, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Rule {
     let matched = AtomicU64::new(0);
     Box::new(move |req| (req.path.contains(part) && matched.fetch_add(1, Ordering::SeqCst) == 0).then(&reply))
 }

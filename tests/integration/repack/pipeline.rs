@@ -8,7 +8,7 @@ use crate::sim::world::{ALICE, CAROL, World};
 use crate::support::{fixture, hubalign, python, root, stdout};
 
 /// Runs `hubalign ARGS --endpoint E --token ALICE --db DB --target-namespace alice --verify-device cpu`.
-pub fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
+pub(super) fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
     let endpoint = world.endpoint();
     hubalign()
         .args(args)
@@ -21,7 +21,7 @@ pub fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
 }
 
 /// Jobs as `(repo, state, reason)`.
-pub fn jobs(world: &World, db: &Path) -> Vec<(String, String, Option<String>)> {
+pub(super) fn jobs(world: &World, db: &Path) -> Vec<(String, String, Option<String>)> {
     world.runtime.block_on(async {
         let store = hubalign::store::Store::open(db).await.unwrap();
         store.jobs().await.unwrap().into_iter().map(|j| (j.repo_id, j.state.to_string(), j.reason)).collect()

@@ -4,4 +4,4 @@ mod http;
 mod pacing;
 mod python_client;
 mod rust_client;
-pub mod world;
+pub(crate) mod world;

@@ -7,7 +7,7 @@ use super::world::{ALICE, BOB, CAROL, World, rate_limited, standard};
 use crate::support::{fixture, python, root, run};
 
 /// Every public MLX repo of the standard world: what `list_models(filter="mlx")` must find.
-pub const MLX_IDS: &str = "gemma-org/gated-q4,lmstudio/tiny-mixed,lmstudio/tiny-q8,mlx-community/tiny-bf16,mlx-community/tiny-q4,mlx-community/tiny-sharded,old-org/disabled-q4";
+pub(super) const MLX_IDS: &str = "gemma-org/gated-q4,lmstudio/tiny-mixed,lmstudio/tiny-q8,mlx-community/tiny-bf16,mlx-community/tiny-q4,mlx-community/tiny-sharded,old-org/disabled-q4";
 
 fn run_checks(world: &World, checks: &[&str], env: &[(&str, &str)]) -> String {
     let home = tempfile::tempdir().unwrap();

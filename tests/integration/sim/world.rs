@@ -9,11 +9,11 @@ use hubsim::{SimConfig, SimHandle, start};
 use crate::support::{copy_tree, fixture};
 
 /// The write token of user `alice` (who may also write to `alice-org`).
-pub const ALICE: &str = "hf_alice_write";
+pub(crate) const ALICE: &str = "hf_alice_write";
 /// The token of user `bob`, who was granted access to the gated repo.
-pub const BOB: &str = "hf_bob_read";
+pub(crate) const BOB: &str = "hf_bob_read";
 /// The token of user `carol`, who was not.
-pub const CAROL: &str = "hf_carol";
+pub(crate) const CAROL: &str = "hf_carol";
 
 /// A running simulator with its directory; stops when dropped.
 pub struct World {
@@ -58,14 +58,14 @@ impl Drop for World {
 }
 
 /// Copies fixture `from` to repo `id` under `root`, with `sidecar` as its `.hubsim.json`.
-pub fn bundle(root: &Path, id: &str, from: &str, sidecar: &str) {
+pub(crate) fn bundle(root: &Path, id: &str, from: &str, sidecar: &str) {
     let dir = root.join("models").join(id);
     copy_tree(&fixture(from), &dir);
     std::fs::write(dir.join(".hubsim.json"), sidecar).unwrap();
 }
 
 /// The standard world: MLX bundles (several namespaces), a non-MLX repo, and gated, private and disabled ones.
-pub fn populate(root: &Path) {
+pub(crate) fn populate(root: &Path) {
     let mlx = r#"{"library_name":"mlx","tags":["safetensors"],"license":"mit","downloads":100}"#;
     bundle(root, "mlx-community/tiny-q4", "mlx_lm/q4", mlx);
     bundle(root, "mlx-community/tiny-sharded", "mlx_lm/sharded", mlx);
@@ -88,7 +88,7 @@ pub fn populate(root: &Path) {
 }
 
 /// Starts a simulator over `root` with the standard tokens and `tune` applied to its configuration.
-pub fn start_on(root: tempfile::TempDir, tune: impl FnOnce(&mut SimConfig)) -> World {
+pub(crate) fn start_on(root: tempfile::TempDir, tune: impl FnOnce(&mut SimConfig)) -> World {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut config = SimConfig::new(root.path().to_owned());
     config.tokens = [format!("{ALICE}:alice:alice-org"), format!("{BOB}:bob"), format!("{CAROL}:carol")]
@@ -101,7 +101,7 @@ pub fn start_on(root: tempfile::TempDir, tune: impl FnOnce(&mut SimConfig)) -> W
 }
 
 /// The standard world with small pages, so listing and trees take several requests.
-pub fn standard() -> World {
+pub(crate) fn standard() -> World {
     let root = tempfile::tempdir().unwrap();
     populate(root.path());
     start_on(root, |c| {
@@ -111,7 +111,7 @@ pub fn standard() -> World {
 }
 
 /// The standard world behind an `api` quota of `requests` per `window_secs`.
-pub fn rate_limited(requests: u64, window_secs: u64) -> World {
+pub(crate) fn rate_limited(requests: u64, window_secs: u64) -> World {
     let root = tempfile::tempdir().unwrap();
     populate(root.path());
     start_on(root, |c| {

@@ -36,12 +36,12 @@ pub(crate) async fn create(
     if watched.is_empty() {
         return Err(HubError::bad_request("watched must name a user or an organisation"));
     }
-    let domains = body["domains"]
-        .as_array()
-        .map(|d| d.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
-        .unwrap_or_else(|| vec!["repo".to_owned(), "discussion".to_owned()]);
+    let domains = body["domains"].as_array().map_or_else(
+        || vec!["repo".to_owned(), "discussion".to_owned()],
+        |d| d.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+    );
     let hook = Registered { id: sim.webhooks.next_id(), owner, target, watched, domains };
-    let mut registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
+    let mut registered = sim.webhooks.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let answer = serde_json::json!({ "webhook": hook.to_json() });
     registered.push(hook);
     Ok(Json(answer).into_response())
@@ -50,7 +50,7 @@ pub(crate) async fn create(
 /// `GET /api/settings/webhooks`: the caller's.
 pub(crate) async fn list(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
     let owner = owner(&sim, &headers)?;
-    let registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
+    let registered = sim.webhooks.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mine: Vec<Value> = registered.iter().filter(|r| r.owner == owner).map(Registered::to_json).collect();
     Ok(Json(mine).into_response())
 }
@@ -62,7 +62,7 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
     let owner = owner(&sim, &headers)?;
-    let mut registered = sim.webhooks.registered.lock().unwrap_or_else(|p| p.into_inner());
+    let mut registered = sim.webhooks.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = registered.len();
     registered.retain(|r| !(r.id == id && r.owner == owner));
     if registered.len() == before {

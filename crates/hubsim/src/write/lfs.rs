@@ -31,10 +31,8 @@ pub(crate) async fn lfs_batch(
     let name = name_git.strip_suffix(".git").unwrap_or(&name_git);
     let id = format!("{ns}/{name}");
     proposable_repo(&sim.repos(), &id, caller)?;
-    let transfers: Vec<&str> = body["transfers"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_else(|| vec!["basic"]);
+    let transfers: Vec<&str> =
+        body["transfers"].as_array().map_or_else(|| vec!["basic"], |a| a.iter().filter_map(Value::as_str).collect());
     let multipart = transfers.contains(&"multipart");
     let mut objects = Vec::new();
     for o in body["objects"].as_array().cloned().unwrap_or_default() {
