@@ -6,17 +6,65 @@
 //! is killed once it outlives a deadline that grows with the bytes it reads.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
 
-/// Runs the check of the bundle in `output` (with its manifest) on `device` (`cpu` or `gpu`); returns its JSON
-/// record, or why it failed.
-pub fn check(python: &Path, script: &Path, output: &Path, device: &str) -> Result<serde_json::Value, String> {
-    check_with(python, script, output, device, |_| {})
+/// Why the MLX check did not pass.
+#[derive(Debug, thiserror::Error)]
+pub enum MlxCheckError {
+    /// The interpreter could not be started or waited for: the operator's setting, not the bundle.
+    #[error("cannot run {python} {script}: {source}")]
+    CannotRun {
+        /// The interpreter.
+        python: String,
+        /// The check script.
+        script: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It ran longer than its deadline and was killed.
+    #[error("the check outlived its deadline of {seconds} s for {bytes} and was killed")]
+    Deadline {
+        /// The deadline.
+        seconds: u64,
+        /// What it was reading, said for people.
+        bytes: String,
+    },
+    /// It ended without printing its record.
+    #[error("no result from {script}: {stderr}")]
+    NoResult {
+        /// The check script.
+        script: String,
+        /// What it said on stderr.
+        stderr: String,
+    },
+    /// MLX loaded the bundle and found it wrong (its record's `error`).
+    #[error("{0}")]
+    Failed(String),
+    /// The thread it ran on could not be started, or panicked.
+    #[error(transparent)]
+    Thread(#[from] crate::blocking::BlockingError),
+}
+
+/// The check of the bundle in `output` on `device`, started at once on a low-priority thread of its own (it
+/// blocks for minutes), telling `on_start` the line MLX prints once imported: the one way the worker, the Hub
+/// rendezvous and the macOS runner run it. The check runs whether or not the returned future is polled yet, so
+/// a caller may wait for `on_start` first.
+pub fn run_off_executor<F: FnOnce(&serde_json::Value) + Send + 'static>(
+    (python, script): (PathBuf, PathBuf),
+    output: PathBuf,
+    device: &str,
+    on_start: F,
+) -> impl Future<Output = Result<serde_json::Value, MlxCheckError>> + use<F> {
+    let device = device.to_owned();
+    let running =
+        crate::blocking::run("the MLX check", move || check_with(&python, &script, &output, &device, on_start));
+    async move { running.await? }
 }
 
 /// [`check`], telling `on_start` the line the script prints once MLX is imported (`{"started": true,
@@ -27,7 +75,7 @@ pub fn check_with(
     output: &Path,
     device: &str,
     on_start: impl FnOnce(&serde_json::Value),
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, MlxCheckError> {
     crate::blocking::assert_off_executor("the MLX check");
     run_check(python, script, (output, device), Limits::for_bundle(output, available_memory()), on_start)
 }
@@ -39,8 +87,12 @@ fn run_check(
     (output, device): (&Path, &str),
     limits: Limits,
     on_start: impl FnOnce(&serde_json::Value),
-) -> Result<serde_json::Value, String> {
-    let cannot = |e: std::io::Error| format!("cannot run {} {}: {e}", python.display(), script.display());
+) -> Result<serde_json::Value, MlxCheckError> {
+    let cannot = |source: std::io::Error| MlxCheckError::CannotRun {
+        python: python.display().to_string(),
+        script: script.display().to_string(),
+        source,
+    };
     let mut command = Command::new(python);
     command
         .arg(script)
@@ -92,11 +144,10 @@ fn run_check(
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "the check outlived its deadline of {} s for {} and was killed",
-                limits.deadline.as_secs(),
-                crate::report::human_bytes(limits.bytes)
-            ));
+            return Err(MlxCheckError::Deadline {
+                seconds: limits.deadline.as_secs(),
+                bytes: crate::report::human_bytes(limits.bytes),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -107,12 +158,14 @@ fn run_check(
     }
     let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-    let record: serde_json::Value = serde_json::from_str(last.trim())
-        .map_err(|_| format!("no result from {}: {}", script.display(), stderr.trim()))?;
+    let record: serde_json::Value = serde_json::from_str(last.trim()).map_err(|_| MlxCheckError::NoResult {
+        script: script.display().to_string(),
+        stderr: stderr.trim().to_owned(),
+    })?;
     if status.success() && record["ok"] == true {
         Ok(record)
     } else {
-        Err(record["error"].as_str().unwrap_or("failed").to_owned())
+        Err(MlxCheckError::Failed(record["error"].as_str().unwrap_or("failed").to_owned()))
     }
 }
 
@@ -212,7 +265,7 @@ mod tests {
         let started = Instant::now();
         let mut told = None;
         let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s.clone()));
-        assert!(result.unwrap_err().contains("deadline"));
+        assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told.map(|s| s["mlx_version"].clone()), Some(serde_json::json!("x")), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
     }

@@ -326,14 +326,11 @@ impl Repacker<'_> {
             return Ok(JobOutcome::AwaitMetal { staged: None });
         }
         let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
-        let (python, script) = (self.opts.python.clone(), self.opts.mlx_script.clone());
-        let out = output.clone();
+        let interpreter = (self.opts.python.clone(), self.opts.mlx_script.clone());
         let (started_tx, started) = tokio::sync::oneshot::channel();
-        let check = off_executor("the MLX check", move || {
-            let tell = |line: &serde_json::Value| drop(started_tx.send(line.clone()));
-            mlx::check_with(&python, &script, &out, mlx_device, tell)
-                .map_err(|e| RepackError::permanent(format!("MLX load check: {e}")))
-        });
+        let tell = |line: &serde_json::Value| drop(started_tx.send(line.clone()));
+        let running = mlx::run_off_executor(interpreter, output.clone(), mlx_device, tell);
+        let check = async { running.await.map_err(|e| RepackError::permanent(format!("MLX load check: {e}"))) };
         tokio::pin!(check);
         // A pull request is proposed after the check (its upload is not held back); a mirror is published
         // while it runs, once it has said which MLX it runs, for the card.

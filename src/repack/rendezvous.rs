@@ -319,11 +319,10 @@ impl HubRunner<'_> {
         let manifest = Manifest::read(&layout.source).map_err(|e| Verdict::Failed(e.to_string()))?;
         let manifest = manifest.ok_or_else(|| Verdict::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
         for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(Verdict::Failed)?;
-        let (python, script, staged, device) =
-            (self.python.to_owned(), self.script.to_owned(), layout.source.clone(), self.device.to_owned());
-        let checked =
-            crate::blocking::run("the MLX check", move || super::mlx::check(&python, &script, &staged, &device));
-        checked.await.map_err(|e| Verdict::Failed(e.to_string()))?.map_err(Verdict::Failed)
+        let interpreter = (self.python.to_owned(), self.script.to_owned());
+        super::mlx::run_off_executor(interpreter, layout.source.clone(), self.device, |_| {})
+            .await
+            .map_err(|e| Verdict::Failed(e.to_string()))
     }
 }
 

@@ -181,16 +181,11 @@ pub async fn run_once(
         }
         file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let (python, script, staged, device_name) = (python.to_owned(), script.to_owned(), dir.clone(), device.to_owned());
-    let checked = crate::blocking::run("the MLX check", move || {
-        super::mlx::check(&python, &script, &staged.join("aligned"), &device_name)
-    })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r);
+    let interpreter = (python.to_owned(), script.to_owned());
+    let checked = super::mlx::run_off_executor(interpreter, dir.join("aligned"), device, |_| {}).await;
     let record = match checked {
         Ok(record) => record,
-        Err(e) => serde_json::json!({ "ok": false, "device": device, "error": e }),
+        Err(e) => serde_json::json!({ "ok": false, "device": device, "error": e.to_string() }),
     };
     let _ = std::fs::remove_dir_all(&dir);
     let passed = record["ok"] == true;

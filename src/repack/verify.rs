@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::hashing::is_hex;
 use crate::manifest::Manifest;
-use crate::safetensors::read::read_shard_header;
+use crate::safetensors::read::{ReadError, read_shard_header};
 use crate::safetensors::{Alignment, Method, classify};
 
 /// What the two local checks found.
@@ -22,39 +22,104 @@ pub struct LocalChecks {
     pub zero_copy: u64,
 }
 
+/// Why a written bundle failed a local check.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A shard could not be read or parsed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A shard could not be mapped.
+    #[error("{file}: mmap: {source}")]
+    Map {
+        /// The shard.
+        file: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A shard differs from what the manifest records, or is not what a zero-copy loader needs.
+    #[error("{file}: {problem}")]
+    Shard {
+        /// The shard.
+        file: String,
+        /// What is wrong with it.
+        problem: Problem,
+    },
+    /// Not every tensor can be viewed in place.
+    #[error("{copied} of {tensors} tensors cannot be viewed in place")]
+    NotInPlace {
+        /// Tensors that need a copy.
+        copied: u64,
+        /// Tensors in all.
+        tensors: u64,
+    },
+}
+
+/// What is wrong with one shard.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// Tensors (or the data start) still misaligned.
+    #[error("{0} tensors misaligned after the fix")]
+    Misaligned(u64),
+    /// Its header or payload length is not the manifest's.
+    #[error("header or payload length differs from the manifest's record")]
+    Lengths,
+    /// Its tensor count is not the source's.
+    #[error("{found} tensors, the source had {recorded}")]
+    TensorCount {
+        /// In the shard.
+        found: u64,
+        /// In the manifest.
+        recorded: u64,
+    },
+    /// The manifest has no payload digest for it.
+    #[error("no payload digest recorded")]
+    NoPayloadDigest,
+    /// Reordered, but a tensor's digest is missing.
+    #[error("reordered, but not every tensor's digest is recorded")]
+    MissingTensorDigests,
+    /// A tensor's bytes end past the file's end.
+    #[error("`{0}` past the end")]
+    PastTheEnd(String),
+}
+
+fn wrong(file: &str, problem: Problem) -> VerifyError {
+    VerifyError::Shard { file: file.to_owned(), problem }
+}
+
 /// Checks every shard the manifest lists against its record, from the headers alone: strict parse, every
 /// tensor aligned, the size and tensor count recorded, and the digests the bytes will be judged by present (the
 /// payload's; each tensor's for a reorder). The bytes themselves were hashed as the re-layout wrote them, and
 /// the MLX check judges the loaded output by those digests: reading them again here would prove nothing new.
-pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
+pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, VerifyError> {
     crate::blocking::assert_off_executor("the structural check");
     let alignment = Alignment::new(manifest.target_alignment).unwrap_or_default();
     let mut tensors = 0;
     for entry in &manifest.shards {
         let path = dir.join(&entry.file);
-        let shard = read_shard_header(&path).map_err(|e| e.to_string())?;
+        let shard = read_shard_header(&path)?;
         let header = &shard.header;
         let audit = classify(header, alignment);
         // A shard left unchanged keeps its data start, which no tensor of it needed moved.
         let start_ok = entry.method == Method::Unchanged || header.data_start() % manifest.target_alignment == 0;
         if audit.misaligned_tensors != 0 || !start_ok {
-            return Err(format!("{}: {} tensors misaligned after the fix", entry.file, audit.misaligned_tensors));
+            return Err(wrong(&entry.file, Problem::Misaligned(audit.misaligned_tensors)));
         }
         let count = header.tensors.len() as u64;
         if header.header_len != entry.written_header_len() || header.data_len() != entry.payload_bytes {
-            return Err(format!("{}: header or payload length differs from the manifest's record", entry.file));
+            return Err(wrong(&entry.file, Problem::Lengths));
         }
         if count != entry.tensors {
-            return Err(format!("{}: {count} tensors, the source had {}", entry.file, entry.tensors));
+            return Err(wrong(&entry.file, Problem::TensorCount { found: count, recorded: entry.tensors }));
         }
         if !is_hex(&entry.payload_sha256, 64) {
-            return Err(format!("{}: no payload digest recorded", entry.file));
+            return Err(wrong(&entry.file, Problem::NoPayloadDigest));
         }
         let named =
             |t: &crate::safetensors::TensorInfo| entry.tensor_sha256.get(&t.name).is_some_and(|d| is_hex(d, 64));
         let per_tensor = entry.tensor_sha256.len() as u64 == count && header.tensors.iter().all(named);
         if entry.method == Method::Relayout && !per_tensor {
-            return Err(format!("{}: reordered, but not every tensor's digest is recorded", entry.file));
+            return Err(wrong(&entry.file, Problem::MissingTensorDigests));
         }
         tensors += count;
     }
@@ -63,18 +128,18 @@ pub fn structural(dir: &Path, manifest: &Manifest) -> Result<u64, String> {
 
 /// Maps every shard and views each tensor as its element type in place, as a zero-copy loader does; counts
 /// the tensors that can be (all must be).
-pub fn mmap(dir: &Path, manifest: &Manifest) -> Result<LocalChecks, String> {
+pub fn mmap(dir: &Path, manifest: &Manifest) -> Result<LocalChecks, VerifyError> {
     crate::blocking::assert_off_executor("the mmap check");
     let mut checks = LocalChecks { shards: 0, tensors: 0, zero_copy: 0 };
     for entry in &manifest.shards {
         let path = dir.join(&entry.file);
-        let shard = read_shard_header(&path).map_err(|e| e.to_string())?;
-        let map = map_file(&path).map_err(|e| format!("{}: mmap: {e}", entry.file))?;
+        let shard = read_shard_header(&path)?;
+        let map = map_file(&path).map_err(|source| VerifyError::Map { file: entry.file.clone(), source })?;
         let start = shard.header.data_start() as usize;
         for t in &shard.header.tensors {
             let bytes = map
                 .get(start + t.begin as usize..start + t.end as usize)
-                .ok_or_else(|| format!("{}: `{}` past the end", entry.file, t.name))?;
+                .ok_or_else(|| wrong(&entry.file, Problem::PastTheEnd(t.name.clone())))?;
             let in_place = match t.dtype.natural_alignment() {
                 8 => bytemuck::try_cast_slice::<u8, u64>(bytes).is_ok(),
                 4 => bytemuck::try_cast_slice::<u8, u32>(bytes).is_ok(),
@@ -87,11 +152,7 @@ pub fn mmap(dir: &Path, manifest: &Manifest) -> Result<LocalChecks, String> {
         checks.shards += 1;
     }
     if checks.zero_copy != checks.tensors {
-        return Err(format!(
-            "{} of {} tensors cannot be viewed in place",
-            checks.tensors - checks.zero_copy,
-            checks.tensors
-        ));
+        return Err(VerifyError::NotInPlace { copied: checks.tensors - checks.zero_copy, tensors: checks.tensors });
     }
     Ok(checks)
 }
