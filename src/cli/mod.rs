@@ -137,6 +137,10 @@ enum Command {
     /// `--features demo` only: the service itself links no simulator code.
     #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
+    /// Without the `demo` feature: says how to get the demo, as a usage error.
+    #[cfg(not(feature = "demo"))]
+    #[command(hide = true)]
+    Demo(NoDemo),
     /// Move a store's records between backends: `export` writes them as JSON Lines, `import` reads them into
     /// an empty store (SQLite or PostgreSQL).
     Store(store_cmd::StoreCmdArgs),
@@ -145,6 +149,14 @@ enum Command {
     /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
     /// organisations) and prints its id; `list` and `delete ID` manage the token's user's webhooks.
     Webhook(webhook::WebhookArgs),
+}
+
+/// What `hubalign demo` takes in a build without the demo: anything, for the message that says how to get it.
+#[cfg(not(feature = "demo"))]
+#[derive(clap::Args)]
+struct NoDemo {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _rest: Vec<std::ffi::OsString>,
 }
 
 /// Parses arguments, runs the subcommand and maps the outcome to an exit code.
@@ -186,6 +198,13 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args),
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => Err(UsageError(
+            "this hubalign is the production build, which links no simulator: the demo runs from a checkout with \
+             `cargo run --release --features demo -- demo`"
+                .into(),
+        )
+        .into()),
         Command::Store(args) => store_cmd::run(args),
         Command::Webhook(args) => webhook::run(args),
     };

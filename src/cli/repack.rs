@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use hf_hub::HFClient;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::job::VerifyDevice;
@@ -17,10 +16,10 @@ use hubalign::repack::policy::{
     enqueue_affected,
 };
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
-use hubalign::repack::runner::{self, RunnerApi};
+use hubalign::repack::runner;
 use hubalign::repack::{RepackOptions, RepackRunner, Repacker};
 use hubalign::safetensors::Alignment;
-use hubalign::serve::listener::{self, Limits};
+use hubalign::serve::runner_api::{self, RunnerApi};
 use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
 use hubalign::worker::{WhenIdle, WorkerLoop};
 
@@ -230,7 +229,6 @@ pub(super) struct RunnerArgs {
 
 pub(super) struct Setup {
     pub(super) hub: HubClient,
-    pub(super) hf: HFClient,
     pub(super) store: hubalign::store::Store,
     pub(super) opts: RepackOptions,
     pub(super) device: VerifyDevice,
@@ -245,11 +243,9 @@ impl WorkerArgs {
 
 pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
-    let Some(token) = config.token.clone() else {
+    if config.token.is_none() {
         bail!("publishing needs a token with write access: --token or HF_TOKEN")
-    };
-    let hf =
-        HFClient::builder().endpoint(config.endpoint.clone()).token(token.expose()).cache_enabled(false).build()?;
+    }
     let hub = args.bounds.client(config)?;
     let user = hub.whoami().await.context("asking the Hub who the token belongs to")?;
     let target_namespace = args.target_namespace.clone().unwrap_or_else(|| user.clone());
@@ -279,7 +275,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         metal_handoff: args.metal_handoff,
         caps: MirrorCaps { per_namespace: args.max_new_mirrors_per_namespace, total: args.max_new_mirrors },
     };
-    Ok(Setup { hub, hf, store, opts, device })
+    Ok(Setup { hub, store, opts, device })
 }
 
 fn hostname() -> String {
@@ -326,7 +322,7 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
             bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
         };
-        let repacker = Repacker { hub: &s.hub, hf: &s.hf, store: &s.store, opts: &s.opts };
+        let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
         let Some(_) = repacker.run(&job).await? else {
             bail!("{}@{}: another worker took the job over (this one's lease ran out)", args.repo, sha);
         };
@@ -368,27 +364,21 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
                 token,
                 lease: s.opts.lease,
             });
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
-            println!("runner API on http://{}", listener.local_addr()?);
-            tokio::spawn(async move {
-                let forever = std::future::pending::<()>();
-                if let Err(e) = listener::serve(listener, runner::router(api), Limits::default(), forever).await {
-                    tracing::error!(error = %e, "runner API stopped");
-                }
-            });
+            let bound = runner_api::listen(addr, api).await.with_context(|| format!("listening on {addr}"))?;
+            println!("runner API on http://{bound}");
         }
         // Queue the audit's affected repos and check the mirrors' sources now and every 30 s, beside the loop.
-        let (store, hub, hf) = (s.store.clone(), Arc::new(s.hub), Arc::new(s.hf));
+        let (store, hub) = (s.store.clone(), Arc::new(s.hub));
         if !args.drain_only {
-            queue_and_reconcile(&store, &hub, &hf, &policy).await?;
+            queue_and_reconcile(&store, &hub, &policy).await?;
         }
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         if !args.once && !args.drain_only {
-            let (store, hub, hf) = (store.clone(), hub.clone(), hf.clone());
+            let (store, hub) = (store.clone(), hub.clone());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(30)).await;
-                    if let Err(e) = queue_and_reconcile(&store, &hub, &hf, &policy).await {
+                    if let Err(e) = queue_and_reconcile(&store, &hub, &policy).await {
                         tracing::warn!(error = %e, "queueing jobs or checking mirrors failed");
                     }
                 }
@@ -407,7 +397,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
             operator_hold: hubalign::job::NEEDS_OPERATOR_HOLD,
-            runner: Arc::new(RepackRunner { hub, hf, store, opts: s.opts }),
+            runner: Arc::new(RepackRunner { hub, store, opts: s.opts }),
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         let summary = worker.run(stop, when_idle).await;
@@ -430,11 +420,10 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
 async fn queue_and_reconcile(
     store: &hubalign::store::Store,
     hub: &HubClient,
-    hf: &HFClient,
     policy: &EnqueuePolicy,
 ) -> anyhow::Result<()> {
     // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    for hidden in reconcile_mirrors(hub, hf, store, NameFilters { policy, author: None }).await? {
+    for hidden in reconcile_mirrors(hub, store, NameFilters { policy, author: None }).await? {
         println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
     }
     let queued = enqueue_affected(store, policy).await?;

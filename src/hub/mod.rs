@@ -1,11 +1,14 @@
-//! The Hub client for everything hubalign reads from the Hub: listing, single-request range probes, trees,
-//! repo info and downloads, with per-bucket pacing, retries, and a cap on every body and every wait.
+//! The Hub client: listing, single-request range probes, trees, repo info and downloads, and the commit
+//! protocol (`commit`: preupload, Git LFS, the Xet write token, the NDJSON commit), with per-bucket pacing,
+//! retries, and a cap on every body and every wait. Requests and answers are typed here; nothing outside this
+//! module builds these URLs or reads these answers.
 //!
-//! hf-hub 1.x serves the repack worker's writes (repo creation, Xet uploads, settings), but reads go through
-//! here: its listing sends one `filter` and no `expand`, its retries ignore `RateLimit`/`Retry-After` (so a
-//! tight quota fails the crawl), its range reads send a HEAD first or go through Xet reconstruction (several
-//! requests where the audit's budget is one), and its snapshot download lists the tree again and writes
-//! wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
+//! hf-hub 1.x serves repo creation, deletion, settings and pull-request commits, wrapped in `repos`,
+//! and hf-xet the CAS upload itself (`repack::upload`, with the token from `commit`). Reads go
+//! through here: hf-hub's listing sends one `filter` and no `expand`, its retries ignore
+//! `RateLimit`/`Retry-After` (so a tight quota fails the crawl), its range reads send a HEAD first or go through
+//! Xet reconstruction (several requests where the audit's budget is one), and its snapshot download lists the
+//! tree again and writes wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
 pub mod commit;
 pub mod config;
@@ -17,6 +20,7 @@ pub mod pacing;
 pub mod pages;
 pub mod post;
 pub mod probe;
+pub mod repos;
 pub mod retry;
 pub mod tree;
 pub mod webhooks;
@@ -144,6 +148,8 @@ pub struct HubClient {
     max_wait: Duration,
     /// What was sent and received.
     pub stats: RequestStats,
+    /// hf-hub's client, for the requests it serves well (see `repos`), made at first use.
+    hf: std::sync::OnceLock<hf_hub::HFClient>,
 }
 
 /// Why one attempt failed: worth another try, or not.
@@ -184,6 +190,7 @@ impl HubClient {
             retry,
             max_wait: DEFAULT_MAX_WAIT,
             stats: RequestStats::default(),
+            hf: std::sync::OnceLock::new(),
         })
     }
 

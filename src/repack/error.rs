@@ -83,16 +83,6 @@ impl RepackError {
         RepackError::new(kind, what.to_string(), Some(Arc::new(e)))
     }
 
-    /// hf-hub's failure, `what` saying which request: as [`RepackError::hub`].
-    pub fn hf(what: impl std::fmt::Display, e: hf_hub::HFError) -> RepackError {
-        let kind = match &e {
-            hf_hub::HFError::AuthRequired { .. } | hf_hub::HFError::Forbidden { .. } => FailureKind::NeedsOperator,
-            hf_hub::HFError::Http { context } => FailureKind::of_status(context.status),
-            _ => FailureKind::Transient,
-        };
-        RepackError::new(kind, what.to_string(), Some(Arc::new(e)))
-    }
-
     /// A local file's failure, `what` naming the file and the operation: a read-only work directory or one
     /// the worker may not write needs the operator; a full disk or quota is the job's (see the module's
     /// documentation); anything else is tried again.

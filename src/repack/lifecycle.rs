@@ -3,8 +3,6 @@
 //! the dashboard) if its source is now private, gated, disabled or gone; or made to follow its source's new
 //! name if the Hub answers the old one with a renamed repo.
 
-use hf_hub::HFClient;
-
 use super::policy::{self, NameFilters, PrivateMirrors};
 use crate::hub::HubClient;
 use crate::store::{Store, StoreError};
@@ -25,28 +23,25 @@ pub struct Hidden {
 #[tracing::instrument(skip_all)]
 pub async fn reconcile_mirrors(
     hub: &HubClient,
-    hf: &HFClient,
     store: &Store,
     filters: NameFilters<'_>,
 ) -> Result<Vec<Hidden>, StoreError> {
-    reconcile(hub, hf, store, filters, None).await
+    reconcile(hub, store, filters, None).await
 }
 
 /// [`reconcile_mirrors`] for the mirrors of `sources` alone: after a webhook, whose re-read concerns only
 /// them, the Hub is not asked about every other source the last crawl did not list.
 pub async fn reconcile_mirrors_of(
     hub: &HubClient,
-    hf: &HFClient,
     store: &Store,
     filters: NameFilters<'_>,
     sources: &[String],
 ) -> Result<Vec<Hidden>, StoreError> {
-    reconcile(hub, hf, store, filters, Some(sources)).await
+    reconcile(hub, store, filters, Some(sources)).await
 }
 
 async fn reconcile(
     hub: &HubClient,
-    hf: &HFClient,
     store: &Store,
     filters: NameFilters<'_>,
     only: Option<&[String]>,
@@ -62,7 +57,7 @@ async fn reconcile(
         {
             if let Some(why) = filters.excludes(to) {
                 let reason = format!("its source was renamed to {to}, which is not mirrored ({why})");
-                if hide_mirror(hf, store, &mirror.target_repo, &reason).await? {
+                if hide_mirror(hub, store, &mirror.target_repo, &reason).await? {
                     hidden.push(Hidden {
                         target: mirror.target_repo.clone(),
                         reason: format!("made private because {reason}"),
@@ -84,7 +79,7 @@ async fn reconcile(
             }
         };
         let reason = format!("its source is no longer public ({reason})");
-        if hide_mirror(hf, store, &mirror.target_repo, &reason).await? {
+        if hide_mirror(hub, store, &mirror.target_repo, &reason).await? {
             tracing::warn!(repo.id = %source, mirror = %mirror.target_repo, reason = %reason, "mirror hidden");
             hidden.push(Hidden { target: mirror.target_repo, reason: format!("made private because {reason}") });
         }
@@ -95,9 +90,8 @@ async fn reconcile(
 /// Makes `target` private on the Hub, then records `made private because {why}`. `Ok(false)` when the Hub
 /// refused (tried again on the next pass).
 #[tracing::instrument(skip_all, fields(mirror.id = %target))]
-pub async fn hide_mirror(hf: &HFClient, store: &Store, target: &str, why: &str) -> Result<bool, StoreError> {
-    let Some((ns, name)) = target.split_once('/') else { return Ok(false) };
-    match hf.model(ns, name).update_settings().private(true).send().await {
+pub async fn hide_mirror(hub: &HubClient, store: &Store, target: &str, why: &str) -> Result<bool, StoreError> {
+    match hub.set_private(target, true).await {
         Ok(()) => {
             store.hide_mirror(target, &format!("made private because {why}")).await?;
             Ok(true)

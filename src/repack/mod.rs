@@ -25,8 +25,6 @@ pub mod verify;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hf_hub::HFClient;
-
 use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::hub::HubClient;
@@ -79,10 +77,8 @@ pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 1_000_000_000_000;
 
 /// What a worker needs.
 pub struct Repacker<'a> {
-    /// The crawler's client (trees, with their hashes).
+    /// The Hub client: trees with their hashes, downloads, the mirror and its commit.
     pub hub: &'a HubClient,
-    /// hf-hub, for uploads and repo settings.
-    pub hf: &'a HFClient,
     /// The store.
     pub store: &'a Store,
     /// Options.
@@ -119,8 +115,6 @@ enum Relaid {
 pub struct RepackRunner {
     /// The Hub client.
     pub hub: std::sync::Arc<HubClient>,
-    /// HF's client, for the commits it makes.
-    pub hf: std::sync::Arc<HFClient>,
     /// The store.
     pub store: Store,
     /// The worker's options (its name is the loop's).
@@ -129,7 +123,7 @@ pub struct RepackRunner {
 
 impl crate::worker::JobRunner for RepackRunner {
     async fn run(&self, job: Job) -> Result<Option<JobState>, StoreError> {
-        let repacker = Repacker { hub: &self.hub, hf: &self.hf, store: &self.store, opts: &self.opts };
+        let repacker = Repacker { hub: &self.hub, store: &self.store, opts: &self.opts };
         repacker.run(&job).await
     }
 }
@@ -161,7 +155,7 @@ impl Repacker<'_> {
         };
         // A job that ended without a mirror leaves none: an empty repo it created goes, and its name with it.
         if matches!(state, JobState::Failed | JobState::Skipped) && !self.opts.pull_request {
-            publish::abandon(self.hf, self.hub, self.store, &job.repo_id).await;
+            publish::abandon(self.hub, self.store, &job.repo_id).await;
         }
         // A job waiting for the Metal check keeps its staged files for the runner and the publish after it
         // (unless they wait on the Hub); one that will be tried again keeps its downloads, unless the disk ran
@@ -380,7 +374,6 @@ impl Repacker<'_> {
         let chosen =
             chosen.inspect_err(|e| tracing::warn!(repo.id = %job.repo_id, error = %e, "no upload ahead")).ok()?;
         let mirror = publish::Mirror {
-            hf: self.hf,
             hub: self.hub,
             target: &chosen.target,
             source: &job.repo_id,
@@ -423,7 +416,7 @@ impl Repacker<'_> {
                 bot: &self.opts.bot_user,
                 sources: &sources,
             };
-            let proposal = pull_request::propose(self.hub, self.hf, &target, output).await?;
+            let proposal = pull_request::propose(self.hub, &target, output).await?;
             return Ok(match proposal {
                 pull_request::Proposal::Opened { num, commit } => {
                     tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
@@ -465,7 +458,6 @@ impl Repacker<'_> {
             }
         }
         let mirror = publish::Mirror {
-            hf: self.hf,
             hub: self.hub,
             target: &target,
             source: &job.repo_id,

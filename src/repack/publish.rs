@@ -1,10 +1,8 @@
-//! Publishing a verified bundle as `{namespace}/{name}-aligned`: the repo and its settings through hf-hub,
+//! Publishing a verified bundle as `{namespace}/{name}-aligned`: the repo and its settings through `hub::repos`,
 //! the files and the commit through [`super::upload`] (Xet, so a header-padded shard uploads little more
 //! than what changed).
 
 use std::path::{Path, PathBuf};
-
-use hf_hub::{HFClient, RepoTypeModel};
 
 use super::ahead::{self, Ahead};
 use super::error::RepackError;
@@ -12,7 +10,7 @@ use super::policy::{Visibility, same_name};
 use super::upload::{self, CommitError, Verdict};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
-use crate::hub::{BodyLimit, HubClient};
+use crate::hub::{BodyLimit, HubClient, HubError};
 use crate::manifest::MANIFEST_FILE;
 use crate::store::Store;
 use crate::store::mirrors::{Claim, MirrorCaps};
@@ -188,14 +186,13 @@ const DAY: i64 = 86_400;
 /// manifest (published, or staged for the Metal check) is kept. Failures are only logged: the name is this
 /// source's alone, and its next job reuses the repo.
 #[tracing::instrument(skip_all, fields(repo.id = %source))]
-pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str) {
+pub async fn abandon(hub: &HubClient, store: &Store, source: &str) {
     let Ok(Some(row)) = store.mirror_of(source).await else { return };
     let target = row.target_repo;
     let removed = async {
         match holder(hub, &target).await? {
             Holder::Unknown => {
-                let request = hf.delete_repository().repo_id(&target).repo_type(RepoTypeModel).missing_ok(true);
-                request.send().await.map_err(|e| RepackError::hf(format_args!("deleting {target}"), e))?;
+                hub.delete_repo(&target).await.map_err(|e| RepackError::hub(format_args!("deleting {target}"), e))?;
             }
             // Taken before the download, never created: only the name goes.
             Holder::Free => {}
@@ -217,9 +214,7 @@ pub async fn abandon(hf: &HFClient, hub: &HubClient, store: &Store, source: &str
 
 /// Where a bundle is published and what its upload may deduplicate against.
 pub struct Mirror<'a> {
-    /// hf-hub, for the repo and the commit.
-    pub hf: &'a HFClient,
-    /// The crawler's client, for the mirror's manifest and the Xet token that priming needs.
+    /// The Hub client: the repo, its manifest, the upload and the commit.
     pub hub: &'a HubClient,
     /// `namespace/name` of the mirror.
     pub target: &'a str,
@@ -262,21 +257,18 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
 /// committed to. If it already holds this source commit's repair, nothing is sent.
 #[tracing::instrument(name = "publish", skip_all, fields(mirror.id = %mirror.target))]
 pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
-    let (hf, target) = (mirror.hf, mirror.target);
-    let failed = |what: &str, e: hf_hub::HFError| RepackError::hf(format_args!("{what} {target}"), e);
-    let (ns, name) =
-        target.split_once('/').ok_or_else(|| RepackError::permanent(format!("{target}: not namespace/name")))?;
-    let repo = hf.model(ns, name);
+    let (hub, target) = (mirror.hub, mirror.target);
+    let failed = |what: &str, e: HubError| RepackError::hub(format_args!("{what} {target}"), e);
     let public = mirror.visibility == Visibility::Public;
     if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror, "main").await?
         && rev == source_sha
         && same_name(&named, mirror.source)
     {
         // A worker that died between the upload and making the mirror public left it private.
-        repo.update_settings().private(!public).send().await.map_err(|e| failed("setting the visibility of", e))?;
+        hub.set_private(target, !public).await.map_err(|e| failed("setting the visibility of", e))?;
         return Ok(Published::AlreadyThere(head(mirror.hub, target).await?));
     }
-    create_private(hf, target).await?;
+    create_private(hub, target).await?;
     // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
     let files = upload::files_of(dir);
     let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await?;
@@ -310,7 +302,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         Err(CommitError::Failed(why)) => return Err(why),
     };
     if public {
-        repo.update_settings().private(false).send().await.map_err(|e| failed("making public", e))?;
+        hub.set_private(target, false).await.map_err(|e| failed("making public", e))?;
     }
     tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
@@ -318,12 +310,8 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
 
 /// Creates `target`, private. A 409 (it exists) is not a failure here: whose it is, is decided by the
 /// manifest at the commit the upload builds on (see [`check_holder`]).
-async fn create_private(hf: &HFClient, target: &str) -> Result<(), RepackError> {
-    let request = hf.create_repository().repo_id(target).repo_type(RepoTypeModel).private(true);
-    match request.send().await {
-        Ok(_) | Err(hf_hub::HFError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(RepackError::hf(format_args!("creating {target}"), e)),
-    }
+async fn create_private(hub: &HubClient, target: &str) -> Result<(), RepackError> {
+    hub.create_private_repo(target).await.map(drop).map_err(|e| RepackError::hub(format_args!("creating {target}"), e))
 }
 
 /// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
@@ -335,7 +323,7 @@ pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<
     {
         return Ok(false);
     }
-    create_private(mirror.hf, mirror.target).await?;
+    create_private(mirror.hub, mirror.target).await?;
     Ok(true)
 }
 

@@ -4,9 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::HFClient;
-use hf_hub::repository::CommitOperation;
-
 use super::error::RepackError;
 use super::prime::prime;
 use crate::hub::HubClient;
@@ -64,7 +61,7 @@ pub struct Target<'a> {
 /// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
 /// workers.
 #[tracing::instrument(name = "propose", skip_all, fields(repo.id = %target.repo))]
-pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
+pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
@@ -80,25 +77,16 @@ pub async fn propose(hub: &HubClient, hf: &HFClient, target: &Target<'_>, dir: &
     // carried configs of a mirror lose their pointers to code; a pull request proposes no such change).
     let repair = |n: &String| n.ends_with(crate::bundle::SHARD_SUFFIX) || n == crate::manifest::MANIFEST_FILE;
     for name in names.into_iter().filter(repair) {
-        operations.push(CommitOperation::add_file(name.clone(), dir.join(&name)));
+        operations.push((name.clone(), dir.join(&name)));
     }
     prime(hub, repo, sources).await;
     // Again after priming, the last step before the commit, for a worker that opened one meanwhile.
     if let Some(why) = previous(hub, repo, bot, head).await? {
         return Ok(Proposal::Declined(why));
     }
-    let (ns, name) =
-        repo.split_once('/').ok_or_else(|| RepackError::permanent(format!("{repo}: not namespace/name")))?;
-    let info = hf
-        .model(ns, name)
-        .create_commit()
-        .operations(operations)
-        .commit_message(PR_TITLE)
-        .commit_description(DESCRIPTION)
-        .parent_commit(head)
-        .create_pr(true)
-        .send()
+    let opened = hub
+        .open_pull_request(repo, head, (PR_TITLE, DESCRIPTION), operations)
         .await
-        .map_err(|e| RepackError::hf(format_args!("opening a pull request on {repo}"), e))?;
-    Ok(Proposal::Opened { num: info.pr_num.unwrap_or(0), commit: info.commit_oid.unwrap_or_default() })
+        .map_err(|e| RepackError::hub(format_args!("opening a pull request on {repo}"), e))?;
+    Ok(Proposal::Opened { num: opened.num, commit: opened.commit })
 }

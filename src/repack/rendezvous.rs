@@ -86,7 +86,6 @@ impl Repacker<'_> {
         let _ = self.store.set_job_target(job.id, &target).await;
         let sources: Vec<std::path::PathBuf> = manifest.shards.iter().map(|s| source.join(&s.file)).collect();
         let mirror = publish::Mirror {
-            hf: self.hf,
             hub: self.hub,
             target: &target,
             source: repo,
@@ -176,9 +175,8 @@ impl Repacker<'_> {
             }
         };
         if visibility == Visibility::Public {
-            let (ns, name) = target.split_once('/').unwrap_or_default();
-            let settings = self.hf.model(ns, name).update_settings().private(false).send().await;
-            settings.map_err(|e| RepackError::hf(format_args!("making public {target}"), e))?;
+            let made_public = self.hub.set_private(&target, false).await;
+            made_public.map_err(|e| RepackError::hub(format_args!("making public {target}"), e))?;
         }
         let named = manifest.source_repo.as_deref().unwrap_or(&job.repo_id);
         if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {

@@ -7,36 +7,13 @@
 //! - `POST /api/verifier/jobs/{id}/result` with the script's JSON record → 200, or 409 if the lease was lost.
 //!
 //! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
-//! runner in the job's history.
+//! runner in the job's history. This is the runner's side (`hubalign verify-runner`) and the protocol's types;
+//! the service's side is `serve::runner_api`.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::Path;
 
-use axum::Json;
-use axum::body::Body;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
-
-use crate::secret::bearer_matches;
-use crate::store::Store;
-
-/// What the service side needs.
-#[derive(Debug)]
-pub struct RunnerApi {
-    /// The store with the jobs.
-    pub store: Store,
-    /// The workers' work directory, where jobs stage their files.
-    pub work_dir: PathBuf,
-    /// The runners' token.
-    pub token: String,
-    /// How long a runner may take.
-    pub lease: Duration,
-}
 
 /// A claimed job, as the runner receives it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -49,87 +26,6 @@ pub struct Claim {
     pub sha: String,
     /// The staged output's shard file names and its manifest.
     pub files: Vec<String>,
-}
-
-/// The runner's name if it presented the token.
-fn authorized(api: &RunnerApi, headers: &HeaderMap) -> Option<String> {
-    if !bearer_matches(headers, &api.token) {
-        return None;
-    }
-    Some(headers.get("x-runner").and_then(|v| v.to_str().ok()).unwrap_or("macos-runner").chars().take(64).collect())
-}
-
-fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, "runner token required").into_response()
-}
-
-fn internal(e: impl std::fmt::Display) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-}
-
-/// The routes, to mount in the service.
-pub fn router(api: Arc<RunnerApi>) -> axum::Router {
-    axum::Router::new()
-        .route("/api/verifier/claim", post(claim))
-        .route("/api/verifier/jobs/{id}/{side}/{file}", get(file))
-        .route("/api/verifier/jobs/{id}/result", post(result))
-        .with_state(api)
-}
-
-fn staged(api: &RunnerApi, id: i64) -> PathBuf {
-    api.work_dir.join(format!("job-{id}"))
-}
-
-async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Response {
-    let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
-    let job = match api.store.claim_metal_job(&runner, api.lease, false).await {
-        Ok(Some(job)) => job,
-        Ok(None) => return StatusCode::NO_CONTENT.into_response(),
-        Err(e) => return internal(e),
-    };
-    let mut files: Vec<String> = std::fs::read_dir(staged(&api, job.id).join("aligned"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".safetensors") || n == crate::manifest::MANIFEST_FILE)
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    Json(Claim { job_id: job.id, repo: job.repo_id, sha: job.source_sha, files }).into_response()
-}
-
-async fn file(
-    State(api): State<Arc<RunnerApi>>,
-    headers: HeaderMap,
-    UrlPath((id, side, name)): UrlPath<(i64, String, String)>,
-) -> Response {
-    if authorized(&api, &headers).is_none() {
-        return unauthorized();
-    }
-    // Only the output: the check judges it by the manifest's digests, so the source never leaves the worker.
-    if side != "aligned" || crate::gate::check_repo_path(&name).is_err() || name.contains('/') {
-        return (StatusCode::BAD_REQUEST, "no such staged file").into_response();
-    }
-    match tokio::fs::File::open(staged(&api, id).join(side).join(&name)).await {
-        Ok(f) => Body::from_stream(tokio_util::io::ReaderStream::new(f)).into_response(),
-        Err(_) => (StatusCode::NOT_FOUND, "no such staged file").into_response(),
-    }
-}
-
-async fn result(
-    State(api): State<Arc<RunnerApi>>,
-    headers: HeaderMap,
-    UrlPath(id): UrlPath<i64>,
-    Json(record): Json<serde_json::Value>,
-) -> Response {
-    let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
-    let passed = record["ok"] == true;
-    match api.store.metal_result(id, &runner, passed, &record.to_string()).await {
-        Ok(true) => StatusCode::OK.into_response(),
-        Ok(false) => (StatusCode::CONFLICT, "this runner does not hold the job").into_response(),
-        Err(e) => internal(e),
-    }
 }
 
 /// The runner's side: claims one job, fetches its shards, runs the check, posts the record. Returns the job

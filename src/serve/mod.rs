@@ -7,6 +7,7 @@ pub mod listener;
 mod metrics;
 mod overview;
 mod pages;
+pub mod runner_api;
 pub mod schedule;
 mod scheduler;
 pub mod webhook;
@@ -16,12 +17,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use hf_hub::HFClient;
 
+use self::runner_api::{RunnerApi, router as runner_router};
 use crate::audit::AuditOptions;
 use crate::hub::HubClient;
 use crate::repack::policy::EnqueuePolicy;
-use crate::repack::runner::{RunnerApi, router as runner_router};
 use crate::repack::{RepackOptions, RepackRunner};
 use crate::store::Store;
 use crate::worker::{WhenIdle, WorkerLoop};
@@ -165,7 +165,6 @@ pub fn router(
 /// Everything the scheduler and the workers share.
 struct Shared {
     hub: Arc<HubClient>,
-    hf: Arc<HFClient>,
     store: Store,
     health: Arc<Health>,
 }
@@ -178,7 +177,6 @@ struct Shared {
 pub async fn serve(
     config: ServeConfig,
     hub: Arc<HubClient>,
-    hf: Arc<HFClient>,
     store: Store,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
@@ -213,7 +211,7 @@ pub async fn serve(
         .and_then(|()| tokio::net::TcpListener::from_std(config.listener))
         .map_err(|e| format!("using the listening socket: {e}"))?;
     tracing::info!(url = %format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?), "serving");
-    let shared = Arc::new(Shared { hub, hf, store, health: health.clone() });
+    let shared = Arc::new(Shared { hub, store, health: health.clone() });
     let mut tasks = tokio::task::JoinSet::new();
     let mut names = std::collections::HashMap::new();
     let mut server_stop = stop.clone();
@@ -243,7 +241,6 @@ pub async fn serve(
     if let Some(webhook) = config.webhook {
         let rereader = webhook::Rereader {
             hub: webhook.hub,
-            hf: shared.hf.clone(),
             store: shared.store.clone(),
             audit: config.audit.clone(),
             policy: config.policy.clone(),
@@ -269,12 +266,7 @@ pub async fn serve(
             jobs_on: batch.handle().clone(),
             on_panic: Some(Arc::new(move || health.panicked())),
             operator_hold: crate::job::NEEDS_OPERATOR_HOLD,
-            runner: Arc::new(RepackRunner {
-                hub: shared.hub.clone(),
-                hf: shared.hf.clone(),
-                store: shared.store.clone(),
-                opts,
-            }),
+            runner: Arc::new(RepackRunner { hub: shared.hub.clone(), store: shared.store.clone(), opts }),
         };
         let stop = stop.clone();
         let id = tasks

@@ -155,7 +155,7 @@ async fn run_audit(
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
     // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.hf, &shared.store, filters).await {
+    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.store, filters).await {
         Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),

@@ -14,7 +14,6 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hf_hub::HFClient;
 use tokio::sync::watch;
 
 use crate::audit::{AuditOptions, Reread, Trigger, reread};
@@ -144,8 +143,6 @@ async fn receive(
 pub struct Rereader {
     /// A Hub client of its own, so each run's request counts are its own.
     pub hub: HubClient,
-    /// hf-hub, to make mirrors private.
-    pub hf: Arc<HFClient>,
     /// The store.
     pub store: Store,
     /// The crawl's options: its filters (`--filter`, `--author`) and probe.
@@ -200,7 +197,7 @@ impl Rereader {
             }
         }
         let read: Vec<String> = seen.into_iter().collect();
-        match reconcile_mirrors_of(&self.hub, &self.hf, &self.store, self.filters(), &read).await {
+        match reconcile_mirrors_of(&self.hub, &self.store, self.filters(), &read).await {
             Ok(hidden) => {
                 for h in hidden {
                     tracing::warn!(mirror = %h.target, reason = %h.reason, "mirror made private after a webhook");
@@ -293,7 +290,7 @@ impl Rereader {
         if let Err(why) = self.watched(to) {
             if let Some(mirror) = self.store.mirror_of(from).await?.filter(|m| !m.private) {
                 let reason = format!("its source was renamed to {to}, which is not mirrored ({why})");
-                hide_mirror(&self.hf, &self.store, &mirror.target_repo, &reason).await?;
+                hide_mirror(&self.hub, &self.store, &mirror.target_repo, &reason).await?;
             }
             return Ok(());
         }

@@ -427,7 +427,11 @@ fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     let card = "---\nlibrary_name: mlx\nlicense: mit\n---\n# moved, and pushed again\n";
     push_bundle(&world, new, "card", card);
     wait_until("the new name's push on the same mirror", || manifest_names().as_deref() == Some(new));
-    assert!(!get(&format!("{base}/repo/{new}")).contains("followed the rename"), "the manifest names it now");
+    // The store records the publication just after the commit lands (and the mirror is made public): the page
+    // says so once the job is recorded.
+    wait_until("the page to stop saying it followed a rename", || {
+        !get(&format!("{base}/repo/{new}")).contains("followed the rename")
+    });
     assert!(sim.repos().get(&crate::support::mirror("alice-org/moved-q4")).is_none(), "still no second mirror");
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hubalign::repack::runner::{RunnerApi, router};
+use hubalign::serve::runner_api::{RunnerApi, router};
 use hubalign::store::Store;
 
 use super::pipeline::jobs;
