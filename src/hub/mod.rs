@@ -484,14 +484,18 @@ impl Exchange {
 
 /// Reads a response's whole body, failing once it passes `cap` bytes (for answers that come from
 /// elsewhere than the Hub's API, such as the Xet CAS).
-pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
+pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, HubError> {
+    let too_large = |url: &reqwest::Url| HubError::TooLarge { url: url.to_string(), cap: cap as u64 };
     if response.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(format!("{}: larger than the {cap}-byte cap", response.url()));
+        return Err(too_large(response.url()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+    let url = response.url().clone();
+    while let Some(chunk) =
+        response.chunk().await.map_err(|e| HubError::Malformed { url: url.to_string(), detail: describe(&e) })?
+    {
         if body.len() + chunk.len() > cap {
-            return Err(format!("{}: larger than the {cap}-byte cap", response.url()));
+            return Err(too_large(&url));
         }
         body.extend_from_slice(&chunk);
     }

@@ -356,7 +356,7 @@ fn thousands(n: u64) -> String {
 }
 
 /// Renders the card.
-pub fn render(data: &CardData<'_>) -> Result<String, String> {
+pub fn render(data: &CardData<'_>) -> Result<String, minijinja::Error> {
     let mut env = minijinja::Environment::new();
     env.add_filter("thousands", |n: u64| thousands(n));
     env.add_filter("md", |s: String| markdown_text(&s));
@@ -365,8 +365,8 @@ pub fn render(data: &CardData<'_>) -> Result<String, String> {
     env.add_filter("plural", |n: u64, one: String, many: String| {
         format!("{} {}", thousands(n), if n == 1 { one } else { many })
     });
-    env.add_template("card", TEMPLATE).map_err(|e| format!("card template: {e}"))?;
-    env.get_template("card").and_then(|t| t.render(minijinja::value::Serde(data))).map_err(|e| format!("card: {e}"))
+    env.add_template("card", TEMPLATE)?;
+    env.get_template("card")?.render(minijinja::value::Serde(data))
 }
 
 /// The `license:` of a README's YAML front matter, if any (and if it reads as a licence id).

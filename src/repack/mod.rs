@@ -529,7 +529,8 @@ impl Repacker<'_> {
             checks,
             mlx: record,
         };
-        card::render(&card::CardData::new(manifest, inputs)).map_err(RepackError::permanent)
+        card::render(&card::CardData::new(manifest, inputs))
+            .map_err(|e| RepackError::permanent(format!("the card: {e}")))
     }
 }
 

@@ -50,8 +50,9 @@ pub async fn run_once(
     if !response.status().is_success() {
         return Err(format!("claim: HTTP {}", response.status()));
     }
-    let claim: Claim = serde_json::from_slice(&crate::hub::read_capped(response, 1 << 20).await?)
-        .map_err(|e| format!("claim: {e}"))?;
+    let claim: Claim =
+        serde_json::from_slice(&crate::hub::read_capped(response, 1 << 20).await.map_err(|e| e.to_string())?)
+            .map_err(|e| format!("claim: {e}"))?;
     // The claim names the files to write here: only plain names in the job's own directory.
     if let Some(bad) = claim.files.iter().find(|n| crate::gate::check_repo_path(n).is_err() || n.contains('/')) {
         return Err(format!("claim: refusing file name {}", crate::gate::quote(bad)));
