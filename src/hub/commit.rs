@@ -207,10 +207,6 @@ pub enum CommitRefused {
 }
 
 impl HubClient {
-    fn model_api(&self, repo: &str, rest: &str) -> String {
-        format!("{}/api/models/{}/{rest}", self.endpoint(), crate::gate::encode_path(repo))
-    }
-
     fn malformed(url: &str, what: &str, e: impl std::fmt::Display) -> HubError {
         HubError::Malformed { url: url.to_owned(), detail: format!("{what}: {e}") }
     }

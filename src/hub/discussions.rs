@@ -88,7 +88,7 @@ impl HubClient {
 
     /// One pull request, as its page describes it now.
     pub async fn pull_request(&self, repo: &str, num: u64) -> Result<PullRequestInfo, HubError> {
-        let url = format!("{}/api/models/{}/discussions/{num}", self.endpoint(), gate::encode_path(repo));
+        let url = self.model_api(repo, &format!("discussions/{num}"));
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let item: Item = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;

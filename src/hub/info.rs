@@ -70,7 +70,7 @@ struct WhoAmI {
 impl HubClient {
     /// The repo's current state, read with the token (so a private repo it may see is seen as private).
     pub async fn model_info(&self, repo: &str) -> Result<ModelInfo, HubError> {
-        let url = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        let url = self.model_api(repo, "");
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url, detail: format!("model info: {e}") })
@@ -81,7 +81,7 @@ impl HubClient {
     /// old name with the repo under its new name: that answer is [`Entry::Renamed`], the only proof of a move
     /// hubalign acts on.
     pub async fn repo_entry(&self, repo: &str) -> Result<Entry, HubError> {
-        let url = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        let url = self.model_api(repo, "");
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let item: serde_json::Value = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("model info: {e}") })?;

@@ -200,6 +200,13 @@ impl HubClient {
         self
     }
 
+    /// `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty: the one place a model's API URL is
+    /// made, with the id percent-encoded.
+    pub(crate) fn model_api(&self, repo: &str, rest: &str) -> String {
+        let base = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        if rest.is_empty() { base } else { format!("{base}/{rest}") }
+    }
+
     /// The endpoint, without a trailing slash.
     pub fn endpoint(&self) -> &str {
         &self.config.endpoint

@@ -28,6 +28,12 @@ pub struct OpenedPullRequest {
     pub commit: String,
 }
 
+/// `namespace/name` as its two parts, as hf-hub's model handle takes them.
+fn parts(repo: &str) -> Result<(&str, &str), HubError> {
+    repo.split_once('/')
+        .ok_or_else(|| HubError::Malformed { url: repo.to_owned(), detail: "not namespace/name".into() })
+}
+
 /// hf-hub's failure as the Hub's: a status where the Hub answered one (with its error code, message and
 /// request id), a malformed-answer error naming `what` otherwise (a transport failure, tried again).
 fn from_hf(what: &str, e: HFError) -> HubError {
@@ -88,9 +94,7 @@ impl HubClient {
 
     /// Makes `repo` private or public.
     pub async fn set_private(&self, repo: &str, private: bool) -> Result<(), HubError> {
-        let (ns, name) = repo
-            .split_once('/')
-            .ok_or_else(|| HubError::Malformed { url: repo.to_owned(), detail: "not namespace/name".into() })?;
+        let (ns, name) = parts(repo)?;
         self.hf()?.model(ns, name).update_settings().private(private).send().await.map_err(|e| from_hf(repo, e))
     }
 
@@ -102,9 +106,7 @@ impl HubClient {
         (title, description): (&str, &str),
         files: Vec<(String, PathBuf)>,
     ) -> Result<OpenedPullRequest, HubError> {
-        let (ns, name) = repo
-            .split_once('/')
-            .ok_or_else(|| HubError::Malformed { url: repo.to_owned(), detail: "not namespace/name".into() })?;
+        let (ns, name) = parts(repo)?;
         let operations = files.into_iter().map(|(path, file)| CommitOperation::add_file(path, file)).collect();
         let info = self
             .hf()?

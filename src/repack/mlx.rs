@@ -67,9 +67,10 @@ pub fn run_off_executor<F: FnOnce(&serde_json::Value) + Send + 'static>(
     async move { running.await? }
 }
 
-/// [`check`], telling `on_start` the line the script prints once MLX is imported (`{"started": true,
-/// "mlx_version": …}`), before it loads anything.
-pub fn check_with(
+/// Runs the check of the bundle in `output` (with its manifest) on `device` (`cpu` or `gpu`), telling
+/// `on_start` the line the script prints once MLX is imported (`{"started": true, "mlx_version": …}`), before
+/// it loads anything; returns its JSON record, or why it failed.
+fn check_with(
     python: &Path,
     script: &Path,
     output: &Path,

@@ -16,12 +16,16 @@ pub(crate) fn fixture(rel: &str) -> PathBuf {
 
 /// The `hubalign` binary under test: this build's, or another named by `HUBALIGN_TEST_BIN` (to show that a
 /// regression test fails on an older build).
+pub(crate) fn hubalign_bin() -> std::ffi::OsString {
+    std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into())
+}
+
+/// A command running [`hubalign_bin`].
 pub(crate) fn hubalign() -> Command {
     // Each run gets an empty Xet shard cache of its own, in the build tree rather than the user's home, so no
     // run deduplicates against what an earlier one cached (simulators reuse ports, and the cache is per port).
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(hubalign_bin());
     cmd.env_remove("RUST_LOG");
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     cmd.env("HF_XET_CACHE", root().join(format!("target/test-xet-cache/{}-{run}", std::process::id())));

@@ -147,7 +147,7 @@ fn file_names_with_control_characters_are_escaped_in_the_terminal() {
     let evil = dir.path().join("evil\u{1b}[2J\nforged.safetensors");
     std::fs::copy(fixture("mlx_lm/q4/model.safetensors"), &evil).unwrap();
     let table = stdout(&run_bounded(&["scan", "--format", "table", dir.path().to_str().unwrap()]));
-    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
+    let bin = crate::support::hubalign_bin();
     // CSV on a terminal (`script` gives it one, and the progress bar draws there too): a person reads it, so it
     // is escaped like the table. Only the bar's own cursor movements may be escape sequences.
     let command = format!("{} scan --format csv {}", bin.to_str().unwrap(), dir.path().display());

@@ -15,7 +15,7 @@ use crate::support::python;
 /// `hubalign ARGS` with its work directory `work` a fresh 320 MiB tmpfs, mounted for that run alone; what
 /// the run left in the work directory is listed in `left` before the disk goes.
 fn on_small_disk(world: &World, db: &std::path::Path, (work, left): (&Path, &Path), args: &[&str]) -> Output {
-    let bin = std::env::var_os("HUBALIGN_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hubalign").into());
+    let bin = crate::support::hubalign_bin();
     let script = r#"work="$1"; left="$2"; shift 2; mount -t tmpfs -o size=320m tmpfs "$work" || exit 99
         "$@" --work-dir "$work"; rc=$?; ls -A "$work" > "$left"; exit $rc"#;
     Command::new("unshare")
