@@ -1,10 +1,16 @@
 //! A repack job's domain: where it is ([`JobState`]), what a failure means ([`FailureKind`]), where its MLX check
 //! runs ([`VerifyDevice`]), the job as recorded ([`Job`], [`JobEvent`]) and how a step ends ([`JobOutcome`]).
-//! The store keeps these and the pipeline moves them; neither owns them.
+//! What a job carries between its steps is in [`payload`]. The store keeps these and the pipeline moves them;
+//! neither owns them.
+
+pub mod payload;
 
 use std::time::Duration;
 
 use serde::Serialize;
+use sqlx::types::Json;
+
+use payload::{MlxRecord, Staged};
 
 /// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
 /// runner protocol.
@@ -162,13 +168,11 @@ pub struct Job {
     pub published_commit: Option<String>,
     /// Where its MLX check runs.
     pub verify_device: VerifyDevice,
-    /// The MLX load check's record: JSON, served as a JSON object.
-    #[serde(serialize_with = "json_text")]
-    pub verification: Option<String>,
+    /// The MLX load check's record, once it ran.
+    pub verification: Option<Json<MlxRecord>>,
     /// Where the bundle waits for the Metal check when the Hub is the rendezvous: the private mirror's
-    /// staged commit and the local checks (JSON, served as a JSON object); `None` when staged on a worker.
-    #[serde(serialize_with = "json_text")]
-    pub staged: Option<String>,
+    /// staged commit and the local checks; `None` when staged on a worker.
+    pub staged: Option<Json<Staged>>,
     /// Attempts so far.
     pub attempts: i64,
     /// Attempts allowed.
@@ -195,17 +199,6 @@ pub struct Job {
     pub pr_num: Option<i64>,
     /// What became of that pull request: `open`, `closed` or `merged`.
     pub pr_status: Option<String>,
-}
-
-/// A JSON document kept as text, serialized as the document itself (a string only if it does not parse).
-#[expect(clippy::ref_option, reason = "serde's `serialize_with` hands the field over as `&Option<T>`")]
-fn json_text<S: serde::Serializer>(text: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    use serde::Serialize;
-    match text.as_deref().map(|t| serde_json::from_str::<serde_json::Value>(t).map_err(|_| t)) {
-        None => s.serialize_none(),
-        Some(Ok(value)) => value.serialize(s),
-        Some(Err(raw)) => s.serialize_str(raw),
-    }
 }
 
 /// One step in a job's history.
@@ -261,10 +254,10 @@ pub enum JobOutcome {
         reason: String,
     },
     /// Waiting for the macOS runner's Metal check; the lease is released. `staged` is the record of a bundle
-    /// staged on the Hub (JSON), `None` for one staged in the worker's directory.
+    /// staged on the Hub, `None` for one staged in the worker's directory.
     AwaitMetal {
         /// The staged commit and the local checks, when the Hub is the rendezvous.
-        staged: Option<String>,
+        staged: Option<Staged>,
     },
 }
 

@@ -10,18 +10,18 @@ use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::job::VerifyDevice;
 use hubalign::job::{FailureKind, Job, JobState};
-use hubalign::repack::lifecycle::reconcile_mirrors;
+use hubalign::repack::lifecycle::reconcile_then_enqueue;
 use hubalign::repack::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
-    enqueue_affected,
 };
 use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner;
-use hubalign::repack::{RepackOptions, RepackRunner, Repacker};
+use hubalign::repack::{RepackOptions, Repacker};
 use hubalign::safetensors::Alignment;
 use hubalign::serve::runner_api::{self, RunnerApi};
+use hubalign::serve::workers::Workers;
 use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
-use hubalign::worker::{WhenIdle, WorkerLoop};
+use hubalign::worker::WhenIdle;
 
 use super::audit::HubBounds;
 use super::store_args::StoreArgs;
@@ -389,16 +389,15 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
                 let _ = stop_tx.send(true);
             }
         });
-        let worker = WorkerLoop {
-            store: store.clone(),
-            worker: s.opts.worker.clone(),
-            lease: s.opts.lease,
+        let workers = Workers {
+            hub,
+            store,
+            opts: s.opts,
             idle: Duration::from_secs(30),
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
-            operator_hold: hubalign::job::NEEDS_OPERATOR_HOLD,
-            runner: Arc::new(RepackRunner { hub, store, opts: s.opts }),
         };
+        let worker = workers.worker("");
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         let summary = worker.run(stop, when_idle).await;
         println!(
@@ -416,20 +415,17 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
 }
 
 /// Makes private the mirrors whose source stopped being public (following renamed ones), then queues the
-/// affected repos by policy.
+/// affected repos by policy; the mirrors made private are printed.
 async fn queue_and_reconcile(
     store: &hubalign::store::Store,
     hub: &HubClient,
     policy: &EnqueuePolicy,
 ) -> anyhow::Result<()> {
-    // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    for hidden in reconcile_mirrors(hub, store, NameFilters { policy, author: None }).await? {
+    let pass = reconcile_then_enqueue(hub, store, NameFilters { policy, author: None }).await;
+    for hidden in pass.hidden? {
         println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
     }
-    let queued = enqueue_affected(store, policy).await?;
-    if queued > 0 {
-        tracing::info!(jobs = queued, "queued repack jobs from the audit");
-    }
+    pass.queued?;
     Ok(())
 }
 

@@ -122,7 +122,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
         };
-        serve(config, Arc::new(s.hub), s.store, shutdown).await.map_err(|e| anyhow::anyhow!(e))?;
+        serve(config, Arc::new(s.hub), s.store, shutdown).await?;
         Ok(Exit::Clean)
     })
 }

@@ -343,7 +343,10 @@ fn fix_shard(
             }
             Ok(None) => {}
             Err(e) => {
-                fix.error = Some(e);
+                if let PreparedError::Io { source, .. } = &e {
+                    fix.io_kind = Some(source.kind());
+                }
+                fix.error = Some(e.to_string());
                 return (fix, None);
             }
         }
@@ -379,7 +382,7 @@ fn prepared_shard(
     shard: &ShardHeader,
     plan: &LayoutPlan,
     dst: &Path,
-) -> Result<Option<ManifestShard>, String> {
+) -> Result<Option<ManifestShard>, PreparedError> {
     let name = &file_name(source);
     let consistent = StreamedRecord::read(dir, name).filter(|r| {
         r.entry.src_header_len == shard.header.header_len
@@ -387,18 +390,30 @@ fn prepared_shard(
             && r.entry.payload_bytes == shard.header.data_len()
     });
     let Some(record) = consistent else {
-        return if is_stub(source) {
-            Err(format!("{name}: a stub of a shard repaired as it downloaded, without its record"))
-        } else {
-            Ok(None)
-        };
+        return if is_stub(source) { Err(PreparedError::StubWithoutRecord(name.clone())) } else { Ok(None) };
     };
     let from = dir.join(name);
-    crate::safe_fs::clear_for_write(dst).map_err(|e| format!("{}: {e}", dst.display()))?;
-    std::fs::hard_link(&from, dst)
-        .or_else(|_| std::fs::copy(&from, dst).map(|_| ()))
-        .map_err(|e| format!("{}: {e}", dst.display()))?;
+    let io = |source| PreparedError::Io { path: dst.to_owned(), source };
+    crate::safe_fs::clear_for_write(dst).map_err(io)?;
+    std::fs::hard_link(&from, dst).or_else(|_| std::fs::copy(&from, dst).map(|_| ())).map_err(io)?;
     Ok(Some(record.entry))
+}
+
+/// Why a shard the download repaired could not be taken into the bundle.
+#[derive(Debug, thiserror::Error)]
+enum PreparedError {
+    /// The source is a stub, but no record of its repair matches it.
+    #[error("{0}: a stub of a shard repaired as it downloaded, without its record")]
+    StubWithoutRecord(String),
+    /// Linking or copying the repaired shard failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The destination.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Whether a file has holes: a stub the download left of a streamed shard.

@@ -241,7 +241,7 @@ pub struct CardData<'a> {
     /// Tensors checked.
     pub tensors: u64,
     /// The MLX load check's record.
-    pub mlx: serde_json::Value,
+    pub mlx: crate::job::payload::MlxRecord,
     /// hubalign's version.
     pub tool_version: &'static str,
 }
@@ -257,9 +257,9 @@ pub struct CardInputs<'a> {
     /// Bytes a copying loader duplicates in the source.
     pub before_bytes: u64,
     /// The structural and memory-map checks' counts.
-    pub checks: &'a super::verify::LocalChecks,
+    pub checks: &'a crate::job::payload::LocalChecks,
     /// The MLX load check's record.
-    pub mlx: serde_json::Value,
+    pub mlx: crate::job::payload::MlxRecord,
 }
 
 impl<'a> CardData<'a> {

@@ -111,7 +111,7 @@ pub async fn download(
     let fail = |error: RepackError| DownloadError::Failed { error, bytes: 0 };
     let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), e)))?;
     let refused = |e: String| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
-    check_tree(&tree).map_err(refused)?;
+    check_tree(&tree).map_err(|e| refused(e.to_string()))?;
     let (tree, left_out) = if layout.carry_only {
         let selection = super::carry::select(&tree).map_err(|e| refused(e.to_string()))?;
         (selection.carried, selection.left_out)
@@ -209,26 +209,46 @@ impl Layout {
 /// Most files a tree may list (real MLX repos have a few dozen; the Hub's trees are paged by thousands).
 pub const MAX_TREE_FILES: usize = crate::sources::MAX_FILES;
 
+/// Why a tree is not downloaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeRefused {
+    /// More files than [`MAX_TREE_FILES`].
+    #[error("{0} files, over the cap of {MAX_TREE_FILES}; not mirrored")]
+    TooMany(usize),
+    /// A path the gate refuses.
+    #[error(transparent)]
+    Path(#[from] gate::Invalid),
+    /// A path listed twice (already quoted).
+    #[error("file path {0} listed twice")]
+    Twice(String),
+    /// A hash that is not a git or LFS object id (the path already quoted).
+    #[error("file {0}: its hash is not a git or LFS object id")]
+    NotAnObjectId(String),
+    /// A path that is also a directory of others (already quoted).
+    #[error("file path {0} is also listed as a directory")]
+    AlsoADirectory(String),
+}
+
 /// Every path passes the gate, none twice, none a prefix directory of another, and there are at most
 /// [`MAX_TREE_FILES`].
-fn check_tree(tree: &[TreeFile]) -> Result<(), String> {
+fn check_tree(tree: &[TreeFile]) -> Result<(), TreeRefused> {
     if tree.len() > MAX_TREE_FILES {
-        return Err(format!("{} files, over the cap of {MAX_TREE_FILES}; not mirrored", tree.len()));
+        return Err(TreeRefused::TooMany(tree.len()));
     }
     let mut paths = std::collections::BTreeSet::new();
     for f in tree {
-        gate::check_repo_path(&f.path).map_err(|e| e.to_string())?;
+        gate::check_repo_path(&f.path)?;
         if !paths.insert(f.path.as_str()) {
-            return Err(format!("file path {} listed twice", gate::quote(&f.path)));
+            return Err(TreeRefused::Twice(gate::quote(&f.path)));
         }
         if !is_hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !is_hex(&l.oid, 64)) {
-            return Err(format!("file {}: its hash is not a git or LFS object id", gate::quote(&f.path)));
+            return Err(TreeRefused::NotAnObjectId(gate::quote(&f.path)));
         }
     }
     // A file and a directory of the same name cannot both be written.
     for p in &paths {
         if paths.range(format!("{p}/").as_str()..).next().is_some_and(|q| q.starts_with(&format!("{p}/"))) {
-            return Err(format!("file path {} is also listed as a directory", gate::quote(p)));
+            return Err(TreeRefused::AlsoADirectory(gate::quote(p)));
         }
     }
     Ok(())
@@ -530,7 +550,7 @@ mod tests {
             (many, "over the cap"),
             (vec![TreeFile { oid: "../../x".into(), ..file("a", 1) }], "object id"),
         ] {
-            let e = check_tree(&tree).unwrap_err();
+            let e = check_tree(&tree).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
         }
     }

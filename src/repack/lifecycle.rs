@@ -16,6 +16,38 @@ pub struct Hidden {
     pub reason: String,
 }
 
+/// What the pass after an audit did: the mirrors made private, then the jobs queued. Each part is tried
+/// whatever became of the other.
+#[derive(Debug)]
+pub struct AfterAudit {
+    /// The mirrors made private (or renamed to follow their source).
+    pub hidden: Result<Vec<Hidden>, StoreError>,
+    /// Jobs queued from the affected repos.
+    pub queued: Result<u64, StoreError>,
+}
+
+/// The pass that follows every audit, in `serve`'s scheduler and in `hubalign worker` alike: mirrors first
+/// (a renamed source's mirror and jobs follow its new name before the new name is queued), then the affected
+/// repos queued by `filters`' policy. Logs what it did.
+pub async fn reconcile_then_enqueue(hub: &HubClient, store: &Store, filters: NameFilters<'_>) -> AfterAudit {
+    let hidden = reconcile_mirrors(hub, store, filters).await;
+    match &hidden {
+        Ok(hidden) => {
+            for h in hidden {
+                tracing::info!(mirror = %h.target, reason = %h.reason, "mirror made private");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
+    }
+    let queued = policy::enqueue_affected(store, filters.policy).await;
+    match &queued {
+        Ok(0) => {}
+        Ok(jobs) => tracing::info!(jobs, "queued repack jobs from the audit"),
+        Err(e) => tracing::warn!(error = %e, "queueing repack jobs failed"),
+    }
+    AfterAudit { hidden, queued }
+}
+
 /// Makes private every public mirror whose source is no longer public. A source the Hub cannot answer for
 /// now is left for the next pass; one that is public again is left alone. A source the Hub answers under a
 /// new name was renamed: its mirror follows the new name, unless the [`NameFilters`] exclude that name, in which case

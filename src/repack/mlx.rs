@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::job::payload::MlxRecord;
+
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
 
@@ -51,16 +53,23 @@ pub enum MlxCheckError {
     Thread(#[from] crate::blocking::BlockingError),
 }
 
+/// The line the script prints once MLX is imported, before it loads anything.
+#[derive(serde::Deserialize)]
+struct Started {
+    started: bool,
+    mlx_version: Option<String>,
+}
+
 /// The check of the bundle in `output` on `device`, started at once on a low-priority thread of its own (it
-/// blocks for minutes), telling `on_start` the line MLX prints once imported: the one way the worker, the Hub
-/// rendezvous and the macOS runner run it. The check runs whether or not the returned future is polled yet, so
-/// a caller may wait for `on_start` first.
-pub fn run_off_executor<F: FnOnce(&serde_json::Value) + Send + 'static>(
+/// blocks for minutes), telling `on_start` the MLX version it announces once imported: the one way the
+/// worker, the Hub rendezvous and the macOS runner run it. The check runs whether or not the returned future
+/// is polled yet, so a caller may wait for `on_start` first.
+pub fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
     (python, script): (PathBuf, PathBuf),
     output: PathBuf,
     device: &str,
     on_start: F,
-) -> impl Future<Output = Result<serde_json::Value, MlxCheckError>> + use<F> {
+) -> impl Future<Output = Result<MlxRecord, MlxCheckError>> + use<F> {
     let device = device.to_owned();
     let running =
         crate::blocking::run("the MLX check", move || check_with(&python, &script, &output, &device, on_start));
@@ -68,15 +77,15 @@ pub fn run_off_executor<F: FnOnce(&serde_json::Value) + Send + 'static>(
 }
 
 /// Runs the check of the bundle in `output` (with its manifest) on `device` (`cpu` or `gpu`), telling
-/// `on_start` the line the script prints once MLX is imported (`{"started": true, "mlx_version": …}`), before
-/// it loads anything; returns its JSON record, or why it failed.
+/// `on_start` the MLX version the script announces once MLX is imported, before it loads anything; returns
+/// its record, or why it failed.
 fn check_with(
     python: &Path,
     script: &Path,
     output: &Path,
     device: &str,
-    on_start: impl FnOnce(&serde_json::Value),
-) -> Result<serde_json::Value, MlxCheckError> {
+    on_start: impl FnOnce(Option<String>),
+) -> Result<MlxRecord, MlxCheckError> {
     crate::blocking::assert_off_executor("the MLX check");
     run_check(python, script, (output, device), Limits::for_bundle(output, available_memory()), on_start)
 }
@@ -87,8 +96,8 @@ fn run_check(
     script: &Path,
     (output, device): (&Path, &str),
     limits: Limits,
-    on_start: impl FnOnce(&serde_json::Value),
-) -> Result<serde_json::Value, MlxCheckError> {
+    on_start: impl FnOnce(Option<String>),
+) -> Result<MlxRecord, MlxCheckError> {
     let cannot = |source: std::io::Error| MlxCheckError::CannotRun {
         python: python.display().to_string(),
         script: script.display().to_string(),
@@ -121,10 +130,10 @@ fn run_check(
             let mut lines = BufReader::new(stdout.take(16 * MAX_LINE));
             let mut line = String::new();
             while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if let Ok(started) = serde_json::from_str::<serde_json::Value>(&line)
-                    && started["started"] == true
+                if let Ok(started) = serde_json::from_str::<Started>(&line)
+                    && started.started
                 {
-                    let _ = started_tx.send(started);
+                    let _ = started_tx.send(started.mlx_version);
                 }
                 last = std::mem::take(&mut line);
             }
@@ -137,7 +146,7 @@ fn run_check(
         if let Ok(started) = started_rx.try_recv()
             && let Some(tell) = on_start.take()
         {
-            tell(&started);
+            tell(started);
         }
         if let Some(status) = child.try_wait().map_err(cannot)? {
             break status;
@@ -155,18 +164,18 @@ fn run_check(
     if let Ok(started) = started_rx.try_recv()
         && let Some(tell) = on_start.take()
     {
-        tell(&started);
+        tell(started);
     }
     let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-    let record: serde_json::Value = serde_json::from_str(last.trim()).map_err(|_| MlxCheckError::NoResult {
+    let record: MlxRecord = serde_json::from_str(last.trim()).map_err(|_| MlxCheckError::NoResult {
         script: script.display().to_string(),
         stderr: stderr.trim().to_owned(),
     })?;
-    if status.success() && record["ok"] == true {
+    if status.success() && record.ok {
         Ok(record)
     } else {
-        Err(MlxCheckError::Failed(record["error"].as_str().unwrap_or("failed").to_owned()))
+        Err(MlxCheckError::Failed(record.error.unwrap_or_else(|| "failed".to_owned())))
     }
 }
 
@@ -265,9 +274,9 @@ mod tests {
         let short = Limits { deadline: Duration::from_millis(500), ..limits };
         let started = Instant::now();
         let mut told = None;
-        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s.clone()));
+        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s));
         assert!(result.unwrap_err().to_string().contains("deadline"));
-        assert_eq!(told.map(|s| s["mlx_version"].clone()), Some(serde_json::json!("x")), "the start was told");
+        assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
     }
 }

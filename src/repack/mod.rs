@@ -7,6 +7,7 @@ pub mod card;
 pub mod carry;
 pub mod download;
 pub mod error;
+mod finish;
 pub mod lfs;
 pub mod lifecycle;
 pub mod mlx;
@@ -29,6 +30,7 @@ use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::hub::HubClient;
 use crate::hub::info::ModelInfo;
+use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts, Staged};
 use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::Manifest;
 use crate::safetensors::Alignment;
@@ -100,7 +102,7 @@ fn off_executor<T: Send + 'static>(
 #[derive(Default)]
 struct Beside {
     /// The MLX check's verdict, when the check runs during the upload.
-    verdict: Option<tokio::sync::watch::Receiver<upload::Verdict>>,
+    verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
     /// What went up ahead, once the uploads ahead have ended.
     ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
 }
@@ -109,6 +111,49 @@ struct Beside {
 enum Relaid {
     Staged,
     Skipped(String),
+}
+
+/// Where a claimed job takes up its work, read from its row: the one place that decides which way a job goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Resume {
+    /// From the start: the visibility check, then download, re-layout, checks and publish.
+    Start,
+    /// Back from a runner that checked the bundle staged in this work directory (or from a publish that
+    /// stopped half-way): publish it with the check's record.
+    PublishChecked {
+        /// The MLX check's record, for the card.
+        record: MlxRecord,
+    },
+    /// Back from a runner that checked the bundle staged on the Hub: any worker publishes that commit.
+    PublishStaged {
+        /// The staged commit, the local checks and the source's facts.
+        staged: Staged,
+        /// The runner's record, which must name the staged commit.
+        record: MlxRecord,
+    },
+}
+
+impl Resume {
+    /// Where `job` resumes, with its staged output (if any) in `output`. A job in `publishing` without the
+    /// check's record, or whose staged files are on another worker's disk, starts again: its download is
+    /// verified anew and nothing unchecked is published.
+    fn of(job: &Job, output: &Path) -> Resume {
+        if job.state != JobState::Publishing {
+            return Resume::Start;
+        }
+        let Some(record) = job.verification.as_ref().map(|r| r.0.clone()) else {
+            tracing::info!(job.id = job.id, "publishing, but no check recorded: starting again");
+            return Resume::Start;
+        };
+        if let Some(staged) = job.staged.as_ref().map(|s| s.0.clone()) {
+            return Resume::PublishStaged { staged, record };
+        }
+        if output.join(crate::manifest::MANIFEST_FILE).exists() {
+            return Resume::PublishChecked { record };
+        }
+        tracing::info!(job.id = job.id, "checked on another worker's files: starting again");
+        Resume::Start
+    }
 }
 
 /// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
@@ -205,24 +250,16 @@ impl Repacker<'_> {
         {
             return Err(RepackError::permanent(format!("refusing the job: {e}")));
         }
-        let source = dir.join("source");
-        let output = dir.join("aligned");
-        // Back from a runner that checked the bundle staged on the Hub: any worker publishes it.
-        if job.state == JobState::Publishing
-            && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
-            && let Some(staged) = job.staged.as_deref().and_then(|s| serde_json::from_str(s).ok())
-        {
-            return self.publish_from_hub(job, staged, record).await;
-        }
-        // Back from the macOS runner: the staged bundle passed the Metal check; publish it.
-        if job.state == JobState::Publishing
-            && let Some(record) = job.verification.as_deref().and_then(|r| serde_json::from_str(r).ok())
-            && output.join(crate::manifest::MANIFEST_FILE).exists()
-        {
-            // The checks ran in the worker that staged the bundle, but this one has not seen the files.
-            let staged = output.clone();
-            let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
-            return self.publish_staged(job, &source, &output, record, checked, Beside::default()).await;
+        let (source, output) = (dir.join("source"), dir.join("aligned"));
+        match Resume::of(job, &output) {
+            Resume::PublishStaged { staged, record } => return self.publish_from_hub(job, staged, record).await,
+            Resume::PublishChecked { record } => {
+                // The checks ran in the worker that staged the bundle, but this one has not seen the files.
+                let staged = output.clone();
+                let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
+                return self.publish_staged(job, &source, &output, record, checked, Beside::default()).await;
+            }
+            Resume::Start => {}
         }
         // Nothing that may not be mirrored is even downloaded; publishing checks again.
         let mut private = None;
@@ -322,7 +359,7 @@ impl Repacker<'_> {
         let mlx_device = if device == VerifyDevice::Metal { "gpu" } else { "cpu" };
         let interpreter = (self.opts.python.clone(), self.opts.mlx_script.clone());
         let (started_tx, started) = tokio::sync::oneshot::channel();
-        let tell = |line: &serde_json::Value| drop(started_tx.send(line.clone()));
+        let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
         let running = mlx::run_off_executor(interpreter, output.clone(), mlx_device, tell);
         let check = async { running.await.map_err(|e| RepackError::permanent(format!("MLX load check: {e}"))) };
         tokio::pin!(check);
@@ -331,21 +368,21 @@ impl Repacker<'_> {
         let started = if self.opts.pull_request { None } else { started.await.ok() };
         let Some(started) = started else {
             let record = check.await?;
-            let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+            let _ = self.store.set_job_verification(job.id, &record).await;
             return self.publish_staged(job, &source, &output, record, checked, Beside { verdict: None, ahead }).await;
         };
-        let card_record = serde_json::json!({"ok": true, "device": mlx_device, "mlx_version": started["mlx_version"]});
-        let (verdict_tx, verdict) = tokio::sync::watch::channel(None);
+        let card_record = MlxRecord::announced(mlx_device, started);
+        let (verdict_tx, verdict) = tokio::sync::watch::channel(publish::Verdict::Pending);
         let judged = async {
             let result = check.await;
             let verdict = match &result {
-                Ok(record) if record["mlx_version"] == card_record["mlx_version"] => Ok(()),
-                Ok(_) => Err("the check ran another MLX version than it announced".to_owned()),
-                Err(e) => Err(e.reason()),
+                Ok(record) if record.mlx_version == card_record.mlx_version => publish::Verdict::Passed,
+                Ok(_) => publish::Verdict::Failed("the check ran another MLX version than it announced".to_owned()),
+                Err(e) => publish::Verdict::Failed(e.reason()),
             };
-            verdict_tx.send_replace(Some(verdict));
+            verdict_tx.send_replace(verdict);
             if let Ok(record) = &result {
-                let _ = self.store.set_job_verification(job.id, &record.to_string()).await;
+                let _ = self.store.set_job_verification(job.id, record).await;
             }
             result
         };
@@ -379,7 +416,6 @@ impl Repacker<'_> {
             source: &job.repo_id,
             moved_from: chosen.moved_from.as_deref(),
             sources: &[],
-            visibility: policy::Visibility::Private,
             verdict: None,
             ahead: None,
         };
@@ -402,8 +438,8 @@ impl Repacker<'_> {
         job: &Job,
         source: &std::path::Path,
         output: &std::path::Path,
-        record: serde_json::Value,
-        (manifest, checks): (Manifest, verify::LocalChecks),
+        record: MlxRecord,
+        (manifest, checks): (Manifest, LocalChecks),
         Beside { verdict, ahead }: Beside,
     ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing).await?;
@@ -443,19 +479,21 @@ impl Repacker<'_> {
         let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = self.before_bytes(source).await?;
-        let source_card = SourceFacts { license: readme_license(source), before_bytes };
-        let card = self.card_text(&target, info.as_ref(), source_card, &manifest, &checks, record)?;
-        let card_path = output.join("README.md");
-        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), e))?;
+        let facts = finish::CardFacts {
+            info: info.as_ref(),
+            source: SourceFacts { license: readme_license(source), before_bytes },
+            manifest: &manifest,
+            checks: &checks,
+            record,
+        };
+        self.write_card(output, &target, facts)?;
         let ahead = match ahead {
             Some(sent) => sent.await.ok().flatten(),
             None => None,
         };
         if let Some(sent) = &ahead {
             tracing::info!(repo.id = %target, files = sent.files.len(), xet.bytes = sent.bytes, "uploaded ahead");
-            if let Err(e) = self.store.add_job_bytes(job.id, 0, sent.bytes).await {
-                tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
-            }
+            self.count_uploaded(job, sent.bytes).await;
         }
         let mirror = publish::Mirror {
             hub: self.hub,
@@ -463,34 +501,12 @@ impl Repacker<'_> {
             source: &job.repo_id,
             moved_from: chosen.moved_from.as_deref(),
             sources: &sources,
-            visibility,
             verdict,
             ahead: ahead.as_ref(),
         };
-        let commit = match publish::publish(&mirror, output, &job.source_sha).await? {
-            publish::Published::Committed { commit, bytes_uploaded } => {
-                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
-                if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
-                    tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
-                }
-                commit
-            }
-            publish::Published::AlreadyThere(commit) => commit,
-        };
-        if let Err(e) = self.store.mirror_published(&target, &job.repo_id, private).await {
-            tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
-        }
-        Ok(JobOutcome::Published { target, commit })
+        let published = publish::publish(&mirror, output, &job.source_sha).await?;
+        self.finish_publish(job, (target, &job.repo_id), visibility, published).await
     }
-}
-
-/// What the card says of the source beyond the Hub's answer, read from its files.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SourceFacts {
-    /// The licence its README names (for a source the Hub gives no licence for).
-    pub license: Option<String>,
-    /// Bytes a copying loader duplicates in it.
-    pub before_bytes: u64,
 }
 
 /// The licence the downloaded source's README names, if any.
@@ -504,33 +520,6 @@ impl Repacker<'_> {
     async fn before_bytes(&self, source: &Path) -> Result<u64, RepackError> {
         let (src, alignment) = (source.to_owned(), self.opts.alignment);
         off_executor("the source's audit", move || Ok(misaligned_bytes(&src, alignment))).await
-    }
-
-    /// The mirror's model card, from the manifest, the checks, the MLX record and what is known of the
-    /// source.
-    fn card_text(
-        &self,
-        target: &str,
-        info: Option<&ModelInfo>,
-        facts: SourceFacts,
-        manifest: &Manifest,
-        checks: &verify::LocalChecks,
-        record: serde_json::Value,
-    ) -> Result<String, RepackError> {
-        let mut source = info.map(card::SourceCard::from_info).unwrap_or_default();
-        if source.license.is_none() {
-            source.license = facts.license;
-        }
-        let inputs = card::CardInputs {
-            target_repo: target,
-            endpoint: self.hub.endpoint(),
-            source,
-            before_bytes: facts.before_bytes,
-            checks,
-            mlx: record,
-        };
-        card::render(&card::CardData::new(manifest, inputs))
-            .map_err(|e| RepackError::permanent(format!("the card: {e}")))
     }
 }
 
@@ -596,7 +585,7 @@ fn relay(
 }
 
 /// The structural and memory-map checks of a staged bundle.
-fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChecks), RepackError> {
+fn local_checks(output: &std::path::Path) -> Result<(Manifest, LocalChecks), RepackError> {
     let manifest = Manifest::read(output)
         .map_err(|e| RepackError::permanent(e.to_string()))?
         .ok_or_else(|| RepackError::permanent("no manifest in the staged bundle"))?;
@@ -609,4 +598,36 @@ fn local_checks(output: &std::path::Path) -> Result<(Manifest, verify::LocalChec
 fn misaligned_bytes(source: &std::path::Path, alignment: Alignment) -> u64 {
     let Ok(bundles) = discover(&[source.to_owned()]) else { return 0 };
     crate::scan::scan(&bundles, alignment, &mut |_| {}).totals.misaligned_bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::types::Json;
+
+    /// Which way a claimed job goes is read from its state, its typed payloads and its staged files, and a
+    /// job that cannot prove its check passed starts again instead of publishing.
+    #[tokio::test]
+    async fn a_job_resumes_where_its_row_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).await.unwrap();
+        let mut job = store.job_for("ns/a", "1", VerifyDevice::Metal).await.unwrap();
+        let output = dir.path().join("aligned");
+        assert_eq!(Resume::of(&job, &output), Resume::Start, "queued");
+        job.state = JobState::Publishing;
+        assert_eq!(Resume::of(&job, &output), Resume::Start, "publishing, but no check recorded");
+        let record = MlxRecord::announced("gpu", Some("0.29.1".into()));
+        job.verification = Some(Json(record.clone()));
+        assert_eq!(Resume::of(&job, &output), Resume::Start, "checked, but the files are on another worker");
+        std::fs::create_dir_all(&output).unwrap();
+        std::fs::write(output.join(crate::manifest::MANIFEST_FILE), "{}").unwrap();
+        assert_eq!(Resume::of(&job, &output), Resume::PublishChecked { record: record.clone() });
+        let staged = Staged {
+            commit: "5eed".into(),
+            checks: LocalChecks { shards: 1, tensors: 1, zero_copy: 1 },
+            source: SourceFacts::default(),
+        };
+        job.staged = Some(Json(staged.clone()));
+        assert_eq!(Resume::of(&job, &output), Resume::PublishStaged { staged, record });
+    }
 }

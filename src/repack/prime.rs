@@ -48,8 +48,8 @@ pub struct Primed {
 pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
     match write_token(hub, target).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,
-        Ok(None) => log_outcome(target, sources, Err("no Xet storage on this Hub".into())),
-        Err(e) => log_outcome(target, sources, Err(e.reason())),
+        Ok(None) => log_outcome(target, sources, Err(failed("the write token")("no Xet storage on this Hub"))),
+        Err(e) => log_outcome(target, sources, Err(failed("the write token")(e))),
     }
 }
 
@@ -59,7 +59,24 @@ pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBu
     log_outcome(target, sources, outcome)
 }
 
-fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, String>) -> Primed {
+/// Why priming stopped (the upload then goes on without it): the step, and its error.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+struct PrimeError {
+    what: String,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// Makes a [`PrimeError`] of what failed in `what`.
+fn failed<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    what: impl std::fmt::Display,
+) -> impl FnOnce(E) -> PrimeError {
+    let what = what.to_string();
+    move |e| PrimeError { what, source: e.into() }
+}
+
+fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, PrimeError>) -> Primed {
     match outcome {
         Ok(p) => {
             tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication");
@@ -72,8 +89,8 @@ fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, String
     }
 }
 
-async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, String> {
-    let ctx = XetContext::default().map_err(|e| format!("Xet context: {e}"))?;
+async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, PrimeError> {
+    let ctx = XetContext::default().map_err(failed("Xet context"))?;
     // The same path hf-hub's upload session computes for this CAS.
     let session = SessionContext {
         endpoint: token.cas_url.clone(),
@@ -83,31 +100,31 @@ async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, Stri
         session_id: None,
         cache_root: None,
     };
-    let cache_dir = TranslatorConfig::new(&ctx, session).map_err(|e| format!("Xet cache: {e}"))?.shard_cache_directory;
-    std::fs::create_dir_all(&cache_dir).map_err(|e| format!("{}: {e}", cache_dir.display()))?;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().map_err(|e| e.to_string())?;
+    let cache_dir = TranslatorConfig::new(&ctx, session).map_err(failed("Xet cache"))?.shard_cache_directory;
+    std::fs::create_dir_all(&cache_dir).map_err(failed(cache_dir.display()))?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().map_err(failed("HTTP client"))?;
     let mut primed = Primed::default();
     for source in sources {
         primed.asked += 1;
         let path = source.clone();
         let hash = crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{}: {e}", source.display()))?;
+            .map_err(failed("the first chunk's hash"))?
+            .map_err(failed(source.display()))?;
         let key = Key { prefix: ctx.config.data.default_prefix.clone(), hash };
         let response = http
             .get(format!("{}/v1/chunks/{key}", token.cas_url))
             .bearer_auth(&token.access_token)
             .send()
             .await
-            .map_err(|e| format!("global dedup query: {e}"))?;
+            .map_err(failed("global dedup query"))?;
         if !response.status().is_success() {
             continue;
         }
-        let shard = read_capped(response, DEDUP_SHARD_CAP).await.map_err(|e| format!("global dedup shard: {e}"))?;
-        let shard = with_expiry(&shard).map_err(|e| format!("global dedup shard: {e}"))?;
+        let shard = read_capped(response, DEDUP_SHARD_CAP).await.map_err(failed("global dedup shard"))?;
+        let shard = with_expiry(&shard).map_err(failed("global dedup shard"))?;
         MDBShardFile::write_out_from_reader(&cache_dir, &mut Cursor::new(&shard), &get_shard_file_cache(&ctx.common))
-            .map_err(|e| format!("caching a dedup shard in {}: {e}", cache_dir.display()))?;
+            .map_err(failed(format_args!("caching a dedup shard in {}", cache_dir.display())))?;
         primed.found += 1;
     }
     Ok(primed)
@@ -116,17 +133,17 @@ async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, Stri
 /// The shard, stamped to expire in a day if it carries no expiry: the session's scan of its cache skips
 /// shards whose expiry has passed, and an unstamped shard reads as expired at time 0. (The uploader's own
 /// global-dedup answers skip that scan.)
-fn with_expiry(shard: &[u8]) -> Result<Vec<u8>, String> {
-    let footer = MDBShardInfo::load_from_reader(&mut Cursor::new(shard)).map_err(|e| e.to_string())?;
+fn with_expiry(shard: &[u8]) -> Result<Vec<u8>, PrimeError> {
+    let footer = MDBShardInfo::load_from_reader(&mut Cursor::new(shard)).map_err(failed("its footer"))?;
     if footer.metadata.shard_key_expiry > current_timestamp() + 3600 {
         return Ok(shard.to_vec());
     }
-    let minimal = MDBMinimalShard::from_reader(&mut Cursor::new(shard), false, true).map_err(|e| e.to_string())?;
+    let minimal = MDBMinimalShard::from_reader(&mut Cursor::new(shard), false, true).map_err(failed("reading it"))?;
     let mut out = Vec::with_capacity(shard.len());
     let expiry = SystemTime::now() + Duration::from_secs(86_400);
     minimal
         .serialize_xorb_subset_with_expiry(&mut out, Some(expiry), Some(current_timestamp()), |_| true)
-        .map_err(|e| e.to_string())?;
+        .map_err(failed("stamping its expiry"))?;
     Ok(out)
 }
 

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use super::ahead::{self, Ahead};
 use super::error::RepackError;
 use super::policy::{Visibility, same_name};
-use super::upload::{self, CommitError, Verdict};
+use super::upload::{self, CommitError};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
-use crate::hub::{BodyLimit, HubClient, HubError};
+use crate::hub::{BodyLimit, HubClient};
 use crate::manifest::MANIFEST_FILE;
 use crate::store::Store;
 use crate::store::mirrors::{Claim, MirrorCaps};
@@ -224,8 +224,6 @@ pub struct Mirror<'a> {
     pub moved_from: Option<&'a str>,
     /// The source shards the staged ones were made from.
     pub sources: &'a [PathBuf],
-    /// Whether the mirror stays private.
-    pub visibility: Visibility,
     /// The MLX check's verdict when it runs beside the upload: the commit is sent only once it has passed.
     /// `None`: the check has already passed.
     pub verdict: Option<tokio::sync::watch::Receiver<Verdict>>,
@@ -258,14 +256,10 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
 #[tracing::instrument(name = "publish", skip_all, fields(mirror.id = %mirror.target))]
 pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
     let (hub, target) = (mirror.hub, mirror.target);
-    let failed = |what: &str, e: HubError| RepackError::hub(format_args!("{what} {target}"), e);
-    let public = mirror.visibility == Visibility::Public;
     if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror, "main").await?
         && rev == source_sha
         && same_name(&named, mirror.source)
     {
-        // A worker that died between the upload and making the mirror public left it private.
-        hub.set_private(target, !public).await.map_err(|e| failed("setting the visibility of", e))?;
         return Ok(Published::AlreadyThere(head(mirror.hub, target).await?));
     }
     create_private(hub, target).await?;
@@ -301,11 +295,25 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
         },
         Err(CommitError::Failed(why)) => return Err(why),
     };
-    if public {
-        hub.set_private(target, false).await.map_err(|e| failed("making public", e))?;
-    }
     tracing::info!(repo.id = %target, preupload.bytes = asked, xet.bytes = through_xet, commit.bytes = committed, "uploaded");
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
+}
+
+/// Gives `target` its `visibility` once `published`, the one place a mirror is made public: a new commit went
+/// to a mirror created private, so only a public one is changed; a mirror that already held the repair may
+/// have been left either way (a worker that died between its commit and this), so it is set.
+pub async fn set_visibility(
+    hub: &HubClient,
+    target: &str,
+    visibility: Visibility,
+    published: &Published,
+) -> Result<(), RepackError> {
+    let private = visibility == Visibility::Private;
+    if private && matches!(published, Published::Committed { .. }) {
+        return Ok(());
+    }
+    let what = if private { "making private" } else { "making public" };
+    hub.set_private(target, private).await.map_err(|e| RepackError::hub(format_args!("{what} {target}"), e))
 }
 
 /// Creates `target`, private. A 409 (it exists) is not a failure here: whose it is, is decided by the
@@ -335,13 +343,26 @@ pub(super) async fn head(hub: &HubClient, target: &str) -> Result<String, Repack
         .ok_or_else(|| RepackError::transient(format!("{target}: the Hub names no commit for its main branch")))
 }
 
+/// What the MLX check that runs beside the upload has decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Still running.
+    Pending,
+    /// Every array loaded bit-identical, in the MLX version the card names.
+    Passed,
+    /// It failed, and why.
+    Failed(String),
+}
+
 /// Waits for the MLX check's verdict; anything but a pass commits nothing.
 async fn wait_for_verdict(mut verdict: tokio::sync::watch::Receiver<Verdict>, target: &str) -> Result<(), RepackError> {
-    let decided = verdict.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
+    let decided = verdict.wait_for(|v| *v != Verdict::Pending).await.ok().map(|v| v.clone());
     match decided {
-        Some(Ok(())) => Ok(()),
-        Some(Err(why)) => Err(RepackError::transient(format!("nothing committed to {target}: {why}"))),
-        None => Err(RepackError::transient(format!("nothing committed to {target}: the MLX check gave no verdict"))),
+        Some(Verdict::Passed) => Ok(()),
+        Some(Verdict::Failed(why)) => Err(RepackError::transient(format!("nothing committed to {target}: {why}"))),
+        Some(Verdict::Pending) | None => {
+            Err(RepackError::transient(format!("nothing committed to {target}: the MLX check gave no verdict")))
+        }
     }
 }
 

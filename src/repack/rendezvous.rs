@@ -11,15 +11,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::error::RepackError;
+use super::finish::CardFacts;
 use super::policy::Visibility;
 use super::upload::CommitError;
-use super::verify::LocalChecks;
-use super::{Repacker, SourceFacts, download, publish, upload};
+use super::{Repacker, download, publish, upload};
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
+use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts, Staged};
 use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::store::{Store, StoreError};
@@ -43,17 +42,6 @@ impl std::str::FromStr for MetalHandoff {
             other => Err(format!("`{other}`: expected `api` or `hub`")),
         }
     }
-}
-
-/// What a job records of a bundle staged on the Hub.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Staged {
-    /// The mirror's commit that holds the repaired bundle (no model card yet).
-    pub commit: String,
-    /// The structural and memory-map checks' counts, for the card.
-    pub checks: LocalChecks,
-    /// What the card says of the source, read from its files while they were here.
-    pub source: SourceFacts,
 }
 
 /// The largest manifest read back from a staged mirror.
@@ -91,15 +79,15 @@ impl Repacker<'_> {
             source: repo,
             moved_from: chosen.moved_from.as_deref(),
             sources: &sources,
-            visibility: Visibility::Private,
             verdict: None,
             ahead: None,
         };
-        let commit = match publish::publish(&mirror, output, &job.source_sha).await? {
+        let published = publish::publish(&mirror, output, &job.source_sha).await?;
+        // Kept private until the check has passed and the card is on top.
+        publish::set_visibility(self.hub, &target, Visibility::Private, &published).await?;
+        let commit = match published {
             publish::Published::Committed { commit, bytes_uploaded } => {
-                if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes_uploaded).await {
-                    tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
-                }
+                self.count_uploaded(job, bytes_uploaded).await;
                 commit
             }
             publish::Published::AlreadyThere(commit) => commit,
@@ -107,9 +95,7 @@ impl Repacker<'_> {
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
         let facts =
             SourceFacts { license: super::readme_license(source), before_bytes: self.before_bytes(source).await? };
-        let staged = Staged { commit, checks, source: facts };
-        let staged = serde_json::to_string(&staged).map_err(|e| RepackError::permanent(e.to_string()))?;
-        Ok(JobOutcome::AwaitMetal { staged: Some(staged) })
+        Ok(JobOutcome::AwaitMetal { staged: Some(Staged { commit, checks, source: facts }) })
     }
 
     /// The source's former name that its mirror's manifest may still give, after a followed rename.
@@ -124,13 +110,14 @@ impl Repacker<'_> {
         &self,
         job: &Job,
         staged: Staged,
-        record: serde_json::Value,
+        record: MlxRecord,
     ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing).await?;
-        if record["staged_commit"].as_str() != Some(staged.commit.as_str()) {
+        if record.staged_commit.as_deref() != Some(staged.commit.as_str()) {
             return Err(RepackError::permanent(format!(
                 "the Metal check's record names commit {}, not the staged {}",
-                record["staged_commit"], staged.commit
+                crate::gate::quote(record.staged_commit.as_deref().unwrap_or("none")),
+                staged.commit
             )));
         }
         let target = job.target_repo.clone().ok_or_else(|| RepackError::permanent("no mirror recorded"))?;
@@ -142,20 +129,22 @@ impl Repacker<'_> {
         };
         let former = self.former_name(job).await?;
         let manifest = staged_manifest(self.hub, &target, &staged.commit, job, former.as_deref()).await?;
-        let card = self.card_text(&target, info.as_ref(), staged.source.clone(), &manifest, &staged.checks, record)?;
         let dir = self.opts.work_dir.join(format!("job-{}", job.id)).join("card");
         std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))?;
-        let card_path = dir.join("README.md");
-        std::fs::write(&card_path, card).map_err(|e| RepackError::io(card_path.display(), e))?;
+        let facts = CardFacts {
+            info: info.as_ref(),
+            source: staged.source.clone(),
+            manifest: &manifest,
+            checks: &staged.checks,
+            record,
+        };
+        let card_path = self.write_card(&dir, &target, facts)?;
         let head = publish::head(self.hub, &target).await?;
-        let commit = if head == staged.commit {
+        let published = if head == staged.commit {
             let card = [("README.md".to_owned(), card_path)];
             let summary = format!("Model card: the Metal check passed for source commit {}", job.source_sha);
             match upload::commit(self.hub, &target, &staged.commit, &summary, &[], &card).await {
-                Ok((commit, bytes)) => {
-                    let _ = self.store.add_job_bytes(job.id, 0, bytes).await;
-                    commit
-                }
+                Ok((commit, bytes_uploaded)) => publish::Published::Committed { commit, bytes_uploaded },
                 Err(CommitError::Moved) => {
                     return Err(RepackError::transient(format!("{target} moved during the commit")));
                 }
@@ -167,22 +156,15 @@ impl Repacker<'_> {
                 publish::Holder::Source { repo, revision: Some(rev) }
                     if names_source(&repo, &job.repo_id, former.as_deref()) && rev == job.source_sha =>
                 {
-                    head
+                    publish::Published::AlreadyThere(head)
                 }
                 _ => {
                     return Err(RepackError::permanent(format!("{target} changed since it was staged; not published")));
                 }
             }
         };
-        if visibility == Visibility::Public {
-            let made_public = self.hub.set_private(&target, false).await;
-            made_public.map_err(|e| RepackError::hub(format_args!("making public {target}"), e))?;
-        }
         let named = manifest.source_repo.as_deref().unwrap_or(&job.repo_id);
-        if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {
-            tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
-        }
-        Ok(JobOutcome::Published { target, commit })
+        self.finish_publish(job, (target.clone(), named), visibility, published).await
     }
 }
 
@@ -199,7 +181,7 @@ async fn staged_manifest(
     let fetched = fetched.map_err(|e| RepackError::hub(format_args!("{target}@{commit}: {MANIFEST_FILE}"), e))?;
     let manifest: Manifest = serde_json::from_slice(&fetched.body)
         .map_err(|e| RepackError::permanent(format!("{target}@{commit}: {MANIFEST_FILE}: {e}")))?;
-    for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(RepackError::permanent)?;
+    for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(|e| RepackError::permanent(e.to_string()))?;
     Ok(manifest)
 }
 
@@ -209,19 +191,24 @@ fn names_source(repo: &str, current: &str, former: Option<&str>) -> bool {
     repo == current || Some(repo) == former
 }
 
+/// A staged manifest that is the repair of another repo or commit than its job's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the staged manifest is the repair of {staged}, not of {job}")]
+struct OtherSource {
+    /// What the manifest names, `repo@sha`, quoted.
+    staged: String,
+    /// The job's `repo@sha`.
+    job: String,
+}
+
 /// Whether a staged manifest is the repair of a job's source commit, `(repo, sha)`.
-fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&str>) -> Result<(), String> {
+fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&str>) -> Result<(), OtherSource> {
     let (repo, rev) = (manifest.source_repo.as_deref(), manifest.source_revision.as_deref());
     if repo.is_some_and(|r| names_source(r, current, former)) && rev == Some(sha) {
         return Ok(());
     }
-    Err(format!(
-        "the staged manifest is the repair of {}@{}, not of {}@{}",
-        crate::gate::quote(repo.unwrap_or("?")),
-        crate::gate::quote(rev.unwrap_or("?")),
-        current,
-        sha
-    ))
+    let quoted = |s: Option<&str>| crate::gate::quote(s.unwrap_or("?"));
+    Err(OtherSource { staged: format!("{}@{}", quoted(repo), quoted(rev)), job: format!("{current}@{sha}") })
 }
 
 /// A runner that needs no inbound connection: it claims through the store and downloads from the Hub.
@@ -270,10 +257,9 @@ impl HubRunner<'_> {
     #[tracing::instrument(name = "metal check", skip_all, fields(runner = %self.name))]
     pub async fn check_once(&self) -> Result<Option<(i64, bool)>, RunnerError> {
         let Some(job) = self.store.claim_metal_job(self.name, self.lease, true).await? else { return Ok(None) };
-        let staged: Option<Staged> = job.staged.as_deref().and_then(|s| serde_json::from_str(s).ok());
-        let (Some(staged), Some(target)) = (staged, job.target_repo.clone()) else {
-            let record = serde_json::json!({"ok": false, "device": self.device, "error": "no staged commit recorded"});
-            self.store.metal_result(job.id, self.name, false, &record.to_string()).await?;
+        let (Some(staged), Some(target)) = (job.staged.clone().map(|s| s.0), job.target_repo.clone()) else {
+            let record = MlxRecord::failed(self.device, "no staged commit recorded");
+            self.store.metal_result(job.id, self.name, &record).await?;
             return Ok(Some((job.id, false)));
         };
         let former = self.store.mirror_of(&job.repo_id).await?.and_then(|m| m.moved_from);
@@ -282,12 +268,12 @@ impl HubRunner<'_> {
         let _ = std::fs::remove_dir_all(&dir);
         let mut record = match checked {
             Ok(record) => record,
-            Err(Verdict::Failed(e)) => serde_json::json!({ "ok": false, "device": self.device, "error": e }),
+            Err(Verdict::Failed(e)) => MlxRecord::failed(self.device, e),
             Err(Verdict::Unknown(e)) => return Err(e),
         };
-        record["staged_commit"] = serde_json::Value::from(staged.commit.as_str());
-        let passed = record["ok"] == true;
-        if !self.store.metal_result(job.id, self.name, passed, &record.to_string()).await? {
+        record.staged_commit = Some(staged.commit);
+        let passed = record.ok;
+        if !self.store.metal_result(job.id, self.name, &record).await? {
             tracing::warn!(job.id = job.id, runner = self.name, "the job was taken over; the verdict is not recorded");
         }
         Ok(Some((job.id, passed)))
@@ -300,7 +286,7 @@ impl HubRunner<'_> {
         target: &str,
         commit: &str,
         dir: &Path,
-    ) -> Result<serde_json::Value, Verdict> {
+    ) -> Result<MlxRecord, Verdict> {
         let layout = download::Layout {
             source: dir.join("aligned"),
             partial: dir.join("partial"),
@@ -316,7 +302,7 @@ impl HubRunner<'_> {
         })?;
         let manifest = Manifest::read(&layout.source).map_err(|e| Verdict::Failed(e.to_string()))?;
         let manifest = manifest.ok_or_else(|| Verdict::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
-        for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(Verdict::Failed)?;
+        for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(|e| Verdict::Failed(e.to_string()))?;
         let interpreter = (self.python.to_owned(), self.script.to_owned());
         super::mlx::run_off_executor(interpreter, layout.source.clone(), self.device, |_| {})
             .await
@@ -347,7 +333,7 @@ mod tests {
         let job = ("ns/new", "abc");
         assert_eq!(for_job(&manifest_of("ns/new", "abc"), job, None), Ok(()));
         assert_eq!(for_job(&manifest_of("ns/old", "abc"), job, Some("ns/old")), Ok(()));
-        let refused = for_job(&manifest_of("ns/old", "abc"), job, None).unwrap_err();
+        let refused = for_job(&manifest_of("ns/old", "abc"), job, None).unwrap_err().to_string();
         assert!(refused.contains("ns/old") && refused.contains("ns/new@abc"), "{refused}");
         assert!(for_job(&manifest_of("ns/other", "abc"), job, Some("ns/old")).is_err());
         assert!(for_job(&manifest_of("ns/old", "def"), job, Some("ns/old")).is_err());

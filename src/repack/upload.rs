@@ -15,9 +15,6 @@ use crate::hub::HubClient;
 pub use crate::hub::commit::Stored;
 use crate::hub::commit::{Change, CommitRefused, PreuploadFile};
 
-/// What the MLX check beside the upload decided: nothing yet, passed, or failed with its reason.
-pub type Verdict = Option<Result<(), String>>;
-
 /// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
 /// Bytes of each file the preupload question carries.

@@ -4,23 +4,11 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use crate::hashing::is_hex;
+use crate::job::payload::LocalChecks;
 use crate::manifest::Manifest;
 use crate::safetensors::read::{ReadError, read_shard_header};
 use crate::safetensors::{Alignment, Method, classify};
-
-/// What the two local checks found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LocalChecks {
-    /// Shards checked.
-    pub shards: u64,
-    /// Tensors checked.
-    pub tensors: u64,
-    /// Tensors a memory map could hand out as their type without a copy.
-    pub zero_copy: u64,
-}
 
 /// Why a written bundle failed a local check.
 #[derive(Debug, thiserror::Error)]

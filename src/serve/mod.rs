@@ -11,6 +11,7 @@ pub mod runner_api;
 pub mod schedule;
 mod scheduler;
 pub mod webhook;
+pub mod workers;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,10 +22,10 @@ use axum::routing::get;
 use self::runner_api::{RunnerApi, router as runner_router};
 use crate::audit::AuditOptions;
 use crate::hub::HubClient;
+use crate::repack::RepackOptions;
 use crate::repack::policy::EnqueuePolicy;
-use crate::repack::{RepackOptions, RepackRunner};
 use crate::store::Store;
-use crate::worker::{WhenIdle, WorkerLoop};
+use crate::worker::WhenIdle;
 use admin::AdminApi;
 use schedule::Schedule;
 
@@ -162,6 +163,20 @@ pub fn router(
     })
 }
 
+/// Why the service did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The page templates did not compile.
+    #[error("the page templates: {0}")]
+    Templates(#[from] minijinja::Error),
+    /// The listening socket could not be used.
+    #[error("using the listening socket: {0}")]
+    Socket(#[source] std::io::Error),
+    /// The repacks' runtime could not be started.
+    #[error("starting the repack runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
 /// Everything the scheduler and the workers share.
 struct Shared {
     hub: Arc<HubClient>,
@@ -179,7 +194,7 @@ pub async fn serve(
     hub: Arc<HubClient>,
     store: Store,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let next_run = Arc::new(Mutex::new(String::new()));
     let health = Arc::new(Health::default());
@@ -203,14 +218,14 @@ pub async fn serve(
         Arc::new(webhook::WebhookApi { secret: w.secret.clone(), queue: hints.clone(), counters: counters.clone() })
     });
     let apis = Apis { runner, admin, webhook: webhook_api };
-    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), apis)
-        .map_err(|e| e.to_string())?;
+    let app = router(store.clone(), hub.endpoint().to_owned(), next_run.clone(), health.clone(), apis)?;
     let listener = config
         .listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(config.listener))
-        .map_err(|e| format!("using the listening socket: {e}"))?;
-    tracing::info!(url = %format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?), "serving");
+        .and_then(|l| l.local_addr().map(|addr| (l, addr)));
+    let (listener, addr) = listener.map_err(ServeError::Socket)?;
+    tracing::info!(url = %format!("http://{addr}"), "serving");
     let shared = Arc::new(Shared { hub, store, health: health.clone() });
     let mut tasks = tokio::task::JoinSet::new();
     let mut names = std::collections::HashMap::new();
@@ -252,22 +267,18 @@ pub async fn serve(
     // Repacks run on a runtime of their own at a lower priority, so that their downloads, uploads and
     // checks never hold a thread or a core a page is waiting for.
     let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    let batch =
-        crate::blocking::BatchRuntime::start(threads).map_err(|e| format!("starting the repack runtime: {e}"))?;
+    let batch = crate::blocking::BatchRuntime::start(threads).map_err(ServeError::Runtime)?;
+    let told = shared.health.clone();
+    let workers = workers::Workers {
+        hub: shared.hub.clone(),
+        store: shared.store.clone(),
+        opts: config.repack.clone(),
+        idle: Duration::from_secs(2),
+        jobs_on: batch.handle().clone(),
+        on_panic: Some(Arc::new(move || told.panicked())),
+    };
     for n in 0..config.workers {
-        let mut opts = config.repack.clone();
-        opts.worker = format!("{}-w{n}", opts.worker);
-        let health = shared.health.clone();
-        let worker = WorkerLoop {
-            store: shared.store.clone(),
-            worker: opts.worker.clone(),
-            lease: opts.lease,
-            idle: Duration::from_secs(2),
-            jobs_on: batch.handle().clone(),
-            on_panic: Some(Arc::new(move || health.panicked())),
-            operator_hold: crate::job::NEEDS_OPERATOR_HOLD,
-            runner: Arc::new(RepackRunner { hub: shared.hub.clone(), store: shared.store.clone(), opts }),
-        };
+        let worker = workers.worker(&format!("-w{n}"));
         let stop = stop.clone();
         let id = tasks
             .spawn(async move {

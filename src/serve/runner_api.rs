@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use super::listener::{self, Limits};
+use crate::job::payload::MlxRecord;
 use crate::repack::runner::Claim;
 use crate::secret::bearer_matches;
 use crate::store::Store;
@@ -102,11 +103,10 @@ async fn result(
     State(api): State<Arc<RunnerApi>>,
     headers: HeaderMap,
     UrlPath(id): UrlPath<i64>,
-    Json(record): Json<serde_json::Value>,
+    Json(record): Json<MlxRecord>,
 ) -> Response {
     let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
-    let passed = record["ok"] == true;
-    match api.store.metal_result(id, &runner, passed, &record.to_string()).await {
+    match api.store.metal_result(id, &runner, &record).await {
         Ok(true) => StatusCode::OK.into_response(),
         Ok(false) => (StatusCode::CONFLICT, "this runner does not hold the job").into_response(),
         Err(e) => internal(e),

@@ -154,13 +154,5 @@ async fn run_audit(
         }
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
-    // Mirrors first: a renamed source's mirror and jobs follow its new name before the new name is queued.
-    match crate::repack::lifecycle::reconcile_mirrors(&shared.hub, &shared.store, filters).await {
-        Ok(hidden) if !hidden.is_empty() => tracing::info!(mirrors = hidden.len(), "made mirrors private"),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "checking mirrors' sources failed"),
-    }
-    if let Err(e) = crate::repack::policy::enqueue_affected(&shared.store, &config.policy).await {
-        tracing::warn!(error = %e, "queueing repack jobs failed");
-    }
+    crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
 }

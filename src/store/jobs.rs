@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use sqlx::types::Json;
+
 use super::{Store, StoreError, on_pool, sql};
+use crate::job::payload::MlxRecord;
 use crate::job::{
     FailureKind, Job, JobEvent, JobOutcome, JobState, NEEDS_OPERATOR_HOLD, NEEDS_OPERATOR_REFUNDS, VerifyDevice,
     backoff, unix_now,
@@ -281,9 +284,9 @@ impl Store {
     }
 
     /// Records the MLX load check's result.
-    pub async fn set_job_verification(&self, id: i64, verification: &str) -> Result<(), StoreError> {
+    pub async fn set_job_verification(&self, id: i64, verification: &MlxRecord) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("UPDATE jobs SET verification = $1 WHERE id = $2")
-            .bind(verification)
+            .bind(Json(verification))
             .bind(id)
             .execute(pool)
             .await
@@ -346,7 +349,7 @@ impl Store {
                 _ => None,
             };
             let staged = match outcome {
-                JobOutcome::AwaitMetal { staged } => staged.as_deref(),
+                JobOutcome::AwaitMetal { staged } => staged.as_ref().map(Json),
                 _ => None,
             };
             let proposed = match outcome {

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::jobs::{Claim, record_event};
 use super::{Store, StoreError, on_pool, sql};
+use sqlx::types::Json;
+
+use crate::job::payload::MlxRecord;
 use crate::job::{Job, unix_now};
 
 impl Store {
@@ -33,12 +36,13 @@ impl Store {
     /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
     /// failure fails it for good. `false` if the runner no longer holds the job. Checked and recorded in one
     /// transaction, so a lease that lapses and goes to another runner cannot let two results in.
-    pub async fn metal_result(&self, id: i64, runner: &str, passed: bool, record: &str) -> Result<bool, StoreError> {
+    pub async fn metal_result(&self, id: i64, runner: &str, record: &MlxRecord) -> Result<bool, StoreError> {
         let now = crate::time::now_utc();
-        let (state, reason) = if passed {
+        let (state, reason) = if record.ok {
             ("publishing", "Metal check passed".to_owned())
         } else {
-            ("failed", format!("Metal load check failed: {record}"))
+            let why = record.error.as_deref().unwrap_or("no reason given");
+            ("failed", format!("Metal load check failed on {}: {why}", record.device))
         };
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin metal result"))?;
@@ -50,7 +54,7 @@ impl Store {
                     lease_owner = NULL, lease_expires_at = NULL
                  WHERE id = $5 AND lease_owner = $6 AND state = 'awaiting_metal_verify'",
             )
-            .bind(record)
+            .bind(Json(record))
             .bind(&now)
             .bind(state)
             .bind(&reason)
@@ -73,6 +77,7 @@ impl Store {
 mod tests {
     use std::time::Duration;
 
+    use crate::job::payload::MlxRecord;
     use crate::job::{JobOutcome, VerifyDevice};
     use crate::store::Store;
 
@@ -94,13 +99,16 @@ mod tests {
             // runner-a's lease runs out, and runner-b takes the job over.
             crate::store::jobs::tests::expire_lease(store, job.id).await;
             assert_eq!(store.claim_metal_job("runner-b", lease, false).await.unwrap().map(|j| j.id), Some(job.id));
-            assert!(!store.metal_result(job.id, "runner-a", passed, "{}").await.unwrap(), "a lapsed lease");
-            let record = format!(r#"{{"ok": {passed}}}"#);
-            assert!(store.metal_result(job.id, "runner-b", passed, &record).await.unwrap());
+            let record = if passed { MlxRecord::announced("gpu", None) } else { MlxRecord::failed("gpu", "differs") };
+            assert!(!store.metal_result(job.id, "runner-a", &record).await.unwrap(), "a lapsed lease");
+            assert!(store.metal_result(job.id, "runner-b", &record).await.unwrap());
             let after = store.job(job.id).await.unwrap().unwrap();
             assert_eq!(after.state, if passed { "publishing" } else { "failed" });
-            assert_eq!(after.verification.as_deref(), Some(record.as_str()));
-            assert!(!store.metal_result(job.id, "runner-b", passed, "{}").await.unwrap(), "a second result");
+            assert_eq!(after.verification.map(|r| r.0), Some(record.clone()), "read back as written");
+            if !passed {
+                assert_eq!(after.reason.as_deref(), Some("Metal load check failed on gpu: differs"));
+            }
+            assert!(!store.metal_result(job.id, "runner-b", &record).await.unwrap(), "a second result");
         }
     }
 }

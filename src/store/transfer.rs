@@ -20,9 +20,11 @@ enum Kind {
     Text,
     /// 0/1 on SQLite, BOOLEAN on PostgreSQL; `true`/`false` in the export.
     Flag,
+    /// A JSON document: TEXT on SQLite, JSONB on PostgreSQL; its text in the export (as version 1 had it).
+    Document,
 }
 
-use Kind::{Flag, Int, Text};
+use Kind::{Document, Flag, Int, Text};
 
 /// A table that is exported: its name, its key (the export's order) and its columns.
 struct Table {
@@ -153,8 +155,8 @@ const TABLES: &[Table] = &[
             ("target_repo", Text),
             ("published_commit", Text),
             ("verify_device", Text),
-            ("verification", Text),
-            ("staged", Text),
+            ("verification", Document),
+            ("staged", Document),
             ("attempts", Int),
             ("max_attempts", Int),
             ("lease_owner", Text),
@@ -228,9 +230,23 @@ pub enum TransferError {
 /// longer line is not an export's, and is refused before it fills memory.
 const LINE_CAP: u64 = 16 << 20;
 
+/// Why an import's line could not be read.
+#[derive(Debug, Error)]
+enum LineError {
+    /// Longer than [`LINE_CAP`].
+    #[error("a line longer than {} MiB", LINE_CAP >> 20)]
+    TooLong,
+    /// Not UTF-8.
+    #[error(transparent)]
+    NotUtf8(std::string::FromUtf8Error),
+    /// The input failed.
+    #[error(transparent)]
+    Io(std::io::Error),
+}
+
 /// `input`'s lines, each read only up to [`LINE_CAP`] bytes; a longer one, or one that is not UTF-8, is an
 /// error (and ends the lines).
-fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Result<String, String>> + '_ {
+fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Result<String, LineError>> + '_ {
     let mut failed = false;
     std::iter::from_fn(move || {
         if failed {
@@ -240,9 +256,9 @@ fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Resul
         let read = std::io::Read::take(&mut *input, LINE_CAP + 1).read_until(b'\n', &mut line);
         let line = match read {
             Ok(0) => return None,
-            Ok(_) if line.len() as u64 > LINE_CAP => Err(format!("a line longer than {} MiB", LINE_CAP >> 20)),
-            Ok(_) => String::from_utf8(line).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(_) if line.len() as u64 > LINE_CAP => Err(LineError::TooLong),
+            Ok(_) => String::from_utf8(line).map_err(LineError::NotUtf8),
+            Err(e) => Err(LineError::Io(e)),
         };
         failed = line.is_err();
         Some(line.map(|l| l.trim_end_matches(['\n', '\r']).to_owned()))
@@ -275,6 +291,15 @@ impl Store {
                             Int => row.try_get::<Option<i64>, _>(i).map(Value::from),
                             Text => row.try_get::<Option<String>, _>(i).map(Value::from),
                             Flag => row.try_get::<Option<bool>, _>(i).map(Value::from),
+                            // Keys sorted: PostgreSQL's JSONB keeps its own order, and an export must not
+                            // depend on the backend it came from.
+                            Document => row.try_get::<Option<sqlx::types::Json<Value>>, _>(i).map(|d| {
+                                d.map(|mut d| {
+                                    d.0.sort_all_objects();
+                                    d.0.to_string()
+                                })
+                                .into()
+                            }),
                         };
                         object.insert((*column).to_owned(), value.map_err(sql("export"))?);
                     }
@@ -303,7 +328,8 @@ impl Store {
             }
         }
         let malformed = |line: usize, reason: String| TransferError::Malformed { line: line + 1, reason };
-        let mut lines = bounded_lines(input).enumerate().map(|(n, line)| (n, line.map_err(|e| malformed(n, e))));
+        let mut lines =
+            bounded_lines(input).enumerate().map(|(n, line)| (n, line.map_err(|e| malformed(n, e.to_string()))));
         let (_, first) = lines.next().ok_or_else(|| malformed(0, "empty input".into()))?;
         let header: Value = serde_json::from_str(&first?).map_err(|e| malformed(0, e.to_string()))?;
         if header["format"] != FORMAT || header["version"] != VERSION {
@@ -348,6 +374,12 @@ impl Store {
                         (Text, v) => query.bind(Some(v.as_str().ok_or_else(wrong)?.to_owned())),
                         (Flag, Value::Null) => query.bind(None::<bool>),
                         (Flag, v) => query.bind(Some(v.as_bool().ok_or_else(wrong)?)),
+                        (Document, Value::Null) => query.bind(None::<sqlx::types::Json<Value>>),
+                        (Document, v) => {
+                            let text = v.as_str().ok_or_else(wrong)?;
+                            let document: Value = serde_json::from_str(text).map_err(|_| wrong())?;
+                            query.bind(Some(sqlx::types::Json(document)))
+                        }
                     };
                 }
                 query.execute(&mut *tx).await.map_err(|e| malformed(n, format!("{name}: {e}")))?;
@@ -426,10 +458,20 @@ mod tests {
         store.finish_run(run, "finished", &RunStats { repos_listed: 3, ..RunStats::default() }, None).await.unwrap();
         let job = store.job_for("ns/a", "1", crate::job::VerifyDevice::Cpu).await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(job.id)).await.unwrap();
+        let record = r#"{"ok": true, "device": "cpu", "mlx_version": "0.29.1", "seconds": 1.5, "tensors": 7}"#;
+        store.set_job_verification(job.id, &serde_json::from_str(record).unwrap()).await.unwrap();
         let published = JobOutcome::Published { target: "me/a-aligned".into(), commit: "c0ffee".into() };
         store.finish_job(job.id, "w", &published).await.unwrap();
         store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap();
         store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
+        let waiting = store.job_for("ns/b", "1", crate::job::VerifyDevice::Metal).await.unwrap();
+        store.claim_job("w", std::time::Duration::from_secs(60), Some(waiting.id)).await.unwrap();
+        let staged = crate::job::payload::Staged {
+            commit: "5eed".into(),
+            checks: crate::job::payload::LocalChecks { shards: 1, tensors: 2, zero_copy: 2 },
+            source: crate::job::payload::SourceFacts { license: Some("mit".into()), before_bytes: 9 },
+        };
+        store.finish_job(waiting.id, "w", &JobOutcome::AwaitMetal { staged: Some(staged) }).await.unwrap();
         store.start_run("http://hub.test", "mlx", None).await.unwrap();
     }
 
@@ -449,6 +491,7 @@ mod tests {
         fill(sqlite).await;
         let original = exported(sqlite).await;
         assert!(original.iter().any(|l| l.contains("\"table\":\"mirrors\"")), "every table has rows");
+        assert!(original.iter().any(|l| l.contains(r#"\"commit\":\"5eed\""#)), "with the jobs' payloads");
         let mut export = Vec::new();
         sqlite.export(&mut export).await.unwrap();
         let counts = postgres.import(&mut export.as_slice()).await.unwrap();

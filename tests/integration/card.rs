@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use hubalign::job::payload::LocalChecks;
 use hubalign::manifest::{Edited, LeftOut, Manifest, ManifestShard};
 use hubalign::repack::card::{CardData, CardInputs, SourceCard, render};
-use hubalign::repack::verify::LocalChecks;
 use hubalign::safetensors::Method;
 
 use crate::support::{python, root};
@@ -60,7 +60,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         edited: vec![Edited { file: "config.json".into(), removed: vec!["auto_map".into()] }],
     };
     let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757 };
-    let mlx = serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7});
+    let mlx = serde_json::from_value(serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7})).unwrap();
     let source = SourceCard {
         license: Some("mit".into()),
         pipeline_tag: Some("text-generation".into()),

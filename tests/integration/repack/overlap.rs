@@ -95,7 +95,7 @@ fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
         store.jobs().await.unwrap().into_iter().find(|j| j.repo_id == "lmstudio/tiny-q8").unwrap()
     });
     assert_eq!(job.state, "published", "{:?}", job.reason);
-    let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
+    let record = serde_json::to_value(job.verification.unwrap().0).unwrap();
     assert_eq!(record["preupload_before_verdict"], 1, "the upload had asked how to send each file before the verdict");
     assert!(record["xet_bytes_before_verdict"].as_u64().unwrap() > 0, "and sent the shard to the CAS: {record}");
     assert_eq!(record["commits_before_verdict"], 0, "and committed nothing: {record}");

@@ -143,11 +143,7 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     let left: Vec<_> = std::fs::read_dir(stager.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(!left.iter().any(|n| n.to_string_lossy().starts_with("job-")), "nothing kept on the worker: {left:?}");
     let store = || world.runtime.block_on(async { Store::open(&db).await.unwrap().jobs().await.unwrap() });
-    let staged_commit =
-        serde_json::from_str::<serde_json::Value>(store()[0].staged.as_deref().unwrap()).unwrap()["commit"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let staged_commit = store()[0].staged.clone().unwrap().0.commit;
     if let Some(new) = renamed {
         // What the service does once the Hub answers the old name with the renamed repo.
         world.rename(source, new);
@@ -173,8 +169,8 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     assert!(stdout(&out).contains("Metal check passed"), "{}", stdout(&out));
     let job = store()[0].clone();
     assert_eq!(job.state, "publishing");
-    let record: serde_json::Value = serde_json::from_str(job.verification.as_deref().unwrap()).unwrap();
-    assert_eq!(record["staged_commit"], staged_commit.as_str(), "the verdict names the commit it judged");
+    let record = job.verification.unwrap().0;
+    assert_eq!(record.staged_commit, Some(staged_commit.clone()), "the verdict names the commit it judged");
 
     assert_ok(&repack(publisher.path(), renamed.unwrap_or(source)));
     let job = store()[0].clone();

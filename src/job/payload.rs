@@ -1,0 +1,106 @@
+//! What a job carries from one step to the next, persisted on its row as JSON (`jobs.verification`,
+//! `jobs.staged`) and read back as these types through `sqlx::types::Json`: the MLX check's record, and the
+//! bundle staged on the Hub for the Metal check. A step reads its input here, never by indexing a document.
+
+use serde::{Deserialize, Serialize};
+
+/// The MLX load check's record, as `deploy/verify_mlx.py` prints it and a runner posts it. Every field but
+/// `ok` may be missing (a record from an older runner, or one that failed before MLX was imported).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MlxRecord {
+    /// Whether every array loaded bit-identical to the source's.
+    #[serde(default)]
+    pub ok: bool,
+    /// Where it ran: `gpu` (Metal) or `cpu`.
+    #[serde(default)]
+    pub device: String,
+    /// The MLX that loaded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlx_version: Option<String>,
+    /// Files loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
+    /// Arrays loaded and compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<u64>,
+    /// How long it took, as the script measured it (kept as printed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<serde_json::Number>,
+    /// The check's peak resident memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    /// What failed, naming the file and tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The staged mirror commit a runner checked, when the Hub is the rendezvous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_commit: Option<String>,
+    /// Whatever else the script said (a newer script's fields, a test's probes), kept as it was said.
+    #[serde(flatten)]
+    pub more: serde_json::Map<String, serde_json::Value>,
+}
+
+impl MlxRecord {
+    /// The record the card names while the check still runs beside the upload: the device and the MLX it
+    /// announced, before any count is known.
+    pub fn announced(device: &str, mlx_version: Option<String>) -> Self {
+        MlxRecord { ok: true, device: device.to_owned(), mlx_version, ..MlxRecord::default() }
+    }
+
+    /// A failed check's record: the device and why.
+    pub fn failed(device: &str, error: impl Into<String>) -> Self {
+        MlxRecord { ok: false, device: device.to_owned(), error: Some(error.into()), ..MlxRecord::default() }
+    }
+}
+
+/// What the two local checks (structural and memory-mapped) found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalChecks {
+    /// Shards checked.
+    pub shards: u64,
+    /// Tensors checked.
+    pub tensors: u64,
+    /// Tensors a memory map could hand out as their type without a copy.
+    pub zero_copy: u64,
+}
+
+/// What the card says of the source beyond the Hub's answer, read from its files while they were here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceFacts {
+    /// The licence its README names (for a source the Hub gives no licence for).
+    pub license: Option<String>,
+    /// Bytes a copying loader duplicates in it.
+    pub before_bytes: u64,
+}
+
+/// What a job records of a bundle staged on the Hub for the Metal check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staged {
+    /// The mirror's commit that holds the repaired bundle (no model card yet).
+    pub commit: String,
+    /// The structural and memory-map checks' counts, for the card.
+    pub checks: LocalChecks,
+    /// What the card says of the source.
+    pub source: SourceFacts,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script's record reads as the type and writes back the same document, its time as printed.
+    #[test]
+    fn the_scripts_record_round_trips() {
+        let printed = r#"{"ok":true,"device":"cpu","mlx_version":"0.29.1","files":2,"tensors":7,"seconds":1.25,"peak_rss_bytes":1024}"#;
+        let record: MlxRecord = serde_json::from_str(printed).unwrap();
+        assert_eq!(record.tensors, Some(7));
+        assert_eq!(serde_json::to_string(&record).unwrap(), printed);
+        // An older runner's record, with only its verdict, still reads.
+        let bare: MlxRecord = serde_json::from_str(r#"{"ok": false}"#).unwrap();
+        assert_eq!(bare, MlxRecord { ok: false, ..MlxRecord::default() });
+        // A field this version does not know is kept.
+        let newer: MlxRecord = serde_json::from_str(r#"{"ok":true,"device":"gpu","metal_arch":"g16"}"#).unwrap();
+        assert_eq!(newer.more["metal_arch"], "g16");
+        assert_eq!(serde_json::to_string(&newer).unwrap(), r#"{"ok":true,"device":"gpu","metal_arch":"g16"}"#);
+    }
+}

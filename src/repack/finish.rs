@@ -1,0 +1,82 @@
+//! The ends every way of publishing shares (a bundle checked here, one checked by a runner in this work
+//! directory, one checked by a runner on the Hub): the card written from the facts, the bytes sent counted,
+//! the mirror given its visibility, and the mirror recorded. `--pr` shares the card and the count; its
+//! commit goes to the source, which has a visibility of its own.
+
+use std::path::{Path, PathBuf};
+
+use super::error::RepackError;
+use super::policy::Visibility;
+use super::{Repacker, card, publish};
+use crate::hub::info::ModelInfo;
+use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts};
+use crate::job::{Job, JobOutcome};
+use crate::manifest::Manifest;
+
+/// What a card is written from, beside the mirror's name.
+pub(super) struct CardFacts<'a> {
+    /// The Hub's answer for the source, when it gave one.
+    pub info: Option<&'a ModelInfo>,
+    /// What the source's files said.
+    pub source: SourceFacts,
+    /// The mirror's manifest.
+    pub manifest: &'a Manifest,
+    /// The local checks' counts.
+    pub checks: &'a LocalChecks,
+    /// The MLX check's record.
+    pub record: MlxRecord,
+}
+
+impl Repacker<'_> {
+    /// Writes the model card of the mirror `target` into `dir` as `README.md`, and returns its path.
+    pub(super) fn write_card(&self, dir: &Path, target: &str, facts: CardFacts<'_>) -> Result<PathBuf, RepackError> {
+        let mut source = facts.info.map(card::SourceCard::from_info).unwrap_or_default();
+        if source.license.is_none() {
+            source.license = facts.source.license;
+        }
+        let inputs = card::CardInputs {
+            target_repo: target,
+            endpoint: self.hub.endpoint(),
+            source,
+            before_bytes: facts.source.before_bytes,
+            checks: facts.checks,
+            mlx: facts.record,
+        };
+        let text = card::render(&card::CardData::new(facts.manifest, inputs))
+            .map_err(|e| RepackError::permanent(format!("the card: {e}")))?;
+        let path = dir.join("README.md");
+        std::fs::write(&path, text).map_err(|e| RepackError::io(path.display(), e))?;
+        Ok(path)
+    }
+
+    /// Counts `bytes` sent for `job` (a failure to count is logged: the job goes on).
+    pub(super) async fn count_uploaded(&self, job: &Job, bytes: u64) {
+        if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
+        }
+    }
+
+    /// Ends a publish: `target` now holds the repair of `job`'s source (named `named` in its manifest). The
+    /// bytes sent are counted, the mirror is given `visibility` and recorded, and the job is published.
+    pub(super) async fn finish_publish(
+        &self,
+        job: &Job,
+        (target, named): (String, &str),
+        visibility: Visibility,
+        published: publish::Published,
+    ) -> Result<JobOutcome, RepackError> {
+        publish::set_visibility(self.hub, &target, visibility, &published).await?;
+        let commit = match published {
+            publish::Published::Committed { commit, bytes_uploaded } => {
+                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
+                self.count_uploaded(job, bytes_uploaded).await;
+                commit
+            }
+            publish::Published::AlreadyThere(commit) => commit,
+        };
+        if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
+        }
+        Ok(JobOutcome::Published { target, commit })
+    }
+}

@@ -1,0 +1,44 @@
+//! How repack workers are assembled, the one way for `serve` (several, on the batch runtime, beside the
+//! audit and the dashboard) and for `hubalign worker` (the same loop with the audit and the pages off).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::hub::HubClient;
+use crate::repack::{RepackOptions, RepackRunner};
+use crate::store::Store;
+use crate::worker::WorkerLoop;
+
+/// What every worker of a process shares.
+pub struct Workers {
+    /// The Hub client.
+    pub hub: Arc<HubClient>,
+    /// The queue.
+    pub store: Store,
+    /// The workers' options; each loop's name is `opts.worker` with its suffix.
+    pub opts: RepackOptions,
+    /// How long a loop waits when the queue is empty.
+    pub idle: Duration,
+    /// Where jobs run: a runtime at a lower priority than the pages'.
+    pub jobs_on: tokio::runtime::Handle,
+    /// Told when a job's task panicked (the service counts them for `/healthz`).
+    pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Workers {
+    /// The worker loop named `opts.worker` followed by `suffix` (unique per loop of the process).
+    pub fn worker(&self, suffix: &str) -> WorkerLoop<RepackRunner> {
+        let mut opts = self.opts.clone();
+        opts.worker = format!("{}{suffix}", opts.worker);
+        WorkerLoop {
+            store: self.store.clone(),
+            worker: opts.worker.clone(),
+            lease: opts.lease,
+            idle: self.idle,
+            jobs_on: self.jobs_on.clone(),
+            on_panic: self.on_panic.clone(),
+            operator_hold: crate::job::NEEDS_OPERATOR_HOLD,
+            runner: Arc::new(RepackRunner { hub: self.hub.clone(), store: self.store.clone(), opts }),
+        }
+    }
+}
