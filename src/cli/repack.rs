@@ -11,6 +11,7 @@ use hubalign::hub::{HubClient, HubConfig};
 use hubalign::job::VerifyDevice;
 use hubalign::job::{FailureKind, Job, JobState};
 use hubalign::repack::lifecycle::reconcile_then_enqueue;
+use hubalign::repack::metal_check::{CheckSetup, Rendezvous, check_once};
 use hubalign::repack::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
 };
@@ -429,62 +430,62 @@ async fn queue_and_reconcile(
     Ok(())
 }
 
-/// Where a runner meets the workers.
-enum Rendezvous<'a> {
-    /// The runner API of a worker: its URL and the runner token.
-    Api(&'a str, &'a str),
-    /// The store and the Hub.
-    Hub(hubalign::store::Store, Box<HubClient>),
-}
-
 pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;
         let script = work.path().join("verify_mlx.py");
         std::fs::write(&script, VERIFY_MLX)?;
-        let rendezvous = match (&args.service, &args.token, &args.db) {
-            (Some(service), Some(token), _) => Rendezvous::Api(service.trim_end_matches('/'), token.as_str()),
-            (Some(_), None, _) => return Err(UsageError("--service needs the runner token: --token".into()).into()),
+        let setup = CheckSetup {
+            python: args.python.clone(),
+            script,
+            device: args.device.clone(),
+            work: work.path().to_owned(),
+        };
+        match (&args.service, &args.token, &args.db) {
+            (Some(service), Some(token), _) => {
+                let way = runner::ApiRendezvous {
+                    service: service.trim_end_matches('/').to_owned(),
+                    token: token.clone(),
+                    runner: args.name.clone(),
+                    http: reqwest::Client::new(),
+                };
+                check_until_idle(&way, &setup, args.once).await
+            }
+            (Some(_), None, _) => Err(UsageError("--service needs the runner token: --token".into()).into()),
             (None, _, db) => {
                 let db = db.as_deref().ok_or_else(|| UsageError("--service or --db is required".into()))?;
                 let store = hubalign::store::Store::open_at(db).await.context("opening the store")?;
                 let config = HubConfig::resolve(args.endpoint.clone(), args.hub_token.clone());
                 let hub = HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
-                Rendezvous::Hub(store, Box::new(hub))
-            }
-        };
-        let mut failed = 0;
-        loop {
-            let outcome = match &rendezvous {
-                Rendezvous::Api(service, token) => {
-                    runner::run_once(service, token, &args.name, &args.python, &script, &args.device, work.path())
-                        .await
-                        .map_err(|e| anyhow::anyhow!(e))?
-                }
-                Rendezvous::Hub(store, hub) => {
-                    let runner = HubRunner {
-                        store,
-                        hub,
-                        name: &args.name,
-                        lease: Duration::from_secs(args.lease_secs.max(1)),
-                        python: &args.python,
-                        script: &script,
-                        device: &args.device,
-                        work: work.path(),
-                        max_bytes: hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES,
-                    };
-                    runner.check_once().await?
-                }
-            };
-            match outcome {
-                Some((job, passed)) => {
-                    println!("job {job}: Metal check {}", if passed { "passed" } else { "failed" });
-                    failed += u32::from(!passed);
-                }
-                None if args.once => return Ok(if failed > 0 { Exit::Failure } else { Exit::Clean }),
-                None => tokio::time::sleep(Duration::from_secs(60)).await,
+                let way = HubRunner {
+                    store: &store,
+                    hub: &hub,
+                    name: &args.name,
+                    lease: Duration::from_secs(args.lease_secs.max(1)),
+                    max_bytes: hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES,
+                };
+                check_until_idle(&way, &setup, args.once).await
             }
         }
     })
+}
+
+/// The runner's loop over `way`: a pass, then another, a minute apart while nothing waits; with `once`, until
+/// nothing waits.
+async fn check_until_idle<R: Rendezvous>(way: &R, setup: &CheckSetup, once: bool) -> anyhow::Result<Exit>
+where
+    R::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut failed = 0;
+    loop {
+        match check_once(way, setup).await? {
+            Some((job, passed)) => {
+                println!("job {job}: Metal check {}", if passed { "passed" } else { "failed" });
+                failed += u32::from(!passed);
+            }
+            None if once => return Ok(if failed > 0 { Exit::Failure } else { Exit::Clean }),
+            None => tokio::time::sleep(Duration::from_secs(60)).await,
+        }
+    }
 }

@@ -10,6 +10,7 @@ pub mod error;
 mod finish;
 pub mod lfs;
 pub mod lifecycle;
+pub mod metal_check;
 pub mod mlx;
 pub mod policy;
 pub mod prime;

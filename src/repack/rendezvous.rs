@@ -8,11 +8,12 @@
 //! The runner API (`hubalign worker --runner-listen`, [`super::runner`]) stays the other mode: there the
 //! staged files never leave the worker before the check, and the runner must reach the worker.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::error::RepackError;
 use super::finish::CardFacts;
+use super::metal_check::{Fetch, Rendezvous};
 use super::policy::Visibility;
 use super::upload::CommitError;
 use super::{Repacker, download, publish, upload};
@@ -211,7 +212,8 @@ fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&st
     Err(OtherSource { staged: format!("{}@{}", quoted(repo), quoted(rev)), job: format!("{current}@{sha}") })
 }
 
-/// A runner that needs no inbound connection: it claims through the store and downloads from the Hub.
+/// The store and the Hub as a runner's [`Rendezvous`], for a runner that needs no inbound connection: it
+/// claims through the store and downloads the staged commit from the Hub.
 pub struct HubRunner<'a> {
     /// The shared store (PostgreSQL, or the SQLite file of a one-machine deployment).
     pub store: &'a Store,
@@ -221,16 +223,18 @@ pub struct HubRunner<'a> {
     pub name: &'a str,
     /// How long a check may take before another runner may take the job.
     pub lease: Duration,
-    /// Python with `mlx`.
-    pub python: &'a Path,
-    /// `deploy/verify_mlx.py`.
-    pub script: &'a Path,
-    /// `gpu` (Metal) or `cpu` (standing in for it, in tests).
-    pub device: &'a str,
-    /// Where the download goes (a directory per job, removed after).
-    pub work: &'a Path,
     /// The largest bundle downloaded.
     pub max_bytes: u64,
+}
+
+/// A job claimed through the store, with what its fetch needs.
+pub struct HubClaim {
+    /// The job.
+    job: Job,
+    /// The mirror and the staged commit, when recorded.
+    staged: Option<(String, Staged)>,
+    /// The source's former name that the staged manifest may still give, after a followed rename.
+    former: Option<String>,
 }
 
 /// Why a runner's pass stopped before recording a verdict: the job's lease lapses and it is claimed again.
@@ -251,42 +255,27 @@ pub enum RunnerError {
     },
 }
 
-impl HubRunner<'_> {
-    /// Claims one job staged on the Hub, downloads its commit, runs the check and records the verdict,
-    /// naming the commit. Returns the job and whether it passed, or `None` when nothing waits.
-    #[tracing::instrument(name = "metal check", skip_all, fields(runner = %self.name))]
-    pub async fn check_once(&self) -> Result<Option<(i64, bool)>, RunnerError> {
-        let Some(job) = self.store.claim_metal_job(self.name, self.lease, true).await? else { return Ok(None) };
-        let (Some(staged), Some(target)) = (job.staged.clone().map(|s| s.0), job.target_repo.clone()) else {
-            let record = MlxRecord::failed(self.device, "no staged commit recorded");
-            self.store.metal_result(job.id, self.name, &record).await?;
-            return Ok(Some((job.id, false)));
-        };
-        let former = self.store.mirror_of(&job.repo_id).await?.and_then(|m| m.moved_from);
-        let dir = self.work.join(format!("runner-job-{}", job.id));
-        let checked = self.download_and_check(&job, former.as_deref(), &target, &staged.commit, &dir).await;
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut record = match checked {
-            Ok(record) => record,
-            Err(Verdict::Failed(e)) => MlxRecord::failed(self.device, e),
-            Err(Verdict::Unknown(e)) => return Err(e),
-        };
-        record.staged_commit = Some(staged.commit);
-        let passed = record.ok;
-        if !self.store.metal_result(job.id, self.name, &record).await? {
-            tracing::warn!(job.id = job.id, runner = self.name, "the job was taken over; the verdict is not recorded");
-        }
-        Ok(Some((job.id, passed)))
+impl Rendezvous for HubRunner<'_> {
+    type Claimed = HubClaim;
+    type Error = RunnerError;
+
+    fn job_id(claimed: &HubClaim) -> i64 {
+        claimed.job.id
     }
 
-    async fn download_and_check(
-        &self,
-        job: &Job,
-        former: Option<&str>,
-        target: &str,
-        commit: &str,
-        dir: &Path,
-    ) -> Result<MlxRecord, Verdict> {
+    async fn claim(&self) -> Result<Option<HubClaim>, RunnerError> {
+        let Some(job) = self.store.claim_metal_job(self.name, self.lease, true).await? else { return Ok(None) };
+        let staged = job.target_repo.clone().zip(job.staged.clone().map(|s| s.0));
+        let former = self.store.mirror_of(&job.repo_id).await?.and_then(|m| m.moved_from);
+        Ok(Some(HubClaim { job, staged, former }))
+    }
+
+    /// Downloads the staged commit (each file checked against the Hub's hash), whose manifest must be the
+    /// repair of the job's source commit.
+    async fn fetch(&self, claimed: &HubClaim, dir: &Path) -> Result<PathBuf, Fetch<RunnerError>> {
+        let Some((target, staged)) = &claimed.staged else {
+            return Err(Fetch::Failed("no staged commit recorded".into()));
+        };
         let layout = download::Layout {
             source: dir.join("aligned"),
             partial: dir.join("partial"),
@@ -295,25 +284,24 @@ impl HubRunner<'_> {
             ready: None,
             carry_only: false,
         };
-        let downloaded = download::download(self.hub, target, commit, &layout, self.max_bytes).await;
+        let downloaded = download::download(self.hub, target, &staged.commit, &layout, self.max_bytes).await;
         downloaded.map_err(|error| {
-            let (target, commit) = (target.to_owned(), commit.to_owned());
-            Verdict::Unknown(RunnerError::Download { target, commit, error })
+            let (target, commit) = (target.clone(), staged.commit.clone());
+            Fetch::Unknown(RunnerError::Download { target, commit, error })
         })?;
-        let manifest = Manifest::read(&layout.source).map_err(|e| Verdict::Failed(e.to_string()))?;
-        let manifest = manifest.ok_or_else(|| Verdict::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
-        for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(|e| Verdict::Failed(e.to_string()))?;
-        let interpreter = (self.python.to_owned(), self.script.to_owned());
-        super::mlx::run_off_executor(interpreter, layout.source.clone(), self.device, |_| {})
-            .await
-            .map_err(|e| Verdict::Failed(e.to_string()))
+        let manifest = Manifest::read(&layout.source).map_err(|e| Fetch::Failed(e.to_string()))?;
+        let manifest = manifest.ok_or_else(|| Fetch::Failed(format!("no {MANIFEST_FILE} at the staged commit")))?;
+        let job = &claimed.job;
+        let former = claimed.former.as_deref();
+        for_job(&manifest, (&job.repo_id, &job.source_sha), former).map_err(|e| Fetch::Failed(e.to_string()))?;
+        Ok(layout.source)
     }
-}
 
-/// Why a check gave no passing record: a verdict to record, or a failure to try again later.
-enum Verdict {
-    Failed(String),
-    Unknown(RunnerError),
+    /// Records the verdict, naming the staged commit it judged.
+    async fn record(&self, claimed: HubClaim, mut record: MlxRecord) -> Result<bool, RunnerError> {
+        record.staged_commit = claimed.staged.map(|(_, staged)| staged.commit);
+        Ok(self.store.metal_result(claimed.job.id, self.name, &record).await?)
+    }
 }
 
 #[cfg(test)]

@@ -7,14 +7,15 @@
 //! - `POST /api/verifier/jobs/{id}/result` with the script's JSON record → 200, or 409 if the lease was lost.
 //!
 //! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
-//! runner in the job's history. This is the runner's side (`hubalign verify-runner`) and the protocol's types;
-//! the service's side is `serve::runner_api`.
+//! runner in the job's history. This is the runner's side of the protocol ([`ApiRendezvous`], one way of
+//! [`super::metal_check`]) and its types; the service's side is `serve::runner_api`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use super::metal_check::{Fetch, Rendezvous};
 use crate::job::payload::MlxRecord;
 
 /// A claimed job, as the runner receives it.
@@ -70,73 +71,95 @@ pub enum ApiRunnerError {
     },
 }
 
-/// The runner's side: claims one job, fetches its shards, runs the check, posts the record. Returns the job
-/// and whether it passed, or `None` when nothing waits.
-#[tracing::instrument(name = "metal check", skip_all, fields(runner = %runner))]
-pub async fn run_once(
-    service: &str,
-    token: &str,
-    runner: &str,
-    python: &Path,
-    script: &Path,
-    device: &str,
-    work: &Path,
-) -> Result<Option<(i64, bool)>, ApiRunnerError> {
-    let http = reqwest::Client::new();
-    let auth = |r: reqwest::RequestBuilder| r.bearer_auth(token).header("x-runner", runner);
-    let request = |what: &str| {
-        let what = what.to_owned();
-        move |source| ApiRunnerError::Request { what, source }
-    };
-    let response = auth(http.post(format!("{service}/api/verifier/claim"))).send().await.map_err(request("claim"))?;
-    if response.status() == reqwest::StatusCode::NO_CONTENT {
-        return Ok(None);
+/// The runner API as a runner's [`Rendezvous`]: the service at `service`, with the runner token.
+pub struct ApiRendezvous {
+    /// The service's base URL.
+    pub service: String,
+    /// The runner token.
+    pub token: String,
+    /// This runner's name in the jobs' history (`X-Runner`).
+    pub runner: String,
+    /// The HTTP client.
+    pub http: reqwest::Client,
+}
+
+impl ApiRendezvous {
+    fn call(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        r.bearer_auth(&self.token).header("x-runner", &self.runner)
     }
-    if !response.status().is_success() {
-        return Err(ApiRunnerError::Status { what: "claim".into(), status: response.status() });
+}
+
+/// Makes an [`ApiRunnerError::Request`] of a failed call to `what`.
+fn request(what: &str) -> impl FnOnce(reqwest::Error) -> ApiRunnerError + use<> {
+    let what = what.to_owned();
+    move |source| ApiRunnerError::Request { what, source }
+}
+
+impl Rendezvous for ApiRendezvous {
+    type Claimed = Claim;
+    type Error = ApiRunnerError;
+
+    fn job_id(claimed: &Claim) -> i64 {
+        claimed.job_id
     }
-    let body = crate::hub::read_capped(response, 1 << 20).await.map_err(ApiRunnerError::Unreadable)?;
-    let claim: Claim = serde_json::from_slice(&body).map_err(ApiRunnerError::Malformed)?;
-    // The claim names the files to write here: only plain names in the job's own directory.
-    if let Some(bad) = claim.files.iter().find(|n| crate::gate::check_repo_path(n).is_err() || n.contains('/')) {
-        return Err(ApiRunnerError::Refused(format!("refusing file name {}", crate::gate::quote(bad))));
-    }
-    let dir = work.join(format!("runner-job-{}", claim.job_id));
-    if !claim.files.iter().any(|n| n == crate::manifest::MANIFEST_FILE) {
-        return Err(ApiRunnerError::Refused("no manifest among the staged files".into()));
-    }
-    let aligned = dir.join("aligned");
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| ApiRunnerError::Io { path, source }
-    };
-    std::fs::create_dir_all(&aligned).map_err(io(&aligned))?;
-    for name in &claim.files {
-        let url = format!("{service}/api/verifier/jobs/{}/aligned/{name}", claim.job_id);
-        let mut r = auth(http.get(&url)).send().await.map_err(request(&url))?;
-        if !r.status().is_success() {
-            return Err(ApiRunnerError::Status { what: url, status: r.status() });
+
+    async fn claim(&self) -> Result<Option<Claim>, ApiRunnerError> {
+        let url = format!("{}/api/verifier/claim", self.service);
+        let response = self.call(self.http.post(url)).send().await.map_err(request("claim"))?;
+        if response.status() == reqwest::StatusCode::NO_CONTENT {
+            return Ok(None);
         }
-        // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
-        let path = aligned.join(name);
-        let file = crate::safe_fs::create_nofollow(&path).map_err(io(&path))?;
-        let mut file = tokio::fs::File::from_std(file);
-        while let Some(chunk) = r.chunk().await.map_err(request(&url))? {
-            file.write_all(&chunk).await.map_err(io(&path))?;
+        if !response.status().is_success() {
+            return Err(ApiRunnerError::Status { what: "claim".into(), status: response.status() });
         }
-        file.flush().await.map_err(io(&path))?;
+        let body = crate::hub::read_capped(response, 1 << 20).await.map_err(ApiRunnerError::Unreadable)?;
+        let claim: Claim = serde_json::from_slice(&body).map_err(ApiRunnerError::Malformed)?;
+        // The claim names the files to write here: only plain names in the job's own directory.
+        if let Some(bad) = claim.files.iter().find(|n| crate::gate::check_repo_path(n).is_err() || n.contains('/')) {
+            return Err(ApiRunnerError::Refused(format!("refusing file name {}", crate::gate::quote(bad))));
+        }
+        if !claim.files.iter().any(|n| n == crate::manifest::MANIFEST_FILE) {
+            return Err(ApiRunnerError::Refused("no manifest among the staged files".into()));
+        }
+        Ok(Some(claim))
     }
-    let interpreter = (python.to_owned(), script.to_owned());
-    let checked = super::mlx::run_off_executor(interpreter, dir.join("aligned"), device, |_| {}).await;
-    let record = checked.unwrap_or_else(|e| MlxRecord::failed(device, e.to_string()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let posted = auth(http.post(format!("{service}/api/verifier/jobs/{}/result", claim.job_id)))
-        .json(&record)
-        .send()
-        .await
-        .map_err(request("result"))?;
-    if !posted.status().is_success() {
-        return Err(ApiRunnerError::Status { what: "result".into(), status: posted.status() });
+
+    async fn fetch(&self, claim: &Claim, dir: &Path) -> Result<PathBuf, Fetch<ApiRunnerError>> {
+        let aligned = dir.join("aligned");
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| Fetch::Unknown(ApiRunnerError::Io { path, source })
+        };
+        let unknown = |what: &str| {
+            let failed = request(what);
+            move |e| Fetch::Unknown(failed(e))
+        };
+        std::fs::create_dir_all(&aligned).map_err(io(&aligned))?;
+        for name in &claim.files {
+            let url = format!("{}/api/verifier/jobs/{}/aligned/{name}", self.service, claim.job_id);
+            let mut r = self.call(self.http.get(&url)).send().await.map_err(unknown(&url))?;
+            if !r.status().is_success() {
+                return Err(Fetch::Unknown(ApiRunnerError::Status { what: url, status: r.status() }));
+            }
+            // Streamed to disk: shards run to several GB, more than a runner should hold in memory.
+            let path = aligned.join(name);
+            let file = crate::safe_fs::create_nofollow(&path).map_err(io(&path))?;
+            let mut file = tokio::fs::File::from_std(file);
+            while let Some(chunk) = r.chunk().await.map_err(unknown(&url))? {
+                file.write_all(&chunk).await.map_err(io(&path))?;
+            }
+            file.flush().await.map_err(io(&path))?;
+        }
+        Ok(aligned)
     }
-    Ok(Some((claim.job_id, record.ok)))
+
+    async fn record(&self, claim: Claim, record: MlxRecord) -> Result<bool, ApiRunnerError> {
+        let url = format!("{}/api/verifier/jobs/{}/result", self.service, claim.job_id);
+        let posted = self.call(self.http.post(url)).json(&record).send().await.map_err(request("result"))?;
+        match posted.status() {
+            reqwest::StatusCode::CONFLICT => Ok(false),
+            status if status.is_success() => Ok(true),
+            status => Err(ApiRunnerError::Status { what: "result".into(), status }),
+        }
+    }
 }

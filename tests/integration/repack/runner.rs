@@ -87,6 +87,16 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
             .unwrap()
     };
     assert_eq!(runner("wrong-token").status.code(), Some(4), "the token is checked");
+    // A posted result that is not the check's record is refused before anything reads it.
+    let job_id = world.runtime.block_on(async { Store::open(&db).await.unwrap().jobs().await.unwrap()[0].id });
+    let refused = world.runtime.block_on(async {
+        let url = format!("{service}/api/verifier/jobs/{job_id}/result");
+        let post = reqwest::Client::new().post(url).bearer_auth(RUNNER_TOKEN).header("x-runner", "test-runner");
+        let post = post.header("content-type", "application/json").body(r#"["ok", true]"#);
+        post.send().await.unwrap().status()
+    });
+    assert_eq!(refused, reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
     let out = runner(RUNNER_TOKEN);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert!(stdout(&out).contains("Metal check passed"), "{}", stdout(&out));

@@ -1,0 +1,147 @@
+//! The macOS runner's one pass, whichever way it meets the workers: claim a job waiting for the Metal check,
+//! fetch its staged bundle, run the MLX check on it, record the verdict. The ways differ only in how they
+//! claim, fetch and record ([`Rendezvous`]): over the runner API ([`super::runner::ApiRendezvous`]) or over
+//! the store and the Hub ([`super::rendezvous::HubRunner`]).
+
+use std::path::{Path, PathBuf};
+
+use crate::job::payload::MlxRecord;
+
+/// Why the staged bundle was not fetched.
+#[derive(Debug)]
+pub enum Fetch<E> {
+    /// The bundle is not what the job says (its manifest names another source, or nothing was staged): the
+    /// check fails with this reason, recorded.
+    Failed(String),
+    /// The fetch did not complete (the network, the disk): nothing is recorded; the lease lapses and the job
+    /// is claimed again.
+    Unknown(E),
+}
+
+/// How a runner claims, fetches and records.
+pub trait Rendezvous {
+    /// A claimed job, as this way knows it.
+    type Claimed;
+    /// Why a pass stopped before recording.
+    type Error;
+    /// The claimed job's id.
+    fn job_id(claimed: &Self::Claimed) -> i64;
+    /// Claims the oldest job waiting for the check; `None` when none waits.
+    fn claim(&self) -> impl Future<Output = Result<Option<Self::Claimed>, Self::Error>>;
+    /// Fetches the staged bundle of `claimed` (its shards and manifest, each checked as this way allows)
+    /// somewhere under `dir`, the job's own directory, and says where.
+    fn fetch(&self, claimed: &Self::Claimed, dir: &Path) -> impl Future<Output = Result<PathBuf, Fetch<Self::Error>>>;
+    /// Records the check's `record`; `false` if this runner no longer holds the job (its verdict is dropped).
+    fn record(&self, claimed: Self::Claimed, record: MlxRecord) -> impl Future<Output = Result<bool, Self::Error>>;
+}
+
+/// How this runner runs the check.
+#[derive(Debug, Clone)]
+pub struct CheckSetup {
+    /// Python with `mlx`.
+    pub python: PathBuf,
+    /// `deploy/verify_mlx.py`.
+    pub script: PathBuf,
+    /// `gpu` (Metal) or `cpu` (standing in for it, in tests).
+    pub device: String,
+    /// Where bundles are fetched (a directory per job, removed after).
+    pub work: PathBuf,
+}
+
+/// Claims one job, fetches its bundle, runs the check and records the verdict. Returns the job and whether
+/// it passed, or `None` when nothing waits.
+#[tracing::instrument(name = "metal check", skip_all)]
+pub async fn check_once<R: Rendezvous>(way: &R, setup: &CheckSetup) -> Result<Option<(i64, bool)>, R::Error> {
+    let Some(claimed) = way.claim().await? else { return Ok(None) };
+    let id = R::job_id(&claimed);
+    let dir = setup.work.join(format!("runner-job-{id}"));
+    let fetched = way.fetch(&claimed, &dir).await;
+    let record = match fetched {
+        Ok(bundle) => {
+            let interpreter = (setup.python.clone(), setup.script.clone());
+            let checked = super::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await;
+            checked.unwrap_or_else(|e| MlxRecord::failed(&setup.device, e.to_string()))
+        }
+        Err(Fetch::Failed(reason)) => MlxRecord::failed(&setup.device, reason),
+        Err(Fetch::Unknown(e)) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let passed = record.ok;
+    if !way.record(claimed, record).await? {
+        tracing::warn!(job.id = id, "the job was taken over; the verdict is not recorded");
+    }
+    Ok(Some((id, passed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// A way with one job waiting, whose fetch goes as told, and which keeps what is recorded.
+    struct OneJob {
+        fetch: RefCell<Option<Result<(), Fetch<String>>>>,
+        recorded: RefCell<Vec<MlxRecord>>,
+    }
+
+    impl Rendezvous for OneJob {
+        type Claimed = i64;
+        type Error = String;
+        fn job_id(claimed: &i64) -> i64 {
+            *claimed
+        }
+        async fn claim(&self) -> Result<Option<i64>, String> {
+            Ok(self.fetch.borrow().is_some().then_some(7))
+        }
+        async fn fetch(&self, _: &i64, dir: &Path) -> Result<PathBuf, Fetch<String>> {
+            std::fs::create_dir_all(dir).unwrap();
+            self.fetch.borrow_mut().take().unwrap().map(|()| dir.to_owned())
+        }
+        async fn record(&self, _: i64, record: MlxRecord) -> Result<bool, String> {
+            self.recorded.borrow_mut().push(record);
+            Ok(true)
+        }
+    }
+
+    fn way(fetch: Result<(), Fetch<String>>) -> OneJob {
+        OneJob { fetch: RefCell::new(Some(fetch)), recorded: RefCell::new(Vec::new()) }
+    }
+
+    /// A bundle that is not the job's is a failed check, recorded with its reason; a fetch that did not
+    /// complete records nothing (the lease lapses); a fetched bundle is judged by the script's record. The
+    /// job's directory is gone after each.
+    #[tokio::test]
+    async fn a_pass_records_what_the_fetch_and_the_check_decided() {
+        let work = tempfile::tempdir().unwrap();
+        let script = work.path().join("check.py");
+        std::fs::write(&script, "print('{\"ok\": true, \"device\": \"cpu\", \"tensors\": 3}')\n").unwrap();
+        let setup = CheckSetup { python: "python3".into(), script, device: "cpu".into(), work: work.path().to_owned() };
+        let job_dir = work.path().join("runner-job-7");
+
+        let other = way(Err(Fetch::Failed("the staged manifest is the repair of another source".into())));
+        assert_eq!(check_once(&other, &setup).await, Ok(Some((7, false))));
+        let recorded = other.recorded.into_inner();
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(recorded[0].error.as_deref(), Some("the staged manifest is the repair of another source"));
+        assert!(!job_dir.exists());
+
+        let cut = way(Err(Fetch::Unknown("connection reset".into())));
+        assert_eq!(check_once(&cut, &setup).await, Err("connection reset".to_owned()));
+        assert!(cut.recorded.into_inner().is_empty(), "nothing recorded");
+        assert!(!job_dir.exists());
+
+        let fetched = way(Ok(()));
+        assert_eq!(check_once(&fetched, &setup).await, Ok(Some((7, true))));
+        assert_eq!(fetched.recorded.into_inner()[0].tensors, Some(3), "the script's record");
+        assert!(!job_dir.exists());
+        assert_eq!(check_once(&fetched_none(), &setup).await, Ok(None), "nothing waits");
+    }
+
+    fn fetched_none() -> OneJob {
+        OneJob { fetch: RefCell::new(None), recorded: RefCell::new(Vec::new()) }
+    }
+}
