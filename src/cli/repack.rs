@@ -19,7 +19,10 @@ use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
 use hubalign::repack::runner;
 use hubalign::repack::{RepackOptions, Repacker};
 use hubalign::safetensors::Alignment;
+use hubalign::serve::Health;
+use hubalign::serve::listener::Limits;
 use hubalign::serve::runner_api::{self, RunnerApi};
+use hubalign::serve::service::Service;
 use hubalign::serve::workers::Workers;
 use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
 use hubalign::worker::WhenIdle;
@@ -358,38 +361,29 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
         let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
+        // `serve`'s service with the audit, the pages and the webhooks off.
+        let health = Arc::new(Health::default());
+        let mut service = Service::new(health);
         if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
-            let api = std::sync::Arc::new(RunnerApi {
+            let api = Arc::new(RunnerApi {
                 store: s.store.clone(),
                 work_dir: s.opts.work_dir.clone(),
                 token,
                 lease: s.opts.lease,
             });
-            let bound = runner_api::listen(addr, api).await.with_context(|| format!("listening on {addr}"))?;
-            println!("runner API on http://{bound}");
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+            println!("runner API on http://{}", listener.local_addr()?);
+            service.http(listener, runner_api::router(api), Limits::default());
         }
-        // Queue the audit's affected repos and check the mirrors' sources now and every 30 s, beside the loop.
+        // Queue the audit's affected repos and check the mirrors' sources now (a failure here is the
+        // operator's to mend, said at once), then every 30 s beside the loop.
         let (store, hub) = (s.store.clone(), Arc::new(s.hub));
         if !args.drain_only {
             queue_and_reconcile(&store, &hub, &policy).await?;
         }
-        let (stop_tx, stop) = tokio::sync::watch::channel(false);
         if !args.once && !args.drain_only {
-            let (store, hub) = (store.clone(), hub.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    if let Err(e) = queue_and_reconcile(&store, &hub, &policy).await {
-                        tracing::warn!(error = %e, "queueing jobs or checking mirrors failed");
-                    }
-                }
-            });
+            service.upkeep(hub.clone(), store.clone(), policy, Duration::from_secs(30));
         }
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = stop_tx.send(true);
-            }
-        });
         let workers = Workers {
             hub,
             store,
@@ -398,9 +392,15 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
         };
-        let worker = workers.worker("");
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
-        let summary = worker.run(stop, when_idle).await;
+        service.workers(&workers, 1, when_idle, true);
+        let ctrl_c = async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let summaries = service.run(ctrl_c, true).await;
+        let summary = summaries.first().copied().unwrap_or_default();
         println!(
             "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator",
             summary.claimed, summary.failed, summary.panicked, summary.lost, summary.needs_operator

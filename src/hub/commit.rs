@@ -354,5 +354,8 @@ mod tests {
         assert_eq!((upload.href.as_str(), upload.header["x"].as_str()), ("https://s/a", "y"));
         assert_eq!(answer.objects[1].error.as_ref().unwrap().to_string(), "422: too big");
         assert!(answer.objects[2].actions.is_none() && answer.objects[2].error.is_none());
+        // Git LFS's headers are text; an answer with any other header is refused whole, not sent in part.
+        let odd = r#"{"objects":[{"oid":"a","size":1,"actions":{"upload":{"href":"h","header":{"x":1}}}}]}"#;
+        assert!(serde_json::from_str::<BatchAnswer>(odd).is_err());
     }
 }

@@ -10,6 +10,7 @@ mod pages;
 pub mod runner_api;
 pub mod schedule;
 mod scheduler;
+pub mod service;
 pub mod webhook;
 pub mod workers;
 
@@ -195,7 +196,6 @@ pub async fn serve(
     store: Store,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let next_run = Arc::new(Mutex::new(String::new()));
     let health = Arc::new(Health::default());
     let runner = config.runner_token.clone().map(|token| {
@@ -227,21 +227,8 @@ pub async fn serve(
     let (listener, addr) = listener.map_err(ServeError::Socket)?;
     tracing::info!(url = %format!("http://{addr}"), "serving");
     let shared = Arc::new(Shared { hub, store, health: health.clone() });
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut names = std::collections::HashMap::new();
-    let mut server_stop = stop.clone();
-    let limits = config.limits;
-    let id = tasks
-        .spawn(async move {
-            let graceful = async move {
-                let _ = server_stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = listener::serve(listener, app, limits, graceful).await {
-                tracing::error!(error = %e, "server stopped");
-            }
-        })
-        .id();
-    names.insert(id, "the HTTP server".to_owned());
+    let mut service = service::Service::new(health.clone());
+    service.http(listener, app, config.limits);
     let scheduling = scheduler::SchedulerConfig {
         opts: config.audit.clone(),
         policy: config.policy.clone(),
@@ -251,8 +238,7 @@ pub async fn serve(
         next_run,
         audit_now,
     };
-    let id = tasks.spawn(scheduler::scheduler(shared.clone(), stop.clone(), scheduling)).id();
-    names.insert(id, "the scheduler".to_owned());
+    service.spawn("the scheduler", scheduler::scheduler(shared.clone(), service.stop_signal(), scheduling));
     if let Some(webhook) = config.webhook {
         let rereader = webhook::Rereader {
             hub: webhook.hub,
@@ -261,8 +247,7 @@ pub async fn serve(
             policy: config.policy.clone(),
             counters,
         };
-        let id = tasks.spawn(rereader.run(hints, stop.clone())).id();
-        names.insert(id, "the webhook task".to_owned());
+        service.spawn("the webhook task", rereader.run(hints, service.stop_signal()));
     }
     // Repacks run on a runtime of their own at a lower priority, so that their downloads, uploads and
     // checks never hold a thread or a core a page is waiting for.
@@ -277,36 +262,7 @@ pub async fn serve(
         jobs_on: batch.handle().clone(),
         on_panic: Some(Arc::new(move || told.panicked())),
     };
-    for n in 0..config.workers {
-        let worker = workers.worker(&format!("-w{n}"));
-        let stop = stop.clone();
-        let id = tasks
-            .spawn(async move {
-                worker.run(stop, WhenIdle::Wait).await;
-            })
-            .id();
-        names.insert(id, format!("worker {n}"));
-    }
-    tokio::pin!(shutdown);
-    loop {
-        if tasks.is_empty() {
-            // Every task stopped (each already recorded): nothing left to watch but the shutdown.
-            (&mut shutdown).await;
-            break;
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            Some(ended) = tasks.join_next_with_id() => {
-                let (id, why) = match ended {
-                    Ok((id, ())) => (id, "it returned".to_owned()),
-                    Err(e) => (e.id(), crate::blocking::join_error_message(e)),
-                };
-                health.stopped(names.get(&id).map_or("a task", String::as_str), why);
-            }
-        }
-    }
-    tracing::info!("shutting down: finishing jobs in hand");
-    let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
+    service.workers(&workers, config.workers, WhenIdle::Wait, false);
+    service.run(shutdown, false).await;
     Ok(())
 }

@@ -1,8 +1,7 @@
 //! The service's side of the macOS runner protocol (see `repack::runner` for the protocol and the runner):
 //! claims of jobs waiting for the Metal check, their staged files, and the posted records. Mounted by `serve`
-//! and by `hubalign worker --runner-listen`, which serves it on a listener of its own with [`listen`].
+//! beside the pages, and by `hubalign worker --runner-listen` alone (the same service, its pages off).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use super::listener::{self, Limits};
 use crate::job::payload::MlxRecord;
 use crate::repack::runner::Claim;
 use crate::secret::bearer_matches;
@@ -111,18 +109,4 @@ async fn result(
         Ok(false) => (StatusCode::CONFLICT, "this runner does not hold the job").into_response(),
         Err(e) => internal(e),
     }
-}
-
-/// Serves the runner API alone on `addr` (for a worker host without `serve`), until the process ends; returns
-/// the address bound once listening.
-pub async fn listen(addr: SocketAddr, api: Arc<RunnerApi>) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        let forever = std::future::pending::<()>();
-        if let Err(e) = listener::serve(listener, router(api), Limits::default(), forever).await {
-            tracing::error!(error = %e, "runner API stopped");
-        }
-    });
-    Ok(bound)
 }

@@ -118,4 +118,13 @@ mod tests {
         }
         assert!(front_matter("---\n---\n# empty\n").is_none());
     }
+
+    /// Front matter past the cap is not parsed (a card is anyone's text); at the cap it is.
+    #[test]
+    fn front_matter_past_its_cap_is_not_read() {
+        let within = format!("---\nlicense: mit\nnote: {}\n---\n", "a".repeat(MAX_FRONT_MATTER - 40));
+        assert_eq!(front_matter(&within).unwrap()["license"], "mit");
+        let past = format!("---\nlicense: mit\nnote: {}\n---\n", "a".repeat(MAX_FRONT_MATTER));
+        assert!(front_matter(&past).is_none());
+    }
 }
