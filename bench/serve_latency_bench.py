@@ -5,8 +5,9 @@
         python3 bench/serve_latency_bench.py [--shard-mib 1024 --shards 2] [--other PATH/TO/ANOTHER/hubalign]
 
 Serves the repack benchmark's bundle (`bench/repack_bench.py`'s MLX-layout shards, header padding fixes
-them) with `hubsim`, audits it, then for each build: runs `serve --workers 0` and samples `/healthz`
-and `/` for --idle-secs (the baseline), then `serve --workers 1` and samples the same pages from the job's
+them) with `hubsim`, then for each build: runs `serve --workers 0`, which audits the empty store and
+queues the job, and samples `/healthz` and `/` for --idle-secs (the baseline), then `serve --workers 1`
+(no audit: the last is recent) and samples the same pages from the job's
 claim to its end (download, re-lay, verify with the CPU MLX check, publish). One client, a new connection
 per request, a request every 5 ms alternating the two pages; latency is the client's wall time per request,
 connect included.
@@ -14,6 +15,7 @@ connect included.
 """
 
 import argparse
+import atexit
 import http.client
 import json
 import re
@@ -44,13 +46,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+STARTED = []
+
+
 def serve(binary, url, db, work, workers):
     port = free_port()
     proc = subprocess.Popen(
         [binary, "serve", "--endpoint", url, "--token", TOKEN, "--db", db, "--work-dir", work,
          "--listen", f"127.0.0.1:{port}", "--interval", "86400", "--workers", str(workers),
-         "--verify-device", "cpu", "--python", PY],
+         "--verify-device", "cpu", "--python", PY, "--min-downloads", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    STARTED.append(proc)
     base = f"127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:
@@ -61,6 +67,15 @@ def serve(binary, url, db, work, workers):
             if time.time() > deadline or proc.poll() is not None:
                 sys.exit(f"{binary} serve never answered")
             time.sleep(0.1)
+
+
+@atexit.register
+def stop_services():
+    """No `serve` outlives the benchmark, even one that exits early with an error."""
+    for proc in STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def sample(base, until, label=lambda: "idle"):
@@ -101,9 +116,14 @@ def measure(binary, url, idle_secs):
     work = Path(tempfile.mkdtemp(prefix="hubalign-serve-bench-"))
     try:
         db = work / "store.db"
-        subprocess.run([binary, "audit", "--endpoint", url, "--token", TOKEN, "--db", db], check=True,
-                       stdout=subprocess.DEVNULL)
+        # The first `serve` audits the empty store at once and queues the job; the idle sample starts once
+        # it has (any build, with or without the pass a leader runs when it takes the lease).
         proc, base = serve(binary, url, db, work / "work", 0)
+        deadline = time.time() + 120
+        while job_state(base) != "queued":
+            if time.time() > deadline:
+                sys.exit(f"{binary}: the first serve queued no job")
+            time.sleep(0.2)
         end = time.time() + idle_secs
         idle = sample(base, lambda: time.time() > end)
         proc.terminate()

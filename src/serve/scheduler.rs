@@ -36,6 +36,10 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     // The next audit's time, with the start of the last run it was computed from: kept while that is still the
     // last run, so a cron time is waited for, not pushed past by computing it again from "now" after the wait.
     let mut target: Option<(Option<i64>, SystemTime)> = None;
+    // Whether this replica has queued the store's affected repos since it took the lease: a store audited
+    // by `hubalign audit`, or by a replica that died before its pass, is not left unqueued until the next
+    // audit, which may be a day away.
+    let mut queued_since_lead = false;
     while !*stop.borrow() {
         let leading = match shared.store.try_lead(SCHEDULER, &config.me, config.lease).await {
             Ok(leading) => leading,
@@ -46,6 +50,7 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         };
         if !leading {
             target = None;
+            queued_since_lead = false;
             let holder = shared.store.lease_holder(SCHEDULER).await.ok().flatten().unwrap_or_default();
             show(&config.next_run, format!("run by another replica ({holder})"));
             wait(beat, &config.audit_now, &mut stop).await;
@@ -68,6 +73,12 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         show(&config.next_run, crate::time::format_utc(next.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())));
         let requested = shared.store.take_request(SCHEDULER, &config.me).await.unwrap_or(false);
         if next > now && !requested {
+            if !queued_since_lead {
+                let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
+                crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
+                queued_since_lead = true;
+                continue;
+            }
             wait(next.duration_since(now).unwrap_or_default().min(beat), &config.audit_now, &mut stop).await;
             continue;
         }
@@ -76,6 +87,7 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         }
         run_audit(&shared, &mut stop, &config, &opts, beat).await;
         target = None;
+        queued_since_lead = true;
     }
     if let Err(e) = shared.store.resign(SCHEDULER, &config.me).await {
         tracing::warn!(error = %e, "giving the scheduler lease up failed");

@@ -258,6 +258,32 @@ pub(crate) fn post(url: &str, token: Option<&str>) -> (u16, String) {
     })
 }
 
+/// A store audited by `hubalign audit` gets its jobs queued when `serve` takes the scheduler lease, not a day
+/// later after its next audit (the last one is recent, so none starts now).
+#[test]
+fn serve_queues_what_an_audit_before_it_found() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let endpoint = world.endpoint();
+    let audited = hubalign()
+        .args(["audit", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(audited.status.code(), Some(0), "{}", String::from_utf8_lossy(&audited.stderr));
+    let (_service, base) = start_serve(&endpoint, &db, 86_400, &["--workers", "0"], &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let jobs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs"))).unwrap_or_default();
+        if jobs.iter().any(|j| j["repo_id"] == "mlx-community/tiny-q4" && j["state"] == "queued") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no job queued: {jobs:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
+    assert_eq!(runs.len(), 1, "no audit started: the last one is recent");
+}
+
 #[test]
 fn cron_schedules_audits_and_state_changes_need_the_admin_token() {
     let world = audit_world(0, |_| {});
