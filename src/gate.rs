@@ -22,7 +22,7 @@ const QUOTED_LEN: usize = 120;
 pub struct Invalid {
     /// What was checked: `repo id`, `commit`, `revision`, `file path`.
     pub what: &'static str,
-    /// The value, quoted, with control characters escaped and at most [`QUOTED_LEN`] characters kept.
+    /// The value, quoted, with control characters escaped and at most `QUOTED_LEN` characters kept.
     pub value: String,
     /// Which rule it breaks.
     pub reason: &'static str,

@@ -66,13 +66,13 @@ pub struct SourceCard {
     pub license: Option<String>,
     /// For `license: other`, the licence's name.
     pub license_name: Option<String>,
-    /// For `license: other`, where its text is, as the source gave it (checked by [`license_url`]).
+    /// For `license: other`, where its text is, as the source gave it (checked by `license_url`).
     pub license_link: Option<String>,
     /// The task (`text-generation`).
     pub pipeline_tag: Option<String>,
     /// Languages.
     pub language: Vec<String>,
-    /// The card's own tags that a mirror carries ([`CARRIED_TAGS`] and tasks).
+    /// The card's own tags that a mirror carries (`CARRIED_TAGS` and tasks).
     pub tags: Vec<String>,
 }
 
@@ -310,7 +310,7 @@ pub const MAX_LISTED: usize = 50;
 /// Longest piece of untrusted text the card shows; the rest is cut.
 const MAX_SHOWN: usize = 120;
 
-/// Untrusted text as Markdown that renders it literally: cut to [`MAX_SHOWN`] characters, control and
+/// Untrusted text as Markdown that renders it literally: cut to `MAX_SHOWN` characters, control and
 /// invisible characters spelled out, every ASCII punctuation character backslash-escaped (so nothing opens a
 /// link, an emphasis, a code span, a table cell or an autolink) and `<`, `>`, `&` as entities (so nothing
 /// opens an HTML tag, whatever the renderer makes of backslashes).

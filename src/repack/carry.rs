@@ -197,7 +197,7 @@ pub enum ConfigError {
     },
 }
 
-/// Removes every [`CODE_POINTERS`] key, at any depth, from the carried configs in `dir`; returns what was
+/// Removes every `CODE_POINTERS` key, at any depth, from the carried configs in `dir`; returns what was
 /// removed from which file. A config with nothing to remove is left byte for byte as it came.
 pub fn strip_code_pointers(dir: &Path) -> Result<Vec<Edited>, ConfigError> {
     let mut edited = Vec::new();

@@ -5,7 +5,7 @@
 //! storage) into a partial file of the job's own, hashed as it arrives against the Hub's hash (sha256 for
 //! LFS and Xet files, the git blob id for the rest), and is renamed into place only when it matches. A cut
 //! transfer resumes from the bytes it had, by range, and a large file comes in ranges over several
-//! connections ([`super::transfer`]); the hashing and the disk writes run on a blocking thread, never on
+//! connections (`super::transfer`); the hashing and the disk writes run on a blocking thread, never on
 //! the async runtime.
 
 use std::io::{Seek, SeekFrom, Write};

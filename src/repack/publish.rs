@@ -37,7 +37,7 @@ const MAX_NAME: usize = crate::gate::MAX_NAME_LEN;
 const NAME_DIGEST_HEX: usize = 16;
 
 /// The mirror name of `source`: `{target_namespace}/{namespace}-{name}-{digest}-aligned`, all lower case,
-/// where `digest` is the first [`NAME_DIGEST_HEX`] hex digits of the SHA-256 of the source id in lower case,
+/// where `digest` is the first `NAME_DIGEST_HEX` hex digits of the SHA-256 of the source id in lower case,
 /// and `{namespace}-{name}` is cut (at the end) so the name fits the Hub's 96 characters.
 ///
 /// It follows from the source id alone, so it does not depend on the order repos are seen, and no other
@@ -126,8 +126,8 @@ pub struct Chosen {
     pub moved_from: Option<String>,
 }
 
-/// The mirror of `source`: the one the store records; else one published under a [legacy
-/// name](legacy_names) whose manifest names this source; else [`mirror_name`]. Taken in the store before
+/// The mirror of `source`: the one the store records; else one published under a legacy name (see
+/// `legacy_names`) whose manifest names this source; else [`mirror_name`]. Taken in the store before
 /// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo
 /// of that name is this source's is decided at the commit, against the manifest of the commit it builds on.
 #[tracing::instrument(skip_all, fields(repo.id = %source))]

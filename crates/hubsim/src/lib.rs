@@ -4,7 +4,7 @@
 //! - [`model`]: repositories as commits, branches and PR refs.
 //! - [`ingest`]: reading repositories from the directory.
 //! - [`read`], [`resolve`]: the read API and downloads (redirect to a range-capable storage bridge).
-//! - [`write`]: repo creation, settings, preupload, LFS batch and uploads, the NDJSON commit.
+//! - [`write`](mod@write): repo creation, settings, preupload, LFS batch and uploads, the NDJSON commit.
 //! - [`auth`], [`error`]: tokens and access; errors as the Hub sends them.
 //! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
 

@@ -1,9 +1,9 @@
 //! The write API: repositories, settings, preupload, Git LFS batch and uploads, the NDJSON commit, and pull
 //! requests.
 //!
-//! - [`repos`]: create, delete, settings, validate-yaml, discussions.
-//! - [`lfs`]: the Git LFS batch negotiation and the basic/multipart upload endpoints on the storage origin.
-//! - [`commit`]: preupload and the commit itself.
+//! - `repos`: create, delete, settings, validate-yaml, discussions.
+//! - `lfs`: the Git LFS batch negotiation and the basic/multipart upload endpoints on the storage origin.
+//! - `commit`: preupload and the commit itself.
 
 mod commit;
 pub(super) mod hooks;
