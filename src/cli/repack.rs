@@ -393,7 +393,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             on_panic: None,
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
-        service.workers(&workers, 1, when_idle, true);
+        service.worker("the worker", workers.worker(""), when_idle);
         let ctrl_c = async {
             if tokio::signal::ctrl_c().await.is_err() {
                 std::future::pending::<()>().await;

@@ -56,6 +56,17 @@ impl Repacker<'_> {
         }
     }
 
+    /// Counts what `published` sent for `job`, and gives the commit the mirror now holds.
+    pub(super) async fn landed(&self, job: &Job, published: publish::Published) -> String {
+        match published {
+            publish::Published::Committed { commit, bytes_uploaded } => {
+                self.count_uploaded(job, bytes_uploaded).await;
+                commit
+            }
+            publish::Published::AlreadyThere(commit) => commit,
+        }
+    }
+
     /// Ends a publish: `target` now holds the repair of `job`'s source (named `named` in its manifest). The
     /// bytes sent are counted, the mirror is given `visibility` and recorded, and the job is published.
     pub(super) async fn finish_publish(
@@ -66,14 +77,10 @@ impl Repacker<'_> {
         published: publish::Published,
     ) -> Result<JobOutcome, RepackError> {
         publish::set_visibility(self.hub, &target, visibility, &published).await?;
-        let commit = match published {
-            publish::Published::Committed { commit, bytes_uploaded } => {
-                tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
-                self.count_uploaded(job, bytes_uploaded).await;
-                commit
-            }
-            publish::Published::AlreadyThere(commit) => commit,
-        };
+        if let publish::Published::Committed { commit, bytes_uploaded } = &published {
+            tracing::info!(repo.id = %job.repo_id, target = %target, commit = %commit, bytes = bytes_uploaded, "published");
+        }
+        let commit = self.landed(job, published).await;
         if let Err(e) = self.store.mirror_published(&target, named, visibility == Visibility::Private).await {
             tracing::warn!(job.id = job.id, error = %e, "recording the mirror's visibility failed");
         }

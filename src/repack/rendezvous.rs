@@ -86,13 +86,7 @@ impl Repacker<'_> {
         let published = publish::publish(&mirror, output, &job.source_sha).await?;
         // Kept private until the check has passed and the card is on top.
         publish::set_visibility(self.hub, &target, Visibility::Private, &published).await?;
-        let commit = match published {
-            publish::Published::Committed { commit, bytes_uploaded } => {
-                self.count_uploaded(job, bytes_uploaded).await;
-                commit
-            }
-            publish::Published::AlreadyThere(commit) => commit,
-        };
+        let commit = self.landed(job, published).await;
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
         let facts =
             SourceFacts { license: super::readme_license(source), before_bytes: self.before_bytes(source).await? };

@@ -262,7 +262,9 @@ pub async fn serve(
         jobs_on: batch.handle().clone(),
         on_panic: Some(Arc::new(move || told.panicked())),
     };
-    service.workers(&workers, config.workers, WhenIdle::Wait, false);
+    for n in 0..config.workers {
+        service.worker(format!("worker {n}"), workers.worker(&format!("-w{n}")), WhenIdle::Wait);
+    }
     service.run(shutdown, false).await;
     Ok(())
 }

@@ -13,12 +13,12 @@ use tokio::task::{Id, JoinSet};
 
 use super::Health;
 use super::listener::{self, Limits};
-use super::workers::Workers;
 use crate::hub::HubClient;
+use crate::repack::RepackRunner;
 use crate::repack::lifecycle::reconcile_then_enqueue;
 use crate::repack::policy::{EnqueuePolicy, NameFilters};
 use crate::store::Store;
-use crate::worker::{LoopSummary, WhenIdle};
+use crate::worker::{LoopSummary, WhenIdle, WorkerLoop};
 
 /// How a task ended.
 enum Ended {
@@ -90,17 +90,12 @@ impl Service {
         });
     }
 
-    /// Runs `count` worker loops built by `workers`, named with `-w{n}` (or, for one alone with `alone`, with
-    /// no suffix).
-    pub fn workers(&mut self, workers: &Workers, count: usize, when_idle: WhenIdle, alone: bool) {
-        for n in 0..count {
-            let suffix = if alone && count == 1 { String::new() } else { format!("-w{n}") };
-            let worker = workers.worker(&suffix);
-            let stop = self.stop_signal();
-            let id = self.tasks.spawn(async move { Ended::Worker(worker.run(stop, when_idle).await) }).id();
-            self.names.insert(id, format!("worker {n}"));
-            self.workers += 1;
-        }
+    /// Runs `worker` (one of the loops [`Workers`] builds), named `name` in what `/healthz` says.
+    pub fn worker(&mut self, name: impl Into<String>, worker: WorkerLoop<RepackRunner>, when_idle: WhenIdle) {
+        let stop = self.stop_signal();
+        let id = self.tasks.spawn(async move { Ended::Worker(worker.run(stop, when_idle).await) }).id();
+        self.names.insert(id, name.into());
+        self.workers += 1;
     }
 
     /// Runs until `shutdown` resolves (or, with `until_workers_end`, until every worker loop has returned),
