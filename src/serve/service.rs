@@ -90,7 +90,7 @@ impl Service {
         });
     }
 
-    /// Runs `worker` (one of the loops [`Workers`] builds), named `name` in what `/healthz` says.
+    /// Runs `worker` (one of the loops [`Workers`](super::workers::Workers) builds), named `name` in what `/healthz` says.
     pub fn worker(&mut self, name: impl Into<String>, worker: WorkerLoop<RepackRunner>, when_idle: WhenIdle) {
         let stop = self.stop_signal();
         let id = self.tasks.spawn(async move { Ended::Worker(worker.run(stop, when_idle).await) }).id();
