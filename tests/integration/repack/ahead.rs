@@ -41,6 +41,9 @@ fn a_repaired_shard_goes_up_while_the_next_one_still_downloads() {
     // repaired in a fraction of a second, the large one takes seconds more.
     let world = start_on(two_shards([64, 3072]), |c| c.faults.storage_rate = 2_000_000);
     let (_dir, db) = db();
+    // The store is created (and migrated) before the repack starts: the polling below opens it too, and two
+    // processes migrating a new SQLite file at once race (noted on issue 25).
+    world.runtime.block_on(async { hubalign::store::Store::open(&db).await.unwrap() });
     let endpoint = world.endpoint();
     let mut child = hubalign()
         .args(["repack", "big-org/two-q4", "--endpoint", endpoint.as_str(), "--token", ALICE])
