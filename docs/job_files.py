@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Which files of `src/` one repack job runs code in: measured, not read off the code.
+r"""Which files of `src/` one repack job runs code in: measured, not read off the code.
 
-    RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR=/tmp/cov cargo build --bin hubalign
+    LLVM_PROFILE_FILE=/tmp/cov/build-%p.profraw RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR=/tmp/cov \
+        cargo build --bin hubalign
     cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh
     python3 docs/job_files.py /tmp/cov/debug/hubalign [--src src] [--list]
 

@@ -25,7 +25,7 @@ struct Sleeper {
 
 impl JobRunner for Sleeper {
     async fn run(&self, job: Job) -> Result<Option<JobState>, hubalign::store::StoreError> {
-        if !self.store.advance_job(job.id, &self.name, JobState::Downloading, self.lease).await? {
+        if !self.store.advance_job(job.id, &self.name, (JobState::Downloading, None), self.lease).await? {
             return Ok(None);
         }
         tokio::time::sleep(self.work).await;

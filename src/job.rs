@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::types::Json;
 
-use payload::{MlxRecord, Staged};
+use payload::{MlxRecord, Progress, Staged};
 
 /// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
 /// runner protocol.
@@ -173,6 +173,10 @@ pub struct Job {
     /// Where the bundle waits for the Metal check when the Hub is the rendezvous: the private mirror's
     /// staged commit and the local checks; `None` when staged on a worker.
     pub staged: Option<Json<Staged>>,
+    /// What its last finished step left in its directory on the worker that ran it, for a later attempt
+    /// there to take up the work (not shown by the API: it names that machine's files and boot).
+    #[serde(skip_serializing)]
+    pub progress: Option<Json<Progress>>,
     /// Attempts so far.
     pub attempts: i64,
     /// Attempts allowed.

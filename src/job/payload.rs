@@ -1,8 +1,65 @@
-//! What a job carries from one step to the next, persisted on its row as JSON (`jobs.verification`,
-//! `jobs.staged`) and read back as these types through `sqlx::types::Json`: the MLX check's record, and the
-//! bundle staged on the Hub for the Metal check. A step reads its input here, never by indexing a document.
+//! What a job carries from one step to the next, persisted on its row as JSON and read back as these types
+//! through `sqlx::types::Json`: what the download and the re-layout left in the job's directory
+//! (`jobs.progress`), the MLX check's record (`jobs.verification`), and the bundle staged on the Hub for the
+//! Metal check (`jobs.staged`). A step reads its input here, never by indexing a document.
 
 use serde::{Deserialize, Serialize};
+
+use crate::manifest::LeftOut;
+
+/// What the last finished step left for the next one, recorded with the state the job moves to (one
+/// transaction), so that the row says both which step runs and what it starts from. A later attempt on the
+/// same machine takes up the work from there when the job's directory is still exactly as recorded; anywhere
+/// else it starts again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Progress {
+    /// The download's end (the input of the re-layout): every file the mirror carries is in the job's
+    /// directory, each checked against the Hub's hash as it arrived.
+    Downloaded {
+        /// The source's files the mirror leaves out, for its manifest.
+        left_out: Vec<LeftOut>,
+        /// The job's directory as the download left it.
+        files: WorkFiles,
+    },
+    /// The re-layout's end (the input of the checks): the staged bundle with its manifest, beside the source.
+    Relaid {
+        /// The job's directory as the re-layout left it.
+        files: WorkFiles,
+    },
+}
+
+impl Progress {
+    /// The job's directory as the step left it.
+    pub fn files(&self) -> &WorkFiles {
+        match self {
+            Progress::Downloaded { files, .. } | Progress::Relaid { files } => files,
+        }
+    }
+}
+
+/// The files of a job's directory as a step left them: enough for a later attempt to tell that it finds them
+/// untouched (the same paths, lengths and modification times) and that the machine has not restarted since
+/// (a process that dies leaves its written pages to the kernel; a machine that restarts may lose what was
+/// never flushed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkFiles {
+    /// The kernel's id of the boot the files were written in.
+    pub boot: String,
+    /// Every regular file, by path under the job's directory, in path order.
+    pub files: Vec<WorkFile>,
+}
+
+/// One file of a job's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkFile {
+    /// Its path under the job's directory, `/`-separated.
+    pub path: String,
+    /// Its length.
+    pub len: u64,
+    /// Its modification time, in nanoseconds since the Unix epoch.
+    pub modified_ns: u64,
+}
 
 /// The MLX load check's record, as `deploy/verify_mlx.py` prints it and a runner posts it. Every field but
 /// `ok` may be missing (a record from an older runner, or one that failed before MLX was imported).

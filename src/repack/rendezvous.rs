@@ -88,8 +88,10 @@ impl Repacker<'_> {
         publish::set_visibility(self.hub, &target, Visibility::Private, &published).await?;
         let commit = self.landed(job, published).await;
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
-        let facts =
-            SourceFacts { license: super::readme_license(source), before_bytes: self.before_bytes(source).await? };
+        let facts = SourceFacts {
+            license: super::relay::readme_license(source),
+            before_bytes: self.before_bytes(source).await?,
+        };
         Ok(JobOutcome::AwaitMetal { staged: Some(Staged { commit, checks, source: facts }) })
     }
 
@@ -107,7 +109,7 @@ impl Repacker<'_> {
         staged: Staged,
         record: MlxRecord,
     ) -> Result<JobOutcome, RepackError> {
-        self.step(job, JobState::Publishing).await?;
+        self.step(job, JobState::Publishing, None).await?;
         if record.staged_commit.as_deref() != Some(staged.commit.as_str()) {
             return Err(RepackError::permanent(format!(
                 "the Metal check's record names commit {}, not the staged {}",

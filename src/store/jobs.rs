@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::types::Json;
 
 use super::{Store, StoreError, on_pool, sql};
-use crate::job::payload::MlxRecord;
+use crate::job::payload::{MlxRecord, Progress};
 use crate::job::{
     FailureKind, Job, JobEvent, JobOutcome, JobState, NEEDS_OPERATOR_HOLD, NEEDS_OPERATOR_REFUNDS, VerifyDevice,
     backoff, unix_now,
@@ -240,25 +240,28 @@ impl Store {
         Ok(renewed == 1)
     }
 
-    /// Moves `worker`'s job to `state` and renews its lease, with the event, in one transaction. `false` if
-    /// the worker no longer holds the job (which must then stop).
+    /// Moves `worker`'s job to `state` with what the step before left for it (`progress`; `None` when it left
+    /// nothing a later attempt could take up), and renews its lease, with the event, in one transaction.
+    /// `false` if the worker no longer holds the job (which must then stop).
     pub async fn advance_job(
         &self,
         id: i64,
         worker: &str,
-        state: JobState,
+        (state, progress): (JobState, Option<&Progress>),
         lease: Duration,
     ) -> Result<bool, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin advance"))?;
             let done = sqlx::query(
-                "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3 WHERE id = $4 AND lease_owner = $5",
+                "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3, progress = $6
+                 WHERE id = $4 AND lease_owner = $5",
             )
             .bind(state.as_str())
             .bind(lease_until(unix_now(), lease))
             .bind(crate::time::now_utc())
             .bind(id)
             .bind(worker)
+            .bind(progress.map(Json))
             .execute(&mut *tx)
             .await
             .map_err(sql("advance job"))?;
@@ -369,6 +372,7 @@ impl Store {
                  updated_at = $6, finished_at = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN $6 ELSE NULL END,
                  failure_kind = $8, attempts = attempts - $9,
                  staged = CASE WHEN $1 = 'awaiting_metal_verify' THEN $10 ELSE staged END,
+                 progress = CASE WHEN $1 IN ('published', 'failed', 'skipped') THEN NULL ELSE progress END,
                  pr_num = COALESCE($11, pr_num), pr_status = CASE WHEN $11 IS NULL THEN pr_status ELSE 'open' END
                  WHERE id = $7",
             )
@@ -439,7 +443,8 @@ impl Store {
             }
             sqlx::query(
                 "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL,
-                 lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, staged = NULL, updated_at = $1
+                 lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, staged = NULL, progress = NULL,
+                 updated_at = $1
                  WHERE id = $2",
             )
             .bind(crate::time::now_utc())
@@ -543,7 +548,7 @@ pub(crate) mod tests {
             assert_eq!(store.claim_job("b", short, None).await.unwrap().map(|j| j.id), Some(job.id));
             let published = JobOutcome::Published { target: "me/r-aligned".into(), commit: "c".into() };
             assert_eq!(store.finish_job(job.id, "a", &published).await.unwrap(), None, "{:?}", store.backend());
-            assert!(!store.advance_job(job.id, "a", JobState::Publishing, short).await.unwrap());
+            assert!(!store.advance_job(job.id, "a", (JobState::Publishing, None), short).await.unwrap());
             assert_eq!(store.finish_job(job.id, "b", &published).await.unwrap(), Some(JobState::Published));
             let events: Vec<String> =
                 store.repo_job_events("ns/r").await.unwrap().into_iter().map(|e| e.state).collect();
@@ -704,7 +709,7 @@ pub(crate) mod tests {
                         // at once, in both directions between two states.
                         let worker = format!("w{w}");
                         store
-                            .advance_job(job.id, &worker, JobState::Downloading, Duration::from_secs(600))
+                            .advance_job(job.id, &worker, (JobState::Downloading, None), Duration::from_secs(600))
                             .await
                             .unwrap();
                         store.add_job_bytes(job.id, 100, 1).await.unwrap();

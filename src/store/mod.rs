@@ -43,6 +43,15 @@ pub enum StoreError {
     /// A migration could not be applied.
     #[error("store migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The lock that lets one process at a time migrate a SQLite file could not be taken.
+    #[error("{}: cannot lock the database for its migrations: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database's directory could not be created.
     #[error("{}: cannot create the database directory: {source}", path.display())]
     Dir {
@@ -155,9 +164,13 @@ impl Store {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(sql("open"))?;
+        // sqlx locks PostgreSQL's migrations (an advisory lock) but not SQLite's: two processes opening one
+        // new file at once would both apply its first migration, and one would fail. Each file's migrations run
+        // under an exclusive lock of a file beside it, held until they are done.
+        let _migrating = if in_memory { None } else { Some(migration_lock(options.get_filename()).await?) };
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         Ok(Store { pool: Pool::Sqlite(pool), in_memory })
     }
@@ -184,6 +197,23 @@ impl Store {
             Pool::Postgres(_) => Backend::Postgres,
         }
     }
+}
+
+/// Takes the exclusive lock on `<database>-migrate` (created if need be, and left for the next opener), waiting
+/// on a blocking thread while another process migrates; the lock goes with the returned file.
+async fn migration_lock(database: &Path) -> Result<std::fs::File, StoreError> {
+    let mut name = database.as_os_str().to_owned();
+    name.push("-migrate");
+    let path = PathBuf::from(name);
+    let locking = path.clone();
+    let taken = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&locking)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .unwrap_or_else(|joined| Err(std::io::Error::other(joined)));
+    taken.map_err(|source| StoreError::Lock { path, source })
 }
 
 /// Connections each process keeps to a PostgreSQL server: enough for the pages, the scheduler and a few
@@ -228,5 +258,30 @@ pub(crate) mod both {
             ScratchPostgres::shared().and_then(hubalign_test_support::scratch::ScratchPostgres::database).unwrap();
         let postgres = Store::open_url(&url).await.unwrap();
         vec![TestStore { store: sqlite, _dir: tempfile::tempdir().unwrap() }, TestStore { store: postgres, _dir: dir }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Store;
+
+    /// Processes that open one new SQLite file at once (two `serve` replicas started together, a worker and
+    /// a status page) each apply every migration once between them: none fails on a column another added.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stores_opened_at_once_on_a_new_file_migrate_it_once() {
+        for round in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("new.db");
+            let opening: Vec<_> = (0..8)
+                .map(|_| {
+                    let path = path.clone();
+                    tokio::spawn(async move { Store::open(&path).await })
+                })
+                .collect();
+            for opened in opening {
+                let store = opened.await.unwrap();
+                assert!(store.is_ok(), "round {round}: {:?}", store.err());
+            }
+        }
     }
 }

@@ -157,6 +157,7 @@ const TABLES: &[Table] = &[
             ("verify_device", Text),
             ("verification", Document),
             ("staged", Document),
+            ("progress", Document),
             ("attempts", Int),
             ("max_attempts", Int),
             ("lease_owner", Text),

@@ -155,6 +155,106 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
     assert!(!mirror.meta.private);
 }
 
+/// Starts `repack REPO` with a work directory of the test's and waits until its job's row says `step`, then
+/// kills the worker there and lets its lease run out.
+fn kill_at(world: &crate::sim::world::World, db: &std::path::Path, work: &std::path::Path, step: &str) {
+    let endpoint = world.endpoint();
+    let mut child = hubalign()
+        .args(["repack", "mlx-community/tiny-sharded", "--endpoint", endpoint.as_str()])
+        .args(["--token", crate::sim::world::ALICE, "--db", db.to_str().unwrap(), "--target-namespace", "alice"])
+        .args(["--verify-device", "cpu", "--lease-secs", "1", "--work-dir", work.to_str().unwrap()])
+        .arg("--python")
+        .arg(python())
+        // The worker lingers before recording each step, so the kill lands after the step's record.
+        .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while jobs(world, db).first().is_none_or(|j| j.1 != step) {
+        assert!(child.try_wait().unwrap().is_none(), "the worker stopped before {step}: {:?}", jobs(world, db));
+        assert!(Instant::now() < deadline, "never reached {step}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+}
+
+/// Runs `repack mlx-community/tiny-sharded` to its end in `work`, and returns what the simulator served.
+fn repack_in(
+    world: &crate::sim::world::World,
+    db: &std::path::Path,
+    work: &std::path::Path,
+) -> hubsim::counters::CounterSnapshot {
+    let sim = &world.hub.as_ref().unwrap().sim;
+    sim.counters.reset();
+    let work = work.to_str().unwrap();
+    let out = worker_cmd(world, db, &["repack", "mlx-community/tiny-sharded", "--work-dir", work]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(jobs(world, db)[0].1, "published");
+    let repos = sim.repos();
+    let mirror = repos.get(&crate::support::mirror("mlx-community/tiny-sharded")).unwrap();
+    let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
+    assert_eq!(uploads, 1, "one upload commit");
+    assert!(!mirror.meta.private);
+    drop(repos);
+    sim.counters.snapshot()
+}
+
+#[test]
+fn a_worker_killed_after_a_step_takes_up_the_work_from_its_record_without_fetching_again() {
+    for step in ["relaying", "verifying"] {
+        let world = audit_world(0, |c| c.xet = false);
+        let (_dir, db) = db();
+        let work = tempfile::tempdir().unwrap();
+        kill_at(&world, &db, work.path(), step);
+        let served = repack_in(&world, &db, work.path());
+        // The tree is not listed and no file is fetched again: only the mirror's side is asked.
+        assert_eq!(served.requests.get("storage"), None, "after {step}, nothing downloaded again: {served:?}");
+        assert_eq!(served.requests.get("tree"), None, "after {step}, the tree is not listed again: {served:?}");
+        let job = world
+            .runtime
+            .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
+        let bundle =
+            bundle_bytes(&world.hub.as_ref().unwrap().sim.config.root.join("models/mlx-community/tiny-sharded"));
+        assert_eq!(job.bytes_downloaded, bundle, "after {step}, the bundle was downloaded once");
+    }
+}
+
+#[test]
+fn a_downloaded_file_changed_after_a_kill_is_checked_and_fetched_again() {
+    let world = audit_world(0, |c| c.xet = false);
+    let (_dir, db) = db();
+    let work = tempfile::tempdir().unwrap();
+    kill_at(&world, &db, work.path(), "relaying");
+    // The same length, other bytes: only a file the record does not vouch for any more.
+    let config = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().join("source/config.json"))
+        .find(|p| p.exists())
+        .expect("the job's download is in the work directory");
+    let mut bytes = std::fs::read(&config).unwrap();
+    bytes[0] ^= 0x01;
+    std::fs::write(&config, &bytes).unwrap();
+    let changed = bytes.len() as i64;
+    let served = repack_in(&world, &db, work.path());
+    assert_eq!(served.requests.get("tree"), Some(&1), "the download starts again: {served:?}");
+    assert_eq!(served.requests.get("storage"), None, "no shard fetched again (each matched its hash): {served:?}");
+    let job = world
+        .runtime
+        .block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0) });
+    let bundle = bundle_bytes(&world.hub.as_ref().unwrap().sim.config.root.join("models/mlx-community/tiny-sharded"));
+    assert_eq!(job.bytes_downloaded, bundle + changed, "the bundle once, then the changed file again");
+    let left: Vec<_> = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with("job-"))
+        .collect();
+    assert!(left.is_empty(), "the job's files are gone once it is published: {left:?}");
+}
+
 /// Total size of the files the simulator serves for a repo.
 fn bundle_bytes(dir: &std::path::Path) -> i64 {
     std::fs::read_dir(dir)

@@ -1,0 +1,382 @@
+//! A job's way, top to bottom: where it takes up its work ([`Resume`]), then each step in its order, each
+//! starting by recording on the job's row the state it runs in and what the step before left for it
+//! ([`Progress`]):
+//!
+//! 1. **may it be mirrored** (the Hub's answer, the operator's policy, the mirror's name and the day's caps);
+//! 2. **download** (`downloading`): the tree at the audited commit, each file checked against the Hub's hash,
+//!    shards that header padding fixes repaired as they stream and sent up ahead;
+//! 3. **re-layout** (`relaying`, from [`Progress::Downloaded`]): the staged bundle and its manifest;
+//! 4. **checks** (`verifying`, from [`Progress::Relaid`]): structural and memory-mapped, then the MLX load
+//!    check here, or the hand-off to the Metal runner;
+//! 5. **publish** (`publishing`): the mirror (or, in `--pr` mode, a pull request on the source), with its
+//!    card, committed on the parent it was checked against, made public only once every check passed.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use super::relay::{Relaid, local_checks, readme_license, relay};
+use super::rendezvous::MetalHandoff;
+use super::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
+use super::{Beside, RepackError, Repacker, ahead, download, finish, mlx, off_executor, policy, publish};
+use super::{pull_request, stream};
+use crate::job::payload::{LocalChecks, MlxRecord, Progress, SourceFacts};
+use crate::job::{Job, JobOutcome, JobState, VerifyDevice};
+use crate::manifest::{LeftOut, Manifest};
+
+/// A job's directory and its parts.
+#[derive(Debug, Clone)]
+pub(super) struct Work {
+    /// The job's directory.
+    pub dir: PathBuf,
+    /// The download (shards repaired as they streamed keep a stub here).
+    pub source: PathBuf,
+    /// Shards repaired as they streamed.
+    pub streamed: PathBuf,
+    /// The staged bundle.
+    pub output: PathBuf,
+}
+
+impl Work {
+    /// The parts of the job directory `dir`.
+    pub(super) fn at(dir: &Path) -> Work {
+        Work { dir: dir.to_owned(), source: dir.join(SOURCE), streamed: dir.join(STREAMED), output: dir.join(OUTPUT) }
+    }
+}
+
+/// A step's end: what the next step needs (`Continue`), or the job's outcome when there is nothing more to do
+/// (`Break`: skipped, or handed to the Metal runner).
+type Next<T> = ControlFlow<JobOutcome, T>;
+
+/// Whether this worker hands the MLX check of a job to the Metal runner (it cannot run Metal itself).
+fn hands_to_metal(job: &Job) -> bool {
+    job.verify_device == VerifyDevice::Metal && !cfg!(all(target_os = "macos", target_arch = "aarch64"))
+}
+
+impl Repacker<'_> {
+    /// Runs a claimed job's steps from where it stopped to its outcome.
+    pub(super) async fn steps(&self, job: &Job, dir: &Path) -> Result<JobOutcome, RepackError> {
+        if let Err(e) =
+            crate::gate::check_repo_id(&job.repo_id).and_then(|()| crate::gate::check_revision(&job.source_sha))
+        {
+            return Err(RepackError::permanent(format!("refusing the job: {e}")));
+        }
+        let work = Work::at(dir);
+        let resume = {
+            let (job, dir) = (job.clone(), dir.to_owned());
+            off_executor("reading where the job stopped", move || Ok(Resume::of(&job, &dir))).await?
+        };
+        let resume = match resume {
+            Resume::PublishStaged { staged, record } => return self.publish_from_hub(job, staged, record).await,
+            Resume::PublishChecked { record } => {
+                // The checks ran in the worker that staged the bundle, but this one has not seen the files.
+                let staged = work.output.clone();
+                let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
+                return self.publish_staged(job, &work, record, checked, Beside::default()).await;
+            }
+            resume => resume,
+        };
+        // Nothing that may not be mirrored is even downloaded; publishing checks again.
+        let private = match self.may_mirror(job).await? {
+            ControlFlow::Continue(private) => private,
+            ControlFlow::Break(outcome) => return Ok(outcome),
+        };
+        // Shards that header padding fixes are repaired as they stream: written once, and never read again
+        // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done, unless
+        // the bundle waits for the Metal runner (whichever worker takes it back publishes it) or the download
+        // was done before.
+        let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
+            return self.download_to_publish(job, &work, resume, None, None).await;
+        };
+        let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
+        let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
+        let uploads = async {
+            let _ = ahead_tx.send(self.upload_ahead(job, private, &work, ready).await);
+        };
+        let (outcome, ()) =
+            tokio::join!(self.download_to_publish(job, &work, resume, Some(ready_tx), Some(ahead)), uploads);
+        outcome
+    }
+
+    /// Whether the source may be mirrored now: `Continue` with whether its mirror is private (`None` in
+    /// `--pr` mode, which publishes no mirror), once the mirror's name is taken; `Break` with the skip.
+    async fn may_mirror(&self, job: &Job) -> Result<Next<Option<bool>>, RepackError> {
+        if self.opts.pull_request {
+            return Ok(ControlFlow::Continue(None));
+        }
+        let private = match self.visibility(job).await? {
+            (Err(reason), _) => return Ok(ControlFlow::Break(JobOutcome::Skipped { reason: reason.into() })),
+            (Ok(visibility), _) => visibility == policy::Visibility::Private,
+        };
+        // The mirror's name is taken before the download, so that a day's cap of new mirrors holds the job
+        // back before it spends any bandwidth.
+        let (namespace, caps) = (&self.opts.target_namespace, &self.opts.caps);
+        publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, caps)).await?;
+        Ok(ControlFlow::Continue(Some(private)))
+    }
+
+    /// Every step after the visibility check, from where `resume` says: download, re-layout, checks, publish;
+    /// `ready` is told of each shard repaired as it streamed, and `ahead` brings what went up ahead of the
+    /// publish step.
+    async fn download_to_publish(
+        &self,
+        job: &Job,
+        work: &Work,
+        resume: Resume,
+        ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+    ) -> Result<JobOutcome, RepackError> {
+        let relaid = match resume {
+            Resume::Check => ControlFlow::Continue(()),
+            Resume::Relay { left_out } => self.relay(job, work, left_out).await?,
+            _ => match self.download(job, work, ready).await? {
+                ControlFlow::Continue(left_out) => self.relay(job, work, left_out).await?,
+                ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
+            },
+        };
+        if let ControlFlow::Break(outcome) = relaid {
+            return Ok(outcome);
+        }
+        let checked = self.check_locally(job, work).await?;
+        self.check_and_publish(job, work, checked, ahead).await
+    }
+
+    /// The download step: the files the mirror carries, into `work.source` (repaired shards into
+    /// `work.streamed`); `Continue` with the files the mirror leaves out.
+    async fn download(
+        &self,
+        job: &Job,
+        work: &Work,
+        ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Next<Vec<LeftOut>>, RepackError> {
+        // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
+        let _ = std::fs::remove_dir_all(&work.output);
+        self.step(job, JobState::Downloading, None).await?;
+        let repair = Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment });
+        let layout = download::Layout {
+            source: work.source.clone(),
+            partial: work.dir.join(PARTIAL),
+            repair,
+            connections: self.opts.download_connections,
+            ready,
+            carry_only: true,
+        };
+        let fetched =
+            download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
+        // The uploads ahead end once the download has told them of its last shard.
+        drop(layout);
+        let bytes = fetched.as_ref().map_or_else(download::DownloadError::bytes, |done| done.bytes);
+        if let Err(e) = self.store.add_job_bytes(job.id, bytes, 0).await {
+            tracing::warn!(job.id = job.id, error = %e, "recording downloaded bytes failed");
+        }
+        let fetched = fetched.map_err(|e| match e {
+            download::DownloadError::Refused(reason) => RepackError::permanent(format!("download refused: {reason}")),
+            download::DownloadError::Failed { error, .. } => error,
+        })?;
+        if !fetched.tree.iter().any(|f| f.path.ends_with(".safetensors")) {
+            return Ok(ControlFlow::Break(JobOutcome::Skipped {
+                reason: "no safetensors files at this commit".into(),
+            }));
+        }
+        Ok(ControlFlow::Continue(fetched.left_out))
+    }
+
+    /// The re-layout step, from the download in `work`: the staged bundle in `work.output`, or `Break` with
+    /// why there is nothing to publish.
+    async fn relay(&self, job: &Job, work: &Work, left_out: Vec<LeftOut>) -> Result<Next<()>, RepackError> {
+        let files = self.snapshot(work, resume::DOWNLOADED).await?;
+        let progress = files.map(|files| Progress::Downloaded { left_out: left_out.clone(), files });
+        self.step(job, JobState::Relaying, progress.as_ref()).await?;
+        let (src, out, streamed, alignment) =
+            (work.source.clone(), work.output.clone(), work.streamed.clone(), self.opts.alignment);
+        let (repo, sha) = (job.repo_id.clone(), job.source_sha.clone());
+        // A re-layout that stopped half-way left an output no one may trust.
+        let relaid = off_executor("the re-layout", move || {
+            let _ = std::fs::remove_dir_all(&out);
+            relay(&src, &out, &streamed, alignment, (&repo, &sha), left_out)
+        });
+        Ok(match relaid.await? {
+            Relaid::Staged => ControlFlow::Continue(()),
+            Relaid::Skipped(reason) => ControlFlow::Break(JobOutcome::Skipped { reason }),
+        })
+    }
+
+    /// The local checks' step, from the staged bundle in `work.output`: its manifest and what the structural
+    /// and memory-map checks counted.
+    async fn check_locally(&self, job: &Job, work: &Work) -> Result<(Manifest, LocalChecks), RepackError> {
+        let progress = self.snapshot(work, resume::RELAID).await?.map(|files| Progress::Relaid { files });
+        self.step(job, JobState::Verifying, progress.as_ref()).await?;
+        let staged = work.output.clone();
+        off_executor("the local checks", move || local_checks(&staged)).await
+    }
+
+    /// `parts` of the job's directory as they are now, for the next step's record (`None`: nothing a later
+    /// attempt could take up).
+    async fn snapshot(
+        &self,
+        work: &Work,
+        parts: &'static [&'static str],
+    ) -> Result<Option<crate::job::payload::WorkFiles>, RepackError> {
+        let dir = work.dir.clone();
+        off_executor("recording the job's files", move || Ok(resume::snapshot(&dir, parts))).await
+    }
+
+    /// The MLX load check, then the publish; or the hand-off to the Metal runner. A mirror is uploaded while
+    /// the check runs (it is made public only once the check passed); a pull request is proposed after it.
+    async fn check_and_publish(
+        &self,
+        job: &Job,
+        work: &Work,
+        checked: (Manifest, LocalChecks),
+        ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+    ) -> Result<JobOutcome, RepackError> {
+        if hands_to_metal(job) {
+            if self.opts.metal_handoff == MetalHandoff::Hub {
+                return self.stage_on_hub(job, &work.source, &work.output, checked).await;
+            }
+            return Ok(JobOutcome::AwaitMetal { staged: None });
+        }
+        let mlx_device = if job.verify_device == VerifyDevice::Metal { "gpu" } else { "cpu" };
+        let interpreter = (self.opts.python.clone(), self.opts.mlx_script.clone());
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
+        let running = mlx::run_off_executor(interpreter, work.output.clone(), mlx_device, tell);
+        let check = async { running.await.map_err(|e| RepackError::permanent(format!("MLX load check: {e}"))) };
+        tokio::pin!(check);
+        // A mirror is published while the check runs, once it has said which MLX it runs, for the card.
+        let started = if self.opts.pull_request { None } else { started.await.ok() };
+        let Some(started) = started else {
+            let record = check.await?;
+            let _ = self.store.set_job_verification(job.id, &record).await;
+            return self.publish_staged(job, work, record, checked, Beside { verdict: None, ahead }).await;
+        };
+        let card_record = MlxRecord::announced(mlx_device, started);
+        let (verdict_tx, verdict) = tokio::sync::watch::channel(publish::Verdict::Pending);
+        let judged = async {
+            let result = check.await;
+            let verdict = match &result {
+                Ok(record) if record.mlx_version == card_record.mlx_version => publish::Verdict::Passed,
+                Ok(_) => publish::Verdict::Failed("the check ran another MLX version than it announced".to_owned()),
+                Err(e) => publish::Verdict::Failed(e.reason()),
+            };
+            verdict_tx.send_replace(verdict);
+            if let Ok(record) = &result {
+                let _ = self.store.set_job_verification(job.id, record).await;
+            }
+            result
+        };
+        let beside = Beside { verdict: Some(verdict), ahead };
+        let publishing = self.publish_staged(job, work, card_record.clone(), checked, beside);
+        let (judged, published) = tokio::join!(judged, publishing);
+        // The check's failure is the reason, whatever the publish made of it (it committed nothing).
+        judged?;
+        published
+    }
+
+    /// Sends each shard named on `ready` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen
+    /// and created at the first one. Any failure only leaves the work to the publish step.
+    async fn upload_ahead(
+        &self,
+        job: &Job,
+        private: bool,
+        work: &Work,
+        mut ready: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Option<ahead::Ahead> {
+        // Nothing is created for a bundle with no shard to send ahead.
+        let first = ready.recv().await?;
+        let namespace = &self.opts.target_namespace;
+        let chosen =
+            publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, &self.opts.caps)).await;
+        let chosen =
+            chosen.inspect_err(|e| tracing::warn!(repo.id = %job.repo_id, error = %e, "no upload ahead")).ok()?;
+        let mirror = publish::Mirror {
+            hub: self.hub,
+            target: &chosen.target,
+            source: &job.repo_id,
+            moved_from: chosen.moved_from.as_deref(),
+            sources: &[],
+            verdict: None,
+            ahead: None,
+        };
+        match publish::ready_for_uploads(&mirror, &job.source_sha).await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!(repo.id = %chosen.target, error = %e, "no upload ahead");
+                return None;
+            }
+        }
+        let uploader =
+            ahead::Uploader { hub: self.hub, target: &chosen.target, repaired: &work.streamed, source: &work.source };
+        Some(uploader.run(first, ready).await)
+    }
+
+    /// The publish step: a verified, staged bundle goes up with a card written from the manifest, the local
+    /// checks' counts and the MLX record; in `--pr` mode, as a pull request on the source.
+    async fn publish_staged(
+        &self,
+        job: &Job,
+        work: &Work,
+        record: MlxRecord,
+        (manifest, checks): (Manifest, LocalChecks),
+        Beside { verdict, ahead }: Beside,
+    ) -> Result<JobOutcome, RepackError> {
+        self.step(job, JobState::Publishing, None).await?;
+        // The source shards whose chunks the padded ones share, for the upload's deduplication.
+        let sources: Vec<PathBuf> = manifest.shards.iter().map(|s| work.source.join(&s.file)).collect();
+        if self.opts.pull_request {
+            return self.propose(job, &work.output, &sources).await;
+        }
+        // The source may have turned private, gated, disabled or gone since the audit.
+        let (visibility, info) = match self.visibility(job).await? {
+            (Ok(v), info) => (v, info),
+            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        };
+        let private = visibility == policy::Visibility::Private;
+        let (namespace, caps) = (&self.opts.target_namespace, &self.opts.caps);
+        let chosen = publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, caps)).await?;
+        let target = chosen.target.clone();
+        let _ = self.store.set_job_target(job.id, &target).await;
+        let before_bytes = self.before_bytes(&work.source).await?;
+        let facts = finish::CardFacts {
+            info: info.as_ref(),
+            source: SourceFacts { license: readme_license(&work.source), before_bytes },
+            manifest: &manifest,
+            checks: &checks,
+            record,
+        };
+        self.write_card(&work.output, &target, facts)?;
+        let ahead = match ahead {
+            Some(sent) => sent.await.ok().flatten(),
+            None => None,
+        };
+        if let Some(sent) = &ahead {
+            tracing::info!(repo.id = %target, files = sent.files.len(), xet.bytes = sent.bytes, "uploaded ahead");
+            self.count_uploaded(job, sent.bytes).await;
+        }
+        let mirror = publish::Mirror {
+            hub: self.hub,
+            target: &target,
+            source: &job.repo_id,
+            moved_from: chosen.moved_from.as_deref(),
+            sources: &sources,
+            verdict,
+            ahead: ahead.as_ref(),
+        };
+        let published = publish::publish(&mirror, &work.output, &job.source_sha).await?;
+        self.finish_publish(job, (target, &job.repo_id), visibility, published).await
+    }
+
+    /// `--pr` mode's publish: the staged bundle proposed as a pull request on the source.
+    async fn propose(&self, job: &Job, output: &Path, sources: &[PathBuf]) -> Result<JobOutcome, RepackError> {
+        let target =
+            pull_request::Target { repo: &job.repo_id, head: &job.source_sha, bot: &self.opts.bot_user, sources };
+        Ok(match pull_request::propose(self.hub, &target, output).await? {
+            pull_request::Proposal::Opened { num, commit } => {
+                tracing::info!(repo.id = %job.repo_id, pr = num, "pull request opened");
+                let target = format!("{}/discussions/{num}", job.repo_id);
+                JobOutcome::Proposed { num: i64::try_from(num).unwrap_or(i64::MAX), commit, target }
+            }
+            pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
+        })
+    }
+}

@@ -1,0 +1,104 @@
+//! The local work of a job, between the download and the publish, each run off the executor by its step:
+//! re-laying the downloaded bundle into the staged one, the structural and memory-map checks of what was
+//! staged, and what the card reads from the source's files.
+
+use std::path::Path;
+
+use super::error::{self, RepackError};
+use super::{card, carry, verify};
+use crate::bundle::discover;
+use crate::fix::{Destination, FixOptions, fix};
+use crate::job::payload::LocalChecks;
+use crate::manifest::{LeftOut, Manifest};
+use crate::safetensors::Alignment;
+
+/// What the re-layout left: a staged bundle to verify and publish, or why there is nothing to do.
+pub(super) enum Relaid {
+    /// The bundle is staged, with its manifest.
+    Staged,
+    /// Nothing to publish, and why.
+    Skipped(String),
+}
+
+/// Re-lays the downloaded bundle into `output` (linking the shards repaired as they streamed, from
+/// `streamed`), removes the carried configs' pointers to code, and stamps the manifest with the source repo
+/// and commit and what the mirror left out and edited.
+pub(super) fn relay(
+    source: &Path,
+    output: &Path,
+    streamed: &Path,
+    alignment: Alignment,
+    (repo, sha): (&str, &str),
+    left_out: Vec<LeftOut>,
+) -> Result<Relaid, RepackError> {
+    let bundles = discover(&[source.to_owned()]).map_err(|e| RepackError::permanent(e.to_string()))?;
+    if bundles.len() != 1 {
+        return Ok(Relaid::Skipped(format!("{} bundle directories in one repo; not repacked", bundles.len())));
+    }
+    // The source files' digests were checked against the Hub's as they downloaded, and the uploader computes
+    // the new files' own: the minimal set proves the rest.
+    let options = FixOptions {
+        destination: Destination::OutDir(output.to_owned()),
+        alignment,
+        dry_run: false,
+        digests: crate::safetensors::rewrite::Digests::Minimal,
+        prepared: Some(streamed.to_owned()),
+    };
+    let report = fix(&bundles, &options, &mut |_| {}).map_err(RepackError::caused_by)?;
+    let t = &report.totals;
+    if t.invalid > 0 || t.failed > 0 {
+        let shards = || report.bundles.iter().flat_map(|b| &b.shards);
+        let why: Vec<String> = shards().filter_map(|s| s.error.clone()).collect();
+        let reason = format!("re-layout left {} invalid and {} failed shards: {}", t.invalid, t.failed, why.join("; "));
+        // An invalid shard stays invalid; a rewrite that failed left its original intact and may be tried
+        // again, unless the machine is at fault (a read-only disk), which only the operator can mend. A full
+        // disk is said so, for the job's files to be removed.
+        let by_io = shards()
+            .filter_map(|s| s.io_kind)
+            .map(|k| RepackError::io("", std::io::Error::from(k)))
+            .reduce(RepackError::join);
+        return Err(match by_io {
+            Some(e) if e.kind == error::FailureKind::NeedsOperator || e.out_of_space => e.said_as(reason),
+            _ if t.invalid > 0 => RepackError::permanent(reason),
+            _ => RepackError::transient(reason),
+        });
+    }
+    if t.rewritten == 0 {
+        return Ok(Relaid::Skipped("every shard is already aligned".into()));
+    }
+    let mut manifest = Manifest::read(output)
+        .map_err(|e| RepackError::permanent(e.to_string()))?
+        .ok_or_else(|| RepackError::permanent("fix wrote no manifest"))?;
+    manifest.edited = carry::strip_code_pointers(output).map_err(|e| match e {
+        carry::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), source),
+        e @ carry::ConfigError::NotJson { .. } => RepackError::permanent(format!("not mirrored: {e}")),
+    })?;
+    manifest.left_out = left_out;
+    manifest.source_repo = Some(repo.to_owned());
+    manifest.source_revision = Some(sha.to_owned());
+    manifest.source_dir = format!("{repo}@{sha}");
+    manifest.write(output).map_err(RepackError::caused_by)?;
+    Ok(Relaid::Staged)
+}
+
+/// The structural and memory-map checks of a staged bundle.
+pub(super) fn local_checks(output: &Path) -> Result<(Manifest, LocalChecks), RepackError> {
+    let manifest = Manifest::read(output)
+        .map_err(|e| RepackError::permanent(e.to_string()))?
+        .ok_or_else(|| RepackError::permanent("no manifest in the staged bundle"))?;
+    verify::structural(output, &manifest).map_err(|e| RepackError::permanent(format!("structural check: {e}")))?;
+    let checks = verify::mmap(output, &manifest).map_err(|e| RepackError::permanent(format!("mmap check: {e}")))?;
+    Ok((manifest, checks))
+}
+
+/// Bytes a copying loader duplicates in the source bundle.
+pub(super) fn misaligned_bytes(source: &Path, alignment: Alignment) -> u64 {
+    let Ok(bundles) = discover(&[source.to_owned()]) else { return 0 };
+    crate::scan::scan(&bundles, alignment, &mut |_| {}).totals.misaligned_bytes
+}
+
+/// The licence the downloaded source's README names, if any.
+pub(super) fn readme_license(source: &Path) -> Option<String> {
+    let readme = crate::safe_fs::read_capped(&source.join("README.md"), 16 << 20).ok()?;
+    card::license_of(&String::from_utf8_lossy(&readme))
+}

@@ -1,0 +1,248 @@
+//! Where a claimed job takes up its work, read from its row and its directory: the one place that decides
+//! which way a job goes.
+//!
+//! A step's end is recorded with the state the job moves to and what the step left ([`Progress`]): the
+//! download's files, then the staged bundle. A later attempt on the same machine that finds the job's
+//! directory exactly as recorded (the same files, lengths and modification times, the same boot) takes up
+//! the work from there, without fetching or re-laying again; anything else starts again. What is skipped is
+//! only the work that made the files: the structural, memory-map and MLX checks still run on the staged
+//! bundle before anything is published.
+
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use crate::job::payload::{MlxRecord, Progress, Staged, WorkFile, WorkFiles};
+use crate::job::{Job, JobState};
+use crate::manifest::LeftOut;
+
+/// The job directory's subdirectory that holds the download.
+pub(super) const SOURCE: &str = "source";
+/// The job directory's subdirectory that holds partial transfers.
+pub(super) const PARTIAL: &str = "partial";
+/// The job directory's subdirectory that holds shards repaired as they streamed.
+pub(super) const STREAMED: &str = "streamed";
+/// The job directory's subdirectory that holds the staged (re-laid) bundle.
+pub(super) const OUTPUT: &str = "aligned";
+
+/// Where a claimed job takes up its work.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Resume {
+    /// From the start: the visibility check, then download, re-layout, checks and publish.
+    Start,
+    /// From the re-layout: the download is in the job's directory as it left it.
+    Relay {
+        /// The source's files the mirror leaves out, for its manifest.
+        left_out: Vec<LeftOut>,
+    },
+    /// From the checks: the staged bundle is in the job's directory as the re-layout left it.
+    Check,
+    /// Back from a runner that checked the bundle staged in this work directory (or from a publish that
+    /// stopped half-way): publish it with the check's record.
+    PublishChecked {
+        /// The MLX check's record, for the card.
+        record: MlxRecord,
+    },
+    /// Back from a runner that checked the bundle staged on the Hub: any worker publishes that commit.
+    PublishStaged {
+        /// The staged commit, the local checks and the source's facts.
+        staged: Staged,
+        /// The runner's record, which must name the staged commit.
+        record: MlxRecord,
+    },
+}
+
+impl Resume {
+    /// Where `job` resumes, with its files (if any) in `dir`. A job in `publishing` without the check's
+    /// record, or whose staged files are on another worker's disk, starts again: its download is verified
+    /// anew and nothing unchecked is published. Reads the directory: call it off the executor.
+    pub(super) fn of(job: &Job, dir: &Path) -> Resume {
+        if job.state == JobState::Publishing {
+            return Resume::publishing(job, dir);
+        }
+        let Some(progress) = job.progress.as_ref().map(|p| &p.0) else { return Resume::Start };
+        if !holds(progress.files(), dir, parts(progress)) {
+            tracing::info!(job.id = job.id, "the job's files are not as its last step left them: starting again");
+            return Resume::Start;
+        }
+        match progress {
+            Progress::Downloaded { left_out, .. } => Resume::Relay { left_out: left_out.clone() },
+            Progress::Relaid { .. } => Resume::Check,
+        }
+    }
+
+    /// Where a job in `publishing` resumes.
+    fn publishing(job: &Job, dir: &Path) -> Resume {
+        let Some(record) = job.verification.as_ref().map(|r| r.0.clone()) else {
+            tracing::info!(job.id = job.id, "publishing, but no check recorded: starting again");
+            return Resume::Start;
+        };
+        if let Some(staged) = job.staged.as_ref().map(|s| s.0.clone()) {
+            return Resume::PublishStaged { staged, record };
+        }
+        if dir.join(OUTPUT).join(crate::manifest::MANIFEST_FILE).exists() {
+            return Resume::PublishChecked { record };
+        }
+        tracing::info!(job.id = job.id, "checked on another worker's files: starting again");
+        Resume::Start
+    }
+}
+
+/// The parts of the job's directory the download's record covers: what the re-layout reads.
+pub(super) const DOWNLOADED: &[&str] = &[SOURCE, STREAMED];
+/// The parts of the job's directory the re-layout's record covers: what the checks and the publish read.
+pub(super) const RELAID: &[&str] = &[SOURCE, STREAMED, OUTPUT];
+
+/// The parts of the job's directory a step's record covers.
+fn parts(progress: &Progress) -> &'static [&'static str] {
+    match progress {
+        Progress::Downloaded { .. } => DOWNLOADED,
+        Progress::Relaid { .. } => RELAID,
+    }
+}
+
+/// Most entries a job directory's record lists: the tree's cap, for the source, the repaired shards and the
+/// staged bundle, and the directories themselves.
+const MAX_ENTRIES: usize = 4 * crate::sources::MAX_FILES + 16;
+
+/// The subdirectories `parts` of the job directory `dir` as they are now (a missing one is empty), for a
+/// later attempt to compare with; `None` where no later attempt could trust them: on a system without a boot
+/// id, or when they hold anything but regular files and directories (a link, a device), more entries than any
+/// job writes, or cannot be read.
+pub(super) fn snapshot(dir: &Path, parts: &[&str]) -> Option<WorkFiles> {
+    let boot = boot_id()?;
+    let mut files = Vec::new();
+    let mut pending: Vec<(std::path::PathBuf, String)> = Vec::new();
+    for part in parts {
+        match std::fs::symlink_metadata(dir.join(part)) {
+            Ok(meta) if meta.is_dir() => pending.push((dir.join(part), (*part).to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => return None,
+        }
+    }
+    let mut entries = 0usize;
+    while let Some((at, prefix)) = pending.pop() {
+        for entry in std::fs::read_dir(&at).ok()? {
+            let entry = entry.ok()?;
+            entries += 1;
+            if entries > MAX_ENTRIES {
+                return None;
+            }
+            let name = entry.file_name().into_string().ok()?;
+            let path = format!("{prefix}/{name}");
+            let meta = std::fs::symlink_metadata(entry.path()).ok()?;
+            if meta.is_dir() {
+                pending.push((entry.path(), path));
+            } else if meta.is_file() {
+                let since_epoch = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
+                let modified_ns = u64::try_from(since_epoch.as_nanos()).ok()?;
+                files.push(WorkFile { path, len: meta.len(), modified_ns });
+            } else {
+                return None;
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Some(WorkFiles { boot, files })
+}
+
+/// Whether `parts` of `dir` are still exactly as `recorded`, in this boot.
+fn holds(recorded: &WorkFiles, dir: &Path, parts: &[&str]) -> bool {
+    snapshot(dir, parts).is_some_and(|now| now == *recorded)
+}
+
+/// The kernel's id of this boot (Linux); `None` elsewhere, where nothing is taken up across attempts.
+fn boot_id() -> Option<String> {
+    if cfg!(target_os = "linux") {
+        let id = crate::safe_fs::read_capped(Path::new("/proc/sys/kernel/random/boot_id"), 64).ok()?;
+        let id = String::from_utf8(id).ok()?.trim().to_owned();
+        (!id.is_empty()).then_some(id)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::VerifyDevice;
+    use crate::job::payload::{LocalChecks, SourceFacts};
+    use crate::store::Store;
+    use sqlx::types::Json;
+
+    /// Which way a claimed job goes is read from its state, its typed payloads and its staged files, and a
+    /// job that cannot prove its check passed starts again instead of publishing.
+    #[tokio::test]
+    async fn a_job_resumes_where_its_row_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).await.unwrap();
+        let mut job = store.job_for("ns/a", "1", VerifyDevice::Metal).await.unwrap();
+        let work = dir.path().join("job");
+        assert_eq!(Resume::of(&job, &work), Resume::Start, "queued");
+        job.state = JobState::Publishing;
+        assert_eq!(Resume::of(&job, &work), Resume::Start, "publishing, but no check recorded");
+        let record = MlxRecord::announced("gpu", Some("0.29.1".into()));
+        job.verification = Some(Json(record.clone()));
+        assert_eq!(Resume::of(&job, &work), Resume::Start, "checked, but the files are on another worker");
+        std::fs::create_dir_all(work.join(OUTPUT)).unwrap();
+        std::fs::write(work.join(OUTPUT).join(crate::manifest::MANIFEST_FILE), "{}").unwrap();
+        assert_eq!(Resume::of(&job, &work), Resume::PublishChecked { record: record.clone() });
+        let staged = Staged {
+            commit: "5eed".into(),
+            checks: LocalChecks { shards: 1, tensors: 1, zero_copy: 1 },
+            source: SourceFacts::default(),
+        };
+        job.staged = Some(Json(staged.clone()));
+        assert_eq!(Resume::of(&job, &work), Resume::PublishStaged { staged, record });
+    }
+
+    /// A step's record is taken up only while the directory is exactly as the step left it: a file written
+    /// again (even to the same length), a file added or removed, or another boot, starts the job again.
+    #[tokio::test]
+    async fn a_steps_record_holds_only_while_its_files_are_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).await.unwrap();
+        let mut job = store.job_for("ns/a", "1", VerifyDevice::Cpu).await.unwrap();
+        let work = &dir.path().join("job");
+        std::fs::create_dir_all(work.join(SOURCE)).unwrap();
+        std::fs::write(work.join(SOURCE).join("model.safetensors"), b"0123456789").unwrap();
+        std::fs::write(work.join(SOURCE).join("config.json"), b"{}").unwrap();
+        let files = snapshot(work, DOWNLOADED).expect("a Linux machine has a boot id");
+        assert_eq!(
+            files.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+            ["source/config.json", "source/model.safetensors"]
+        );
+        let left_out = vec![LeftOut { file: "x.py".into(), bytes: 3, reason: "code".into() }];
+        job.state = JobState::Relaying;
+        job.progress = Some(Json(Progress::Downloaded { left_out: left_out.clone(), files: files.clone() }));
+        assert_eq!(Resume::of(&job, work), Resume::Relay { left_out: left_out.clone() });
+
+        // What the next step writes is not the download's: a re-layout killed half-way is taken up again.
+        std::fs::create_dir_all(work.join(OUTPUT)).unwrap();
+        std::fs::write(work.join(OUTPUT).join("model.safetensors"), b"01234").unwrap();
+        assert_eq!(Resume::of(&job, work), Resume::Relay { left_out });
+
+        let files = snapshot(work, RELAID).unwrap();
+        job.progress = Some(Json(Progress::Relaid { files }));
+        assert_eq!(Resume::of(&job, work), Resume::Check);
+
+        // The same length, written again: its time moved.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(work.join(SOURCE).join("model.safetensors"), b"9876543210").unwrap();
+        assert_eq!(Resume::of(&job, work), Resume::Start, "a file written since");
+        job.progress = Some(Json(Progress::Relaid { files: snapshot(work, RELAID).unwrap() }));
+        assert_eq!(Resume::of(&job, work), Resume::Check);
+
+        std::fs::write(work.join(SOURCE).join("extra"), b"").unwrap();
+        assert_eq!(Resume::of(&job, work), Resume::Start, "a file added since");
+        std::fs::remove_file(work.join(SOURCE).join("extra")).unwrap();
+        assert_eq!(Resume::of(&job, work), Resume::Check, "as it was again");
+
+        let mut other_boot = snapshot(work, RELAID).unwrap();
+        other_boot.boot = "another boot".into();
+        job.progress = Some(Json(Progress::Relaid { files: other_boot }));
+        assert_eq!(Resume::of(&job, work), Resume::Start, "the machine restarted since");
+
+        std::os::unix::fs::symlink("/etc/passwd", work.join(SOURCE).join("link")).unwrap();
+        assert_eq!(snapshot(work, &[SOURCE]), None, "a link is nothing a step writes");
+    }
+}
