@@ -30,7 +30,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target/release/hubalign"
+# HUBALIGN_BIN times another build (another commit's, for a before/after in the same run).
+BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
 SIM = ROOT / "target/release/hubsim"
 SYNTH = ROOT / "target/release/examples/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"

@@ -9,8 +9,8 @@ use crate::manifest::LeftOut;
 
 /// What the last finished step left for the next one, recorded with the state the job moves to (one
 /// transaction), so that the row says both which step runs and what it starts from. A later attempt on the
-/// same machine takes up the work from there when the job's directory is still exactly as recorded; anywhere
-/// else it starts again.
+/// same machine, by the same build with the same settings, takes up the work from there when the job's
+/// directory is still exactly as recorded; anywhere else it starts again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Progress {
@@ -27,25 +27,32 @@ pub enum Progress {
         /// The job's directory as the re-layout left it.
         files: WorkFiles,
     },
+    /// A step this build does not know (a newer one recorded it): nothing to take up, the job starts again.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Progress {
-    /// The job's directory as the step left it.
-    pub fn files(&self) -> &WorkFiles {
+    /// The job's directory as the step left it (`None` for a step this build does not know).
+    pub fn files(&self) -> Option<&WorkFiles> {
         match self {
-            Progress::Downloaded { files, .. } | Progress::Relaid { files } => files,
+            Progress::Downloaded { files, .. } | Progress::Relaid { files } => Some(files),
+            Progress::Unknown => None,
         }
     }
 }
 
 /// The files of a job's directory as a step left them: enough for a later attempt to tell that it finds them
-/// untouched (the same paths, lengths and modification times) and that the machine has not restarted since
-/// (a process that dies leaves its written pages to the kernel; a machine that restarts may lose what was
-/// never flushed).
+/// untouched (the same files, lengths and modification times), that the machine has not restarted since (a
+/// process that dies leaves its written pages to the kernel; a machine that restarts may lose what was never
+/// flushed), and that the same build made them with the same settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkFiles {
     /// The kernel's id of the boot the files were written in.
     pub boot: String,
+    /// The build that made them (its version and its executable's identity) and the settings that shape
+    /// them (the alignment).
+    pub made_by: String,
     /// Every regular file, by path under the job's directory, in path order.
     pub files: Vec<WorkFile>,
 }
@@ -55,6 +62,8 @@ pub struct WorkFiles {
 pub struct WorkFile {
     /// Its path under the job's directory, `/`-separated.
     pub path: String,
+    /// Its device and inode: a file replaced by another is not the one recorded.
+    pub inode: (u64, u64),
     /// Its length.
     pub len: u64,
     /// Its modification time, in nanoseconds since the Unix epoch.

@@ -61,9 +61,11 @@ impl Repacker<'_> {
             return Err(RepackError::permanent(format!("refusing the job: {e}")));
         }
         let work = Work::at(dir);
+        let made_by = resume::made_by(self.opts.alignment);
         let resume = {
-            let (job, dir) = (job.clone(), dir.to_owned());
-            off_executor("reading where the job stopped", move || Ok(Resume::of(&job, &dir))).await?
+            let (job, dir, made_by) = (job.clone(), dir.to_owned(), made_by.clone());
+            off_executor("reading where the job stopped", move || Ok(Resume::of(&job, &dir, made_by.as_deref())))
+                .await?
         };
         let resume = match resume {
             Resume::PublishStaged { staged, record } => return self.publish_from_hub(job, staged, record).await,
@@ -216,8 +218,9 @@ impl Repacker<'_> {
         work: &Work,
         parts: &'static [&'static str],
     ) -> Result<Option<crate::job::payload::WorkFiles>, RepackError> {
+        let Some(made_by) = resume::made_by(self.opts.alignment) else { return Ok(None) };
         let dir = work.dir.clone();
-        off_executor("recording the job's files", move || Ok(resume::snapshot(&dir, parts))).await
+        off_executor("recording the job's files", move || Ok(resume::snapshot(&dir, (parts, &made_by)))).await
     }
 
     /// The MLX load check, then the publish; or the hand-off to the Metal runner. A mirror is uploaded while

@@ -3,8 +3,9 @@
 //!
 //! A step's end is recorded with the state the job moves to and what the step left ([`Progress`]): the
 //! download's files, then the staged bundle. A later attempt on the same machine that finds the job's
-//! directory exactly as recorded (the same files, lengths and modification times, the same boot) takes up
-//! the work from there, without fetching or re-laying again; anything else starts again. What is skipped is
+//! directory exactly as recorded (the same files, inodes, lengths and modification times, the same boot, the
+//! same build and alignment) takes up the work from there, without fetching or re-laying again; anything
+//! else starts again. What is skipped is
 //! only the work that made the files: the structural, memory-map and MLX checks still run on the staged
 //! bundle before anything is published.
 
@@ -14,6 +15,7 @@ use std::time::UNIX_EPOCH;
 use crate::job::payload::{MlxRecord, Progress, Staged, WorkFile, WorkFiles};
 use crate::job::{Job, JobState};
 use crate::manifest::LeftOut;
+use crate::safetensors::Alignment;
 
 /// The job directory's subdirectory that holds the download.
 pub(super) const SOURCE: &str = "source";
@@ -52,21 +54,24 @@ pub(super) enum Resume {
 }
 
 impl Resume {
-    /// Where `job` resumes, with its files (if any) in `dir`. A job in `publishing` without the check's
-    /// record, or whose staged files are on another worker's disk, starts again: its download is verified
-    /// anew and nothing unchecked is published. Reads the directory: call it off the executor.
-    pub(super) fn of(job: &Job, dir: &Path) -> Resume {
+    /// Where `job` resumes, with its files (if any) in `dir`, for a worker whose files are `made_by` (see
+    /// [`made_by`]). A job in `publishing` without the check's record, or whose staged files are on another
+    /// worker's disk, starts again: its download is verified anew and nothing unchecked is published. Reads
+    /// the directory: call it off the executor.
+    pub(super) fn of(job: &Job, dir: &Path, made_by: Option<&str>) -> Resume {
         if job.state == JobState::Publishing {
             return Resume::publishing(job, dir);
         }
         let Some(progress) = job.progress.as_ref().map(|p| &p.0) else { return Resume::Start };
-        if !holds(progress.files(), dir, parts(progress)) {
+        let (Some(files), Some(made_by)) = (progress.files(), made_by) else { return Resume::Start };
+        if !holds(files, dir, (parts(progress), made_by)) {
             tracing::info!(job.id = job.id, "the job's files are not as its last step left them: starting again");
             return Resume::Start;
         }
         match progress {
             Progress::Downloaded { left_out, .. } => Resume::Relay { left_out: left_out.clone() },
             Progress::Relaid { .. } => Resume::Check,
+            Progress::Unknown => Resume::Start,
         }
     }
 
@@ -97,18 +102,29 @@ fn parts(progress: &Progress) -> &'static [&'static str] {
     match progress {
         Progress::Downloaded { .. } => DOWNLOADED,
         Progress::Relaid { .. } => RELAID,
+        Progress::Unknown => &[],
     }
+}
+
+/// What makes a worker's files what they are: this build (its version, and its executable's length and
+/// modification time, so that a deploy of another build with the same version number is told apart) and the
+/// alignment it re-lays to. `None` when the executable cannot be read: nothing is then taken up.
+pub(super) fn made_by(alignment: Alignment) -> Option<String> {
+    let exe = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+    let modified = exe.modified().ok()?.duration_since(UNIX_EPOCH).ok()?.as_nanos();
+    let version = env!("CARGO_PKG_VERSION");
+    Some(format!("hubalign {version} ({} bytes, modified {modified} ns), alignment {alignment:?}", exe.len()))
 }
 
 /// Most entries a job directory's record lists: the tree's cap, for the source, the repaired shards and the
 /// staged bundle, and the directories themselves.
 const MAX_ENTRIES: usize = 4 * crate::sources::MAX_FILES + 16;
 
-/// The subdirectories `parts` of the job directory `dir` as they are now (a missing one is empty), for a
-/// later attempt to compare with; `None` where no later attempt could trust them: on a system without a boot
-/// id, or when they hold anything but regular files and directories (a link, a device), more entries than any
-/// job writes, or cannot be read.
-pub(super) fn snapshot(dir: &Path, parts: &[&str]) -> Option<WorkFiles> {
+/// The subdirectories `parts` of the job directory `dir` as they are now (a missing one is empty), made by
+/// `made_by`, for a later attempt to compare with; `None` where no later attempt could trust them: on a
+/// system without a boot id, or when they hold anything but regular files and directories (a link, a
+/// device), more entries than any job writes, or cannot be read.
+pub(super) fn snapshot(dir: &Path, (parts, made_by): (&[&str], &str)) -> Option<WorkFiles> {
     let boot = boot_id()?;
     let mut files = Vec::new();
     let mut pending: Vec<(std::path::PathBuf, String)> = Vec::new();
@@ -135,19 +151,33 @@ pub(super) fn snapshot(dir: &Path, parts: &[&str]) -> Option<WorkFiles> {
             } else if meta.is_file() {
                 let since_epoch = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
                 let modified_ns = u64::try_from(since_epoch.as_nanos()).ok()?;
-                files.push(WorkFile { path, len: meta.len(), modified_ns });
+                files.push(WorkFile { path, inode: inode(&meta), len: meta.len(), modified_ns });
             } else {
                 return None;
             }
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Some(WorkFiles { boot, files })
+    Some(WorkFiles { boot, made_by: made_by.to_owned(), files })
 }
 
-/// Whether `parts` of `dir` are still exactly as `recorded`, in this boot.
-fn holds(recorded: &WorkFiles, dir: &Path, parts: &[&str]) -> bool {
-    snapshot(dir, parts).is_some_and(|now| now == *recorded)
+/// A file's device and inode (none off Unix).
+fn inode(meta: &std::fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        (0, 0)
+    }
+}
+
+/// Whether `parts` of `dir` are still exactly as `recorded`, in this boot, made by `made_by`.
+fn holds(recorded: &WorkFiles, dir: &Path, (parts, made_by): (&[&str], &str)) -> bool {
+    snapshot(dir, (parts, made_by)).is_some_and(|now| now == *recorded)
 }
 
 /// The kernel's id of this boot (Linux); `None` elsewhere, where nothing is taken up across attempts.
@@ -169,6 +199,9 @@ mod tests {
     use crate::store::Store;
     use sqlx::types::Json;
 
+    /// The build and settings the tests' files are made by.
+    const BY: &str = "hubalign (test), alignment 8";
+
     /// Which way a claimed job goes is read from its state, its typed payloads and its staged files, and a
     /// job that cannot prove its check passed starts again instead of publishing.
     #[tokio::test]
@@ -177,22 +210,22 @@ mod tests {
         let store = Store::open(&dir.path().join("s.db")).await.unwrap();
         let mut job = store.job_for("ns/a", "1", VerifyDevice::Metal).await.unwrap();
         let work = dir.path().join("job");
-        assert_eq!(Resume::of(&job, &work), Resume::Start, "queued");
+        assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::Start, "queued");
         job.state = JobState::Publishing;
-        assert_eq!(Resume::of(&job, &work), Resume::Start, "publishing, but no check recorded");
+        assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::Start, "publishing, but no check recorded");
         let record = MlxRecord::announced("gpu", Some("0.29.1".into()));
         job.verification = Some(Json(record.clone()));
-        assert_eq!(Resume::of(&job, &work), Resume::Start, "checked, but the files are on another worker");
+        assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::Start, "checked, but the files are on another worker");
         std::fs::create_dir_all(work.join(OUTPUT)).unwrap();
         std::fs::write(work.join(OUTPUT).join(crate::manifest::MANIFEST_FILE), "{}").unwrap();
-        assert_eq!(Resume::of(&job, &work), Resume::PublishChecked { record: record.clone() });
+        assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::PublishChecked { record: record.clone() });
         let staged = Staged {
             commit: "5eed".into(),
             checks: LocalChecks { shards: 1, tensors: 1, zero_copy: 1 },
             source: SourceFacts::default(),
         };
         job.staged = Some(Json(staged.clone()));
-        assert_eq!(Resume::of(&job, &work), Resume::PublishStaged { staged, record });
+        assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::PublishStaged { staged, record });
     }
 
     /// A step's record is taken up only while the directory is exactly as the step left it: a file written
@@ -206,7 +239,7 @@ mod tests {
         std::fs::create_dir_all(work.join(SOURCE)).unwrap();
         std::fs::write(work.join(SOURCE).join("model.safetensors"), b"0123456789").unwrap();
         std::fs::write(work.join(SOURCE).join("config.json"), b"{}").unwrap();
-        let files = snapshot(work, DOWNLOADED).expect("a Linux machine has a boot id");
+        let files = snapshot(work, (DOWNLOADED, BY)).expect("a Linux machine has a boot id");
         assert_eq!(
             files.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
             ["source/config.json", "source/model.safetensors"]
@@ -214,35 +247,54 @@ mod tests {
         let left_out = vec![LeftOut { file: "x.py".into(), bytes: 3, reason: "code".into() }];
         job.state = JobState::Relaying;
         job.progress = Some(Json(Progress::Downloaded { left_out: left_out.clone(), files: files.clone() }));
-        assert_eq!(Resume::of(&job, work), Resume::Relay { left_out: left_out.clone() });
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relay { left_out: left_out.clone() });
 
         // What the next step writes is not the download's: a re-layout killed half-way is taken up again.
         std::fs::create_dir_all(work.join(OUTPUT)).unwrap();
         std::fs::write(work.join(OUTPUT).join("model.safetensors"), b"01234").unwrap();
-        assert_eq!(Resume::of(&job, work), Resume::Relay { left_out });
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relay { left_out });
 
-        let files = snapshot(work, RELAID).unwrap();
+        let files = snapshot(work, (RELAID, BY)).unwrap();
         job.progress = Some(Json(Progress::Relaid { files }));
-        assert_eq!(Resume::of(&job, work), Resume::Check);
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Check);
 
         // The same length, written again: its time moved.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(work.join(SOURCE).join("model.safetensors"), b"9876543210").unwrap();
-        assert_eq!(Resume::of(&job, work), Resume::Start, "a file written since");
-        job.progress = Some(Json(Progress::Relaid { files: snapshot(work, RELAID).unwrap() }));
-        assert_eq!(Resume::of(&job, work), Resume::Check);
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Start, "a file written since");
+        job.progress = Some(Json(Progress::Relaid { files: snapshot(work, (RELAID, BY)).unwrap() }));
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Check);
 
         std::fs::write(work.join(SOURCE).join("extra"), b"").unwrap();
-        assert_eq!(Resume::of(&job, work), Resume::Start, "a file added since");
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Start, "a file added since");
         std::fs::remove_file(work.join(SOURCE).join("extra")).unwrap();
-        assert_eq!(Resume::of(&job, work), Resume::Check, "as it was again");
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Check, "as it was again");
 
-        let mut other_boot = snapshot(work, RELAID).unwrap();
+        let mut other_boot = snapshot(work, (RELAID, BY)).unwrap();
         other_boot.boot = "another boot".into();
         job.progress = Some(Json(Progress::Relaid { files: other_boot }));
-        assert_eq!(Resume::of(&job, work), Resume::Start, "the machine restarted since");
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Start, "the machine restarted since");
+
+        job.progress = Some(Json(Progress::Relaid { files: snapshot(work, (RELAID, BY)).unwrap() }));
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Check);
+        let other_build = "hubalign (another build), alignment 8";
+        assert_eq!(Resume::of(&job, work, Some(other_build)), Resume::Start, "another build or alignment");
+        assert_eq!(Resume::of(&job, work, None), Resume::Start, "a build that cannot say what it is");
+        // A file replaced by another of the same length and time is not the one recorded.
+        let model = work.join(SOURCE).join("model.safetensors");
+        let before = std::fs::metadata(&model).unwrap();
+        std::fs::copy(&model, work.join("copy")).unwrap();
+        std::fs::rename(work.join("copy"), &model).unwrap();
+        std::fs::File::options().write(true).open(&model).unwrap().set_modified(before.modified().unwrap()).unwrap();
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Start, "a file replaced since");
+
+        // A step a newer build recorded is nothing this one takes up, and the row still reads.
+        let newer: Progress = serde_json::from_str(r#"{"step":"quantized","files":[]}"#).unwrap();
+        assert_eq!(newer, Progress::Unknown);
+        job.progress = Some(Json(newer));
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Start);
 
         std::os::unix::fs::symlink("/etc/passwd", work.join(SOURCE).join("link")).unwrap();
-        assert_eq!(snapshot(work, &[SOURCE]), None, "a link is nothing a step writes");
+        assert_eq!(snapshot(work, (&[SOURCE], BY)), None, "a link is nothing a step writes");
     }
 }

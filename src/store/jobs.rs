@@ -241,7 +241,8 @@ impl Store {
     }
 
     /// Moves `worker`'s job to `state` with what the step before left for it (`progress`; `None` when it left
-    /// nothing a later attempt could take up), and renews its lease, with the event, in one transaction.
+    /// nothing a later attempt could take up), and renews its lease, with the event, in one transaction. A
+    /// step before the publish forgets an earlier attempt's check and staged commit.
     /// `false` if the worker no longer holds the job (which must then stop).
     pub async fn advance_job(
         &self,
@@ -252,8 +253,12 @@ impl Store {
     ) -> Result<bool, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin advance"))?;
+            // A job that starts its work again leaves an earlier attempt's check behind: that record (and the
+            // commit it staged) judged files that are being made anew, and must not publish them.
             let done = sqlx::query(
-                "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3, progress = $6
+                "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3, progress = $6,
+                 verification = CASE WHEN $1 IN ('downloading', 'relaying', 'verifying') THEN NULL ELSE verification END,
+                 staged = CASE WHEN $1 IN ('downloading', 'relaying', 'verifying') THEN NULL ELSE staged END
                  WHERE id = $4 AND lease_owner = $5",
             )
             .bind(state.as_str())
@@ -529,6 +534,47 @@ pub(crate) mod tests {
         assert_eq!(backoff(0), Duration::from_secs(60));
         assert_eq!(backoff(2), Duration::from_secs(240));
         assert_eq!(backoff(30), Duration::from_secs(3600));
+    }
+
+    /// A step's record goes with the state it moves to, a step before the publish forgets an earlier
+    /// attempt's check and staged commit, and a final state forgets the record (its files are removed).
+    #[tokio::test]
+    async fn a_steps_record_goes_with_its_state_and_an_earlier_check_does_not_outlive_a_new_start() {
+        use crate::job::payload::{LocalChecks, SourceFacts, Staged, WorkFiles};
+        for test in crate::store::both::stores().await {
+            let store = &test.store;
+            let job = store.job_for("ns/r", "sha", VerifyDevice::Cpu).await.unwrap();
+            let lease = Duration::from_secs(60);
+            store.claim_job("w", lease, None).await.unwrap().unwrap();
+            store.set_job_verification(job.id, &MlxRecord::announced("cpu", Some("0.29.1".into()))).await.unwrap();
+            let checks = LocalChecks { shards: 1, tensors: 1, zero_copy: 1 };
+            let staged = Staged { commit: "5eed".into(), checks, source: SourceFacts::default() };
+            store.finish_job(job.id, "w", &JobOutcome::AwaitMetal { staged: Some(staged) }).await.unwrap();
+            let before = store.job(job.id).await.unwrap().unwrap();
+            assert!(before.verification.is_some() && before.staged.is_some(), "{:?}", store.backend());
+            // Back in the queue (as a publish that failed for a while leaves it), then claimed again.
+            on_pool!(store, |pool| sqlx::query("UPDATE jobs SET state = 'queued' WHERE id = $1")
+                .bind(job.id)
+                .execute(pool)
+                .await
+                .map(|_| ()))
+            .unwrap();
+            store.claim_job("w", lease, None).await.unwrap().unwrap();
+
+            let files = WorkFiles { boot: "b".into(), made_by: "m".into(), files: Vec::new() };
+            let relaid = Progress::Relaid { files };
+            assert!(store.advance_job(job.id, "w", (JobState::Verifying, Some(&relaid)), lease).await.unwrap());
+            let now = store.job(job.id).await.unwrap().unwrap();
+            assert_eq!((now.state, now.progress.map(|p| p.0)), (JobState::Verifying, Some(relaid.clone())));
+            assert_eq!((now.verification, now.staged), (None, None), "{:?}", store.backend());
+
+            assert!(store.advance_job(job.id, "w", (JobState::Publishing, None), lease).await.unwrap());
+            assert_eq!(store.job(job.id).await.unwrap().unwrap().progress, None, "{:?}", store.backend());
+            assert!(store.advance_job(job.id, "w", (JobState::Verifying, Some(&relaid)), lease).await.unwrap());
+            let skipped = JobOutcome::Skipped { reason: "r".into() };
+            store.finish_job(job.id, "w", &skipped).await.unwrap();
+            assert_eq!(store.job(job.id).await.unwrap().unwrap().progress, None, "{:?}", store.backend());
+        }
     }
 
     /// Only the holder of a job's lease advances, renews or finishes it; after its lease ran out and another

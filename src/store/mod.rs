@@ -168,10 +168,16 @@ impl Store {
             .await
             .map_err(sql("open"))?;
         // sqlx locks PostgreSQL's migrations (an advisory lock) but not SQLite's: two processes opening one
-        // new file at once would both apply its first migration, and one would fail. Each file's migrations run
-        // under an exclusive lock of a file beside it, held until they are done.
-        let _migrating = if in_memory { None } else { Some(migration_lock(options.get_filename()).await?) };
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        // new file at once would both apply its first migration, and one would fail. A file with migrations to
+        // apply has them applied under an exclusive lock of a file beside it, held until they are done (the
+        // second opener then finds nothing left to apply).
+        let migrator = sqlx::migrate!("./migrations/sqlite");
+        let _migrating = if in_memory || !pending(&migrator, &pool).await {
+            None
+        } else {
+            migration_lock(options.get_filename()).await?
+        };
+        migrator.run(&pool).await?;
         Ok(Store { pool: Pool::Sqlite(pool), in_memory })
     }
 
@@ -199,21 +205,48 @@ impl Store {
     }
 }
 
-/// Takes the exclusive lock on `<database>-migrate` (created if need be, and left for the next opener), waiting
-/// on a blocking thread while another process migrates; the lock goes with the returned file.
-async fn migration_lock(database: &Path) -> Result<std::fs::File, StoreError> {
-    let mut name = database.as_os_str().to_owned();
+/// Whether `migrator` has a migration the database at `pool` has not applied (a database without the
+/// migrations' table has them all to apply).
+async fn pending(migrator: &sqlx::migrate::Migrator, pool: &SqlitePool) -> bool {
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default();
+    migrator.iter().any(|m| !applied.contains(&m.version))
+}
+
+/// Takes the exclusive lock on `<database>-migrate` (the database's real path, links resolved; the lock file
+/// is created if need be and left for the next opener), waiting on a blocking thread while another process
+/// migrates; the lock goes with the returned file. `None`, with a warning, where no lock can be had (no file
+/// behind the database, a lock file another user owns and this one cannot create): the migrations then run
+/// as sqlx runs them.
+async fn migration_lock(database: &Path) -> Result<Option<std::fs::File>, StoreError> {
+    let Ok(database) = std::fs::canonicalize(database) else { return Ok(None) };
+    let mut name = database.into_os_string();
     name.push("-migrate");
     let path = PathBuf::from(name);
     let locking = path.clone();
     let taken = tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&locking)?;
+        // A lock needs no write access: a lock file another user created is opened for reading.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&locking)
+            .or_else(|_| std::fs::File::open(&locking))?;
         file.lock()?;
         Ok(file)
     })
     .await
     .unwrap_or_else(|joined| Err(std::io::Error::other(joined)));
-    taken.map_err(|source| StoreError::Lock { path, source })
+    match taken {
+        Ok(file) => Ok(Some(file)),
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(path = %path.display(), "cannot create the migrations' lock file; migrating without it");
+            Ok(None)
+        }
+        Err(source) => Err(StoreError::Lock { path, source }),
+    }
 }
 
 /// Connections each process keeps to a PostgreSQL server: enough for the pages, the scheduler and a few
@@ -283,5 +316,22 @@ mod tests {
                 assert!(store.is_ok(), "round {round}: {:?}", store.err());
             }
         }
+    }
+
+    /// A store with nothing to migrate takes no lock (it may be on a disk or behind a lock file this user
+    /// cannot write), and one reached through a link locks the file itself.
+    #[tokio::test]
+    async fn only_a_store_with_migrations_to_apply_is_locked_and_by_its_real_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        let link = dir.path().join("link.db");
+        std::fs::write(&real, b"").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        drop(Store::open(&link).await.unwrap());
+        let lock = dir.path().join("real.db-migrate");
+        assert!(lock.exists() && !dir.path().join("link.db-migrate").exists());
+        std::fs::remove_file(&lock).unwrap();
+        drop(Store::open(&real).await.unwrap());
+        assert!(!lock.exists(), "nothing to migrate, nothing locked");
     }
 }
