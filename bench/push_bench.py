@@ -62,10 +62,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def mirror_public(hub, mirror):
+def mirror_public(hub, source):
+    """Whether the mirror of `source` is public on the Hub: anonymous listings show public repos only, and a
+    mirror's name follows from its source's id (lower-case `namespace-name`, a 64-bit digest, `-aligned`)."""
+    ns, name = source.lower().split("/")
+    mine = re.compile(rf"^bench/{re.escape(ns)}-{re.escape(name)}-[0-9a-f]{{16}}-aligned$")
     try:
-        with urllib.request.urlopen(f"{hub}/api/models/{mirror}") as r:
-            return not json.load(r).get("private", True)
+        with urllib.request.urlopen(f"{hub}/api/models?author=bench&search={ns}-{name}-") as r:
+            return any(mine.match(m["id"]) and not m.get("private", False) for m in json.load(r))
     except OSError:
         return False
 
@@ -81,7 +85,9 @@ def run_mode(mode, folder, pushes, tmp):
     hub = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     serve_args = [BIN, "serve", "--endpoint", hub, "--token", "hf_bench", "--db", f"{tmp}/{mode}.db",
                   "--listen", f"127.0.0.1:{port}", "--verify-device", "cpu", "--python", PY,
-                  "--work-dir", f"{tmp}/{mode}-work", "--include", "pubco", "--target-namespace", "bench"]
+                  "--work-dir", f"{tmp}/{mode}-work", "--include", "pubco", "--target-namespace", "bench",
+                  # A fresh push has no downloads yet: the publisher is trusted, or the popularity floor holds it.
+                  "--trusted-publisher", "pubco"]
     serve_args += ["--webhook-secret", SECRET, "--interval", "31536000"] if mode == "webhook" else ["--interval", "60"]
     serve = subprocess.Popen(serve_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latencies = []
@@ -100,7 +106,7 @@ def run_mode(mode, folder, pushes, tmp):
             env = dict(os.environ, HF_ENDPOINT=hub, HF_TOKEN="hf_pub", HF_HUB_DISABLE_TELEMETRY="1")
             subprocess.run([PY, "-c", PUSH, folder, repo], check=True, env=env, stdout=subprocess.DEVNULL)
             pushed = time.perf_counter()
-            while not mirror_public(hub, f"bench/big-{i}-aligned"):
+            while not mirror_public(hub, repo):
                 if time.perf_counter() - pushed > 600:
                     sys.exit(f"{mode}: {repo} was not mirrored within 600 s")
                 time.sleep(0.2)

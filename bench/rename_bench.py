@@ -77,6 +77,7 @@ def main():
         serve = subprocess.Popen([BIN, "serve", "--endpoint", hub, "--token", "hf_bench", "--db", f"{tmp}/s.db",
                                   "--listen", f"127.0.0.1:{port}", "--verify-device", "cpu", "--python", PY,
                                   "--work-dir", f"{tmp}/work", "--include", "pubco", "--target-namespace", "bench",
+                                  "--trusted-publisher", "pubco",
                                   "--webhook-secret", SECRET, "--interval", "31536000"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -84,7 +85,7 @@ def main():
             for i in range(args.rounds):
                 old, new, fresh = f"pubco/big-{i}", f"pubco/renamed-{i}", f"pubco/fresh-{i}"
                 subprocess.run([PY, "-c", PUSH, folder, old], check=True, env=env, stdout=subprocess.DEVNULL)
-                wait(f"{old}'s mirror", lambda: mirror_public(hub, f"bench/big-{i}-aligned"))
+                wait(f"{old}'s mirror", lambda: mirror_public(hub, old))
 
                 fetch(f"{hub}/_sim/counters/reset", "POST")
                 start = time.perf_counter()
@@ -94,12 +95,12 @@ def main():
                 seconds = time.perf_counter() - start
                 # Read before the script's own checks below, which are requests too.
                 results["rename"].append((seconds, counted(hub)))
-                if not mirror_public(hub, f"bench/big-{i}-aligned") or mirror_public(hub, f"bench/renamed-{i}-aligned"):
+                if not mirror_public(hub, old) or mirror_public(hub, new):
                     sys.exit("the rename was not followed by the same public mirror")
 
                 subprocess.run([PY, "-c", PUSH, folder, fresh], check=True, env=env, stdout=subprocess.DEVNULL)
                 fetch(f"{hub}/_sim/counters/reset", "POST")
-                seconds = wait(f"{fresh}'s mirror", lambda: mirror_public(hub, f"bench/fresh-{i}-aligned"))
+                seconds = wait(f"{fresh}'s mirror", lambda: mirror_public(hub, fresh))
                 # The script's polling of the mirror is in these counts; the service's own requests are the rest.
                 results["baseline"].append((seconds, counted(hub)))
                 for mode in ("rename", "baseline"):

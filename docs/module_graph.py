@@ -12,9 +12,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-args = [a for a in sys.argv[1:] if not a.startswith("--")]
-src = Path(args[0] if args else "src")
-depth = 2 if "--depth" in sys.argv and sys.argv[sys.argv.index("--depth") + 1] == "2" else 1
+import argparse
+
+parser = argparse.ArgumentParser(description="The product crate's module graph and its cycles.")
+parser.add_argument("src", nargs="?", default="src", help="the crate's source directory (default: src)")
+parser.add_argument("--depth", type=int, choices=(1, 2), default=1, help="1: top-level modules; 2: one level down")
+options = parser.parse_args()
+src = Path(options.src)
+depth = options.depth
 
 
 def module_of(path: Path) -> tuple:

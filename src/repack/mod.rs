@@ -2,7 +2,7 @@
 //! an `-aligned` mirror with a model card and `MEI_ALIGN_MANIFEST.json`. Each step is recorded on the job,
 //! with what the step before left for it; nothing is published that did not pass every required check.
 //!
-//! A job's way reads top to bottom in [`pipeline`] (where it takes up its work is decided in [`resume`]);
+//! A job's way reads top to bottom in `pipeline` (where it takes up its work is decided in `resume`);
 //! this module holds what the worker runs it with and how its outcome is recorded.
 
 pub mod ahead;

@@ -51,6 +51,7 @@ impl Store {
                     reason = CASE WHEN $3 = 'failed' THEN $4 ELSE reason END,
                     finished_at = CASE WHEN $3 = 'failed' THEN $2 ELSE NULL END,
                     failure_kind = CASE WHEN $3 = 'failed' THEN 'permanent' ELSE NULL END,
+                    progress = CASE WHEN $3 = 'failed' THEN NULL ELSE progress END,
                     lease_owner = NULL, lease_expires_at = NULL
                  WHERE id = $5 AND lease_owner = $6 AND state = 'awaiting_metal_verify'",
             )
@@ -77,8 +78,8 @@ impl Store {
 mod tests {
     use std::time::Duration;
 
-    use crate::job::payload::MlxRecord;
-    use crate::job::{JobOutcome, VerifyDevice};
+    use crate::job::payload::{MlxRecord, Progress, WorkFiles};
+    use crate::job::{JobOutcome, JobState, VerifyDevice};
     use crate::store::Store;
 
     #[tokio::test]
@@ -93,6 +94,9 @@ mod tests {
         for passed in [true, false] {
             let job = store.job_for(&format!("ns/passed-{passed}"), "sha", VerifyDevice::Metal).await.unwrap();
             store.claim_job("worker", lease, Some(job.id)).await.unwrap().unwrap();
+            let files = WorkFiles { boot: "b".into(), made_by: "m".into(), files: Vec::new() };
+            let relaid = Progress::Relaid { files };
+            assert!(store.advance_job(job.id, "worker", (JobState::Verifying, Some(&relaid)), lease).await.unwrap());
             store.finish_job(job.id, "worker", &JobOutcome::AwaitMetal { staged: None }).await.unwrap();
             assert_eq!(store.claim_metal_job("runner-a", lease, true).await.unwrap(), None, "staged on a worker");
             store.claim_metal_job("runner-a", lease, false).await.unwrap().unwrap();
@@ -105,6 +109,8 @@ mod tests {
             let after = store.job(job.id).await.unwrap().unwrap();
             assert_eq!(after.state, if passed { "publishing" } else { "failed" });
             assert_eq!(after.verification.map(|r| r.0), Some(record.clone()), "read back as written");
+            // A pass publishes from the worker's files (their record stays); a failure ends the job.
+            assert_eq!(after.progress.map(|p| p.0), passed.then_some(relaid));
             if !passed {
                 assert_eq!(after.reason.as_deref(), Some("Metal load check failed on gpu: differs"));
             }
