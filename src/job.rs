@@ -129,6 +129,9 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, from the least serious.
+    pub const ALL: [FailureKind; 3] = [FailureKind::Transient, FailureKind::Permanent, FailureKind::NeedsOperator];
+
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -136,6 +139,16 @@ impl FailureKind {
             FailureKind::Permanent => "permanent",
             FailureKind::NeedsOperator => "needs_operator",
         }
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FailureKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            let known: Vec<_> = FailureKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown failure kind `{s}` (one of {})", known.join(", "))
+        })
     }
 }
 
@@ -251,6 +264,13 @@ pub enum JobOutcome {
         reason: String,
         /// When it may be claimed again.
         until: i64,
+    },
+    /// Back to the queue, spending nothing, held for [`NEEDS_OPERATOR_HOLD`] (or until a worker whose checks
+    /// at start pass releases it): the worker's configuration failed, not the job (an interpreter that
+    /// cannot run or has no MLX). Counted as needing the operator, however often it happens.
+    Held {
+        /// Why, naming the setting to mend.
+        reason: String,
     },
     /// Nothing to do, and why.
     Skipped {

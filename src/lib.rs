@@ -19,6 +19,7 @@ pub mod hub;
 pub mod io_error;
 pub mod job;
 pub mod manifest;
+pub mod preflight;
 pub mod repack;
 pub mod report;
 pub mod safe_fs;

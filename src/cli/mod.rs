@@ -5,7 +5,9 @@ mod config_file;
 #[cfg(feature = "demo")]
 mod demo;
 mod fix;
+mod jobs;
 mod output;
+mod preflight;
 mod repack;
 mod report;
 mod scan;
@@ -13,6 +15,7 @@ mod serve;
 mod store_args;
 mod store_cmd;
 mod webhook;
+mod worker_args;
 
 use clap::{Parser, Subcommand};
 
@@ -144,6 +147,23 @@ enum Command {
     /// Move a store's records between backends: `export` writes them as JSON Lines, `import` reads them into
     /// an empty store (SQLite or PostgreSQL).
     Store(store_cmd::StoreCmdArgs),
+    /// The repack queue: list jobs (by state, repo, failure kind) and retry failed ones.
+    ///
+    /// `jobs list --state failed` shows what failed and why; `jobs retry ID…` or `jobs retry --failed
+    /// [--failure-kind K] [--repo R]` puts failed jobs back in the queue with their attempts reset (each
+    /// job's history says who retried it). The admin API's `POST /api/admin/jobs/{id}/retry` does the same
+    /// for one job.
+    Jobs(jobs::JobsArgs),
+    /// Check what every job needs, as `serve`, `worker` and `repack` do at start, and print every finding.
+    ///
+    /// Takes the worker's flags (and its environment variables), so it checks exactly what a worker with them
+    /// will use: the token is accepted and may write to the target namespace, the store opens and is
+    /// migrated, the work directory is writable with room, and the Python imports MLX and passes the
+    /// worker's own MLX check on a probe bundle (with --verify-device cpu). Prints the environment it read,
+    /// never the token.
+    ///
+    /// Exit codes: 0 a worker with these settings starts, 4 a check failed (each says its fix).
+    Doctor(preflight::DoctorArgs),
     /// Manage the Hub webhooks that point publishers' pushes at `serve --webhook-secret`.
     ///
     /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
@@ -207,6 +227,8 @@ pub(crate) fn run() -> std::process::ExitCode {
         .into()),
         Command::Store(args) => store_cmd::run(args),
         Command::Webhook(args) => webhook::run(args),
+        Command::Doctor(args) => preflight::run(args),
+        Command::Jobs(args) => jobs::run(args),
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {}", describe(&e));

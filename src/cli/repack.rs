@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use hubalign::gate;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::job::VerifyDevice;
@@ -15,97 +15,20 @@ use hubalign::repack::metal_check::{CheckSetup, Rendezvous, check_once};
 use hubalign::repack::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
 };
-use hubalign::repack::rendezvous::{HubRunner, MetalHandoff};
+use hubalign::repack::rendezvous::HubRunner;
 use hubalign::repack::runner;
 use hubalign::repack::{RepackOptions, Repacker};
-use hubalign::safetensors::Alignment;
 use hubalign::serve::Health;
 use hubalign::serve::listener::Limits;
 use hubalign::serve::runner_api::{self, RunnerApi};
 use hubalign::serve::service::Service;
 use hubalign::serve::workers::Workers;
-use hubalign::store::mirrors::{DEFAULT_MIRROR_CAPS, MirrorCaps};
+use hubalign::store::mirrors::MirrorCaps;
 use hubalign::worker::WhenIdle;
 
-use super::audit::HubBounds;
-use super::store_args::StoreArgs;
+use super::preflight;
+use super::worker_args::{Device, WorkerArgs};
 use super::{Exit, UsageError};
-
-/// The MLX check script, shipped inside the binary so an installed worker needs no source tree.
-const VERIFY_MLX: &str = include_str!("../../deploy/verify_mlx.py");
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Device {
-    /// Wait for the macOS runner's Metal check (the production default).
-    Metal,
-    /// Accept the local CPU MLX check, and say so in the card.
-    Cpu,
-}
-
-/// Options `repack` and `worker` share.
-#[derive(Args)]
-pub(super) struct WorkerArgs {
-    /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
-    #[arg(long, value_name = "URL")]
-    endpoint: Option<String>,
-    /// Hub token with write access [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Namespace the `-aligned` mirrors go to [default: the token's user].
-    #[arg(long, value_name = "NS")]
-    target_namespace: Option<String>,
-    /// Where the MLX load check runs before publishing: `metal` waits for the macOS runner; `cpu` accepts
-    /// the local CPU check.
-    #[arg(long, value_enum, default_value = "metal")]
-    verify_device: Device,
-    /// Where a bundle waits for the Metal check: `api` in the work directory, fetched by runners over the
-    /// runner API (`--runner-listen`), which they must reach; `hub` committed to the still-private mirror,
-    /// which runners download with only the database and the Hub to reach (`verify-runner --db`), and which
-    /// any worker then publishes.
-    #[arg(long, default_value = "api", value_name = "api|hub")]
-    metal_handoff: MetalHandoff,
-    /// Directory for downloads and repaired bundles; jobs waiting for the Metal check keep their files here
-    /// [default: beside the database, `hubalign.work/`].
-    #[arg(long, value_name = "DIR")]
-    work_dir: Option<PathBuf>,
-    /// Python with `mlx` installed, for the MLX load check.
-    #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
-    python: PathBuf,
-    /// Put the mirrors' data sections on this many bytes (a power of two up to 16384). Without it repairs
-    /// pad to 8 and shards no loader copies from are left as they are.
-    #[arg(long, value_name = "BYTES")]
-    alignment: Option<Alignment>,
-    /// Open a pull request on the source repo with the repaired files instead of publishing a mirror (never
-    /// two for the same commit; a closed one is taken as "no").
-    #[arg(long)]
-    pr: bool,
-    /// Seconds a step may take before another worker may take the job over (a crashed worker's job is
-    /// picked up again after this).
-    #[arg(long, default_value_t = 1800, value_name = "SECS")]
-    lease_secs: u64,
-    /// The largest bundle a job downloads; a larger one is refused with the reason.
-    #[arg(long, default_value_t = hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES as f64 / 1e9, value_name = "GB")]
-    max_bundle_gb: f64,
-    /// Also mirror private sources of the target namespace itself, as private mirrors there (never public,
-    /// never for another owner's private repos, never for gated ones).
-    #[arg(long)]
-    private_mirrors: bool,
-    /// Connections a job's download holds at once, shared by the files it fetches at once; a file fetched
-    /// alone comes in 4 MiB ranges over several of them (a CDN limits each connection's rate).
-    #[arg(long, default_value_t = hubalign::repack::download::DEFAULT_CONNECTIONS, value_name = "N")]
-    download_connections: usize,
-    /// New mirrors of one source namespace per UTC day; a job over the cap waits for the next day without
-    /// spending an attempt (mirrors already published are updated whatever the cap).
-    #[arg(long, default_value_t = DEFAULT_MIRROR_CAPS.per_namespace, value_name = "N")]
-    max_new_mirrors_per_namespace: u32,
-    /// New mirrors in all per UTC day, as `--max-new-mirrors-per-namespace`.
-    #[arg(long, default_value_t = DEFAULT_MIRROR_CAPS.total, value_name = "N")]
-    max_new_mirrors: u32,
-    #[command(flatten)]
-    pub(super) bounds: HubBounds,
-}
 
 #[derive(Args)]
 pub(super) struct RepackArgs {
@@ -206,7 +129,7 @@ pub(super) struct RunnerArgs {
     /// workers staged on the Hub (`--metal-handoff hub`), downloaded from the Hub; nothing needs to reach
     /// this runner.
     #[arg(long, value_name = "PATH|URL")]
-    db: Option<String>,
+    db: Option<hubalign::store::Location>,
     /// Hub endpoint, with `--db` [default: HF_ENDPOINT, else https://huggingface.co].
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
@@ -238,27 +161,28 @@ pub(super) struct Setup {
     pub(super) device: VerifyDevice,
 }
 
-impl WorkerArgs {
-    /// A Hub client of its own, with the same endpoint, token and bounds.
-    pub(super) fn hub_client(&self) -> anyhow::Result<HubClient> {
-        self.bounds.client(HubConfig::resolve(self.endpoint.clone(), self.token.clone()))
-    }
-}
-
+/// The checks at start (`preflight`), then what every job of this process shares. A check that fails stops
+/// here, before any job is claimed; once all pass, jobs held for the operator are released.
 pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
-    let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
-    if config.token.is_none() {
-        bail!("publishing needs a token with write access: --token or HF_TOKEN")
+    if let Some(namespace) = &args.target_namespace {
+        gate::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
     }
-    let hub = args.bounds.client(config)?;
-    let user = hub.whoami().await.context("asking the Hub who the token belongs to")?;
-    let target_namespace = args.target_namespace.clone().unwrap_or_else(|| user.clone());
+    let hub = args.bounds.client(HubConfig::resolve(args.endpoint.clone(), args.token.clone()))?;
+    let checked = preflight::check_worker(args, &hub).await;
+    preflight::stop_unless_passed(&checked.report)?;
+    let (Some((user, target_namespace)), Some(store)) = (checked.who, checked.store) else {
+        bail!("the checks passed without naming the token's user or opening the store")
+    };
     gate::check_namespace(&target_namespace)?;
-    let store = args.store.open().await?;
-    let work_dir = args.work_dir.clone().unwrap_or_else(|| args.store.default_work_dir());
-    std::fs::create_dir_all(&work_dir).with_context(|| format!("creating {}", work_dir.display()))?;
-    let mlx_script = work_dir.join("verify_mlx.py");
-    std::fs::write(&mlx_script, VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
+    let released = store.release_holds().await?;
+    if released > 0 {
+        tracing::info!(jobs = released, "the checks passed: jobs held for the operator are released");
+    }
+    let (work_dir, mlx_script) = (checked.work_dir, checked.mlx_script);
+    if !mlx_script.is_file() {
+        std::fs::write(&mlx_script, preflight::VERIFY_MLX)
+            .with_context(|| format!("writing {}", mlx_script.display()))?;
+    }
     let device = match args.verify_device {
         Device::Metal => VerifyDevice::Metal,
         Device::Cpu => VerifyDevice::Cpu,
@@ -435,7 +359,8 @@ pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;
         let script = work.path().join("verify_mlx.py");
-        std::fs::write(&script, VERIFY_MLX)?;
+        std::fs::write(&script, preflight::VERIFY_MLX)?;
+        preflight::check_runner(&args.python, &script, &args.device, work.path()).await?;
         let setup = CheckSetup {
             python: args.python.clone(),
             script,
@@ -454,8 +379,8 @@ pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
             }
             (Some(_), None, _) => Err(UsageError("--service needs the runner token: --token".into()).into()),
             (None, _, db) => {
-                let db = db.as_deref().ok_or_else(|| UsageError("--service or --db is required".into()))?;
-                let store = hubalign::store::Store::open_at(db).await.context("opening the store")?;
+                let db = db.as_ref().ok_or_else(|| UsageError("--service or --db is required".into()))?;
+                let store = hubalign::store::Store::open_location(db).await.with_context(|| format!("opening {db}"))?;
                 let config = HubConfig::resolve(args.endpoint.clone(), args.hub_token.clone());
                 let hub = HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
                 let way = HubRunner {

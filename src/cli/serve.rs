@@ -13,7 +13,8 @@ use hubalign::serve::schedule::Schedule;
 use hubalign::serve::{ServeConfig, WebhookConfig, serve};
 
 use super::Exit;
-use super::repack::{PolicyArgs, WorkerArgs, setup};
+use super::repack::{PolicyArgs, setup};
+use super::worker_args::WorkerArgs;
 
 #[derive(Args)]
 pub(super) struct ServeArgs {

@@ -1,41 +1,53 @@
-//! Where the audit store is: `--db PATH|URL`, else `DATABASE_URL` (`sqlite:…` or `postgres://…`), else the
-//! user's data directory.
+//! Where the audit store is: `--db PATH|URL`, else `DATABASE_URL` (a path, `sqlite:PATH` or
+//! `postgres://…`), else the user's data directory. A location is checked before anything is opened: an
+//! unknown scheme, or a file in a directory that is not there, is the caller's mistake (exit 2), never a new
+//! store made somewhere nobody looks.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use hubalign::store::{Store, default_db_path, is_postgres_url, redact_url};
+use hubalign::store::{Location, Store, StoreError, default_db_path};
 
 use super::UsageError;
 
 /// The store's location.
 #[derive(Args, Clone, Debug)]
 pub(super) struct StoreArgs {
-    /// SQLite database file, or a PostgreSQL server's `postgres://user@host/db` URL (one store that many
-    /// workers and replicas share) [default: DATABASE_URL if set, else $XDG_DATA_HOME/hubalign/hubalign.db].
+    /// SQLite database file (a path, or sqlite:PATH), or a PostgreSQL server's `postgres://user@host/db` URL
+    /// (one store that many workers and replicas share); the file's directory must exist [default:
+    /// DATABASE_URL if set, else $XDG_DATA_HOME/hubalign/hubalign.db].
     #[arg(long, value_name = "PATH|URL")]
-    db: Option<String>,
+    db: Option<Location>,
 }
 
 impl StoreArgs {
-    /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
-    /// machine never share staged files.
-    pub(super) fn default_work_dir(&self) -> PathBuf {
-        match self.db.as_deref().filter(|db| !is_postgres_url(db)) {
-            Some(db) => PathBuf::from(db).with_extension("work"),
-            None => default_db_path().with_extension("work"),
+    /// Where the store is: `--db`, else `DATABASE_URL`; `None` for the default file.
+    pub(super) fn location(&self) -> anyhow::Result<Option<Location>> {
+        if let Some(db) = &self.db {
+            return Ok(Some(db.clone()));
         }
+        match std::env::var("DATABASE_URL") {
+            Ok(url) => url.parse().map(Some).map_err(|e| UsageError(format!("DATABASE_URL: {e}")).into()),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
+    /// machine never share staged files; beside the default file for a server's store.
+    pub(super) fn default_work_dir(&self) -> anyhow::Result<PathBuf> {
+        Ok(match self.location()? {
+            Some(Location::Sqlite(db)) => db.with_extension("work"),
+            _ => default_db_path().with_extension("work"),
+        })
     }
 
     /// Opens a store that must already exist (for reading it): a database file that is not there is a
     /// mistyped path, not an empty store to report on.
     pub(super) async fn open_existing(&self) -> anyhow::Result<Store> {
-        let path = match (&self.db, std::env::var("DATABASE_URL")) {
-            (Some(url), _) if is_postgres_url(url) => return self.open().await,
-            (Some(path), _) => PathBuf::from(path),
-            (None, Ok(_)) => return self.open().await,
-            (None, Err(_)) => default_db_path(),
+        let path = match self.location()? {
+            Some(Location::Sqlite(path)) => path,
+            Some(_) => return self.open().await,
+            None => default_db_path(),
         };
         if !path.exists() {
             let why = format!(
@@ -48,16 +60,16 @@ impl StoreArgs {
         self.open().await
     }
 
-    /// Opens the store, creating it if needed, and applies migrations.
+    /// Opens the store, creating the database file if needed (and, for the default file only, its
+    /// directory), and applies migrations.
     pub(super) async fn open(&self) -> anyhow::Result<Store> {
-        if let Some(db) = &self.db {
-            let shown = if is_postgres_url(db) { redact_url(db) } else { db.clone() };
-            return Store::open_at(db).await.with_context(|| format!("opening {shown}"));
-        }
-        if let Ok(url) = std::env::var("DATABASE_URL") {
-            return Store::open_url(&url).await.with_context(|| format!("opening DATABASE_URL {}", redact_url(&url)));
-        }
-        let path = default_db_path();
-        Store::open(&path).await.with_context(|| format!("opening {}", path.display()))
+        let (opened, shown) = match self.location()? {
+            Some(location) => (Store::open_location(&location).await, location.to_string()),
+            None => (Store::open_default().await, default_db_path().display().to_string()),
+        };
+        opened.map_err(|e| match e {
+            StoreError::NoDir { .. } | StoreError::Location(_) => UsageError(e.to_string()).into(),
+            e => anyhow::Error::new(e).context(format!("opening {shown}")),
+        })
     }
 }

@@ -40,17 +40,36 @@ pub struct HubConfig {
 impl HubConfig {
     /// Resolves the endpoint and token: explicit values first, then the environment, then the token file.
     pub fn resolve(endpoint: Option<String>, token: Option<String>) -> HubConfig {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let endpoint = endpoint.or_else(|| env("HF_ENDPOINT")).unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
-        let token = token
-            .or_else(|| env("HF_TOKEN"))
-            .or_else(|| env("HUGGING_FACE_HUB_TOKEN"))
-            .or_else(|| token_file().and_then(|p| std::fs::read_to_string(p).ok()))
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty())
-            .map(Token);
+        let token = find_token(token).map(|(token, _)| token);
         HubConfig { endpoint: endpoint.trim_end_matches('/').to_owned(), token }
     }
+}
+
+/// Where the token [`HubConfig::resolve`] takes comes from, for `doctor` (which never shows the token).
+pub fn token_origin(explicit: Option<String>) -> Option<String> {
+    find_token(explicit).map(|(_, origin)| origin)
+}
+
+/// An environment variable's value, unless unset or blank.
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The token and where it came from: `explicit`, then `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, the token file.
+fn find_token(explicit: Option<String>) -> Option<(Token, String)> {
+    let from_file = || {
+        let path = token_file()?;
+        let text = std::fs::read_to_string(&path).ok()?;
+        Some((text, format!("the token file {}", path.display())))
+    };
+    let (text, origin) = explicit
+        .map(|t| (t, "--token".to_owned()))
+        .or_else(|| env("HF_TOKEN").map(|t| (t, "HF_TOKEN".to_owned())))
+        .or_else(|| env("HUGGING_FACE_HUB_TOKEN").map(|t| (t, "HUGGING_FACE_HUB_TOKEN".to_owned())))
+        .or_else(from_file)?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| (Token(text.to_owned()), origin))
 }
 
 /// `HF_TOKEN_PATH`, else `$HF_HOME/token`, else `$XDG_CACHE_HOME/huggingface/token`, else `~/.cache/huggingface/token`.

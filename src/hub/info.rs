@@ -1,11 +1,10 @@
-//! A repo's current state from `GET /api/models/{id}`: what publication checks right before it acts, and the
-//! account a token belongs to.
+//! A repo's current state from `GET /api/models/{id}`: what publication checks right before it acts.
 
 use serde::Deserialize;
 
 use super::listing::{ListedRepo, RepoFlags};
 use super::pacing::Bucket;
-use super::{BodyLimit, HubClient, HubError, INFO_CAP, SMALL_CAP};
+use super::{BodyLimit, HubClient, HubError, INFO_CAP};
 use crate::gate;
 
 /// What the Hub says of a repo now.
@@ -62,11 +61,6 @@ pub enum Entry {
     Refused(String),
 }
 
-#[derive(Deserialize)]
-struct WhoAmI {
-    name: String,
-}
-
 impl HubClient {
     /// The repo's current state, read with the token (so a private repo it may see is seen as private).
     pub async fn model_info(&self, repo: &str) -> Result<ModelInfo, HubError> {
@@ -96,15 +90,5 @@ impl HubClient {
             (None, Some(bad)) => Entry::Refused(bad.reason),
             (None, None) => Entry::Refused("no repo in the answer".into()),
         })
-    }
-
-    /// The user the token belongs to, checked as a namespace.
-    pub async fn whoami(&self) -> Result<String, HubError> {
-        let url = format!("{}/api/whoami-v2", self.endpoint());
-        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
-        let who: WhoAmI = serde_json::from_slice(&fetched.body)
-            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("whoami: {e}") })?;
-        gate::check_namespace(&who.name).map_err(|e| HubError::Malformed { url, detail: e.to_string() })?;
-        Ok(who.name)
     }
 }

@@ -14,6 +14,7 @@ pub mod commit;
 pub mod config;
 pub mod discussions;
 pub mod error;
+pub mod identity;
 pub mod info;
 pub mod listing;
 pub mod pacing;
@@ -210,6 +211,11 @@ impl HubClient {
     /// The endpoint, without a trailing slash.
     pub fn endpoint(&self) -> &str {
         &self.config.endpoint
+    }
+
+    /// Whether requests carry a token.
+    pub fn has_token(&self) -> bool {
+        self.config.token.is_some()
     }
 
     fn pacer(&self, bucket: Bucket) -> &Pacer {

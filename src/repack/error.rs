@@ -35,12 +35,15 @@ pub struct RepackError {
     /// Not a failure: the job waits until this time (Unix seconds) without spending an attempt, because
     /// a cap of the operator's policy is reached for now (new mirrors per day).
     pub deferred_until: Option<i64>,
+    /// The worker's configuration failed, not the job (an interpreter that cannot run, or has no MLX): the
+    /// job goes back to the queue without spending anything, however often, and the worker holds.
+    pub configuration: bool,
 }
 
 impl PartialEq for RepackError {
     fn eq(&self, other: &Self) -> bool {
-        (self.kind, self.reason(), self.out_of_space, self.deferred_until)
-            == (other.kind, other.reason(), other.out_of_space, other.deferred_until)
+        (self.kind, self.reason(), self.out_of_space, self.deferred_until, self.configuration)
+            == (other.kind, other.reason(), other.out_of_space, other.deferred_until, other.configuration)
     }
 }
 
@@ -48,7 +51,7 @@ impl Eq for RepackError {}
 
 impl RepackError {
     fn new(kind: FailureKind, context: String, source: Option<Cause>) -> RepackError {
-        RepackError { kind, context, source, out_of_space: false, deferred_until: None }
+        RepackError { kind, context, source, out_of_space: false, deferred_until: None, configuration: false }
     }
 
     /// Another attempt may succeed.
@@ -69,6 +72,11 @@ impl RepackError {
     /// Nothing succeeds until the operator acts.
     pub fn needs_operator(reason: impl Into<String>) -> RepackError {
         RepackError::new(FailureKind::NeedsOperator, reason.into(), None)
+    }
+
+    /// The worker's configuration failed, whatever the job: held, never spent (its `configuration` field).
+    pub fn configuration(reason: impl Into<String>) -> RepackError {
+        RepackError { configuration: true, ..RepackError::new(FailureKind::NeedsOperator, reason.into(), None) }
     }
 
     /// A Hub request's failure, `what` saying which: a refused token or a missing permission needs the
@@ -142,6 +150,7 @@ impl RepackError {
             source: None,
             out_of_space: self.out_of_space || other.out_of_space,
             deferred_until: None,
+            configuration: self.configuration || other.configuration,
         }
     }
 }

@@ -18,6 +18,18 @@ pub enum Fetch<E> {
     Unknown(E),
 }
 
+/// Why a pass recorded no verdict.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum PassError<E> {
+    /// The way failed (claim, fetch or record): the lease lapses and the job is claimed again.
+    #[error("{0}")]
+    Way(E),
+    /// This runner's interpreter cannot run the check (it cannot start, or has no MLX): its fault, not the
+    /// bundle's, so nothing is recorded and the job goes to a runner that can once the lease lapses.
+    #[error("this runner cannot run the MLX check, so no verdict was recorded: {0}")]
+    Configuration(String),
+}
+
 /// How a runner claims, fetches and records.
 pub trait Rendezvous {
     /// A claimed job, as this way knows it.
@@ -51,26 +63,35 @@ pub struct CheckSetup {
 /// Claims one job, fetches its bundle, runs the check and records the verdict. Returns the job and whether
 /// it passed, or `None` when nothing waits.
 #[tracing::instrument(name = "metal check", skip_all)]
-pub async fn check_once<R: Rendezvous>(way: &R, setup: &CheckSetup) -> Result<Option<(i64, bool)>, R::Error> {
-    let Some(claimed) = way.claim().await? else { return Ok(None) };
+pub async fn check_once<R: Rendezvous>(
+    way: &R,
+    setup: &CheckSetup,
+) -> Result<Option<(i64, bool)>, PassError<R::Error>> {
+    let Some(claimed) = way.claim().await.map_err(PassError::Way)? else { return Ok(None) };
     let id = R::job_id(&claimed);
     let dir = setup.work.join(format!("runner-job-{id}"));
     let fetched = way.fetch(&claimed, &dir).await;
     let record = match fetched {
         Ok(bundle) => {
             let interpreter = (setup.python.clone(), setup.script.clone());
-            let checked = super::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await;
-            checked.unwrap_or_else(|e| MlxRecord::failed(&setup.device, e.to_string()))
+            match super::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await {
+                Ok(record) => record,
+                Err(e) if e.is_configuration() => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(PassError::Configuration(e.to_string()));
+                }
+                Err(e) => MlxRecord::failed(&setup.device, e.to_string()),
+            }
         }
         Err(Fetch::Failed(reason)) => MlxRecord::failed(&setup.device, reason),
         Err(Fetch::Unknown(e)) => {
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(e);
+            return Err(PassError::Way(e));
         }
     };
     let _ = std::fs::remove_dir_all(&dir);
     let passed = record.ok;
-    if !way.record(claimed, record).await? {
+    if !way.record(claimed, record).await.map_err(PassError::Way)? {
         tracing::warn!(job.id = id, "the job was taken over; the verdict is not recorded");
     }
     Ok(Some((id, passed)))
@@ -130,7 +151,7 @@ mod tests {
         assert!(!job_dir.exists());
 
         let cut = way(Err(Fetch::Unknown("connection reset".into())));
-        assert_eq!(check_once(&cut, &setup).await, Err("connection reset".to_owned()));
+        assert_eq!(check_once(&cut, &setup).await, Err(PassError::Way("connection reset".to_owned())));
         assert!(cut.recorded.into_inner().is_empty(), "nothing recorded");
         assert!(!job_dir.exists());
 
@@ -139,6 +160,15 @@ mod tests {
         assert_eq!(fetched.recorded.into_inner()[0].tensors, Some(3), "the script's record");
         assert!(!job_dir.exists());
         assert_eq!(check_once(&fetched_none(), &setup).await, Ok(None), "nothing waits");
+
+        // An interpreter that is not there is this runner's fault: no verdict is recorded.
+        let broken = CheckSetup { python: work.path().join("no-such-python"), ..setup.clone() };
+        let fetched = way(Ok(()));
+        assert!(
+            matches!(check_once(&fetched, &broken).await, Err(PassError::Configuration(why)) if why.contains("no-such-python"))
+        );
+        assert!(fetched.recorded.into_inner().is_empty(), "nothing recorded");
+        assert!(!job_dir.exists());
     }
 
     fn fetched_none() -> OneJob {

@@ -37,7 +37,15 @@ pub enum MlxCheckError {
         /// What it was reading, said for people.
         bytes: String,
     },
-    /// It ended without printing its record.
+    /// It ended before MLX was imported: the interpreter has no (working) MLX, whatever the bundle.
+    #[error("{python} cannot import mlx: {stderr}")]
+    NoMlx {
+        /// The interpreter.
+        python: String,
+        /// What it said on stderr.
+        stderr: String,
+    },
+    /// It ended without printing its record, after MLX was imported.
     #[error("no result from {script}: {stderr}")]
     NoResult {
         /// The check script.
@@ -51,6 +59,14 @@ pub enum MlxCheckError {
     /// The thread it ran on could not be started, or panicked.
     #[error(transparent)]
     Thread(#[from] crate::blocking::BlockingError),
+}
+
+impl MlxCheckError {
+    /// Whether the worker's configuration failed rather than the bundle: the interpreter cannot run, or
+    /// cannot import MLX. Such a failure says nothing of the job.
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, MlxCheckError::CannotRun { .. } | MlxCheckError::NoMlx { .. })
+    }
 }
 
 /// The line the script prints once MLX is imported, before it loads anything.
@@ -141,12 +157,14 @@ fn run_check(
         })
     });
     let mut on_start = Some(on_start);
+    let mut started = false;
     let deadline = Instant::now() + limits.deadline;
     let status = loop {
-        if let Ok(started) = started_rx.try_recv()
-            && let Some(tell) = on_start.take()
-        {
-            tell(started);
+        if let Ok(version) = started_rx.try_recv() {
+            started = true;
+            if let Some(tell) = on_start.take() {
+                tell(version);
+            }
         }
         if let Some(status) = child.try_wait().map_err(cannot)? {
             break status;
@@ -161,22 +179,38 @@ fn run_check(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    if let Ok(started) = started_rx.try_recv()
-        && let Some(tell) = on_start.take()
-    {
-        tell(started);
+    if let Ok(version) = started_rx.try_recv() {
+        started = true;
+        if let Some(tell) = on_start.take() {
+            tell(version);
+        }
     }
     let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-    let record: MlxRecord = serde_json::from_str(last.trim()).map_err(|_| MlxCheckError::NoResult {
-        script: script.display().to_string(),
-        stderr: stderr.trim().to_owned(),
+    let record: MlxRecord = serde_json::from_str(last.trim()).map_err(|_| {
+        let stderr = last_lines(&stderr, 3);
+        if started {
+            MlxCheckError::NoResult { script: script.display().to_string(), stderr }
+        } else {
+            MlxCheckError::NoMlx { python: python.display().to_string(), stderr }
+        }
     })?;
+    // The script's own record when MLX failed to import (it catches the error and reports it).
+    if !started && !record.ok {
+        let said = record.error.clone().unwrap_or_else(|| "failed".to_owned());
+        return Err(MlxCheckError::NoMlx { python: python.display().to_string(), stderr: said });
+    }
     if status.success() && record.ok {
         Ok(record)
     } else {
         Err(MlxCheckError::Failed(record.error.unwrap_or_else(|| "failed".to_owned())))
     }
+}
+
+/// The last `n` non-blank lines of `text`, joined: a traceback's end says what went wrong.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
 /// What one check may take.
@@ -278,5 +312,38 @@ mod tests {
         assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
+    }
+
+    /// Only what happens before MLX is imported (and so before the bundle is read) is the worker's
+    /// configuration: a bundle cannot make its own failure a hold, which would spend nothing and hold the
+    /// worker each time it is claimed.
+    #[test]
+    fn only_a_failure_before_mlx_is_imported_is_the_configurations() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits::for_bundle(dir.path(), None);
+        let run = |name: &str, body: &str| {
+            let script = dir.path().join(name);
+            std::fs::write(&script, body).unwrap();
+            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), limits, |_| {})
+        };
+        let started = "print('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\n";
+        let no_mlx = "print('{\"ok\": false, \"device\": \"cpu\", \"error\": \"ModuleNotFoundError: mlx\"}')\n";
+        let cases = [
+            ("silent.py", "import sys\nsys.exit(1)\n".to_owned(), true),
+            ("no_mlx.py", no_mlx.to_owned(), true),
+            ("crashed.py", format!("{started}import os\nos._exit(9)\n"), false),
+            (
+                "wrong.py",
+                format!("{started}print('{{\"ok\": false, \"device\": \"cpu\", \"error\": \"differs\"}}')\n"),
+                false,
+            ),
+        ];
+        for (name, body, configuration) in cases {
+            let failed = run(name, &body).unwrap_err();
+            assert_eq!(failed.is_configuration(), configuration, "{name}: {failed}");
+        }
+        let missing =
+            run_check(Path::new("/nonexistent/python3"), Path::new("x.py"), (dir.path(), "cpu"), limits, |_| {});
+        assert!(missing.unwrap_err().is_configuration());
     }
 }

@@ -140,6 +140,9 @@ impl Repacker<'_> {
                 if let Some(until) = e.deferred_until {
                     tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
                     JobOutcome::Deferred { reason, until }
+                } else if e.configuration {
+                    tracing::error!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "held: the worker's configuration failed");
+                    JobOutcome::Held { reason }
                 } else {
                     tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, kind = e.kind.as_str(), "repack failed");
                     out_of_space = e.out_of_space;

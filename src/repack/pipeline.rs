@@ -243,7 +243,7 @@ impl Repacker<'_> {
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
         let running = mlx::run_off_executor(interpreter, work.output.clone(), mlx_device, tell);
-        let check = async { running.await.map_err(|e| RepackError::permanent(format!("MLX load check: {e}"))) };
+        let check = async { running.await.map_err(check_failed) };
         tokio::pin!(check);
         // A mirror is published while the check runs, once it has said which MLX it runs, for the card.
         let started = if self.opts.pull_request { None } else { started.await.ok() };
@@ -381,5 +381,17 @@ impl Repacker<'_> {
             }
             pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
         })
+    }
+}
+
+/// What a failed MLX check means for the job: an interpreter that cannot run or import MLX is the worker's
+/// configuration (the job is held, never spent); anything MLX found in the bundle fails it for good.
+fn check_failed(e: mlx::MlxCheckError) -> RepackError {
+    if e.is_configuration() {
+        RepackError::configuration(format!(
+            "MLX load check: {e} (give --python, or HUBALIGN_PYTHON, an interpreter with mlx; `hubalign doctor` checks it)"
+        ))
+    } else {
+        RepackError::permanent(format!("MLX load check: {e}"))
     }
 }

@@ -56,7 +56,7 @@ async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, Path(id): Pa
     if !bearer_matches(&headers, &api.token) {
         return refused();
     }
-    match api.store.retry_job(id).await {
+    match api.store.retry_job(id, "an administrator (API)").await {
         Ok(None) => (StatusCode::NOT_FOUND, format!("no job {id}\n")).into_response(),
         Ok(Some(false)) => (StatusCode::CONFLICT, format!("job {id} is neither failed nor skipped\n")).into_response(),
         Ok(Some(true)) => match api.store.job(id).await {

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::{AppState, internal};
 use crate::store::StoreError;
+use crate::store::jobs::JobFilter;
 use crate::store::queries::RepoFilter;
 
 /// `GET /healthz`: the store answers and every scheduler and worker loop is running.
@@ -115,8 +116,36 @@ pub(super) async fn runs(State(state): State<AppState>, uri: Uri, Query(p): Quer
     listed(&uri, p, |limit, offset| state.store.runs_page(limit, offset)).await
 }
 
-/// `GET /api/jobs[?limit=N&offset=M]`: repack jobs, newest first, with their timestamps and the MLX check's
-/// record as a JSON object.
-pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
-    listed(&uri, p, |limit, offset| state.store.jobs_page(limit, offset)).await
+#[derive(Deserialize)]
+pub(super) struct JobQuery {
+    state: Option<String>,
+    repo: Option<String>,
+    failure_kind: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+impl JobQuery {
+    /// The filter the query asks for, or why it cannot be one.
+    fn filter(&self) -> Result<JobFilter, String> {
+        Ok(JobFilter {
+            state: self.state.as_deref().map(str::parse).transpose()?,
+            repo: self.repo.clone(),
+            failure_kind: self.failure_kind.as_deref().map(str::parse).transpose()?,
+        })
+    }
+}
+
+/// `GET /api/jobs[?state=S][&repo=NS/NAME][&failure_kind=K][&limit=N&offset=M]`: repack jobs, newest first,
+/// with their timestamps and the MLX check's record as a JSON object; 400 for a state or kind that does not
+/// exist.
+pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(q): Query<JobQuery>) -> Response {
+    let filter = match q.filter() {
+        Ok(filter) => filter,
+        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+    };
+    listed(&uri, Paging { limit: q.limit, offset: q.offset }, |limit, offset| async move {
+        state.store.jobs_page(&filter, limit, offset).await
+    })
+    .await
 }

@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(second.runs.len(), 1);
         assert!(Arc::ptr_eq(&second, &cache.figures(&store).await.unwrap()));
         // An in-memory store cannot tell, so it is read every time.
-        let memory = Store::open_url("sqlite::memory:").await.unwrap();
+        let memory = Store::open_at("sqlite::memory:").await.unwrap();
         let cache = OverviewCache::new(memory.clone(), false);
         assert!(!Arc::ptr_eq(&cache.figures(&memory).await.unwrap(), &cache.figures(&memory).await.unwrap()));
     }

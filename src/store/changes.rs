@@ -66,7 +66,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_in_memory_store_cannot_tell() {
-        let store = Store::open_url("sqlite::memory:").await.unwrap();
+        let store = Store::open_at("sqlite::memory:").await.unwrap();
         assert_eq!(Changes::new(store).version().await.unwrap(), None);
     }
 }

@@ -76,6 +76,17 @@ pub(super) fn lease_until(now: i64, d: Duration) -> i64 {
     now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// Which jobs a listing shows; every field left `None` lets all through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only this source repo's jobs.
+    pub repo: Option<String>,
+    /// Only jobs whose last failure was of this kind.
+    pub failure_kind: Option<FailureKind>,
+}
+
 impl Store {
     /// The affected repos duplicating at least `min_bytes`, largest first, with their visibility flags; with
     /// `only`, that repo alone (a webhook's).
@@ -342,6 +353,9 @@ impl Store {
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
                 JobOutcome::AwaitMetal { .. } => (JobState::AwaitingMetalVerify, None, None, None, 0),
                 JobOutcome::Deferred { reason, until } => (JobState::Queued, Some(reason.as_str()), None, None, *until),
+                JobOutcome::Held { reason } => {
+                    (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, NEEDS_OPERATOR_HOLD))
+                }
                 JobOutcome::Failed { reason, kind: FailureKind::NeedsOperator }
                     if held_before < NEEDS_OPERATOR_REFUNDS || attempts < max =>
                 {
@@ -354,6 +368,7 @@ impl Store {
             };
             let kind = match outcome {
                 JobOutcome::Failed { kind, .. } => Some(*kind),
+                JobOutcome::Held { .. } => Some(FailureKind::NeedsOperator),
                 _ => None,
             };
             let staged = match outcome {
@@ -366,10 +381,12 @@ impl Store {
             };
             // A failure that is the machine's, not the job's, gives its attempt back, but only the first few
             // times: a job that keeps needing the operator is the job's doing after all (it alone meets what
-            // blocks it), and spends its attempts like any other failure. A deferred job spent none.
+            // blocks it), and spends its attempts like any other failure. A deferred job spent none, nor did a
+            // held one (the worker's configuration failed before the job's bytes were looked at).
             let refund = i64::from(
-                (kind == Some(FailureKind::NeedsOperator) && held_before < NEEDS_OPERATOR_REFUNDS)
-                    || matches!(outcome, JobOutcome::Deferred { .. }),
+                (matches!(outcome, JobOutcome::Failed { kind: FailureKind::NeedsOperator, .. })
+                    && held_before < NEEDS_OPERATOR_REFUNDS)
+                    || matches!(outcome, JobOutcome::Deferred { .. } | JobOutcome::Held { .. }),
             );
             sqlx::query(
                 "UPDATE jobs SET state = $1, reason = COALESCE($2, reason), published_commit = COALESCE($3, published_commit),
@@ -395,8 +412,11 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(sql("finish job"))?;
-            let detail = match kind {
-                Some(FailureKind::NeedsOperator) => reason.map(|r| format!("needs the operator: {r}")),
+            // A hold is said apart from a failure that needs the operator: only the latter counts towards
+            // the attempts it may give back.
+            let detail = match (outcome, kind) {
+                (JobOutcome::Held { .. }, _) => reason.map(|r| format!("held for the configuration: {r}")),
+                (_, Some(FailureKind::NeedsOperator)) => reason.map(|r| format!("needs the operator: {r}")),
                 _ => reason.map(str::to_owned),
             };
             record_event!(tx, id, state.as_str(), detail)?;
@@ -431,10 +451,10 @@ impl Store {
         .map_err(sql("job counts"))
     }
 
-    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry), with
-    /// the event, in one transaction; `None` if there is no such job, `Some(false)` if it is not failed or
+    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry, `by`
+    /// naming who in its history), with the event, in one transaction; `None` if there is no such job, `Some(false)` if it is not failed or
     /// skipped.
-    pub async fn retry_job(&self, id: i64) -> Result<Option<bool>, StoreError> {
+    pub async fn retry_job(&self, id: i64, by: &str) -> Result<Option<bool>, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin retry"))?;
             let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
@@ -457,7 +477,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(sql("retry job"))?;
-            record_event!(tx, id, "queued", Some(format!("retried by an administrator after {state}")))?;
+            record_event!(tx, id, "queued", Some(format!("retried by {by} after {state}")))?;
             tx.commit().await.map_err(sql("commit retry"))?;
             Ok(Some(true))
         })
@@ -508,14 +528,33 @@ impl Store {
         .map_err(sql("repo jobs"))
     }
 
-    /// Jobs, newest first, `limit` of them after `offset`.
-    pub async fn jobs_page(&self, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC LIMIT $1 OFFSET $2")
-            .bind(limit)
-            .bind(offset)
-            .fetch_all(pool)
-            .await)
+    /// Jobs that pass `filter`, newest first, `limit` of them after `offset`.
+    pub async fn jobs_page(&self, filter: &JobFilter, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT * FROM jobs WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR repo_id = $2)
+               AND ($3 IS NULL OR failure_kind = $3)
+             ORDER BY id DESC LIMIT $4 OFFSET $5"
+        )
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.repo.as_deref())
+        .bind(filter.failure_kind.map(FailureKind::as_str))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(pool)
+        .await)
         .map_err(sql("jobs"))
+    }
+
+    /// Makes the jobs held for the operator claimable at once: a worker whose checks at start all passed has
+    /// the configuration they were waiting for. How many were released.
+    pub async fn release_holds(&self) -> Result<u64, StoreError> {
+        on_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET not_before = 0 WHERE state = 'queued' AND failure_kind = 'needs_operator' AND not_before > 0"
+        )
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(sql("release holds"))
     }
 
     /// Every job, newest first.
@@ -690,7 +729,7 @@ pub(crate) mod tests {
             let state = store.finish_job(id, "w", &fail(FailureKind::Permanent)).await.unwrap();
             assert_eq!(state, Some(JobState::Failed));
             assert_eq!(store.job(id).await.unwrap().unwrap().failure_kind, Some(FailureKind::Permanent));
-            assert_eq!(store.retry_job(id).await.unwrap(), Some(true));
+            assert_eq!(store.retry_job(id, "an administrator").await.unwrap(), Some(true));
             assert_job_sums_match(store, "after an administrator's retry").await;
         }
     }
@@ -731,6 +770,25 @@ pub(crate) mod tests {
             assert_eq!((job.attempts, job.not_before, job.failure_kind), (0, until, None), "{job:?}");
             assert_eq!(store.claim_job("w", lease, None).await.unwrap().map(|j| j.id), None, "not before `until`");
             assert_job_sums_match(store, "after deferrals").await;
+
+            // A hold for the worker's configuration spends nothing, however often; it counts as needing the
+            // operator, and a worker whose checks pass releases it at once.
+            let id = store.job_for("ns/configured", "sha", VerifyDevice::Cpu).await.unwrap().id;
+            let held = JobOutcome::Held { reason: "python3 cannot import mlx".into() };
+            for _ in 0..(NEEDS_OPERATOR_REFUNDS + max + 2) {
+                store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
+                assert_eq!(store.finish_job(id, "w", &held).await.unwrap(), Some(JobState::Queued));
+            }
+            let job = store.job(id).await.unwrap().unwrap();
+            assert_eq!((job.attempts, job.failure_kind), (0, Some(FailureKind::NeedsOperator)), "{job:?}");
+            assert!(job.not_before > unix_now(), "held: {job:?}");
+            assert_eq!(store.jobs_needing_operator().await.unwrap(), 1);
+            let events = store.repo_job_events("ns/configured").await.unwrap();
+            let said = events.last().and_then(|e| e.detail.clone()).unwrap_or_default();
+            assert_eq!(said, "held for the configuration: python3 cannot import mlx");
+            assert_eq!(store.release_holds().await.unwrap(), 1);
+            assert_eq!(store.claim_job("w", lease, None).await.unwrap().map(|j| j.id), Some(id), "released");
+            assert_job_sums_match(store, "after holds").await;
         }
     }
 

@@ -9,6 +9,7 @@
 pub mod changes;
 pub mod jobs;
 pub mod leases;
+pub mod location;
 pub mod metal;
 pub mod mirrors;
 pub mod pull_requests;
@@ -25,6 +26,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions, PgPool, SqlitePool};
 use thiserror::Error;
 
+pub use self::location::{Location, LocationError};
 pub use self::records::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow};
 
 /// Why the store failed.
@@ -61,6 +63,15 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The database file's directory is not there: a mistyped path, not a place to make a new store in.
+    #[error("{}: no such directory for the database (create it, or check the path)", path.display())]
+    NoDir {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// The location is not one a store can be at.
+    #[error(transparent)]
+    Location(#[from] LocationError),
 }
 
 fn sql(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -116,27 +127,44 @@ pub fn default_db_path() -> PathBuf {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Opens (creating if needed) the database file at `path`, whose directory must exist, and applies
+    /// pending migrations.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_owned(), source })?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(StoreError::NoDir { path: dir.to_owned() });
         }
         Store::connect(SqliteConnectOptions::new().filename(path), false).await
     }
 
-    /// Opens `location`: a PostgreSQL URL (`postgres://…`), or else a SQLite database file's path.
-    pub async fn open_at(location: &str) -> Result<Store, StoreError> {
-        if is_postgres_url(location) { Store::open_url(location).await } else { Store::open(location.as_ref()).await }
+    /// Opens the database at the default path ([`default_db_path`]), creating its directory if needed: the
+    /// one place a store's directory is made rather than expected.
+    pub async fn open_default() -> Result<Store, StoreError> {
+        let path = default_db_path();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_owned(), source })?;
+        }
+        Store::open(&path).await
     }
 
-    /// Opens a URL: `postgres://…` (or `postgresql://…`) on a PostgreSQL server, `sqlite:…` on a file
-    /// (`sqlite::memory:` for tests).
-    pub async fn open_url(url: &str) -> Result<Store, StoreError> {
-        if is_postgres_url(url) {
-            return Store::connect_postgres(PgConnectOptions::from_str(url).map_err(sql("parse URL"))?).await;
+    /// Opens `location` as [`Location`] reads it: a SQLite file's path or `sqlite:` URL, a PostgreSQL
+    /// server's `postgres://` URL, or `sqlite::memory:`; any other scheme is refused.
+    pub async fn open_at(location: &str) -> Result<Store, StoreError> {
+        Store::open_location(&location.parse()?).await
+    }
+
+    /// Opens a parsed location.
+    pub async fn open_location(location: &Location) -> Result<Store, StoreError> {
+        match location {
+            Location::Sqlite(path) => Store::open(path).await,
+            Location::Memory => {
+                Store::connect(SqliteConnectOptions::from_str("sqlite::memory:").map_err(sql("parse URL"))?, true).await
+            }
+            Location::Postgres(url) => {
+                Store::connect_postgres(PgConnectOptions::from_str(url).map_err(sql("parse URL"))?).await
+            }
         }
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        Store::connect(SqliteConnectOptions::from_str(url).map_err(sql("parse URL"))?, in_memory).await
     }
 
     async fn connect_postgres(options: PgConnectOptions) -> Result<Store, StoreError> {
@@ -161,12 +189,24 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options.clone())
-            .await
-            .map_err(sql("open"))?;
+        // Turning a new file to WAL takes a lock that SQLite's busy handler does not wait for: openers racing on
+        // a new file get "database is locked" at once. The switch takes milliseconds, so the open is tried
+        // again for a while (only for that error).
+        let mut tries = 0u32;
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options.clone())
+                .await;
+            match opened {
+                Err(e) if is_busy(&e) && tries < OPEN_BUSY_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(tries.min(10)))).await;
+                }
+                opened => break opened.map_err(sql("open"))?,
+            }
+        };
         // sqlx locks PostgreSQL's migrations (an advisory lock) but not SQLite's: two processes opening one
         // new file at once would both apply its first migration, and one would fail. A file with migrations to
         // apply has them applied under an exclusive lock of a file beside it, held until they are done (the
@@ -249,14 +289,17 @@ async fn migration_lock(database: &Path) -> Result<Option<std::fs::File>, StoreE
     }
 }
 
+/// How often opening a SQLite file is tried while another opener holds it busy (about 8 s in all).
+const OPEN_BUSY_TRIES: u32 = 50;
+
+/// Whether SQLite said the database is busy or locked.
+fn is_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("5" | "6")))
+}
+
 /// Connections each process keeps to a PostgreSQL server: enough for the pages, the scheduler and a few
 /// workers at once, and few enough that dozens of processes fit a default server's 100.
 const POSTGRES_CONNECTIONS: u32 = 8;
-
-/// Whether `location` names a PostgreSQL server rather than a SQLite file.
-pub fn is_postgres_url(location: &str) -> bool {
-    location.starts_with("postgres://") || location.starts_with("postgresql://")
-}
 
 /// `url` without its password, for messages and logs.
 pub fn redact_url(url: &str) -> String {
@@ -289,7 +332,7 @@ pub(crate) mod both {
         let sqlite = Store::open(&dir.path().join("t.db")).await.unwrap();
         let url =
             ScratchPostgres::shared().and_then(hubalign_test_support::scratch::ScratchPostgres::database).unwrap();
-        let postgres = Store::open_url(&url).await.unwrap();
+        let postgres = Store::open_at(&url).await.unwrap();
         vec![TestStore { store: sqlite, _dir: tempfile::tempdir().unwrap() }, TestStore { store: postgres, _dir: dir }]
     }
 }

@@ -44,6 +44,20 @@ fn every_api_answer_matches_the_document_and_the_raw_tables() {
         |path: &str| rt.block_on(async { reqwest::get(format!("{base}{path}")).await.unwrap().status().as_u16() });
     assert_eq!(status("/api/jobs?limit=0"), 400);
     assert_eq!(status("/api/jobs?limit=1001"), 400);
+    assert_eq!(status("/api/jobs?state=broken"), 400);
+    assert_eq!(status("/api/jobs?failure_kind=broken"), 400);
+    let all: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs?limit=1000"))).unwrap();
+    for state in ["published", "skipped", "failed", "queued"] {
+        let filtered: Vec<serde_json::Value> =
+            serde_json::from_str(&get(&format!("{base}/api/jobs?state={state}&limit=1000"))).unwrap();
+        let expected = all.iter().filter(|j| j["state"] == state).count();
+        assert_eq!(filtered.len(), expected, "{state}: the filter is applied");
+        assert!(filtered.iter().all(|j| j["state"] == state), "{state}: {filtered:?}");
+    }
+    let one = all[0]["repo_id"].as_str().unwrap();
+    let of_repo: Vec<serde_json::Value> =
+        serde_json::from_str(&get(&format!("{base}/api/jobs?repo={one}&limit=1000"))).unwrap();
+    assert!(!of_repo.is_empty() && of_repo.iter().all(|j| j["repo_id"] == one), "{of_repo:?}");
     assert_eq!(status("/ns/doesnotexist"), 404);
     assert_eq!(status("/repo/gemma-org/gated-q4"), 200, "a gated repo has a page saying so");
     assert!(get(&format!("{base}/repo/gemma-org/gated-q4")).contains("Not audited: gated"));

@@ -31,6 +31,47 @@ fn usage_errors_exit_2_and_say_what_to_do() {
     assert_eq!(stderr(&out).matches("No such file or directory").count(), 1, "said once: {}", stderr(&out));
 }
 
+/// `--db` and `DATABASE_URL` read a location the same way: `sqlite:PATH` is the file at PATH (not a file
+/// named `sqlite:…` in the working directory), an unknown scheme is refused, and a mistyped directory is
+/// never created.
+#[test]
+fn store_locations_mean_one_thing_and_a_mistake_is_said_not_made() {
+    let world = audit_world(0, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = world.endpoint();
+    let file = dir.path().join("x.db");
+    let out = hubalign()
+        .current_dir(dir.path())
+        .args(["audit", "--endpoint", endpoint.as_str(), "--db", &format!("sqlite:{}", file.display())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(file.is_file(), "the file the URL names");
+    assert!(!dir.path().join("sqlite:").exists(), "no directory named after the scheme");
+    let out = hubalign()
+        .args(["report", "--by-publisher"])
+        .env("DATABASE_URL", format!("sqlite://{}", file.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "DATABASE_URL reads the same: {}", stderr(&out));
+
+    for (db, said) in [("mysql://u@h/db", "`mysql:` is not a store hubalign can use"), ("sqlite:", "names no file")] {
+        let out = hubalign().args(["audit", "--endpoint", endpoint.as_str(), "--db", db]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{db}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{db}: {}", stderr(&out));
+    }
+    let out = hubalign().args(["report"]).env("DATABASE_URL", "mysql://u@h/db").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("DATABASE_URL: `mysql:`"), "{}", stderr(&out));
+
+    let typo = dir.path().join("no-such-dir/x.db");
+    let out =
+        hubalign().args(["audit", "--endpoint", endpoint.as_str(), "--db", typo.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no such directory"), "{}", stderr(&out));
+    assert!(!typo.parent().unwrap().exists(), "the mistyped directory is not created");
+}
+
 #[test]
 fn a_busy_port_is_named_before_anything_claims_to_serve() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

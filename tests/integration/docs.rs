@@ -6,7 +6,7 @@ use crate::support::{root, run, stdout};
 #[test]
 fn the_command_reference_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("docs/COMMANDS.md")).unwrap();
-    let subs = ["scan", "fix", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo"];
+    let subs = ["scan", "fix", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo", "doctor"];
     for sub in subs.iter().map(|s| vec![*s]).chain([
         vec!["store", "export"],
         vec!["store", "import"],
@@ -14,6 +14,8 @@ fn the_command_reference_documents_every_flag() {
         vec!["webhook", "create"],
         vec!["webhook", "list"],
         vec!["webhook", "delete"],
+        vec!["jobs", "list"],
+        vec!["jobs", "retry"],
     ]) {
         let sub = sub.join(" ");
         let args: Vec<&str> = sub.split(' ').chain(["--help"]).collect();

@@ -92,3 +92,20 @@ pub(crate) fn run_python(script: &str, args: &[&str]) -> String {
 pub(crate) fn mirror(source: &str) -> String {
     hubalign::repack::publish::mirror_name(source, "alice")
 }
+
+/// An interpreter that is the real one for the checks at start (their probe bundle's directory says
+/// `hubalign-preflight-`), and for a job's check says `said` (a script for `python -c`).
+pub(crate) fn python_for_jobs(dir: &Path, said: &str) -> PathBuf {
+    let path = dir.join("python-for-jobs");
+    let script = format!(
+        "#!/bin/sh\ncase \"$*\" in\n  *hubalign-preflight-*) exec '{real}' \"$@\" ;;\nesac\nexec '{real}' -c '{said}'\n",
+        real = python().display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+/// MLX found the bundle wrong: the check started, then failed.
+pub(crate) const CHECK_FAILS: &str = "import json; print(json.dumps({\"started\": True, \"mlx_version\": \"0.0\"})); \
+    print(json.dumps({\"ok\": False, \"device\": \"cpu\", \"error\": \"ValueError: differs\"})); raise SystemExit(1)";

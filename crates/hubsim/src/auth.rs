@@ -15,9 +15,11 @@ pub struct Account {
     pub user: String,
     /// The user's own namespace and its organisations.
     pub namespaces: BTreeSet<String>,
+    /// A token with the `read` role: it reads what the user may, and writes nowhere.
+    pub read_only: bool,
 }
 
-/// One `--token TOKEN:USER[:ORG,ORG…]` flag.
+/// One `--token TOKEN:USER[:ORG,ORG…][:read]` flag (`:read` for a token with the read role).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenSpec {
     /// The secret.
@@ -29,17 +31,23 @@ pub struct TokenSpec {
 impl FromStr for TokenSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut parts = s.splitn(3, ':');
+        const EXPECTED: &str = "expected TOKEN:USER[:ORG,ORG…][:read]";
+        let mut parts = s.splitn(4, ':');
         let (Some(token), Some(user)) = (parts.next(), parts.next()) else {
-            return Err("expected TOKEN:USER[:ORG,ORG…]".into());
+            return Err(EXPECTED.into());
         };
         if token.is_empty() || user.is_empty() {
-            return Err("expected TOKEN:USER[:ORG,ORG…]".into());
+            return Err(EXPECTED.into());
         }
-        let mut namespaces: BTreeSet<String> =
-            parts.next().unwrap_or("").split(',').filter(|o| !o.is_empty()).map(String::from).collect();
+        let orgs = parts.next().unwrap_or("");
+        let read_only = match parts.next() {
+            None | Some("write") => false,
+            Some("read") => true,
+            Some(_) => return Err(EXPECTED.into()),
+        };
+        let mut namespaces: BTreeSet<String> = orgs.split(',').filter(|o| !o.is_empty()).map(String::from).collect();
         namespaces.insert(user.to_owned());
-        Ok(TokenSpec { token: token.to_owned(), account: Account { user: user.to_owned(), namespaces } })
+        Ok(TokenSpec { token: token.to_owned(), account: Account { user: user.to_owned(), namespaces, read_only } })
     }
 }
 
@@ -95,6 +103,7 @@ pub fn can_download(repo: &Repo, caller: Option<&Account>) -> Result<(), HubErro
 pub fn can_write(namespace: &str, caller: Option<&Account>) -> Result<(), HubError> {
     match caller {
         None => Err(HubError::auth_required()),
+        Some(a) if a.read_only => Err(HubError::forbidden(format!("the token of {} has the read role", a.user))),
         Some(a) if a.namespaces.contains(namespace) => Ok(()),
         Some(a) => Err(HubError::forbidden(format!("{} cannot write to namespace {namespace}", a.user))),
     }
@@ -109,6 +118,11 @@ mod tests {
         let spec: TokenSpec = "hf_abc:alice:org1,org2".parse().unwrap();
         assert_eq!(spec.account.user, "alice");
         assert_eq!(spec.account.namespaces.iter().map(String::as_str).collect::<Vec<_>>(), ["alice", "org1", "org2"]);
+        assert!(!spec.account.read_only);
+        let read: TokenSpec = "hf_r:carol::read".parse().unwrap();
+        assert!(read.account.read_only);
+        assert!(can_write("carol", Some(&read.account)).is_err(), "a read token writes nowhere");
+        assert!("hf_r:carol::admin".parse::<TokenSpec>().is_err());
         assert!("nouser".parse::<TokenSpec>().is_err());
         assert!(":bob".parse::<TokenSpec>().is_err());
     }

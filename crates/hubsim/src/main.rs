@@ -35,7 +35,7 @@ struct SimArgs {
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
     /// Accept TOKEN for USER, who may write to their namespace and the ORGs listed (repeatable).
-    #[arg(long = "token", value_name = "TOKEN:USER[:ORG,…]")]
+    #[arg(long = "token", value_name = "TOKEN:USER[:ORG,…][:read]")]
     tokens: Vec<TokenSpec>,
     /// Repositories per `/api/models` page (the Hub's is 1000); lower it to exercise pagination.
     #[arg(long, default_value_t = 1000)]

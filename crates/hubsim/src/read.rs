@@ -314,7 +314,7 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
         .namespaces
         .iter()
         .filter(|n| **n != account.user)
-        .map(|n| json!({ "name": n, "type": "org" }))
+        .map(|n| json!({ "name": n, "type": "org", "roleInOrg": "write" }))
         .collect();
     Ok(Json(json!({
         "type": "user",
@@ -326,7 +326,10 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
         "isPro": false,
         "canPay": false,
         "orgs": orgs,
-        "auth": { "type": "access_token", "accessToken": { "displayName": "hubsim", "role": "write" } },
+        "auth": {
+            "type": "access_token",
+            "accessToken": { "displayName": "hubsim", "role": if account.read_only { "read" } else { "write" } },
+        },
     }))
     .into_response())
 }

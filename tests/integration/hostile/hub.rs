@@ -172,12 +172,13 @@ fn an_endless_tree_body_fails_the_download_at_its_cap() {
     let proxy = proxy::start(&world, vec![on("/api/models/mlx-community/tiny-q4/tree/", 0, || Reply::Endless)]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("a.db");
-    let out =
-        run_measured(
-            hubalign()
-                .args(["repack", "mlx-community/tiny-q4", "--endpoint", &proxy.base_url, "--token", ALICE])
-                .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"]),
-        );
+    let out = run_measured(
+        hubalign()
+            .args(["repack", "mlx-community/tiny-q4", "--endpoint", &proxy.base_url, "--token", ALICE])
+            .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+            .arg("--python")
+            .arg(crate::support::python()),
+    );
     assert_eq!(out.code, Some(4), "{}", out.output);
     assert!(out.output.contains("larger than the 16777216-byte cap"), "{}", out.output);
     assert!(out.max_rss < 300 << 20, "peak RSS {} MiB", out.max_rss >> 20);

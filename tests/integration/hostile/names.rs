@@ -112,9 +112,7 @@ fn a_job_that_fails_after_creating_its_mirror_leaves_no_repo_and_no_name() {
     let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
     // An interpreter whose MLX check fails: the job fails for good after the download, once the mirror was
     // created for the uploads that go ahead of the check.
-    let failing = dir.path().join("python");
-    std::fs::write(&failing, "#!/bin/sh\necho 'no mlx here' >&2\nexit 1\n").unwrap();
-    std::fs::set_permissions(&failing, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let failing = crate::support::python_for_jobs(dir.path(), crate::support::CHECK_FAILS);
     let out = crate::support::hubalign()
         .args(["repack", "mlx-community/tiny-q4", "--endpoint", &world.endpoint(), "--token", ALICE])
         .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])

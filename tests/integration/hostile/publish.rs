@@ -81,6 +81,8 @@ fn repack_through_lying_trees(from: u64) -> (World, tempfile::TempDir, std::path
     let world = hostile_world();
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("a/b/c/work"));
+    // Deep, so that a path climbing out of it would still land in the test's directory.
+    std::fs::create_dir_all(work.parent().unwrap()).unwrap();
     let tree = "/api/models/mlx-community/tiny-q4/tree/";
     let proxy = proxy::start(&world, vec![on(tree, from, || Reply::Edit(vec![], Some(Box::new(traversal))))]);
     let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
@@ -267,8 +269,9 @@ fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
     assert!(mirrors(&world).is_empty());
 }
 
-/// A token that may not write to the target namespace (a read-only token, another organisation): hf-hub's
-/// 403 on creating the mirror holds the job for the operator as well.
+/// A token that may not write to the target namespace although the Hub said it may when the worker started
+/// (a membership revoked since; the checks at start refuse it otherwise): hf-hub's 403 on creating the
+/// mirror holds the job for the operator as well.
 #[test]
 fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
     use hubalign::job::FailureKind;
@@ -276,8 +279,13 @@ fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
     let dir = tempfile::tempdir().unwrap();
     let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
     audit(&world.endpoint(), &db);
+    let said = br#"{"type":"user","name":"alice","orgs":[{"name":"pubco","type":"org","roleInOrg":"write"}],
+        "auth":{"type":"access_token","accessToken":{"displayName":"t","role":"write"}}}"#
+        .to_vec();
+    let json = || vec![("content-type", "application/json".to_owned())];
+    let proxy = proxy::start(&world, vec![on("/api/whoami-v2", 0, move || Reply::Fixed(200, json(), said.clone()))]);
     let out = hubalign()
-        .args(["repack", "mlx-community/tiny-q4", "--endpoint", &world.endpoint(), "--token", ALICE])
+        .args(["repack", "mlx-community/tiny-q4", "--endpoint", &proxy.base_url, "--token", ALICE])
         .args(["--db", db.to_str().unwrap(), "--target-namespace", "pubco", "--verify-device", "cpu"])
         .arg("--work-dir")
         .arg(&work)

@@ -5,6 +5,7 @@ mod ahead;
 mod disk;
 mod overlap;
 mod pipeline;
+mod preflight;
 mod pull_request;
 mod recovery;
 mod runner;

@@ -41,7 +41,13 @@ raise SystemExit(0 if record["ok"] else 1)
     )
     .unwrap();
     let wrapper = dir.join("python");
-    std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{}' '{}'\n", python().display(), script.display())).unwrap();
+    // The checks at start get the real check (their probe bundle's directory says so); jobs the stand-in.
+    let real = python().display();
+    let sh = format!(
+        "#!/bin/sh\ncase \"$*\" in *hubalign-preflight-*) exec '{real}' \"$@\" ;; esac\nexec '{real}' '{}'\n",
+        script.display()
+    );
+    std::fs::write(&wrapper, sh).unwrap();
     let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&wrapper, perms).unwrap();

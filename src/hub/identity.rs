@@ -1,0 +1,215 @@
+//! Who a token belongs to and where it may write, from `GET /api/whoami-v2`: the account, its organisations
+//! with the role it holds in each, and the token's own role (`read`, `write`, or `fineGrained` with scoped
+//! permissions). Read before any job starts, so a token that cannot publish is said at once instead of after
+//! a whole download.
+
+use serde::Deserialize;
+
+use super::pacing::Bucket;
+use super::{BodyLimit, HubClient, HubError, SMALL_CAP};
+use crate::gate;
+
+/// The account a token belongs to, and what the token may do.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Identity {
+    /// The user's name (also their namespace).
+    pub name: String,
+    /// The organisations the user belongs to.
+    #[serde(default)]
+    pub orgs: Vec<Org>,
+    /// The token itself; absent on answers that do not describe it.
+    #[serde(default)]
+    pub auth: Option<Auth>,
+}
+
+/// An organisation and the user's role in it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Org {
+    /// Its name (its namespace).
+    pub name: String,
+    /// `admin`, `write`, `contributor` or `read`; absent on older answers.
+    #[serde(default, rename = "roleInOrg")]
+    pub role: Option<String>,
+}
+
+/// How the request was authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Auth {
+    /// The access token, when one was used.
+    #[serde(default, rename = "accessToken")]
+    pub access_token: Option<AccessToken>,
+}
+
+/// The token's role and, for a fine-grained token, its scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct AccessToken {
+    /// `read`, `write` or `fineGrained`.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// A fine-grained token's permissions.
+    #[serde(default, rename = "fineGrained")]
+    pub fine_grained: Option<FineGrained>,
+}
+
+/// A fine-grained token's permissions, per namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FineGrained {
+    /// Permissions granted on named users and organisations.
+    #[serde(default)]
+    pub scoped: Vec<Scoped>,
+}
+
+/// Permissions on one user or organisation.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Scoped {
+    /// Whom they apply to.
+    pub entity: Entity,
+    /// `repo.write`, `repo.content.read`, …
+    #[serde(default)]
+    pub permissions: Vec<String>,
+}
+
+/// A user or organisation a scope names.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Entity {
+    /// Its name.
+    pub name: String,
+}
+
+/// Whether a token may create and commit to repos in a namespace, as far as its identity says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteAccess {
+    /// It may.
+    Granted,
+    /// It may not, and why (said for the operator, with the fix).
+    Refused(String),
+    /// The answer does not say (an older Hub, or a role this client does not know): the first write will.
+    Unknown(String),
+}
+
+/// Roles in an organisation that may create repos in it.
+const WRITING_ORG_ROLES: [&str; 3] = ["admin", "write", "contributor"];
+
+impl Identity {
+    /// Whether this token may write to `namespace`: the user's own or an organisation where the user may
+    /// write, with a token whose role allows writing there.
+    pub fn may_write(&self, namespace: &str) -> WriteAccess {
+        let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
+        let role = token.and_then(|t| t.role.as_deref());
+        if role == Some("read") {
+            return WriteAccess::Refused(format!(
+                "the token of {} is a read token; give one with the write role (huggingface.co/settings/tokens)",
+                self.name
+            ));
+        }
+        let member = namespace == self.name || self.orgs.iter().any(|o| o.name == namespace);
+        if !member {
+            return WriteAccess::Refused(format!(
+                "{} is neither {namespace} nor a member of it; choose --target-namespace {} or one of its \
+                 organisations, or a token of a member of {namespace}",
+                self.name, self.name
+            ));
+        }
+        if let Some(org) = self.orgs.iter().find(|o| o.name == namespace && namespace != self.name)
+            && let Some(org_role) = org.role.as_deref()
+            && !WRITING_ORG_ROLES.contains(&org_role)
+        {
+            return WriteAccess::Refused(format!(
+                "{} holds the {org_role} role in {namespace}, which cannot create repos; ask an admin of {namespace} \
+                 for the write role",
+                self.name
+            ));
+        }
+        match role {
+            Some("write") => WriteAccess::Granted,
+            Some("fineGrained") => {
+                let scopes = token.and_then(|t| t.fine_grained.as_ref()).map_or(&[][..], |f| &f.scoped[..]);
+                let writes = scopes
+                    .iter()
+                    .any(|s| s.entity.name == namespace && s.permissions.iter().any(|p| p == "repo.write"));
+                if writes {
+                    WriteAccess::Granted
+                } else {
+                    WriteAccess::Refused(format!(
+                        "the fine-grained token of {} has no repo.write permission on {namespace}; add it to the \
+                         token (huggingface.co/settings/tokens)",
+                        self.name
+                    ))
+                }
+            }
+            Some(other) => WriteAccess::Unknown(format!("the token's role is {other:?}, which hubalign does not know")),
+            None => WriteAccess::Unknown("the Hub's answer does not give the token's role".to_owned()),
+        }
+    }
+}
+
+impl HubClient {
+    /// Who the token belongs to and what it may do; the name checked as a namespace.
+    pub async fn identity(&self) -> Result<Identity, HubError> {
+        let url = format!("{}/api/whoami-v2", self.endpoint());
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
+        let who: Identity = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("whoami: {e}") })?;
+        gate::check_namespace(&who.name).map_err(|e| HubError::Malformed { url, detail: e.to_string() })?;
+        Ok(who)
+    }
+
+    /// The user the token belongs to, checked as a namespace.
+    pub async fn whoami(&self) -> Result<String, HubError> {
+        Ok(self.identity().await?.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(json: serde_json::Value) -> Identity {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn answer(role: &str, orgs: serde_json::Value, fine: serde_json::Value) -> Identity {
+        identity(serde_json::json!({
+            "type": "user", "name": "bot", "orgs": orgs,
+            "auth": { "type": "access_token", "accessToken": { "displayName": "t", "role": role, "fineGrained": fine } },
+        }))
+    }
+
+    #[test]
+    fn a_write_token_writes_to_its_user_and_to_organisations_where_the_user_may() {
+        let orgs = serde_json::json!([
+            { "name": "team", "roleInOrg": "write" },
+            { "name": "lab", "roleInOrg": "read" },
+            { "name": "old" },
+        ]);
+        let who = answer("write", orgs, serde_json::Value::Null);
+        assert_eq!(who.may_write("bot"), WriteAccess::Granted);
+        assert_eq!(who.may_write("team"), WriteAccess::Granted);
+        assert_eq!(who.may_write("old"), WriteAccess::Granted, "an answer without roles trusts membership");
+        let WriteAccess::Refused(why) = who.may_write("lab") else { panic!() };
+        assert!(why.contains("read role in lab"), "{why}");
+        let WriteAccess::Refused(why) = who.may_write("elsewhere") else { panic!() };
+        assert!(why.contains("--target-namespace bot"), "{why}");
+    }
+
+    #[test]
+    fn a_read_token_writes_nowhere_and_a_fine_grained_one_where_it_is_scoped_to() {
+        let who = answer("read", serde_json::json!([]), serde_json::Value::Null);
+        assert!(matches!(who.may_write("bot"), WriteAccess::Refused(why) if why.contains("read token")));
+        let fine = serde_json::json!({ "canReadGatedRepos": false, "global": [], "scoped": [
+            { "entity": { "_id": "1", "type": "user", "name": "bot" }, "permissions": ["repo.content.read", "repo.write"] },
+            { "entity": { "_id": "2", "type": "org", "name": "team" }, "permissions": ["repo.content.read"] },
+        ]});
+        let who = answer("fineGrained", serde_json::json!([{ "name": "team", "roleInOrg": "admin" }]), fine);
+        assert_eq!(who.may_write("bot"), WriteAccess::Granted);
+        assert!(matches!(who.may_write("team"), WriteAccess::Refused(why) if why.contains("repo.write")));
+    }
+
+    #[test]
+    fn an_answer_that_does_not_say_leaves_it_to_the_first_write() {
+        let who = identity(serde_json::json!({ "name": "bot" }));
+        assert!(matches!(who.may_write("bot"), WriteAccess::Unknown(_)));
+        let who = answer("owner", serde_json::json!([]), serde_json::Value::Null);
+        assert!(matches!(who.may_write("bot"), WriteAccess::Unknown(why) if why.contains("owner")));
+    }
+}

@@ -1,0 +1,226 @@
+//! What every job needs, checked before any job starts: the token may write where the mirrors go, the work
+//! directory is writable with room, and the interpreter imports MLX and passes the worker's own check on a
+//! probe bundle. `serve`, `worker`, `repack` and `verify-runner` stop at start with the failures and their
+//! fixes; `hubalign doctor` prints every finding. A mistyped flag thus costs no job: before these checks, a
+//! wrong `--python` was found out only after a whole download, and failed the job for good.
+//!
+//! Owns the judgement of a setting; must not touch the queue (the caller releases held jobs once all pass).
+
+mod probe;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::hub::HubClient;
+use crate::hub::HubError;
+use crate::hub::identity::WriteAccess;
+
+pub use probe::{MlxCheck, mlx};
+
+/// How a finding came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// It is as every job needs.
+    Ok,
+    /// It may be; the first job will tell (said, not fatal).
+    Warn,
+    /// Every job would fail: the service does not start.
+    Fail,
+    /// Not needed with these settings.
+    Skipped,
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// What was checked (`token`, `work directory`, `python`, …).
+    pub check: &'static str,
+    /// How it came out.
+    pub status: Status,
+    /// What was found, naming the setting's value.
+    pub detail: String,
+    /// What to do about it, when it did not pass.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    /// A check that passed.
+    pub fn ok(check: &'static str, detail: impl Into<String>) -> Finding {
+        Finding { check, status: Status::Ok, detail: detail.into(), fix: None }
+    }
+
+    /// A check that failed, with its fix.
+    pub fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Finding {
+        Finding { check, status: Status::Fail, detail: detail.into(), fix: Some(fix.into()) }
+    }
+
+    /// A check whose answer the first job will give.
+    pub fn warn(check: &'static str, detail: impl Into<String>) -> Finding {
+        Finding { check, status: Status::Warn, detail: detail.into(), fix: None }
+    }
+
+    /// A check these settings do not need.
+    pub fn skipped(check: &'static str, detail: impl Into<String>) -> Finding {
+        Finding { check, status: Status::Skipped, detail: detail.into(), fix: None }
+    }
+}
+
+/// Every finding, in the order checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The findings.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// The findings that stop a start.
+    pub fn failures(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.status == Status::Fail)
+    }
+
+    /// Whether nothing failed.
+    pub fn passed(&self) -> bool {
+        self.failures().next().is_none()
+    }
+
+    /// The failures as one message, each with its fix, for an error at start.
+    pub fn failures_said(&self) -> String {
+        self.failures()
+            .map(|f| match &f.fix {
+                Some(fix) => format!("{}: {} (fix: {fix})", f.check, f.detail),
+                None => format!("{}: {}", f.check, f.detail),
+            })
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    }
+}
+
+/// Where the work goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publishing {
+    /// `-aligned` mirrors in the target namespace.
+    Mirrors,
+    /// Pull requests on the sources (`--pr`).
+    PullRequests,
+}
+
+/// The token: present, accepted, and allowed to write where the work goes. Gives the token's user and the
+/// namespace the mirrors go to (`target`, else the user's own) when the Hub said who it is.
+pub async fn token(
+    hub: &HubClient,
+    target: Option<&str>,
+    publishing: Publishing,
+) -> (Finding, Option<(String, String)>) {
+    const CHECK: &str = "token";
+    if !hub.has_token() {
+        let fix =
+            "give a token with the write role: --token, HF_TOKEN, or `hf auth login` (huggingface.co/settings/tokens)";
+        return (Finding::fail(CHECK, "no Hub token: publishing needs one", fix), None);
+    }
+    let who = match hub.identity().await {
+        Ok(who) => who,
+        Err(HubError::Status { status, .. }) if status.as_u16() == 401 => {
+            let fix = "the token is mistyped, revoked or for another Hub: give a valid one (--token, HF_TOKEN)";
+            return (Finding::fail(CHECK, format!("{} refused the token (HTTP 401)", hub.endpoint()), fix), None);
+        }
+        Err(e) => {
+            let fix = "check --endpoint (or HF_ENDPOINT) and this machine's network";
+            return (Finding::fail(CHECK, format!("cannot ask {} who the token is: {e}", hub.endpoint()), fix), None);
+        }
+    };
+    let namespace = target.unwrap_or(&who.name).to_owned();
+    let finding = match (publishing, who.may_write(&namespace)) {
+        (Publishing::PullRequests, WriteAccess::Refused(why)) if why.contains("read token") => {
+            Finding::fail(CHECK, why, "a pull request needs a token with the write role")
+        }
+        (Publishing::PullRequests, _) => {
+            Finding::ok(CHECK, format!("the token of {} may open pull requests", who.name))
+        }
+        (Publishing::Mirrors, WriteAccess::Granted) => {
+            Finding::ok(CHECK, format!("the token of {} may create and publish repos in {namespace}", who.name))
+        }
+        (Publishing::Mirrors, WriteAccess::Refused(why)) => {
+            Finding::fail(CHECK, format!("the token cannot publish to {namespace}"), why)
+        }
+        (Publishing::Mirrors, WriteAccess::Unknown(why)) => Finding::warn(
+            CHECK,
+            format!("whether the token of {} may write to {namespace} is unknown: {why}", who.name),
+        ),
+    };
+    (finding, Some((who.name, namespace)))
+}
+
+/// The work directory: there (made if only it is missing, not its parent), writable, with room for the
+/// reserve every job keeps free.
+pub fn work_dir(dir: &Path) -> Finding {
+    const CHECK: &str = "work directory";
+    let shown = dir.display();
+    let fix = "give --work-dir a writable directory on a disk with room for the largest bundle twice over";
+    if !dir.is_dir() {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+            return Finding::fail(CHECK, format!("{shown}: its parent {} does not exist", parent.display()), fix);
+        }
+        if let Err(e) = std::fs::create_dir(dir) {
+            return Finding::fail(CHECK, format!("{shown}: cannot create it: {e}"), fix);
+        }
+    }
+    let probe = dir.join(format!(".hubalign-write-check-{}", std::process::id()));
+    let written = std::fs::write(&probe, b"hubalign");
+    let _ = std::fs::remove_file(&probe);
+    if let Err(e) = written {
+        return Finding::fail(CHECK, format!("{shown}: cannot write in it: {e}"), fix);
+    }
+    match crate::repack::room::space(dir) {
+        Ok(space) if space.free < crate::repack::room::RESERVE => Finding::fail(
+            CHECK,
+            format!(
+                "{shown}: {} free, less than the {} every job keeps free",
+                crate::report::human_bytes(space.free),
+                crate::report::human_bytes(crate::repack::room::RESERVE)
+            ),
+            fix,
+        ),
+        Ok(space) => Finding::ok(
+            CHECK,
+            format!(
+                "{shown}: writable, {} free of {}",
+                crate::report::human_bytes(space.free),
+                crate::report::human_bytes(space.capacity)
+            ),
+        ),
+        Err(e) => Finding::warn(CHECK, format!("{shown}: writable; its free space is unknown: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_work_directory_is_made_only_where_its_parent_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = dir.path().join("work");
+        assert_eq!(work_dir(&made).status, Status::Ok, "{:?}", work_dir(&made));
+        assert!(made.is_dir());
+        let typo = dir.path().join("no-such-parent/work");
+        let refused = work_dir(&typo);
+        assert_eq!(refused.status, Status::Fail);
+        assert!(refused.detail.contains("does not exist") && refused.fix.is_some(), "{refused:?}");
+        assert!(!typo.exists(), "nothing made under a mistyped path");
+    }
+
+    #[test]
+    fn a_report_says_each_failure_with_its_fix() {
+        let report = Report {
+            findings: vec![
+                Finding::ok("store", "x.db"),
+                Finding::fail("python", "cannot run /nope", "give --python"),
+                Finding::warn("token", "unknown"),
+            ],
+        };
+        assert!(!report.passed());
+        assert_eq!(report.failures_said(), "python: cannot run /nope (fix: give --python)");
+    }
+}
