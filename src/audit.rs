@@ -34,7 +34,8 @@ pub struct AuditOptions {
     pub alignment: Alignment,
     /// The longest a run may take; one that reaches it ends `interrupted` and the next run resumes.
     pub deadline: Duration,
-    /// Who starts the run, as the store records it (the `serve` replica that leads; none from the CLI).
+    /// Who starts the run, as the store records it and the pages show it: `hubalign audit on HOST`, `the
+    /// schedule, on replica R`, `an administrator, via replica R`.
     pub started_by: Option<String>,
     /// The namespaces mirrors are published to: repos there are mirrors, never sources (see
     /// [`crate::sources::is_mirror`]).
@@ -116,12 +117,25 @@ impl From<StoreError> for Stop {
 }
 
 /// Runs one audit, at most `opts.deadline` long. `events` is called from this task only.
-#[tracing::instrument(name = "audit", skip_all, fields(endpoint = %client.endpoint()))]
 pub async fn audit(
     client: &HubClient,
     store: &Store,
     opts: &AuditOptions,
     events: &mut (dyn FnMut(AuditEvent) + Send),
+) -> Result<AuditSummary, AuditError> {
+    audit_until(client, store, opts, events, std::future::pending()).await
+}
+
+/// [`audit`], ended early when `stop` resolves (to the reason, `Ctrl-C`): the run is then recorded
+/// `interrupted` with what it did up to there (repos and shards probed, requests, bytes), and the next run
+/// resumes after the repos recorded.
+#[tracing::instrument(name = "audit", skip_all, fields(endpoint = %client.endpoint()))]
+pub async fn audit_until(
+    client: &HubClient,
+    store: &Store,
+    opts: &AuditOptions,
+    events: &mut (dyn FnMut(AuditEvent) + Send),
+    stop: impl Future<Output = String>,
 ) -> Result<AuditSummary, AuditError> {
     store.interrupt_stale_runs().await?;
     let query_text = opts.query.first_url("");
@@ -129,12 +143,18 @@ pub async fn audit(
     #[cfg(debug_assertions)]
     debug_panic();
     let mut stats = RunStats::default();
-    let result = match tokio::time::timeout(opts.deadline, crawl(client, store, opts, run, &mut stats, events)).await {
-        Ok(result) => result,
-        Err(_) => Err(Stop::Interrupted(format!(
-            "the run's deadline of {} s was reached; the next run resumes after the repos recorded",
-            opts.deadline.as_secs()
-        ))),
+    let crawling = tokio::time::timeout(opts.deadline, crawl(client, store, opts, run, &mut stats, events));
+    // Dropping the crawl at `stop` leaves `stats` with what it counted: each repo's records are one
+    // transaction, so a repo is either wholly recorded and counted, or neither.
+    let result = tokio::select! {
+        timed = crawling => match timed {
+            Ok(result) => result,
+            Err(_) => Err(Stop::Interrupted(format!(
+                "the run's deadline of {} s was reached; the next run resumes after the repos recorded",
+                opts.deadline.as_secs()
+            ))),
+        },
+        reason = stop => Err(Stop::Interrupted(reason)),
     };
     let net = client.stats.snapshot();
     stats.api_requests = net.api_requests;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use hubalign::audit::{AuditEvent, AuditOptions, audit};
+use hubalign::audit::{AuditEvent, AuditOptions, audit_until};
 use hubalign::gate;
 use hubalign::hub::listing::ListQuery;
 use hubalign::hub::retry::RetryPolicy;
@@ -85,8 +85,8 @@ impl HubBounds {
 pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
         let store = args.store.open().await?;
-        let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
         let client = args.bounds.client(config)?;
         let opts = AuditOptions {
             query: ListQuery {
@@ -100,7 +100,7 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             force: args.force,
             alignment: args.alignment.unwrap_or_default(),
             deadline: args.bounds.deadline(),
-            started_by: None,
+            started_by: Some(format!("hubalign audit on {}", super::hostname())),
             own_namespaces: args.target_namespaces.clone(),
         };
         let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
@@ -121,17 +121,18 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
                 bytes(s.bytes_read)
             ));
         };
-        let outcome = tokio::select! {
-            outcome = audit(&client, &store, &opts, &mut events) => Some(outcome),
-            _ = tokio::signal::ctrl_c() => None,
+        // Ctrl-C ends the run as interrupted, with what it did recorded; every repo recorded so far is complete
+        // (one transaction each), and the next run resumes after them.
+        let pressed = std::sync::atomic::AtomicBool::new(false);
+        let ctrl_c = async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            pressed.store(true, std::sync::atomic::Ordering::Relaxed);
+            "stopped by Ctrl-C; repos recorded so far are kept, and `hubalign audit` again continues".to_owned()
         };
+        let outcome = audit_until(&client, &store, &opts, &mut events, ctrl_c).await;
         bar.finish_and_clear();
-        let Some(outcome) = outcome else {
-            // Every repo recorded so far is complete (one transaction each); the next run resumes after them.
-            store.interrupt_stale_runs().await?;
-            eprintln!("interrupted: repos recorded so far are kept; run `hubalign audit` again to continue");
-            return Ok(Exit::Failure);
-        };
         let summary = outcome?;
         let s = summary.stats;
         if let Some(reason) = &summary.interrupted {
@@ -155,6 +156,12 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         let states = store.states().await?;
         let line: Vec<String> = states.iter().map(|c| format!("{} {}", c.repos, c.state)).collect();
         println!("store: {}. See `hubalign report --by-publisher`.", line.join(", "));
-        Ok(if s.errors > 0 || summary.interrupted.is_some() { Exit::Failure } else { Exit::Clean })
+        Ok(if pressed.load(std::sync::atomic::Ordering::Relaxed) {
+            Exit::Interrupted
+        } else if s.errors > 0 || summary.interrupted.is_some() {
+            Exit::Failure
+        } else {
+            Exit::Clean
+        })
     })
 }

@@ -42,6 +42,8 @@ pub(crate) enum Exit {
     /// A job needs the operator (the Hub refused the token, the disk is full): it went back to the queue
     /// without spending an attempt, and nothing else will succeed until that is mended.
     NeedsOperator = 5,
+    /// Stopped by Ctrl-C (128 + SIGINT, as shells report it), after recording what was done.
+    Interrupted = 130,
 }
 
 #[derive(Parser)]
@@ -54,8 +56,9 @@ pub(crate) enum Exit {
         multiple of its element width. MLX's writer pads nothing, so most MLX shards fail that test and loaders \
         copy most of the model into anonymous memory. hubalign pads the header with spaces (payload byte for \
         byte) or, where that cannot help, reorders tensors widest-first, always keeping every tensor's bytes.\n\n\
-        Exit codes: 0 clean, 1 misaligned shards found, 2 usage error, 3 invalid shards found, 4 failure, \
-        5 a repack job needs the operator (a refused token, a full disk)."
+        Exit codes: 0 clean, 1 misaligned shards found, 2 usage error (or a check at start failed), 3 invalid \
+        shards found, 4 failure, 5 a repack job needs the operator (a refused token, a full disk), 130 stopped \
+        by Ctrl-C."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -63,6 +66,12 @@ struct Cli {
     /// Log as JSON lines instead of text (logs go to stderr; RUST_LOG sets the level).
     #[arg(long, global = true)]
     log_json: bool,
+    /// More log lines: -v adds debug, -vv trace (RUST_LOG, when set, decides instead).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+    /// Fewer: -q logs errors only and draws no progress bar (as HF_HUB_DISABLE_PROGRESS_BARS=1 does).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    quiet: u8,
 }
 
 #[derive(Subcommand)]
@@ -164,6 +173,13 @@ enum Command {
     ///
     /// Exit codes: 0 a worker with these settings starts, 4 a check failed (each says its fix).
     Doctor(preflight::DoctorArgs),
+    /// Print a shell's completion script for hubalign: `hubalign completions bash > /etc/bash_completion.d/hubalign`
+    /// (or zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Manage the Hub webhooks that point publishers' pushes at `serve --webhook-secret`.
     ///
     /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
@@ -206,7 +222,15 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Demo(_) => true,
         _ => false,
     };
-    init_tracing(cli.log_json, if talkative { "warn,hubalign=info" } else { "warn" });
+    let level = match (cli.quiet, cli.verbose, talkative) {
+        (1.., _, _) => "error",
+        (0, 2.., _) => "warn,hubalign=trace",
+        (0, 1, _) => "warn,hubalign=debug",
+        (0, 0, true) => "warn,hubalign=info",
+        (0, 0, false) => "warn",
+    };
+    output::set_progress_bars(cli.quiet == 0 && !hubalign::hub::config::env_flag("HF_HUB_DISABLE_PROGRESS_BARS"));
+    init_tracing(cli.log_json, level);
     let result = match &cli.command {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
@@ -229,12 +253,35 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Webhook(args) => webhook::run(args),
         Command::Doctor(args) => preflight::run(args),
         Command::Jobs(args) => jobs::run(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "hubalign",
+                &mut std::io::stdout(),
+            );
+            Ok(Exit::Clean)
+        }
     };
     let code = result.unwrap_or_else(|e| {
         eprintln!("error: {}", describe(&e));
         if e.downcast_ref::<UsageError>().is_some() { Exit::Usage } else { Exit::Failure }
     });
     std::process::ExitCode::from(code as u8)
+}
+
+/// This machine's name, for the history (`hubalign audit on HOST`, a worker's `HOST-PID`).
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The Hub's settings from the flags and the environment; `HF_HUB_OFFLINE` refuses them as a usage error.
+pub(crate) fn hub_config(endpoint: Option<String>, token: Option<String>) -> anyhow::Result<hubalign::hub::HubConfig> {
+    hubalign::hub::HubConfig::resolve(endpoint, token).map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// An error with its causes, each said once: a cause whose text the message already ends with (an I/O error

@@ -66,10 +66,18 @@ pub(super) fn bytes(n: u64) -> String {
     hubalign::report::human_bytes(n)
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal.
+/// Whether progress bars may be drawn at all (not with `-q` or `HF_HUB_DISABLE_PROGRESS_BARS`).
+static PROGRESS_BARS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns progress bars on or off for the whole run, before any is made.
+pub(super) fn set_progress_bars(on: bool) {
+    PROGRESS_BARS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal and bars are on.
 pub(super) fn progress(len: u64, template: &str) -> ProgressBar {
-    let target =
-        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let drawn = PROGRESS_BARS.load(std::sync::atomic::Ordering::Relaxed) && std::io::stderr().is_terminal();
+    let target = if drawn { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let bar = ProgressBar::with_draw_target(Some(len), target);
     if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style.progress_chars("=> "));

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use hubalign::hub::HubClient;
-use hubalign::hub::config::{HubConfig, token_origin};
+use hubalign::hub::config::token_origin;
 use hubalign::preflight::{self, Finding, MlxCheck, Publishing, Report, Status};
 use hubalign::store::Store;
 
@@ -134,7 +134,7 @@ pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let w = &args.worker;
-        let hub = w.bounds.client(HubConfig::resolve(w.endpoint.clone(), w.token.clone()))?;
+        let hub = w.bounds.client(super::hub_config(w.endpoint.clone(), w.token.clone())?)?;
         let checked = check_worker(w, &hub).await;
         let environment = Environment {
             hubalign: env!("CARGO_PKG_VERSION"),

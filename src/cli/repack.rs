@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use hubalign::gate;
-use hubalign::hub::{HubClient, HubConfig};
+use hubalign::hub::HubClient;
 use hubalign::job::VerifyDevice;
 use hubalign::job::{FailureKind, Job, JobState};
 use hubalign::repack::lifecycle::reconcile_then_enqueue;
@@ -108,9 +108,9 @@ pub(super) struct WorkerLoopArgs {
     #[arg(long)]
     drain_only: bool,
     /// Serve the macOS runners' API (claim a job waiting for the Metal check, fetch its shards, post the
-    /// result) on this address.
-    #[arg(long, value_name = "ADDR", requires = "runner_token")]
-    runner_listen: Option<std::net::SocketAddr>,
+    /// result) on this address: HOST:PORT, the host an address or a name.
+    #[arg(long, value_name = "HOST:PORT", requires = "runner_token")]
+    runner_listen: Option<String>,
     /// The token runners must present.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
@@ -122,9 +122,9 @@ pub(super) struct RunnerArgs {
     /// The service that serves the runner API (`hubalign worker --runner-listen`): jobs staged on a worker.
     #[arg(long, value_name = "URL")]
     service: Option<String>,
-    /// The runner token, with `--service`.
+    /// The runner token, with `--service` (the `--runner-token` of `worker` and `serve`).
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    runner_token: Option<String>,
     /// Claim through this store instead (a `postgres://` URL, or the SQLite file on one machine): jobs that
     /// workers staged on the Hub (`--metal-handoff hub`), downloaded from the Hub; nothing needs to reach
     /// this runner.
@@ -134,24 +134,45 @@ pub(super) struct RunnerArgs {
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
     /// Hub token that may read the target namespace's private repos, with `--db` [default: HF_TOKEN, else
-    /// the token file under HF_HOME]; never logged.
-    #[arg(long, value_name = "TOKEN")]
-    hub_token: Option<String>,
+    /// the token file under HF_HOME]; never logged. (`--hub-token`, its former name, still works.)
+    #[arg(long, alias = "hub-token", value_name = "TOKEN")]
+    token: Option<String>,
     /// Seconds a check may take before another runner may take the job, with `--db`.
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     lease_secs: u64,
     /// Python with `mlx` installed.
     #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
     python: PathBuf,
-    /// `gpu` (Metal, on Apple silicon) or `cpu` (standing in for it, in tests).
-    #[arg(long, default_value = "gpu", value_parser = ["gpu", "cpu"])]
-    device: String,
+    /// Where MLX runs the check: `metal` (the GPU of Apple silicon), or `cpu` (standing in for it, in tests);
+    /// the values of the workers' `--verify-device`. (`--device gpu|cpu`, its former spelling, still works.)
+    #[arg(long, alias = "device", value_enum, default_value = "metal")]
+    verify_device: RunnerDevice,
     /// This runner's name in the jobs' history.
     #[arg(long, default_value = "macos-runner")]
     name: String,
     /// Check the jobs there are and exit, instead of polling for more.
     #[arg(long)]
     once: bool,
+}
+
+/// Where the runner's MLX check runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum RunnerDevice {
+    /// The Metal GPU.
+    #[value(alias = "gpu")]
+    Metal,
+    /// The CPU.
+    Cpu,
+}
+
+impl RunnerDevice {
+    /// The device as the check script names it.
+    fn mlx(self) -> &'static str {
+        match self {
+            RunnerDevice::Metal => "gpu",
+            RunnerDevice::Cpu => "cpu",
+        }
+    }
 }
 
 pub(super) struct Setup {
@@ -167,7 +188,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     if let Some(namespace) = &args.target_namespace {
         gate::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
     }
-    let hub = args.bounds.client(HubConfig::resolve(args.endpoint.clone(), args.token.clone()))?;
+    let hub = args.bounds.client(super::hub_config(args.endpoint.clone(), args.token.clone())?)?;
     let checked = preflight::check_worker(args, &hub).await;
     preflight::stop_unless_passed(&checked.report)?;
     let (Some((user, target_namespace)), Some(store)) = (checked.who, checked.store) else {
@@ -193,7 +214,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         python: args.python.clone(),
         mlx_script,
         alignment: args.alignment.unwrap_or_default(),
-        worker: format!("{}-{}", hostname(), std::process::id()),
+        worker: format!("{}-{}", super::hostname(), std::process::id()),
         lease: Duration::from_secs(args.lease_secs.max(1)),
         pull_request: args.pr,
         bot_user: user,
@@ -204,10 +225,6 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         caps: MirrorCaps { per_namespace: args.max_new_mirrors_per_namespace, total: args.max_new_mirrors },
     };
     Ok(Setup { hub, store, opts, device })
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname").map_or_else(|_| "worker".into(), |h| h.trim().to_owned())
 }
 
 fn exit_for(job: &Job) -> Exit {
@@ -222,9 +239,9 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the repack command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        gate::check_repo_id(&args.repo)?;
+        gate::check_repo_id(&args.repo).map_err(|e| UsageError(format!("REPO: {e}")))?;
         if let Some(rev) = &args.revision {
-            gate::check_revision(rev)?;
+            gate::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
         }
         let s = setup(&args.worker).await?;
         let sha = match &args.revision {
@@ -288,14 +305,16 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         // `serve`'s service with the audit, the pages and the webhooks off.
         let health = Arc::new(Health::default());
         let mut service = Service::new(health);
-        if let (Some(addr), Some(token)) = (args.runner_listen, args.runner_token.clone()) {
+        if let (Some(addr), Some(token)) = (args.runner_listen.as_deref(), args.runner_token.clone()) {
             let api = Arc::new(RunnerApi {
                 store: s.store.clone(),
                 work_dir: s.opts.work_dir.clone(),
                 token,
                 lease: s.opts.lease,
             });
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--runner-listen)"))?;
             println!("runner API on http://{}", listener.local_addr()?);
             service.http(listener, runner_api::router(api), Limits::default());
         }
@@ -357,17 +376,23 @@ async fn queue_and_reconcile(
 pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        if args.service.is_some() && args.runner_token.is_none() {
+            let why = if args.token.is_some() {
+                "--service needs the runner token: --runner-token (or HUBALIGN_RUNNER_TOKEN); --token is the Hub's \
+                 token, as in every other command"
+            } else {
+                "--service needs the runner token: --runner-token (or HUBALIGN_RUNNER_TOKEN)"
+            };
+            return Err(UsageError(why.into()).into());
+        }
+        let device = args.verify_device.mlx();
         let work = tempfile::Builder::new().prefix("hubalign-runner-").tempdir()?;
         let script = work.path().join("verify_mlx.py");
         std::fs::write(&script, preflight::VERIFY_MLX)?;
-        preflight::check_runner(&args.python, &script, &args.device, work.path()).await?;
-        let setup = CheckSetup {
-            python: args.python.clone(),
-            script,
-            device: args.device.clone(),
-            work: work.path().to_owned(),
-        };
-        match (&args.service, &args.token, &args.db) {
+        preflight::check_runner(&args.python, &script, device, work.path()).await?;
+        let setup =
+            CheckSetup { python: args.python.clone(), script, device: device.to_owned(), work: work.path().to_owned() };
+        match (&args.service, &args.runner_token, &args.db) {
             (Some(service), Some(token), _) => {
                 let way = runner::ApiRendezvous {
                     service: service.trim_end_matches('/').to_owned(),
@@ -377,11 +402,11 @@ pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
                 };
                 check_until_idle(&way, &setup, args.once).await
             }
-            (Some(_), None, _) => Err(UsageError("--service needs the runner token: --token".into()).into()),
+            (Some(_), None, _) => Err(UsageError("--service needs the runner token: --runner-token".into()).into()),
             (None, _, db) => {
                 let db = db.as_ref().ok_or_else(|| UsageError("--service or --db is required".into()))?;
                 let store = hubalign::store::Store::open_location(db).await.with_context(|| format!("opening {db}"))?;
-                let config = HubConfig::resolve(args.endpoint.clone(), args.hub_token.clone());
+                let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
                 let hub = HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
                 let way = HubRunner {
                     store: &store,

@@ -24,9 +24,10 @@ pub(super) struct ServeArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     worker: WorkerArgs,
-    /// Address of the dashboard, the JSON API and /metrics.
-    #[arg(long, env = "HUBALIGN_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR")]
-    listen: std::net::SocketAddr,
+    /// Address of the dashboard, the JSON API and /metrics: HOST:PORT, the host an address or a name
+    /// (`localhost:8080`, `[::1]:8080`, `0.0.0.0:8080`).
+    #[arg(long, env = "HUBALIGN_LISTEN", default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+    listen: String,
     /// Seconds from the start of one audit to the start of the next; the first starts at once unless the
     /// store's last audit started less than SECS ago.
     #[arg(long, env = "HUBALIGN_INTERVAL", default_value_t = 86_400, value_name = "SECS")]
@@ -84,7 +85,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             None => Schedule::Every(Duration::from_secs(args.interval.max(1))),
         };
         // Bound first: a busy address is reported before the Hub is asked anything or a line claims to serve.
-        let listener = std::net::TcpListener::bind(args.listen)
+        let listener = std::net::TcpListener::bind(args.listen.as_str())
             .with_context(|| format!("cannot listen on {} (--listen, or HUBALIGN_LISTEN)", args.listen))?;
         let url = format!("http://{}/", listener.local_addr()?);
         let s = setup(&args.worker).await?;

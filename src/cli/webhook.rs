@@ -4,7 +4,6 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hubalign::gate::escape_control;
-use hubalign::hub::HubConfig;
 use hubalign::hub::retry::RetryPolicy;
 use hubalign::hub::webhooks::{Watched, Webhook};
 
@@ -56,7 +55,7 @@ fn describe(w: &Webhook) -> String {
 pub(super) fn run(args: &WebhookArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let config = HubConfig::resolve(args.endpoint.clone(), args.token.clone());
+        let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
         anyhow::ensure!(config.token.is_some(), "the Hub's webhooks API needs a token: --token or HF_TOKEN");
         let hub = hubalign::hub::HubClient::new(config, RetryPolicy::default())?;
         match &args.action {

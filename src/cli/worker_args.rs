@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use hubalign::hub::{HubClient, HubConfig};
+use hubalign::hub::HubClient;
 use hubalign::repack::rendezvous::MetalHandoff;
 use hubalign::safetensors::Alignment;
 use hubalign::store::mirrors::DEFAULT_MIRROR_CAPS;
@@ -88,6 +88,6 @@ pub(super) struct WorkerArgs {
 impl WorkerArgs {
     /// A Hub client of its own, with the same endpoint, token and bounds.
     pub(super) fn hub_client(&self) -> anyhow::Result<HubClient> {
-        self.bounds.client(HubConfig::resolve(self.endpoint.clone(), self.token.clone()))
+        self.bounds.client(super::hub_config(self.endpoint.clone(), self.token.clone())?)
     }
 }

@@ -1,5 +1,7 @@
 //! Where the Hub is and who we are, following the Hub's own conventions: `HF_ENDPOINT`, `HF_TOKEN`,
-//! `HF_TOKEN_PATH`, and the token file under `HF_HOME` (`~/.cache/huggingface/token`).
+//! `HF_TOKEN_PATH`, the token file under `HF_HOME` (`~/.cache/huggingface/token`), `HF_HUB_OFFLINE` (no
+//! request at all) and `HF_HUB_DISABLE_IMPLICIT_TOKEN` (only a token given on the command line is sent), read
+//! as `huggingface_hub` reads them.
 
 use std::path::PathBuf;
 
@@ -37,13 +39,38 @@ pub struct HubConfig {
     pub token: Option<Token>,
 }
 
+/// Why the Hub cannot be reached with these settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `HF_HUB_OFFLINE` forbids every request, as `huggingface_hub` honours it.
+    #[error(
+        "HF_HUB_OFFLINE is set, and this command needs the Hub ({endpoint}): unset HF_HUB_OFFLINE to let it go online"
+    )]
+    Offline {
+        /// The Hub it would have asked.
+        endpoint: String,
+    },
+}
+
 impl HubConfig {
-    /// Resolves the endpoint and token: explicit values first, then the environment, then the token file.
-    pub fn resolve(endpoint: Option<String>, token: Option<String>) -> HubConfig {
+    /// Resolves the endpoint and token: explicit values first, then the environment, then the token file
+    /// (neither of the last two under `HF_HUB_DISABLE_IMPLICIT_TOKEN`). Refused under `HF_HUB_OFFLINE`: every
+    /// caller is about to ask the Hub something.
+    pub fn resolve(endpoint: Option<String>, token: Option<String>) -> Result<HubConfig, ConfigError> {
         let endpoint = endpoint.or_else(|| env("HF_ENDPOINT")).unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        if env_flag("HF_HUB_OFFLINE") {
+            return Err(ConfigError::Offline { endpoint });
+        }
         let token = find_token(token).map(|(token, _)| token);
-        HubConfig { endpoint: endpoint.trim_end_matches('/').to_owned(), token }
+        Ok(HubConfig { endpoint, token })
     }
+}
+
+/// Whether an environment variable is set to a true value, as `huggingface_hub` reads its flags (`1`, `ON`,
+/// `YES`, `TRUE`, in any case).
+pub fn env_flag(key: &str) -> bool {
+    env(key).is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&v.trim().to_ascii_uppercase().as_str()))
 }
 
 /// Where the token [`HubConfig::resolve`] takes comes from, for `doctor` (which never shows the token).
@@ -56,8 +83,14 @@ fn env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The token and where it came from: `explicit`, then `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, the token file.
+/// The token and where it came from: `explicit`, then `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, the token file;
+/// only `explicit` under `HF_HUB_DISABLE_IMPLICIT_TOKEN`.
 fn find_token(explicit: Option<String>) -> Option<(Token, String)> {
+    if env_flag("HF_HUB_DISABLE_IMPLICIT_TOKEN") {
+        let text = explicit?;
+        let text = text.trim();
+        return (!text.is_empty()).then(|| (Token(text.to_owned()), "--token".to_owned()));
+    }
     let from_file = || {
         let path = token_file()?;
         let text = std::fs::read_to_string(&path).ok()?;
@@ -100,7 +133,7 @@ mod tests {
 
     #[test]
     fn explicit_values_win_and_slashes_are_trimmed() {
-        let c = HubConfig::resolve(Some("http://127.0.0.1:9/".into()), Some(" hf_x \n".into()));
+        let c = HubConfig::resolve(Some("http://127.0.0.1:9/".into()), Some(" hf_x \n".into())).unwrap();
         assert_eq!(c.endpoint, "http://127.0.0.1:9");
         assert_eq!(c.token.as_ref().map(Token::expose), Some("hf_x"));
     }

@@ -32,7 +32,6 @@ pub(super) struct SchedulerConfig {
 pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<bool>, config: SchedulerConfig) {
     let beat = (config.lease / 3).max(Duration::from_secs(1));
     let mut opts = config.opts.clone();
-    opts.started_by = Some(config.me.clone());
     // The next audit's time, with the start of the last run it was computed from: kept while that is still the
     // last run, so a cron time is waited for, not pushed past by computing it again from "now" after the wait.
     let mut target: Option<(Option<i64>, SystemTime)> = None;
@@ -85,6 +84,12 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         if requested {
             tracing::info!("audit requested by an administrator");
         }
+        // Who started it, as the run's history shows it.
+        opts.started_by = Some(if requested {
+            format!("an administrator, via replica {}", config.me)
+        } else {
+            format!("the schedule, on replica {}", config.me)
+        });
         run_audit(&shared, &mut stop, &config, &opts, beat).await;
         target = None;
         queued_since_lead = true;

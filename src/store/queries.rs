@@ -235,7 +235,8 @@ pub struct RepoAudit {
     pub misaligned_bytes: i64,
     /// `crawl` or `webhook`.
     pub kind: String,
-    /// The replica of a crawl, or the event behind a webhook's run.
+    /// Who started the run (`hubalign audit on HOST`, `the schedule, on replica R`, …) or the event behind a
+    /// webhook's run.
     pub started_by: Option<String>,
 }
 
@@ -252,7 +253,8 @@ pub struct RunRow {
     pub finished_at: Option<String>,
     /// `running`, `finished`, `failed` or `interrupted`.
     pub status: String,
-    /// Who started it: the `serve` replica of a crawl, or the event behind a webhook's run.
+    /// Who started it (`hubalign audit on HOST`, `the schedule, on replica R`, `an administrator, via replica
+    /// R`), or the event behind a webhook's run.
     pub started_by: Option<String>,
     /// Repos listed.
     pub repos_listed: i64,

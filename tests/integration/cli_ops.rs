@@ -120,3 +120,132 @@ fn serve_says_what_it_does_at_the_default_level() {
     }
     assert!(try_get(&format!("http://127.0.0.1:{port}/healthz")).is_some());
 }
+
+/// Ctrl-C ends an audit with 130 (as a shell reports SIGINT), and the run is stored interrupted with what it
+/// had done, named as the command's.
+#[test]
+fn ctrl_c_ends_an_audit_with_130_and_its_real_counts_under_its_own_name() {
+    let world = audit_world(40, |c| c.faults.latency = Duration::from_millis(100));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let endpoint = world.endpoint();
+    let child = hubalign()
+        .args(["audit", "--endpoint", endpoint.as_str(), "--concurrency", "2", "--db", db.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while world.counters().requests.get("resolve").copied().unwrap_or(0) < 10 {
+        assert!(Instant::now() < deadline, "the audit did not get going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let runs =
+        world.runtime.block_on(async { hubalign::store::Store::open(&db).await.unwrap().runs(5).await.unwrap() });
+    let run = &runs[0];
+    assert_eq!(run.status, "interrupted", "{run:?}");
+    assert!(
+        run.repos_probed > 0 && run.shards_probed > 0 && run.bytes_read > 0 && run.resolver_requests > 0,
+        "{run:?}"
+    );
+    assert!(run.error.as_deref().unwrap_or("").contains("Ctrl-C"), "{run:?}");
+    assert!(run.started_by.as_deref().unwrap_or("").starts_with("hubalign audit on "), "{run:?}");
+}
+
+/// The Hub's own conventions: `HF_HUB_OFFLINE` keeps every command off the network, and with
+/// `HF_HUB_DISABLE_IMPLICIT_TOKEN` only a token given on the command line counts.
+#[test]
+fn hf_hub_offline_and_disable_implicit_token_are_honoured() {
+    let world = audit_world(0, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let endpoint = world.endpoint();
+    let before = world.counters().requests.values().sum::<u64>();
+    let out = hubalign()
+        .args(["audit", "--endpoint", endpoint.as_str(), "--db", db.to_str().unwrap()])
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("HF_HUB_OFFLINE is set"), "{}", stderr(&out));
+    assert_eq!(world.counters().requests.values().sum::<u64>(), before, "not one request");
+    assert!(!db.exists(), "nothing made either");
+
+    let doctor = |env: &[(&str, &str)], token: Option<&str>| {
+        let mut cmd = hubalign();
+        cmd.args(["doctor", "--endpoint", endpoint.as_str(), "--db", db.to_str().unwrap(), "--json"]);
+        if let Some(token) = token {
+            cmd.args(["--token", token]);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.env_remove("HF_TOKEN").output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let token_check = |doc: &serde_json::Value| {
+        doc["checks"].as_array().unwrap().iter().find(|c| c["check"] == "token").unwrap()["status"].clone()
+    };
+    let implicit = doctor(&[("HUGGING_FACE_HUB_TOKEN", ALICE)], None);
+    assert_eq!(token_check(&implicit), "ok", "{implicit}");
+    assert_eq!(implicit["environment"]["token"], "from HUGGING_FACE_HUB_TOKEN (not shown)");
+    let refused = doctor(&[("HUGGING_FACE_HUB_TOKEN", ALICE), ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "true")], None);
+    assert_eq!(token_check(&refused), "fail", "{refused}");
+    let given = doctor(&[("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")], Some(ALICE));
+    assert_eq!(token_check(&given), "ok", "{given}");
+}
+
+/// `-q`, `-v`, shell completions, `localhost` as a listening host, and a bad repo id as a usage error.
+#[test]
+fn verbosity_completions_host_names_and_repo_ids_behave_as_operators_expect() {
+    let world = audit_world(0, |_| {});
+    let endpoint = world.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let audit = |flag: &str| {
+        let fresh = dir.path().join(format!("audit{flag}.db"));
+        hubalign()
+            .args(["audit", "--endpoint", endpoint.as_str(), "--db", fresh.to_str().unwrap(), flag])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let quiet = audit("-q");
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert!(!stderr(&quiet).contains("INFO"), "-q logs errors only: {}", stderr(&quiet));
+    let verbose = audit("-v");
+    assert!(stderr(&verbose).contains("DEBUG"), "-v logs debug: {}", stderr(&verbose));
+    assert_eq!(run(&["scan", "-q", "-v", "."]).status.code(), Some(2), "-q and -v together are a usage error");
+
+    let bash = run(&["completions", "bash"]);
+    assert_eq!(bash.status.code(), Some(0));
+    let script = stdout(&bash);
+    assert!(script.contains("_hubalign()") && script.contains("doctor") && script.contains("--target-namespace"));
+    let zsh = run(&["completions", "zsh"]);
+    assert!(stdout(&zsh).contains("#compdef hubalign"));
+
+    let port = free_port();
+    let _service = Service(
+        hubalign()
+            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--workers", "0"])
+            .args(["--listen", &format!("localhost:{port}"), "--db", db.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while try_get(&format!("http://127.0.0.1:{port}/healthz")).is_none() {
+        assert!(Instant::now() < deadline, "serve --listen localhost:{port} did not answer");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let bad =
+        hubalign().args(["repack", "not a repo", "--endpoint", endpoint.as_str(), "--token", ALICE]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("REPO"), "{}", stderr(&bad));
+}

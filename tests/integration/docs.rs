@@ -53,7 +53,7 @@ fn the_metal_runner_workflow_is_valid_yaml_that_runs_the_runner_on_apple_silicon
     let check = "import sys, yaml; w = yaml.safe_load(open(sys.argv[1])); job = w['jobs']['verify']; \
                  assert job['runs-on'] == 'macos-14', job; \
                  runs = ' '.join(s.get('run', '') for s in job['steps']); \
-                 assert 'hubalign verify-runner' in runs and '--device gpu' in runs, runs; \
+                 assert 'hubalign verify-runner' in runs and '--verify-device metal' in runs, runs; \
                  assert 'HUBALIGN_RUNNER_TOKEN' in str(job['steps']), 'the token comes from a secret'; \
                  assert '--db' in runs and 'secrets.HUBALIGN_DATABASE_URL' in str(job['steps']), 'the Hub mode'";
     let out = std::process::Command::new(crate::support::python())

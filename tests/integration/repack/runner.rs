@@ -73,9 +73,9 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
                 "verify-runner",
                 "--service",
                 service.as_str(),
-                "--token",
+                "--runner-token",
                 token,
-                "--device",
+                "--verify-device",
                 "cpu",
                 "--once",
                 "--name",
@@ -87,6 +87,18 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
             .unwrap()
     };
     assert_eq!(runner("wrong-token").status.code(), Some(4), "the token is checked");
+    // `--token` is the Hub's token in every command: given as the runner's, it is a usage error that says so.
+    let old = hubalign()
+        .args(["verify-runner", "--service", service.as_str(), "--token", "secret", "--once"])
+        .env_remove("HUBALIGN_RUNNER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(old.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&old.stderr).contains("--runner-token"),
+        "{}",
+        String::from_utf8_lossy(&old.stderr)
+    );
     // A posted result that is not the check's record is refused before anything reads it.
     let job_id = world.runtime.block_on(async { Store::open(&db).await.unwrap().jobs().await.unwrap()[0].id });
     let refused = world.runtime.block_on(async {
@@ -163,6 +175,7 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     let runner = |name: &str, token: &str| {
         hubalign()
             .args(["verify-runner", "--db", db.to_str().unwrap(), "--endpoint", &endpoint, "--hub-token", token])
+            // The former spellings (`--hub-token`, `--device`) still work.
             .args(["--device", "cpu", "--once", "--name", name, "--lease-secs", "1"])
             .arg("--python")
             .arg(python())
