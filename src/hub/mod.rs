@@ -16,6 +16,7 @@ pub mod discussions;
 pub mod error;
 pub mod identity;
 pub mod info;
+pub mod latency;
 pub mod listing;
 pub mod pacing;
 pub mod pages;
@@ -295,7 +296,11 @@ impl HubClient {
                 Bucket::Api => self.stats.api_requests.fetch_add(1, Ordering::Relaxed),
                 Bucket::Resolvers => self.stats.resolver_requests.fetch_add(1, Ordering::Relaxed),
             };
-            let failure = match self.attempt(url, ask, limit).await {
+            let sent = Instant::now();
+            let attempted = self.attempt(url, ask, limit).await;
+            let answered = attempted.as_ref().ok().map(|e| e.status_and_hub_headers().0.as_u16());
+            latency::observe(bucket, answered, sent.elapsed());
+            let failure = match attempted {
                 Ok(exchange) => {
                     let (status, hub_headers) = exchange.status_and_hub_headers();
                     self.pacer(bucket).observe(hub_headers, Instant::now());
@@ -340,7 +345,15 @@ impl HubClient {
             }
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
             let delay = self.retry.delay(attempts, jitter_unit());
-            tracing::debug!(url, attempt = attempts, delay_ms = delay.as_millis() as u64, failure = %failure, "retrying");
+            // Said at warn: an unreachable Hub otherwise looks like a silent hang for the length of the retries.
+            tracing::warn!(
+                url,
+                attempt = attempts,
+                of = self.retry.max_attempts,
+                delay_ms = delay.as_millis() as u64,
+                reason = %crate::gate::escape_control(&failure),
+                "the Hub request failed; trying again"
+            );
             tokio::time::sleep(delay).await;
         }
     }

@@ -12,7 +12,10 @@ use crate::store::StoreError;
 use crate::store::jobs::JobFilter;
 use crate::store::queries::RepoFilter;
 
-/// `GET /healthz`: the store answers and every scheduler and worker loop is running.
+/// `GET /healthz`: 503 unless the store answers and every scheduler and worker loop is running (what a
+/// restart may mend); then `degraded` with each alarm on a line of its own while the work keeps failing
+/// (jobs held for the operator, the newest jobs all failed, the newest audit failed: 200, as a restart mends
+/// none of them), else `ok`.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     if let Err(e) = state.store.ping().await {
         return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response();
@@ -21,7 +24,14 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     if !problems.is_empty() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response();
     }
-    "ok\n".into_response()
+    match super::alarms::read(&state.store).await {
+        Ok(alarms) if alarms.is_empty() => "ok\n".into_response(),
+        Ok(alarms) => {
+            let lines: Vec<String> = alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
+            format!("degraded\n{}\n", lines.join("\n")).into_response()
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
 }
 
 /// `GET /api/publishers`: `report --by-publisher`.

@@ -39,6 +39,12 @@ impl Exposition {
         self.0.register_with_unit(name, Self::help(help), Unit::Seconds, g);
     }
 
+    fn gauge_unit(&mut self, name: &str, help: &str, unit: Unit, value: u64) {
+        let g: Gauge = Gauge::default();
+        g.set(i64::try_from(value).unwrap_or(i64::MAX));
+        self.0.register_with_unit(name, Self::help(help), unit, g);
+    }
+
     fn gauges(&mut self, name: &str, help: &str, (label, samples): Labelled<'_>) {
         let family = Family::<Vec<(String, String)>, Gauge>::default();
         for (value, n) in samples {
@@ -68,19 +74,21 @@ fn by<const N: usize>(values: [(&str, i64); N]) -> Vec<(String, i64)> {
     values.into_iter().map(|(v, n)| (v.to_owned(), n)).collect()
 }
 
-/// Every way an audit run ends (or is still going).
-const RUN_STATUSES: [&str; 4] = ["running", "finished", "failed", "interrupted"];
+/// Every way an audit run ends.
+const RUN_ENDS: [&str; 3] = ["finished", "failed", "interrupted"];
 
 /// `GET /metrics`.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    let (totals, runs, run_counts, jobs, (down, up), last_ok, held) = match tokio::try_join!(
+    let (totals, runs, run_counts, jobs, (down, up), last_ok, held, alarms, last_duration) = match tokio::try_join!(
         state.store.totals(),
         state.store.runs(1),
         state.store.run_counts(),
         state.store.job_counts(),
         state.store.job_bytes(),
         state.store.last_finished_run_at(),
-        state.store.jobs_needing_operator()
+        state.store.jobs_needing_operator(),
+        super::alarms::read(&state.store),
+        last_audit_duration(&state.store)
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
@@ -111,8 +119,49 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "Queued jobs held for the operator: the Hub refused the token, or the disk is full.",
         held,
     );
-    let statuses = RUN_STATUSES.map(|s| (s, count_of(&run_counts, s)));
-    m.counters("hubalign_audit_runs", "Audit runs by how they ended.", ("status", by(statuses)));
+    // Counters only go up: every run started, and every run ended by how; the running ones are a gauge.
+    let started = run_counts.iter().map(|(_, n)| *n).sum::<i64>();
+    m.counter("hubalign_audit_runs_started", "Audit runs started.", u64::try_from(started).unwrap_or(0));
+    let ends = RUN_ENDS.map(|s| (s, count_of(&run_counts, s)));
+    m.counters("hubalign_audit_runs_ended", "Audit runs ended, by how.", ("status", by(ends)));
+    m.gauge("hubalign_audit_runs_running", "Audit runs going on now.", count_of(&run_counts, "running"));
+    if let Some(seconds) = last_duration {
+        m.gauge_seconds(
+            "hubalign_last_audit_duration",
+            "How long the newest finished audit took, start to end.",
+            seconds,
+        );
+    }
+    m.gauge(
+        "hubalign_alarms",
+        "What keeps failing now (jobs held, the newest jobs all failed, the newest audit failed): /healthz says degraded while it is above 0.",
+        i64::try_from(alarms.len()).unwrap_or(i64::MAX),
+    );
+    m.0.register_with_unit(
+        "hubalign_http_request_duration",
+        "Time to answer a request, by route, method and status class",
+        Unit::Seconds,
+        state.http_seconds.clone(),
+    );
+    m.0.register_with_unit(
+        "hubalign_hub_request_duration",
+        "Time the Hub took to answer a request (each attempt), by rate-limit bucket and outcome",
+        Unit::Seconds,
+        crate::hub::latency::REQUEST_SECONDS.clone(),
+    );
+    if let Some(p) = super::process::read() {
+        let cpu = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        cpu.inc_by(p.cpu_seconds);
+        m.0.register_with_unit("process_cpu", "Total user and system CPU time spent", Unit::Seconds, cpu);
+        m.gauge_unit("process_resident_memory", "Resident memory size", Unit::Bytes, p.resident_bytes);
+        m.gauge("process_open_fds", "Open file descriptors", i64::try_from(p.open_fds).unwrap_or(i64::MAX));
+        m.gauge_unit(
+            "process_start_time",
+            "Start time of the process since the Unix epoch",
+            Unit::Seconds,
+            p.start_time,
+        );
+    }
     m.counters(
         "hubalign_job_bytes",
         "Bytes repack jobs moved: down (downloads) and up (uploads after Xet deduplication).",
@@ -190,4 +239,14 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         return internal(e);
     }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+/// How long the newest finished audit took, in seconds, from the stored start and end.
+async fn last_audit_duration(store: &crate::store::Store) -> Result<Option<i64>, crate::store::StoreError> {
+    let runs = store.runs(5).await?;
+    Ok(runs.iter().filter(|r| r.status == "finished" && r.kind == "crawl").find_map(|r| {
+        let start = crate::time::parse_utc(&r.started_at)?;
+        let end = crate::time::parse_utc(r.finished_at.as_deref()?)?;
+        Some(end.saturating_sub(start))
+    }))
 }

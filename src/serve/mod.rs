@@ -2,11 +2,14 @@
 //! the JSON API, `/metrics`, the macOS runners' API and the administrators' endpoints.
 
 mod admin;
+mod alarms;
 mod api;
+mod latency;
 pub mod listener;
 mod metrics;
 mod overview;
 mod pages;
+mod process;
 pub mod runner_api;
 pub mod schedule;
 mod scheduler;
@@ -40,6 +43,8 @@ pub struct AppState {
     health: Arc<Health>,
     overview: Arc<overview::OverviewCache>,
     webhooks: Option<Arc<webhook::WebhookCounters>>,
+    /// Every route's answer times, for `/metrics`.
+    http_seconds: latency::HttpSeconds,
 }
 
 /// What is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count of
@@ -136,12 +141,23 @@ pub fn router(
     let webhooks = apis.webhook.as_ref().map(|w| w.counters.clone());
     let overview = Arc::new(overview::OverviewCache::new(store.clone(), webhooks.is_some()));
     let templates = Arc::new(pages::templates()?);
-    let state = AppState { store, templates, next_run, hub_url, health, overview, webhooks };
+    let http_seconds = latency::http_seconds();
+    let state = AppState {
+        store,
+        templates,
+        next_run,
+        hub_url,
+        health,
+        overview,
+        webhooks,
+        http_seconds: http_seconds.clone(),
+    };
     let Apis { runner, admin, webhook } = apis;
     let app = Router::new()
         .route("/", get(overview::overview))
         .route("/ns/{namespace}", get(pages::namespace))
         .route("/repo/{ns}/{name}", get(pages::repo))
+        .route("/jobs", get(pages::jobs))
         .route("/healthz", get(api::healthz))
         .route("/metrics", get(metrics::metrics))
         .route("/api/publishers", get(api::publishers))
@@ -158,10 +174,11 @@ pub fn router(
         Some(api) => app.merge(webhook::router(api)),
         None => app,
     };
-    Ok(match admin {
+    let app = match admin {
         Some(api) => app.merge(admin::router(api)),
         None => app,
-    })
+    };
+    Ok(app.route_layer(axum::middleware::from_fn_with_state(http_seconds, latency::observe)))
 }
 
 /// Why the service did not start.

@@ -38,6 +38,12 @@ struct Figures {
     trend: Vec<TrendPoint>,
     mirrored_bytes: i64,
     webhook_lag: Option<i64>,
+    /// Jobs by state.
+    jobs: Vec<(String, i64)>,
+    /// Queued jobs held for the operator.
+    held: i64,
+    /// What keeps failing.
+    alarms: Vec<super::alarms::Alarm>,
 }
 
 /// The overview's figures as of the store's last commit: a page costs one `data_version` read until something
@@ -66,16 +72,30 @@ impl OverviewCache {
         {
             return Ok(figures.clone());
         }
-        let (totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag) = tokio::try_join!(
+        let (totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag, jobs, held, alarms) = tokio::try_join!(
             store.totals(),
             crate::report::by_publisher(store),
             store.runs(1),
             store.progress(),
             store.trend(TREND_RUNS),
             store.mirrored_bytes(),
-            self.webhook_lag(store)
+            self.webhook_lag(store),
+            store.job_counts(),
+            store.jobs_needing_operator(),
+            super::alarms::read(store)
         )?;
-        let figures = Arc::new(Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag });
+        let figures = Arc::new(Figures {
+            totals,
+            publishers,
+            runs,
+            progress,
+            trend,
+            mirrored_bytes,
+            webhook_lag,
+            jobs,
+            held,
+            alarms,
+        });
         if let Some(version) = version {
             *self.kept.lock().await = Some((version, figures.clone()));
         }
@@ -89,7 +109,16 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
         Ok(figures) => figures,
         Err(e) => return internal(e),
     };
-    let Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag } = &*figures;
+    let Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag, jobs, held, alarms } =
+        &*figures;
+    let jobs_in =
+        |states: &[&str]| jobs.iter().filter(|(s, _)| states.contains(&s.as_str())).map(|(_, n)| n).sum::<i64>();
+    let job_figures = context! {
+        queued => jobs_in(&["queued"]) - held, held => *held,
+        running => jobs_in(&["downloading", "relaying", "verifying", "publishing"]),
+        awaiting_metal => jobs_in(&["awaiting_metal_verify"]),
+        published => jobs_in(&["published"]), failed => jobs_in(&["failed"]), skipped => jobs_in(&["skipped"]),
+    };
     let (mirrored_bytes, mut publishers) = (*mirrored_bytes, publishers.clone());
     let progress_of = |ns: &str| progress.get(ns).cloned().unwrap_or_default();
     match q.sort.as_deref() {
@@ -146,7 +175,7 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
             trend => trend_chart(trend),
             last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
                 r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
-            next_run, problems => state.health.problems(),
+            next_run, problems => state.health.problems(), alarms => Serde(alarms), jobs => job_figures,
             webhooks => state.webhooks.as_deref().map(|w| webhook_summary(w, *webhook_lag)),
         },
     )

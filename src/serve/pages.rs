@@ -29,6 +29,7 @@ pub(super) fn templates() -> Result<Environment<'static>, minijinja::Error> {
     env.add_template("overview.html.j2", include_str!("../../templates/dashboard/overview.html.j2"))?;
     env.add_template("namespace.html.j2", include_str!("../../templates/dashboard/namespace.html.j2"))?;
     env.add_template("repo.html.j2", include_str!("../../templates/dashboard/repo.html.j2"))?;
+    env.add_template("jobs.html.j2", include_str!("../../templates/dashboard/jobs.html.j2"))?;
     Ok(env)
 }
 
@@ -80,6 +81,62 @@ pub(super) async fn namespace(
         })
         .collect();
     render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more, others => Serde(&others) })
+}
+
+#[derive(Deserialize)]
+pub(super) struct JobsQuery {
+    state: Option<String>,
+    repo: Option<String>,
+    failure_kind: Option<String>,
+    page: Option<i64>,
+}
+
+/// `/jobs[?state=S][&repo=R][&failure_kind=K][&page=N]`: the jobs, newest first, a page at a time, as
+/// `/api/jobs` filters them; 400 for a state or kind that does not exist.
+pub(super) async fn jobs(State(state): State<AppState>, Query(q): Query<JobsQuery>) -> Response {
+    let parsed = (
+        q.state.as_deref().filter(|s| !s.is_empty()).map(str::parse::<crate::job::JobState>).transpose(),
+        q.failure_kind.as_deref().filter(|s| !s.is_empty()).map(str::parse::<crate::job::FailureKind>).transpose(),
+    );
+    let (job_state, failure_kind) = match parsed {
+        (Ok(s), Ok(k)) => (s, k),
+        (Err(why), _) | (_, Err(why)) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    let page = q.page.unwrap_or(0);
+    let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
+        return (StatusCode::BAD_REQUEST, "page out of range").into_response();
+    };
+    let repo = q.repo.clone().filter(|r| !r.is_empty());
+    let filter = crate::store::jobs::JobFilter { state: job_state, repo: repo.clone(), failure_kind };
+    let mut jobs = match state.store.jobs_page(&filter, PAGE + 1, offset).await {
+        Ok(jobs) => jobs,
+        Err(e) => return internal(e),
+    };
+    let more = jobs.len() as i64 > PAGE;
+    jobs.truncate(PAGE as usize);
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in [
+        ("state", job_state.map(crate::job::JobState::as_str)),
+        ("repo", repo.as_deref()),
+        ("failure_kind", failure_kind.map(crate::job::FailureKind::as_str)),
+    ] {
+        if let Some(value) = value {
+            query.append_pair(key, value);
+        }
+    }
+    let mut query = query.finish();
+    if !query.is_empty() {
+        query.push('&');
+    }
+    let states: Vec<&str> = crate::job::JobState::ALL.iter().map(|s| s.as_str()).collect();
+    render(
+        &state,
+        "jobs.html.j2",
+        context! {
+            jobs => Serde(&jobs), state => job_state.map(crate::job::JobState::as_str), failure_kind => failure_kind.map(crate::job::FailureKind::as_str),
+            repo, page, more, query, states, hub => state.hub_url.clone(),
+        },
+    )
 }
 
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.

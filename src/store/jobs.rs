@@ -545,6 +545,30 @@ impl Store {
         .map_err(sql("jobs"))
     }
 
+    /// The newest jobs that ended published or failed, newest first: the state and reason of each (skipped
+    /// jobs say nothing of whether the workers work).
+    pub async fn recent_outcomes(&self, limit: i64) -> Result<Vec<(JobState, Option<String>)>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT state, reason FROM jobs WHERE finished_at IS NOT NULL AND state IN ('published', 'failed')
+             ORDER BY finished_at DESC, id DESC LIMIT $1"
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+        .map_err(sql("recent outcomes"))
+    }
+
+    /// One reason a queued job is held for the operator with, if any is.
+    pub async fn a_hold_reason(&self) -> Result<Option<String>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT reason FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator' ORDER BY id DESC LIMIT 1"
+        )
+        .fetch_optional(pool)
+        .await)
+        .map(Option::flatten)
+        .map_err(sql("hold reason"))
+    }
+
     /// Makes the jobs held for the operator claimable at once: a worker whose checks at start all passed has
     /// the configuration they were waiting for. How many were released.
     pub async fn release_holds(&self) -> Result<u64, StoreError> {

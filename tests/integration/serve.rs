@@ -220,7 +220,23 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     }
     assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"down\"}} {down}")), "{metrics}");
     assert!(metrics.contains(&format!("hubalign_job_bytes_total{{direction=\"up\"}} {up}")), "{metrics}");
-    assert!(metrics.contains("hubalign_audit_runs_total{status=\"finished\"}"), "{metrics}");
+    // Counters only go up: runs started and ended by how; running runs are a gauge.
+    assert!(metrics.contains("hubalign_audit_runs_ended_total{status=\"finished\"}"), "{metrics}");
+    assert!(metrics.contains("hubalign_audit_runs_started_total "), "{metrics}");
+    assert!(!metrics.contains("status=\"running\""), "{metrics}");
+    for family in [
+        "hubalign_http_request_duration_seconds_bucket{",
+        "hubalign_hub_request_duration_seconds_bucket{",
+        "hubalign_last_audit_duration_seconds ",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+        "hubalign_alarms 0",
+    ] {
+        assert!(metrics.contains(family), "{family} in {metrics}");
+    }
+    assert!(metrics.contains("route=\"/api/jobs\""), "the API's answers are timed: {metrics}");
     // Every job state is present, at zero too; the build and the last successful audit are named.
     assert!(metrics.contains("hubalign_jobs{state=\"awaiting_metal_verify\"} 0"), "{metrics}");
     assert!(metrics.contains(&format!("hubalign_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))));
@@ -517,4 +533,55 @@ fn check_pages_in_a_browser(port: u16) {
             assert_eq!(drawn, width, "{}", png.display());
         }
     }
+}
+
+/// Jobs that keep failing are seen: `/healthz` says `degraded` with why (200: a restart mends nothing), the
+/// overview counts the failed jobs under a banner, `/jobs?state=failed` lists them, and `/metrics` counts
+/// the alarm.
+#[test]
+fn jobs_that_keep_failing_degrade_the_health_and_show_on_every_view() {
+    let world = audit_world(0, |_| {});
+    let (dir, db) = db();
+    let failing = crate::support::python_for_jobs(dir.path(), crate::support::CHECK_FAILS);
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let endpoint = world.endpoint();
+    let _service = Service(
+        hubalign()
+            .args(["serve", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "86400", "--workers", "1"])
+            .args(["--target-namespace", "alice", "--verify-device", "cpu", "--python"])
+            .arg(&failing)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let failed = loop {
+        assert!(Instant::now() < deadline, "three jobs did not fail");
+        std::thread::sleep(Duration::from_millis(300));
+        let Some(jobs) = try_get(&format!("{base}/api/jobs?state=failed")) else { continue };
+        let jobs: Vec<serde_json::Value> = serde_json::from_str(&jobs).unwrap_or_default();
+        if jobs.len() >= 3 {
+            break jobs;
+        }
+    };
+    let health = get(&format!("{base}/healthz"));
+    assert!(health.starts_with("degraded\n"), "{health}");
+    assert!(health.contains("jobs_failing: the last") && health.contains("differs"), "{health}");
+    let overview = get(&format!("{base}/"));
+    assert!(overview.contains("data-alarm=\"jobs_failing\""), "a banner: {overview}");
+    let shown = format!("<b id=\"jobs-failed\">{}</b>", failed.len());
+    assert!(overview.contains(&shown), "{shown} in {overview}");
+    let page = get(&format!("{base}/jobs?state=failed"));
+    for job in &failed {
+        assert!(page.contains(&format!("data-job=\"{}\" data-state=\"failed\"", job["id"])), "{page}");
+    }
+    assert!(
+        get(&format!("{base}/jobs?state=published")).contains("<td colspan=\"6\">none</td>"),
+        "an empty table says so"
+    );
+    let metrics = get(&format!("{base}/metrics"));
+    assert!(metrics.contains("hubalign_alarms 1"), "{metrics}");
 }

@@ -1,0 +1,39 @@
+//! How long the Hub takes to answer, per rate-limit bucket and outcome: one histogram for the whole process
+//! (every client observes into it), which `serve`'s `/metrics` exposes as
+//! `hubalign_hub_request_duration_seconds`. Measured from sending a request to its answer's headers (a
+//! streamed body's transfer is not in it), each attempt on its own.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use super::pacing::Bucket;
+
+/// The histogram's labels: `bucket` (`api` or `resolvers`) and `outcome` (`2xx` … `5xx`, or `error` when no
+/// answer came).
+pub type Labels = Vec<(String, String)>;
+
+/// The histograms, one per label set.
+pub type RequestSeconds = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn histogram() -> Histogram {
+    // 5 ms to about 82 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Every Hub request's answer time in this process.
+pub static REQUEST_SECONDS: LazyLock<RequestSeconds> = LazyLock::new(|| Family::new_with_constructor(histogram));
+
+/// Records one attempt: its bucket, the status it got (`None` when none came) and how long it took.
+pub(super) fn observe(bucket: Bucket, status: Option<u16>, took: Duration) {
+    let bucket = match bucket {
+        Bucket::Api => "api",
+        Bucket::Resolvers => "resolvers",
+    };
+    let outcome = status.map_or_else(|| "error".to_owned(), |s| format!("{}xx", s / 100));
+    REQUEST_SECONDS
+        .get_or_create(&vec![("bucket".to_owned(), bucket.to_owned()), ("outcome".to_owned(), outcome)])
+        .observe(took.as_secs_f64());
+}
