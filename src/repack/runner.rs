@@ -23,7 +23,8 @@ use crate::job::payload::MlxRecord;
 pub struct Claim {
     /// The job.
     pub job_id: i64,
-    /// The source repo.
+    /// The source repo (`repo_id` on the wire, as everywhere; `repo`, its former name, is read too).
+    #[serde(rename = "repo_id", alias = "repo")]
     pub repo: String,
     /// The source commit.
     pub sha: String,

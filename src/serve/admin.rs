@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::sync::Notify;
 
-use super::internal;
 use crate::secret::bearer_matches;
 use crate::store::Store;
 
@@ -34,7 +33,10 @@ pub(super) fn router(api: AdminApi) -> axum::Router {
 }
 
 fn refused() -> Response {
-    (StatusCode::UNAUTHORIZED, [("www-authenticate", "Bearer")], "admin token required\n").into_response()
+    let mut refused =
+        super::api::api_error(StatusCode::UNAUTHORIZED, "admin token required: Authorization: Bearer <token>");
+    refused.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+    refused
 }
 
 /// `POST /api/admin/audit`: start an audit now (after the one running, if any; never two at once).
@@ -44,11 +46,11 @@ async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response 
     }
     // In the store for whichever replica leads the schedule, and a wake-up for this one in case it does.
     if let Err(e) = api.store.request(crate::store::leases::SCHEDULER).await {
-        return super::internal(e);
+        return super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e);
     }
     api.audit_now.notify_one();
     tracing::info!("audit requested by an administrator");
-    (StatusCode::ACCEPTED, "audit requested\n").into_response()
+    (StatusCode::ACCEPTED, Json(serde_json::json!({ "status": "audit requested" }))).into_response()
 }
 
 /// `POST /api/admin/jobs/{id}/retry`: put a failed or skipped job back in the queue.
@@ -57,15 +59,17 @@ async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, Path(id): Pa
         return refused();
     }
     match api.store.retry_job(id, "an administrator (API)").await {
-        Ok(None) => (StatusCode::NOT_FOUND, format!("no job {id}\n")).into_response(),
-        Ok(Some(false)) => (StatusCode::CONFLICT, format!("job {id} is neither failed nor skipped\n")).into_response(),
+        Ok(None) => super::api::api_error(StatusCode::NOT_FOUND, format!("no job {id}")),
+        Ok(Some(false)) => {
+            super::api::api_error(StatusCode::CONFLICT, format!("job {id} is neither failed nor skipped"))
+        }
         Ok(Some(true)) => match api.store.job(id).await {
             Ok(job) => {
                 tracing::info!(job.id = id, "job requeued by an administrator");
                 Json(job).into_response()
             }
-            Err(e) => internal(e),
+            Err(e) => super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e),
         },
-        Err(e) => internal(e),
+        Err(e) => super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

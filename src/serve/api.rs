@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{AppState, internal};
+use super::AppState;
 use crate::store::StoreError;
 use crate::store::jobs::JobFilter;
 use crate::store::queries::RepoFilter;
@@ -34,9 +34,20 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// An API error: the status, and `{"error": "…"}` as the body, as every `/api/*` answers one.
+pub(super) fn api_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    let message = message.to_string();
+    (status, Json(serde_json::json!({ "error": message.trim_end() }))).into_response()
+}
+
+/// A 500 from the API, as JSON.
+fn failed(e: impl std::fmt::Display) -> Response {
+    api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
+}
+
 /// `GET /api/publishers`: `report --by-publisher`.
 pub(super) async fn publishers(State(state): State<AppState>) -> Response {
-    crate::report::by_publisher(&state.store).await.map_or_else(internal, |rows| Json(rows).into_response())
+    crate::report::by_publisher(&state.store).await.map_or_else(failed, |rows| Json(rows).into_response())
 }
 
 /// Items a list answer holds unless `limit` says fewer; `limit` may ask for at most [`MAX_LIMIT`].
@@ -62,12 +73,11 @@ where
     let limit = paging.limit.unwrap_or(DEFAULT_LIMIT);
     let offset = paging.offset.unwrap_or(0);
     if !(1..=MAX_LIMIT).contains(&limit) || offset < 0 {
-        let why = format!("limit must be 1 to {MAX_LIMIT}, offset 0 or more\n");
-        return (StatusCode::BAD_REQUEST, why).into_response();
+        return api_error(StatusCode::BAD_REQUEST, format!("limit must be 1 to {MAX_LIMIT}, offset 0 or more"));
     }
     match fetch(limit, offset).await {
         Ok(rows) => page(uri, &rows, limit, offset),
-        Err(e) => internal(e),
+        Err(e) => failed(e),
     }
 }
 
@@ -115,9 +125,9 @@ pub(super) async fn repos(State(state): State<AppState>, uri: Uri, Query(q): Que
 pub(super) async fn repo_shards(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
     match tokio::try_join!(state.store.repo(&id), crate::report::repo(&state.store, &id)) {
-        Ok((None, _)) => (StatusCode::NOT_FOUND, "no such repository in the store\n").into_response(),
+        Ok((None, _)) => api_error(StatusCode::NOT_FOUND, format!("no repository {id} in the store")),
         Ok((Some(_), rows)) => Json(rows).into_response(),
-        Err(e) => internal(e),
+        Err(e) => failed(e),
     }
 }
 
@@ -152,7 +162,7 @@ impl JobQuery {
 pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(q): Query<JobQuery>) -> Response {
     let filter = match q.filter() {
         Ok(filter) => filter,
-        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+        Err(why) => return api_error(StatusCode::BAD_REQUEST, why),
     };
     listed(&uri, Paging { limit: q.limit, offset: q.offset }, |limit, offset| async move {
         state.store.jobs_page(&filter, limit, offset).await

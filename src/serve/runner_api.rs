@@ -40,11 +40,11 @@ fn authorized(api: &RunnerApi, headers: &HeaderMap) -> Option<String> {
 }
 
 fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, "runner token required").into_response()
+    super::api::api_error(StatusCode::UNAUTHORIZED, "runner token required: Authorization: Bearer <token>")
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+    super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 
 /// The routes, to mount in the service.
@@ -89,11 +89,11 @@ async fn file(
     }
     // Only the output: the check judges it by the manifest's digests, so the source never leaves the worker.
     if side != "aligned" || crate::gate::check_repo_path(&name).is_err() || name.contains('/') {
-        return (StatusCode::BAD_REQUEST, "no such staged file").into_response();
+        return super::api::api_error(StatusCode::BAD_REQUEST, "no such staged file");
     }
     match tokio::fs::File::open(staged(&api, id).join(side).join(&name)).await {
         Ok(f) => Body::from_stream(tokio_util::io::ReaderStream::new(f)).into_response(),
-        Err(_) => (StatusCode::NOT_FOUND, "no such staged file").into_response(),
+        Err(_) => super::api::api_error(StatusCode::NOT_FOUND, "no such staged file"),
     }
 }
 
@@ -106,7 +106,7 @@ async fn result(
     let Some(runner) = authorized(&api, &headers) else { return unauthorized() };
     match api.store.metal_result(id, &runner, &record).await {
         Ok(true) => StatusCode::OK.into_response(),
-        Ok(false) => (StatusCode::CONFLICT, "this runner does not hold the job").into_response(),
+        Ok(false) => super::api::api_error(StatusCode::CONFLICT, "this runner does not hold the job"),
         Err(e) => internal(e),
     }
 }

@@ -106,35 +106,38 @@ async fn receive(
         headers.get("x-webhook-secret").and_then(|v| v.to_str().ok()).or(query.get("secret").map(String::as_str));
     if !same_secret(sent.unwrap_or(""), &api.secret) {
         api.counters.reject("unauthorized");
-        return (StatusCode::UNAUTHORIZED, "webhook secret required").into_response();
+        return super::api::api_error(StatusCode::UNAUTHORIZED, "webhook secret required (X-Webhook-Secret)");
     }
     let body = match body {
         Ok(body) => body,
         Err(e) => {
             let status = e.status();
             api.counters.reject(if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "malformed" });
-            return (status, format!("payload: {e}")).into_response();
+            return super::api::api_error(status, format!("payload: {e}"));
         }
     };
     let (scope, hint) = match payload::read(&body) {
         Ok(read) => read,
         Err(e) => {
             api.counters.reject("malformed");
-            return (StatusCode::BAD_REQUEST, e.to_string()).into_response();
+            return super::api::api_error(StatusCode::BAD_REQUEST, e);
         }
     };
     let i = WebhookCounters::scope(scope);
     api.counters.received[i].fetch_add(1, Ordering::Relaxed);
-    let Some(hint) = hint else { return (StatusCode::ACCEPTED, "nothing to do").into_response() };
+    let Some(hint) = hint else { return accepted("nothing to do") };
     match api.queue.push(hint) {
         Queued::Full => {
             api.counters.reject("queue_full");
             // The scheduled crawl is the backstop for what is dropped here.
-            (StatusCode::SERVICE_UNAVAILABLE, "too many repos waiting; the scheduled audit will see it").into_response()
+            super::api::api_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many repos waiting; the scheduled audit will see it",
+            )
         }
         Queued::New | Queued::Merged => {
             api.counters.accepted[i].fetch_add(1, Ordering::Relaxed);
-            (StatusCode::ACCEPTED, "queued").into_response()
+            accepted("queued")
         }
     }
 }
@@ -308,4 +311,9 @@ impl Rereader {
     fn filters(&self) -> NameFilters<'_> {
         NameFilters { policy: &self.policy, author: self.audit.query.author.as_deref() }
     }
+}
+
+/// A 202 with what became of the payload, as JSON.
+fn accepted(status: &str) -> Response {
+    (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "status": status }))).into_response()
 }

@@ -46,7 +46,8 @@ pub struct WriterRow {
 /// A repo the repack worker should take (`report --affected`).
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct AffectedRepo {
-    /// `namespace/name`.
+    /// `namespace/name` (`repo_id` in JSON, as everywhere a repo is named).
+    #[serde(rename = "repo_id")]
     pub repo: String,
     /// The namespace.
     pub namespace: String,
@@ -68,7 +69,8 @@ pub struct AffectedRepo {
 /// disabled, invalid listing entries are listed as such), with its sums when audited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RepoListing {
-    /// `namespace/name` (escaped, for an invalid listing entry).
+    /// `namespace/name` (escaped, for an invalid listing entry); `repo_id` in JSON, as everywhere.
+    #[serde(rename = "repo_id")]
     pub repo: String,
     /// The namespace.
     pub namespace: String,

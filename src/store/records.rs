@@ -118,8 +118,9 @@ impl RepoState {
 /// One shard's audit, as stored and as reported (`report --repo`, `report --shards`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct ShardRow {
-    /// `namespace/name`.
+    /// `namespace/name` (`repo_id` in JSON, as everywhere).
     #[sqlx(rename = "repo_id")]
+    #[serde(rename = "repo_id")]
     pub repo: String,
     /// Path in the repo.
     pub path: String,

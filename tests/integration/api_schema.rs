@@ -34,7 +34,7 @@ fn every_api_answer_matches_the_document_and_the_raw_tables() {
     }
     // A few checks the document cannot say: filters, an unknown namespace, an out-of-range page.
     let repos: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
-    let gated = repos.iter().find(|r| r["repo"] == "gemma-org/gated-q4").expect("gated repos are listed");
+    let gated = repos.iter().find(|r| r["repo_id"] == "gemma-org/gated-q4").expect("gated repos are listed");
     assert_eq!(gated["state"], "gated");
     let affected: Vec<serde_json::Value> =
         serde_json::from_str(&get(&format!("{base}/api/repos?affected=true&limit=1000"))).unwrap();
@@ -70,4 +70,72 @@ fn every_api_answer_matches_the_document_and_the_raw_tables() {
         .unwrap();
     let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("check_api: OK"), "{text}");
+}
+
+/// `deploy/openapi.json` names every route the service serves, with its method, and nothing it does not:
+/// read from the routers' source, so a route added without its document fails here.
+#[test]
+fn the_document_names_every_route_with_its_method() {
+    let mut served = std::collections::BTreeSet::new();
+    for file in std::fs::read_dir(root().join("src/serve")).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        for call in text.split(".route(\"").skip(1) {
+            let (path, rest) = call.split_once('"').unwrap();
+            let call = rest.trim_start_matches([',', ' ', '\n']).split('(').next().unwrap().trim();
+            let method = call.rsplit("::").next().unwrap().to_owned();
+            served.insert((path.to_owned(), method));
+        }
+    }
+    assert!(served.len() >= 15, "the routes were read: {served:?}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("deploy/openapi.json")).unwrap()).unwrap();
+    let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| item.as_object().unwrap().keys().map(move |m| (path.clone(), m.clone())))
+        .collect();
+    assert_eq!(served, documented, "routes served (left) and documented (right)");
+    // Every API error the document names is the one JSON shape.
+    for (path, item) in doc["paths"].as_object().unwrap().iter().filter(|(p, _)| p.starts_with("/api/")) {
+        for (method, op) in item.as_object().unwrap() {
+            for (code, answer) in op["responses"].as_object().unwrap().iter().filter(|(c, _)| c.starts_with(['4', '5']))
+            {
+                if code == "422" {
+                    continue;
+                }
+                let schema = &answer["content"]["application/json"]["schema"]["$ref"];
+                assert_eq!(schema, "#/components/schemas/Error", "{method} {path} {code}");
+            }
+        }
+    }
+}
+
+/// API errors are JSON a client can read, whatever the endpoint.
+#[test]
+fn api_errors_are_json() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let (_service, base) = start_serve(&world.endpoint(), &db, 86_400, &["--workers", "0"], &[]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let answer = |method: reqwest::Method, path: &str| {
+        rt.block_on(async {
+            let r = reqwest::Client::new().request(method, format!("{base}{path}")).send().await.unwrap();
+            let status = r.status().as_u16();
+            let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+            (status, kind, r.json::<serde_json::Value>().await.unwrap())
+        })
+    };
+    for (method, path, status) in [
+        (reqwest::Method::GET, "/api/jobs?limit=0", 400),
+        (reqwest::Method::GET, "/api/jobs?state=broken", 400),
+        (reqwest::Method::GET, "/api/repos/nobody/nothing/shards", 404),
+        (reqwest::Method::POST, "/api/admin/audit", 401),
+        (reqwest::Method::POST, "/api/admin/jobs/1/retry", 401),
+    ] {
+        let (got, kind, body) = answer(method, path);
+        assert_eq!(got, status, "{path}");
+        assert_eq!(kind, "application/json", "{path}");
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {body}");
+    }
 }

@@ -162,7 +162,7 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     assert_eq!(deliver(&base, Some(SECRET), "", pushed(REPO, &new_head)).0, 202);
     wait_until("the push to be read again", || {
         let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
-        repos.iter().any(|r| r["repo"] == REPO && r["sha"] == new_head.as_str())
+        repos.iter().any(|r| r["repo_id"] == REPO && r["sha"] == new_head.as_str())
     });
     let counted = sim.counters.snapshot();
     let requests = |kind: &str| counted.requests.get(kind).copied().unwrap_or(0);
@@ -194,7 +194,7 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     let runs: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/runs"))).unwrap();
     assert_eq!(runs.iter().filter(|r| r["kind"] == "webhook").count(), 1, "no run for a repo never known: {runs:?}");
     let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
-    assert!(!repos.iter().any(|r| r["repo"] == "mlx-community/never-seen"));
+    assert!(!repos.iter().any(|r| r["repo_id"] == "mlx-community/never-seen"));
 }
 
 /// The Hub's payload for a deleted repo.
@@ -229,7 +229,7 @@ fn a_deleted_source_takes_its_mirror_private_at_once() {
     let page = get(&format!("{base}/repo/{source}"));
     assert!(page.contains("id=\"mirror-hidden\""), "the repo page says why: {page}");
     let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community"))).unwrap();
-    let gone = repos.iter().find(|r| r["repo"] == source).expect("still known");
+    let gone = repos.iter().find(|r| r["repo_id"] == source).expect("still known");
     assert_eq!(gone["state"], "vanished", "{gone}");
 }
 
@@ -404,8 +404,8 @@ fn a_confirmed_move_is_followed_by_its_mirror_and_a_forged_one_is_not() {
     let html = |s: &str| s.replace('/', "&#x2f;");
     assert!(page.contains(&format!(">{}</a>", html(mirror))) && !page.contains("followed the rename"), "{page}");
     let repos: Vec<Value> = serde_json::from_str(&get(&format!("{base}/api/repos?namespace=alice-org"))).unwrap();
-    assert!(repos.iter().any(|r| r["repo"] == old && r["state"] == "ok"), "{repos:?}");
-    assert!(!repos.iter().any(|r| r["repo"] == "alice-org/not-there"), "{repos:?}");
+    assert!(repos.iter().any(|r| r["repo_id"] == old && r["state"] == "ok"), "{repos:?}");
+    assert!(!repos.iter().any(|r| r["repo_id"] == "alice-org/not-there"), "{repos:?}");
 
     // The real move, with huggingface_hub; the simulator sends the Hub's `move` payload.
     let script =
@@ -567,7 +567,7 @@ fn pull_requests_closed_or_merged_are_recorded_and_a_closed_one_is_a_no() {
     wait_until("the merge commit audited", || {
         let repos: Vec<Value> =
             serde_json::from_str(&get(&format!("{base}/api/repos?namespace=mlx-community&limit=1000"))).unwrap();
-        repos.iter().any(|r| r["repo"] == merged && r["sha"] == merge_head.as_str() && r["misaligned_bytes"] == 0)
+        repos.iter().any(|r| r["repo_id"] == merged && r["sha"] == merge_head.as_str() && r["misaligned_bytes"] == 0)
     });
     assert_eq!(jobs().iter().filter(|j| j["repo_id"] == merged).count(), 1, "{:?}", jobs());
 

@@ -72,10 +72,10 @@ def main():
         counts[path] = items
     repos = counts["/api/repos"]
     for r in repos[:5]:
-        ns, name = r["repo"].split("/", 1) if r["state"] != "invalid_listing" else (None, None)
+        ns, name = r["repo_id"].split("/", 1) if r["state"] != "invalid_listing" else (None, None)
         if ns:
             shards, _ = fetch(f"{args.base}/api/repos/{ns}/{name}/shards")
-            validate(doc, "/api/repos/{ns}/{name}/shards", shards, r["repo"])
+            validate(doc, "/api/repos/{ns}/{name}/shards", shards, r["repo_id"])
 
     # The figures, from the raw tables with this script's own SQL.
     (n_repos,) = db.execute("SELECT COUNT(*) FROM repos").fetchone()

@@ -20,7 +20,7 @@ fn every_mlx_repo_is_audited_like_scan_and_access_states_are_recorded() {
     // The same files, scanned locally, give the same per-shard answers.
     let root = world.hub.as_ref().unwrap().sim.config.root.clone();
     for shard in &shards {
-        let path = root.join("models").join(shard["repo"].as_str().unwrap()).join(shard["path"].as_str().unwrap());
+        let path = root.join("models").join(shard["repo_id"].as_str().unwrap()).join(shard["path"].as_str().unwrap());
         let scanned: Value =
             serde_json::from_str(stdout(&run(&["scan", "--format", "json", path.to_str().unwrap()])).trim()).unwrap();
         for field in [
@@ -45,7 +45,7 @@ fn every_mlx_repo_is_audited_like_scan_and_access_states_are_recorded() {
     assert_eq!(states["alice/private-q4"], "ok", "the token's own private repo is audited");
     assert_eq!(states["bad-org/truncated-q4"], "ok");
     assert!(!states.contains_key("pytorch-org/not-mlx"), "not an MLX repo");
-    let truncated = shards.iter().find(|s| s["repo"] == "bad-org/truncated-q4").unwrap();
+    let truncated = shards.iter().find(|s| s["repo_id"] == "bad-org/truncated-q4").unwrap();
     assert_eq!(truncated["verdict"], "invalid");
     assert!(truncated["error"].as_str().unwrap().contains("truncated"), "{truncated}");
 
@@ -56,14 +56,14 @@ fn every_mlx_repo_is_audited_like_scan_and_access_states_are_recorded() {
     assert_eq!(mlx_community["repos_audited"], 3);
     let duplicated: i64 = shards
         .iter()
-        .filter(|s| s["repo"].as_str().unwrap().starts_with("mlx-community/"))
+        .filter(|s| s["repo_id"].as_str().unwrap().starts_with("mlx-community/"))
         .filter_map(|s| s["misaligned_bytes"].as_i64())
         .sum();
     assert_eq!(mlx_community["misaligned_bytes"], duplicated);
     let bytes: Vec<i64> = rows.iter().map(|r| r["misaligned_bytes"].as_i64().unwrap()).collect();
     assert!(bytes.windows(2).all(|w| w[0] >= w[1]), "sorted by bytes duplicated: {bytes:?}");
     let csv = stdout(&run(&["report", "--db", db.to_str().unwrap(), "--affected", "--format", "csv"]));
-    assert!(csv.starts_with("repo,namespace,sha,"), "{csv}");
+    assert!(csv.starts_with("repo_id,namespace,sha,"), "{csv}");
     let table = stdout(&run(&["report", "--db", db.to_str().unwrap()]));
     assert!(table.contains("mlx-community") && table.contains("audited repos affected"), "{table}");
 }
@@ -96,7 +96,7 @@ fn a_second_run_only_lists_and_a_changed_repo_alone_is_probed_again() {
     let c = sim.counters.snapshot();
     assert_eq!(c.resolver_requests, 1, "only the changed repo's one shard: {c:?}");
     let after = stored_shards(&db);
-    let q4 = after.iter().find(|s| s["repo"] == "mlx-community/tiny-q4").unwrap();
+    let q4 = after.iter().find(|s| s["repo_id"] == "mlx-community/tiny-q4").unwrap();
     assert_eq!(q4["verdict"], "aligned");
     assert_eq!(after.len(), first.len());
 }
