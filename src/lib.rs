@@ -20,6 +20,7 @@ pub mod io_error;
 pub mod job;
 pub mod manifest;
 pub mod preflight;
+pub mod progress;
 pub mod repack;
 pub mod report;
 pub mod safe_fs;

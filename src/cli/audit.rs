@@ -103,8 +103,11 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             started_by: Some(format!("hubalign audit on {}", super::hostname())),
             own_namespaces: args.target_namespaces.clone(),
         };
-        let bar = progress(0, "{spinner} {pos}/{len} repos {wide_msg}");
+        let bar = progress(0, "{spinner} {pos}/{len} repos, eta {eta} {wide_msg}");
+        tracing::info!(endpoint = %client.endpoint(), store = %args.store.shown(), "audit started");
         let mut shards = 0u64;
+        // Without a terminal (a log file, a pipe, systemd), a progress line at most every 10 s instead of the bar.
+        let mut said = std::time::Instant::now();
         let mut events = |event: AuditEvent| {
             match event {
                 AuditEvent::Listed { pending, .. } => bar.set_length(pending),
@@ -114,12 +117,23 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
                 }
             }
             let s = client.stats.snapshot();
-            bar.set_message(format!(
+            let line = format!(
                 "{shards} shards, {} API + {} resolver requests, {} read",
                 s.api_requests,
                 s.resolver_requests,
                 bytes(s.bytes_read)
-            ));
+            );
+            if bar.is_hidden() && said.elapsed() >= hubalign::progress::every() {
+                said = std::time::Instant::now();
+                let eta = bar.eta().as_secs();
+                tracing::info!(
+                    repos.done = bar.position(),
+                    repos.of = bar.length().unwrap_or(0),
+                    eta_s = eta,
+                    "audit progress: {line}"
+                );
+            }
+            bar.set_message(line);
         };
         // Ctrl-C ends the run as interrupted, with what it did recorded; every repo recorded so far is complete
         // (one transaction each), and the next run resumes after them.
@@ -135,6 +149,13 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         bar.finish_and_clear();
         let summary = outcome?;
         let s = summary.stats;
+        tracing::info!(
+            run = summary.run_id,
+            repos.probed = s.repos_probed,
+            shards = s.shards_probed,
+            interrupted = summary.interrupted.is_some(),
+            "audit ended"
+        );
         if let Some(reason) = &summary.interrupted {
             eprintln!("interrupted: {}", gate::escape_control(reason));
         }

@@ -74,6 +74,9 @@ pub(super) fn set_progress_bars(on: bool) {
     PROGRESS_BARS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The bar being drawn, if any: log lines are written around it (see [`LogWriter`]).
+static DRAWN: std::sync::Mutex<Option<ProgressBar>> = std::sync::Mutex::new(None);
+
 /// A progress bar on stderr, drawn only when stderr is a terminal and bars are on.
 pub(super) fn progress(len: u64, template: &str) -> ProgressBar {
     let drawn = PROGRESS_BARS.load(std::sync::atomic::Ordering::Relaxed) && std::io::stderr().is_terminal();
@@ -82,7 +85,36 @@ pub(super) fn progress(len: u64, template: &str) -> ProgressBar {
     if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style.progress_chars("=> "));
     }
+    if drawn {
+        *DRAWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bar.clone());
+    }
     bar
+}
+
+/// Where log lines go: stderr, with the progress bar being drawn (if any) cleared while a line is written and
+/// drawn again after it, so that lines never overwrite the bar nor the bar a line.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let bar = DRAWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match bar.filter(|b| !b.is_finished()) {
+            Some(bar) => bar.suspend(|| std::io::stderr().write_all(buf)).map(|()| buf.len()),
+            None => std::io::stderr().write_all(buf).map(|()| buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+    fn make_writer(&'a self) -> LogWriter {
+        LogWriter
+    }
 }
 
 /// Renders rows as space-separated columns, the first row being the heading.

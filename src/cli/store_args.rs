@@ -32,6 +32,14 @@ impl StoreArgs {
         }
     }
 
+    /// The store's location as it may be shown (a server's without its password).
+    pub(super) fn shown(&self) -> String {
+        match self.location() {
+            Ok(Some(location)) => location.to_string(),
+            _ => default_db_path().display().to_string(),
+        }
+    }
+
     /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
     /// machine never share staged files; beside the default file for a server's store.
     pub(super) fn default_work_dir(&self) -> anyhow::Result<PathBuf> {

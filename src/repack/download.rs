@@ -10,6 +10,8 @@
 
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt as _;
 use sha1::Digest as _;
@@ -159,17 +161,21 @@ pub async fn download(
     // The connections go to the large files that are fetched at the same time (small ones take one each).
     let large = wanted.iter().filter(|(f, ..)| f.size >= SEGMENTED_FROM).count();
     let per_file = (connections / at_once.min(large).max(1)).max(1);
+    let progress = Arc::new(AtomicU64::new(0));
+    tracing::info!(repo.id = %repo, files = wanted.len(), bytes = to_fetch, kept = reused, "download started");
+    let progress_ref = &progress;
     let transfers: Vec<_> = wanted
         .iter()
         .map(|(f, partial, dest, repair)| async move {
-            let fetched = fetch_file(hub, repo, sha, f, (partial, dest), *repair, per_file).await;
+            let fetched = fetch_file(hub, repo, sha, f, (partial, dest), *repair, (per_file, progress_ref)).await;
             if let Ok((_, true)) = fetched {
                 layout.announce(&f.path);
             }
             fetched.map(|(bytes, _)| bytes)
         })
         .collect();
-    let results: Vec<_> = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect().await;
+    let transferring = futures_util::stream::iter(transfers).buffer_unordered(at_once).collect::<Vec<_>>();
+    let results = said_as_it_goes(transferring, (&progress, to_fetch), repo).await;
     let mut bytes = 0u64;
     // A file that fails does not stop the others: the next attempt then fetches only what failed.
     let mut failed: Option<RepackError> = None;
@@ -195,6 +201,34 @@ pub async fn download(
         tracing::debug!(repo.id = %repo, files = streamed, "shards repaired as they streamed where header padding fixes them");
     }
     Ok(Downloaded { tree, bytes, reused, left_out })
+}
+
+/// Runs `transfers`, saying every [`crate::progress::every`] (10 s) how many of the `total` bytes have arrived, at what rate,
+/// and when the rest should have at that rate.
+async fn said_as_it_goes<T>(transfers: impl Future<Output = T>, (progress, total): (&AtomicU64, u64), repo: &str) -> T {
+    tokio::pin!(transfers);
+    let started = std::time::Instant::now();
+    let every = crate::progress::every();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            done = &mut transfers => return done,
+            _ = ticks.tick() => {
+                let done = progress.load(Ordering::Relaxed);
+                let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
+                let eta = if done > 0 {
+                    format!("{} s", (total.saturating_sub(done) as f64 / rate).ceil() as u64)
+                } else {
+                    "unknown".to_owned()
+                };
+                tracing::info!(
+                    repo.id = %repo, bytes = done, of = total, eta = %eta,
+                    "downloading: {} of {} at {}/s",
+                    crate::report::human_bytes(done), crate::report::human_bytes(total), crate::report::human_bytes(rate as u64)
+                );
+            }
+        }
+    }
 }
 
 impl Layout {
@@ -342,7 +376,7 @@ async fn fetch_file(
     f: &TreeFile,
     (partial, dest): (&Path, &Path),
     repair: Option<&RepairTarget>,
-    connections: usize,
+    (connections, progress): (usize, &Arc<AtomicU64>),
 ) -> Result<(u64, bool), (RepackError, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
     if repair.is_some() {
@@ -351,7 +385,7 @@ async fn fetch_file(
     let kept = std::fs::symlink_metadata(partial).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     let start = if kept > f.size { 0 } else { kept };
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
-    let writer = spawn_writer(f, partial, start, repair, rx);
+    let writer = spawn_writer(f, partial, start, repair, Arrivals { rx, progress: progress.clone() });
     let retry = RetryPolicy::default();
     let (mut have, mut fetched) = (start, 0u64);
     let mut stopped = None;
@@ -412,7 +446,7 @@ fn spawn_writer(
     partial: &Path,
     start: u64,
     repair: Option<&RepairTarget>,
-    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    rx: Arrivals,
 ) -> impl Future<Output = Result<Written, crate::blocking::BlockingError>> + use<> {
     let (partial, digest, repair) = (partial.to_owned(), FileDigest::new(f), repair.cloned());
     let (name, size) = (f.path.clone(), f.size);
@@ -420,6 +454,21 @@ fn spawn_writer(
         Some(target) => write_streamed(&partial, &name, size, target, rx),
         None => write_partial(&partial, start, digest, rx).map(|(n, d)| (n, Finished::Whole(d))),
     })
+}
+
+/// The bytes a transfer passes to its writer, counted into the download's progress as the writer takes them.
+struct Arrivals {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    progress: Arc<AtomicU64>,
+}
+
+impl Arrivals {
+    /// The next piece, on the writer's thread.
+    fn blocking_recv(&mut self) -> Option<bytes::Bytes> {
+        let piece = self.rx.blocking_recv()?;
+        self.progress.fetch_add(piece.len() as u64, Ordering::Relaxed);
+        Some(piece)
+    }
 }
 
 /// What a writer made of a whole file.
@@ -445,7 +494,7 @@ fn write_partial(
     partial: &Path,
     start: u64,
     mut digest: FileDigest,
-    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    mut rx: Arrivals,
 ) -> std::io::Result<(u64, FileDigest)> {
     let mut file = if start == 0 { safe_fs::create_nofollow(partial)? } else { safe_fs::open_rw_nofollow(partial)? };
     hash_prefix(&mut file, start, &mut digest)?;
@@ -464,13 +513,7 @@ fn write_partial(
 
 /// Streams a shard from its first byte through [`StreamRepair`], which writes the repaired file or the
 /// whole source, and the stub or whole source into `partial`.
-fn write_streamed(
-    partial: &Path,
-    name: &str,
-    size: u64,
-    target: RepairTarget,
-    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
-) -> Written {
+fn write_streamed(partial: &Path, name: &str, size: u64, target: RepairTarget, mut rx: Arrivals) -> Written {
     let mut repair = StreamRepair::new(name, size, target, safe_fs::create_nofollow(partial)?);
     let mut written = 0u64;
     while let Some(chunk) = rx.blocking_recv() {

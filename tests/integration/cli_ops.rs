@@ -249,3 +249,37 @@ fn verbosity_completions_host_names_and_repo_ids_behave_as_operators_expect() {
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     assert!(stderr(&bad).contains("REPO"), "{}", stderr(&bad));
 }
+
+/// Long work says how far it is where no bar is drawn (a log file, a pipe): an audit's start, progress with
+/// its ETA and end, and a job's download with its bytes and ETA, at info.
+#[test]
+fn long_work_says_how_far_it_is_without_a_terminal() {
+    let world = audit_world(12, |c| c.faults.latency = Duration::from_millis(60));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let endpoint = world.endpoint();
+    let out = hubalign()
+        .args(["audit", "--endpoint", endpoint.as_str(), "--concurrency", "2", "--db", db.to_str().unwrap()])
+        .env("HUBALIGN_DEBUG_PROGRESS_MS", "200")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stderr(&out);
+    for line in ["audit started", "audit progress:", "eta_s=", "audit ended"] {
+        assert!(said.contains(line), "{line} in {said}");
+    }
+    let out = hubalign()
+        .args(["repack", "mlx-community/tiny-sharded", "--endpoint", endpoint.as_str(), "--token", ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu", "--python"])
+        .arg(crate::support::python())
+        .env("HUBALIGN_DEBUG_PROGRESS_MS", "100")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let said = stderr(&out);
+    for line in ["download started", "downloading: ", "of=77825", "eta="] {
+        assert!(said.contains(line), "{line} in {said}");
+    }
+}

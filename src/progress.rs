@@ -1,0 +1,12 @@
+//! How often long work (an audit without a terminal, a job's download) says how far it is.
+
+use std::time::Duration;
+
+/// Every 10 s; debug builds take `HUBALIGN_DEBUG_PROGRESS_MS` instead, so the tests see lines from short work.
+pub fn every() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("HUBALIGN_DEBUG_PROGRESS_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        return Duration::from_millis(ms.max(1));
+    }
+    Duration::from_secs(10)
+}
