@@ -74,6 +74,36 @@ pub struct SourceCard {
     pub language: Vec<String>,
     /// The card's own tags that a mirror carries (`CARRIED_TAGS` and tasks).
     pub tags: Vec<String>,
+    /// The models the source credits as its own origin (its card's `base_model`): repo ids only, at most
+    /// [`MAX_CREDITS`], linked from the mirror's card and never put in its front matter (the mirror's
+    /// `base_model` is the source).
+    pub credits: Vec<String>,
+}
+
+/// The most upstream models a card names.
+const MAX_CREDITS: usize = 4;
+
+/// Licence ids the Hub uses, with the SPDX identifier their text is published under at `spdx.org`.
+const SPDX: [(&str, &str); 14] = [
+    ("apache-2.0", "Apache-2.0"),
+    ("mit", "MIT"),
+    ("bsd-2-clause", "BSD-2-Clause"),
+    ("bsd-3-clause", "BSD-3-Clause"),
+    ("cc-by-4.0", "CC-BY-4.0"),
+    ("cc-by-sa-4.0", "CC-BY-SA-4.0"),
+    ("cc-by-nc-4.0", "CC-BY-NC-4.0"),
+    ("cc-by-nc-sa-4.0", "CC-BY-NC-SA-4.0"),
+    ("cc0-1.0", "CC0-1.0"),
+    ("gpl-3.0", "GPL-3.0-only"),
+    ("lgpl-3.0", "LGPL-3.0-only"),
+    ("agpl-3.0", "AGPL-3.0-only"),
+    ("mpl-2.0", "MPL-2.0"),
+    ("unlicense", "Unlicense"),
+];
+
+/// Where a licence id's text is published, for the ids [`SPDX`] knows.
+fn spdx_url(license: &str) -> Option<String> {
+    SPDX.iter().find(|(id, _)| *id == license).map(|(_, spdx)| format!("https://spdx.org/licenses/{spdx}.html"))
 }
 
 /// The longest value carried over, and the most items of a list.
@@ -155,6 +185,11 @@ impl SourceCard {
             pipeline_tag: task.filter(|t| TASKS.contains(&t.as_str())),
             language: list(card.and_then(|c| c.get("language"))).into_iter().filter(|l| language(l)).collect(),
             tags,
+            credits: list(card.and_then(|c| c.get("base_model")))
+                .into_iter()
+                .filter(|id| crate::gate::check_repo_id(id).is_ok())
+                .take(MAX_CREDITS)
+                .collect(),
         }
     }
 }
@@ -213,8 +248,13 @@ pub struct CardData<'a> {
     pub target_name: &'a str,
     /// What the source's card says.
     pub source: SourceCard,
-    /// Where the licence's text is, for `license: other`.
+    /// Where the licence's text is: the checked `license_link` for `license: other`, else the text of a
+    /// well-known licence id.
     pub license_url: Option<String>,
+    /// The licence file the mirror carries (`LICENSE`, `LICENSE.md`, …), linked beside it.
+    pub license_file: Option<String>,
+    /// Whether the tokenizer has a chat template: the usage shows a chat then.
+    pub chat_template: bool,
     /// Per shard: the manifest entries.
     pub shards: &'a [ManifestShard],
     /// Shards left as they were (no loader copies from them), with why.
@@ -260,6 +300,35 @@ pub struct CardInputs<'a> {
     pub checks: &'a crate::job::payload::LocalChecks,
     /// The MLX load check's record.
     pub mlx: crate::job::payload::MlxRecord,
+    /// What the bundle's files say: the licence file and whether the tokenizer has a chat template.
+    pub files: BundleFiles,
+}
+
+/// What a card reads from the mirror's own files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BundleFiles {
+    /// The licence file it carries, if any.
+    pub license_file: Option<String>,
+    /// Whether its tokenizer has a chat template.
+    pub chat_template: bool,
+}
+
+impl BundleFiles {
+    /// Reads `dir`, the staged mirror: a licence file by its usual names, and a chat template in
+    /// `tokenizer_config.json` (its `chat_template` key) or beside it (`chat_template.jinja`,
+    /// `chat_template.json`). The carried files are capped in size by `repack::carry`.
+    pub fn of(dir: &std::path::Path) -> BundleFiles {
+        let license_file = ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENSE.TXT"]
+            .into_iter()
+            .find(|name| dir.join(name).is_file())
+            .map(str::to_owned);
+        let in_config = std::fs::read(dir.join("tokenizer_config.json"))
+            .ok()
+            .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
+            .is_some_and(|config| config.get("chat_template").is_some_and(|t| !t.is_null()));
+        let beside = ["chat_template.jinja", "chat_template.json"].iter().any(|name| dir.join(name).is_file());
+        BundleFiles { license_file, chat_template: in_config || beside }
+    }
 }
 
 impl<'a> CardData<'a> {
@@ -267,7 +336,9 @@ impl<'a> CardData<'a> {
     pub fn new(manifest: &'a Manifest, inputs: CardInputs<'a>) -> CardData<'a> {
         let source_repo = manifest.source_repo.as_deref().unwrap_or("");
         let endpoint = inputs.endpoint.trim_end_matches('/');
-        let license_url = inputs.source.license_link.as_deref().and_then(|l| license_url(l, endpoint, source_repo));
+        let checked_link = inputs.source.license_link.as_deref().and_then(|l| license_url(l, endpoint, source_repo));
+        // The card links the licence's text: the source's own link, else the published text of its id.
+        let license_url = checked_link.clone().or_else(|| inputs.source.license.as_deref().and_then(spdx_url));
         let listed = manifest.left_out.len().min(MAX_LISTED);
         let more = &manifest.left_out[listed..];
         let mut digests: Vec<(String, usize)> = Vec::new();
@@ -278,7 +349,9 @@ impl<'a> CardData<'a> {
             }
         }
         CardData {
-            front_matter: front_matter(source_repo, &inputs.source, license_url.as_deref()),
+            front_matter: front_matter(source_repo, &inputs.source, checked_link.as_deref()),
+            license_file: inputs.files.license_file.clone(),
+            chat_template: inputs.files.chat_template,
             left_out: &manifest.left_out[..listed],
             left_out_more: (more.len(), more.iter().fold(0u64, |sum, f| sum.saturating_add(f.bytes))),
             edited: &manifest.edited,
@@ -384,6 +457,31 @@ pub fn license_of(readme: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_models_a_source_credits_are_repo_ids_only_and_the_bundle_says_what_it_carries() {
+        let info: ModelInfo = serde_json::from_value(serde_json::json!({ "cardData": { "base_model": [
+            "meta-llama/Llama-3.2-1B", "../etc/passwd", "x](http://evil.example)", "javascript:alert(1)",
+            "a/b", "c/d", "e/f", "g/h",
+        ]}}))
+        .unwrap();
+        let card = SourceCard::from_info(&info);
+        assert_eq!(card.credits, ["meta-llama/Llama-3.2-1B", "a/b", "c/d", "e/f"], "ids that pass the gate, at most 4");
+        let single: ModelInfo =
+            serde_json::from_value(serde_json::json!({ "cardData": { "base_model": "q/r" } })).unwrap();
+        assert_eq!(SourceCard::from_info(&single).credits, ["q/r"]);
+
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(BundleFiles::of(dir.path()), BundleFiles::default());
+        std::fs::write(dir.path().join("LICENSE.md"), "text").unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"chat_template": "{{ messages }}"}"#).unwrap();
+        let files = BundleFiles::of(dir.path());
+        assert_eq!((files.license_file.as_deref(), files.chat_template), (Some("LICENSE.md"), true));
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"chat_template": null}"#).unwrap();
+        assert!(!BundleFiles::of(dir.path()).chat_template);
+        assert_eq!(spdx_url("apache-2.0").as_deref(), Some("https://spdx.org/licenses/Apache-2.0.html"));
+        assert_eq!(spdx_url("llama3.2"), None);
+    }
 
     #[test]
     fn licenses_from_front_matter() {

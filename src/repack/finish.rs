@@ -41,6 +41,7 @@ impl Repacker<'_> {
             before_bytes: facts.source.before_bytes,
             checks: facts.checks,
             mlx: facts.record,
+            files: card::BundleFiles::of(dir),
         };
         let text = card::render(&card::CardData::new(facts.manifest, inputs))
             .map_err(|e| RepackError::permanent(format!("the card: {e}")))?;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use hubalign::job::payload::LocalChecks;
 use hubalign::manifest::{Edited, LeftOut, Manifest, ManifestShard};
-use hubalign::repack::card::{CardData, CardInputs, SourceCard, render};
+use hubalign::repack::card::{BundleFiles, CardData, CardInputs, SourceCard, render};
 use hubalign::safetensors::Method;
 
 use crate::support::{python, root};
@@ -66,6 +66,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         pipeline_tag: Some("text-generation".into()),
         language: vec!["en".into()],
         tags: vec!["not-for-all-audiences".into()],
+        credits: vec!["ornith-ai/Ornith-1.5-35B-A3B".into()],
         ..SourceCard::default()
     };
     let inputs = CardInputs {
@@ -75,6 +76,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         before_bytes: 4_731_260_928,
         checks: &checks,
         mlx,
+        files: BundleFiles { license_file: Some("LICENSE".into()), chat_template: true },
     };
     let card = render(&CardData::new(&manifest, inputs)).unwrap();
 
@@ -111,6 +113,22 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         );
     }
     assert!(card.contains("| tensors a memory-mapping loader must copy | 1,421 of 1,757 | 0 |"), "{card}");
+    assert!(
+        card.contains("| tensors a memory-mapping loader maps in place (zero copy) | 336 of 1,757 | 1,757 of 1,757 |")
+    );
+    // What readers of mlx-community's cards look for: the full id as the title, where it came from and by
+    // what, the model the source credits, how to install and chat, the licence's text.
+    assert!(card.contains("\n# hubalign/Ornith-1.5-35B-A3B-MLX-4bit-aligned\n"), "{card}");
+    assert!(card.contains("Re-laid from [ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit](https://huggingface.co/ornith-ai/Ornith-1.5-35B-A3B-MLX-4bit) at commit `8f3c2a91d0b7e64c5a1f2e3d4c5b6a7980f1e2d3` by hubalign"));
+    assert!(card.contains(
+        "The source credits [ornith-ai/Ornith-1.5-35B-A3B](https://huggingface.co/ornith-ai/Ornith-1.5-35B-A3B)"
+    ));
+    assert!(
+        card.contains("pip install mlx-lm")
+            && card.contains("tokenizer.apply_chat_template(messages, add_generation_prompt=True)")
+    );
+    assert!(card.contains("`mit` ([text](https://spdx.org/licenses/MIT.html))") && card.contains("[LICENSE](LICENSE)"));
+    assert!(card.contains("(MLX 0\\.32\\.4)") || card.contains("(MLX 0.32.4)"), "the check's record: {card}");
     assert!(card.contains("4.73 GB (4,731,260,928 bytes)"));
     assert!(card.contains("1,757 arrays in 4 files") && card.contains("(1,757 of 1,757 tensors)"));
     assert!(!card.contains("1 bytes") && !card.contains("base_model_relation"));
