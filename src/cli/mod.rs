@@ -5,6 +5,7 @@ mod config_file;
 #[cfg(feature = "demo")]
 mod demo;
 mod fix;
+mod healthcheck;
 mod jobs;
 mod output;
 mod preflight;
@@ -173,6 +174,8 @@ enum Command {
     ///
     /// Exit codes: 0 a worker with these settings starts, 4 a check failed (each says its fix).
     Doctor(preflight::DoctorArgs),
+    /// Ask a running service's /healthz and exit 0 on a 2xx answer: a container's HEALTHCHECK.
+    Healthcheck(healthcheck::HealthcheckArgs),
     /// Print a shell's completion script for hubalign: `hubalign completions bash > /etc/bash_completion.d/hubalign`
     /// (or zsh, fish, elvish, powershell).
     Completions {
@@ -253,6 +256,7 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Webhook(args) => webhook::run(args),
         Command::Doctor(args) => preflight::run(args),
         Command::Jobs(args) => jobs::run(args),
+        Command::Healthcheck(args) => healthcheck::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(
                 *shell,

@@ -114,6 +114,10 @@ pub(super) struct WorkerLoopArgs {
     /// The token runners must present.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
+    /// Serve `GET /healthz` on this address (HOST:PORT), answered as `serve` answers it, for a probe
+    /// (Kubernetes, a load balancer).
+    #[arg(long, env = "HUBALIGN_HEALTH_LISTEN", value_name = "HOST:PORT")]
+    health_listen: Option<String>,
 }
 
 #[derive(Args)]
@@ -304,7 +308,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
         // `serve`'s service with the audit, the pages and the webhooks off.
         let health = Arc::new(Health::default());
-        let mut service = Service::new(health);
+        let mut service = Service::new(health.clone());
         if let (Some(addr), Some(token)) = (args.runner_listen.as_deref(), args.runner_token.clone()) {
             let api = Arc::new(RunnerApi {
                 store: s.store.clone(),
@@ -317,6 +321,14 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
                 .with_context(|| format!("cannot listen on {addr} (--runner-listen)"))?;
             println!("runner API on http://{}", listener.local_addr()?);
             service.http(listener, runner_api::router(api), Limits::default());
+        }
+        if let Some(addr) = args.health_listen.as_deref() {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--health-listen)"))?;
+            println!("health on http://{}/healthz", listener.local_addr()?);
+            let router = hubalign::serve::health_router(s.store.clone(), health.clone());
+            service.http(listener, router, Limits::default());
         }
         // Queue the audit's affected repos and check the mirrors' sources now (a failure here is the
         // operator's to mend, said at once), then every 30 s beside the loop.

@@ -75,7 +75,7 @@ pub struct SourceCard {
     /// The card's own tags that a mirror carries (`CARRIED_TAGS` and tasks).
     pub tags: Vec<String>,
     /// The models the source credits as its own origin (its card's `base_model`): repo ids only, at most
-    /// [`MAX_CREDITS`], linked from the mirror's card and never put in its front matter (the mirror's
+    /// 4, linked from the mirror's card and never put in its front matter (the mirror's
     /// `base_model` is the source).
     pub credits: Vec<String>,
 }

@@ -17,14 +17,25 @@ use crate::store::queries::RepoFilter;
 /// (jobs held for the operator, the newest jobs all failed, the newest audit failed: 200, as a restart mends
 /// none of them), else `ok`.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
-    if let Err(e) = state.store.ping().await {
+    health(&state.store, &state.health).await
+}
+
+/// `GET /healthz` of a process that serves nothing else (`worker --health-listen`).
+pub(super) async fn healthz_alone(
+    State((store, health_of)): State<(crate::store::Store, std::sync::Arc<super::Health>)>,
+) -> Response {
+    health(&store, &health_of).await
+}
+
+async fn health(store: &crate::store::Store, health: &super::Health) -> Response {
+    if let Err(e) = store.ping().await {
         return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response();
     }
-    let problems = state.health.problems();
+    let problems = health.problems();
     if !problems.is_empty() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response();
     }
-    match super::alarms::read(&state.store).await {
+    match super::alarms::read(store).await {
         Ok(alarms) if alarms.is_empty() => "ok\n".into_response(),
         Ok(alarms) => {
             let lines: Vec<String> = alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();

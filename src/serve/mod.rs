@@ -181,6 +181,12 @@ pub fn router(
     Ok(app.route_layer(axum::middleware::from_fn_with_state(http_seconds, latency::observe)))
 }
 
+/// The router of a process that serves only its health (`worker --health-listen`): `GET /healthz`, as
+/// `serve` answers it, for a probe.
+pub fn health_router(store: Store, health: Arc<Health>) -> Router {
+    Router::new().route("/healthz", get(api::healthz_alone)).with_state((store, health))
+}
+
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

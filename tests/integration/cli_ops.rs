@@ -283,3 +283,36 @@ fn long_work_says_how_far_it_is_without_a_terminal() {
         assert!(said.contains(line), "{line} in {said}");
     }
 }
+
+/// A worker answers a probe with `--health-listen` as `serve` does, and `hubalign healthcheck` (the
+/// container's HEALTHCHECK) reads it: 0 on a 2xx answer, 4 when nothing answers.
+#[test]
+fn a_worker_serves_its_health_and_healthcheck_reads_it() {
+    let world = audit_world(0, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let endpoint = world.endpoint();
+    let port = free_port();
+    let _worker = Service(
+        hubalign()
+            .args(["worker", "--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
+            .args(["--target-namespace", "alice", "--verify-device", "metal", "--drain-only"])
+            .args(["--health-listen", &format!("localhost:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while try_get(&url).is_none() {
+        assert!(Instant::now() < deadline, "the worker's health did not answer");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(try_get(&url).unwrap(), "ok\n");
+    let ok = run(&["healthcheck", "--url", &url]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert!(stdout(&ok).starts_with("200 OK: ok"), "{}", stdout(&ok));
+    let nobody = run(&["healthcheck", "--url", &format!("http://127.0.0.1:{}/healthz", free_port()), "--timeout", "2"]);
+    assert_eq!(nobody.status.code(), Some(4), "{}", stderr(&nobody));
+}

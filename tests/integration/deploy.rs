@@ -39,6 +39,30 @@ fn kubernetes_manifests_match_the_api_schema() {
     assert!(!out.status.success() && text(&out).contains("replicaz"), "{}", text(&out));
 }
 
+/// Every pod of the manifests is admitted by the "restricted" Pod Security Standard (non-root, seccomp
+/// `RuntimeDefault`, no privilege escalation, every capability dropped, only the volume types it allows), and
+/// has resources and, when long-running, both probes (`tests/python/pod_security.py`); the check fails a pod
+/// that loses its seccomp profile.
+#[test]
+fn every_pod_is_admitted_by_the_restricted_pod_security_standard() {
+    let run = |files: &[PathBuf]| {
+        Command::new(crate::support::python())
+            .arg(root().join("tests/python/pod_security.py"))
+            .args(files)
+            .output()
+            .unwrap()
+    };
+    let manifests = [root().join("deploy/k8s/hubalign.yaml"), root().join("deploy/k8s/hubalign-postgres.yaml")];
+    let out = run(&manifests);
+    assert!(out.status.success() && text(&out).contains("pod security: OK"), "{}", text(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let loose = dir.path().join("loose.yaml");
+    let yaml = std::fs::read_to_string(&manifests[1]).unwrap();
+    std::fs::write(&loose, yaml.replace("type: RuntimeDefault", "type: Unconfined")).unwrap();
+    let out = run(&[loose]);
+    assert!(!out.status.success() && text(&out).contains("seccompProfile"), "{}", text(&out));
+}
+
 /// A root with the host's system units and the built binary at the path the units name.
 fn systemd_root() -> (tempfile::TempDir, PathBuf) {
     let analyze = Command::new("systemd-analyze").arg("--version").output();
@@ -89,6 +113,27 @@ fn systemd_units_verify_without_a_warning() {
     assert!(text(&out).contains("dialy"), "{}", text(&out));
 }
 
+/// Each unit scores 2.0 or less ("OK") in `systemd-analyze security`, read offline from the unit files; a
+/// unit stripped of its hardening scores "EXPOSED", so the check can fail.
+#[test]
+fn systemd_units_are_hardened_to_ok() {
+    let (_dir, units_dir) = systemd_root();
+    let score = |unit: &Path| {
+        let out = Command::new("systemd-analyze").args(["security", "--offline=yes"]).arg(unit).output().unwrap();
+        let said = text(&out);
+        let line = said.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_else(|| panic!("{said}"));
+        let value = line.split(": ").nth(1).and_then(|v| v.split_whitespace().next()).unwrap();
+        value.parse::<f64>().unwrap()
+    };
+    for unit in ["hubalign.service", "hubalign-audit.service", "hubalign-worker.service"] {
+        let exposure = score(&units_dir.join(unit));
+        assert!(exposure <= 2.0, "{unit}: {exposure}");
+    }
+    let bare = units_dir.join("bare.service");
+    std::fs::write(&bare, "[Service]\nExecStart=/usr/local/bin/hubalign serve\n").unwrap();
+    assert!(score(&bare) > 8.0);
+}
+
 /// The Dockerfile's instructions, continuation lines joined, comments dropped.
 fn dockerfile_instructions() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
@@ -111,10 +156,17 @@ fn dockerfile_instructions() -> Vec<(String, String)> {
 #[test]
 fn the_container_is_multi_stage_non_root_and_ships_only_the_binary() {
     let instructions = dockerfile_instructions();
-    let known = ["FROM", "RUN", "COPY", "WORKDIR", "USER", "ENV", "EXPOSE", "VOLUME", "ENTRYPOINT", "CMD"];
+    let known =
+        ["FROM", "RUN", "COPY", "WORKDIR", "USER", "ENV", "EXPOSE", "VOLUME", "HEALTHCHECK", "ENTRYPOINT", "CMD"];
     for (op, _) in &instructions {
         assert!(known.contains(&op.as_str()), "unexpected instruction {op} (ADD fetches URLs; use COPY)");
     }
+    // The image checks its own health with the binary (it has no HTTP client), and its user's group is the
+    // pods' (10001), not whatever `useradd --system` picks.
+    let health = instructions.iter().find(|(op, _)| op == "HEALTHCHECK").map_or("", |(_, a)| a.as_str());
+    assert!(health.contains("\"/usr/local/bin/hubalign\", \"healthcheck\""), "{health}");
+    let run = instructions.iter().filter(|(op, _)| op == "RUN").map(|(_, a)| a.as_str()).collect::<Vec<_>>().join(" ");
+    assert!(run.contains("groupadd --system --gid 10001") && run.contains("--uid 10001 --gid 10001"), "{run}");
     let stages: Vec<usize> =
         instructions.iter().enumerate().filter(|(_, (op, _))| op == "FROM").map(|(i, _)| i).collect();
     assert!(stages.len() >= 2, "multi-stage build expected");

@@ -6,7 +6,19 @@ use crate::support::{root, run, stdout};
 #[test]
 fn the_command_reference_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("docs/COMMANDS.md")).unwrap();
-    let subs = ["scan", "fix", "audit", "report", "repack", "worker", "verify-runner", "serve", "demo", "doctor"];
+    let subs = [
+        "scan",
+        "fix",
+        "audit",
+        "report",
+        "repack",
+        "worker",
+        "verify-runner",
+        "serve",
+        "demo",
+        "doctor",
+        "healthcheck",
+    ];
     for sub in subs.iter().map(|s| vec![*s]).chain([
         vec!["store", "export"],
         vec!["store", "import"],
@@ -55,7 +67,13 @@ fn the_metal_runner_workflow_is_valid_yaml_that_runs_the_runner_on_apple_silicon
                  runs = ' '.join(s.get('run', '') for s in job['steps']); \
                  assert 'hubalign verify-runner' in runs and '--verify-device metal' in runs, runs; \
                  assert 'HUBALIGN_RUNNER_TOKEN' in str(job['steps']), 'the token comes from a secret'; \
-                 assert '--db' in runs and 'secrets.HUBALIGN_DATABASE_URL' in str(job['steps']), 'the Hub mode'";
+                 assert '--db' in runs and 'secrets.HUBALIGN_DATABASE_URL' in str(job['steps']), 'the Hub mode'; \
+                 assert w['permissions'] == {'contents': 'read'}, 'least privilege'; \
+                 import re; uses = [s['uses'] for s in job['steps'] if 'uses' in s]; \
+                 assert uses and all(re.fullmatch(r'[\\w.-]+/[\\w.-]+@[0-9a-f]{40}', u) for u in uses), uses; \
+                 co = [s for s in job['steps'] if s.get('uses', '').startswith('actions/checkout@')][0]; \
+                 assert co['with']['persist-credentials'] is False, 'no credentials kept'; \
+                 assert 'cargo build --release --locked' in runs, runs";
     let out = std::process::Command::new(crate::support::python())
         .args(["-c", check])
         .arg(root().join("deploy/metal-verify.yml"))
