@@ -46,29 +46,47 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
             findings.push(Finding::ok("store", format!("{at} ({:?}), migrated", store.backend())));
             Some(store)
         }
-        Err(e) => {
+        // A location that cannot be a store is a setting to mend; one that does not answer now may later.
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             findings.push(Finding::fail("store", super::describe(&e), "check --db (or DATABASE_URL)"));
+            None
+        }
+        Err(e) => {
+            findings.push(Finding::unreachable("store", super::describe(&e), "check that the database answers"));
             None
         }
     };
     let work_dir = match (&args.work_dir, args.store.default_work_dir()) {
         (Some(dir), _) => dir.clone(),
-        (None, Ok(dir)) => dir,
-        (None, Err(_)) => hubalign::store::default_db_path().with_extension("work"),
+        (None, default) => {
+            let dir = default.unwrap_or_else(|_| hubalign::store::default_db_path().with_extension("work"));
+            // The default is ours to make, parents and all (a store elsewhere leaves the data directory unmade).
+            if let Some(parent) = dir.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            dir
+        }
     };
     let work = preflight::work_dir(&work_dir);
     let work_ok = work.status != Status::Fail;
     findings.push(work);
     let mlx_script = work_dir.join("verify_mlx.py");
-    let python = match args.verify_device {
-        Device::Metal => {
+    // A worker runs the MLX check itself on the CPU, or with Metal on Apple silicon; elsewhere a Metal job goes
+    // to the macOS runner.
+    let device = match args.verify_device {
+        Device::Cpu => Some("cpu"),
+        Device::Metal if cfg!(target_os = "macos") => Some("gpu"),
+        Device::Metal => None,
+    };
+    let python = match device {
+        None => {
             let why = "--verify-device metal: the macOS runner runs the MLX check (`verify-runner` checks its own)";
             Finding::skipped("python", why)
         }
-        Device::Cpu if !work_ok => Finding::skipped("python", "needs a work directory to run in"),
-        Device::Cpu => match std::fs::write(&mlx_script, VERIFY_MLX) {
+        Some(_) if !work_ok => Finding::skipped("python", "needs a work directory to run in"),
+        Some(device) => match std::fs::write(&mlx_script, VERIFY_MLX) {
             Ok(()) => {
-                let check = MlxCheck { python: args.python.clone(), script: mlx_script.clone(), device: "cpu".into() };
+                let check = MlxCheck { python: args.python.clone(), script: mlx_script.clone(), device: device.into() };
                 preflight::mlx(&check, &work_dir).await
             }
             Err(e) => Finding::fail(
@@ -90,11 +108,12 @@ pub(super) fn stop_unless_passed(report: &Report) -> anyhow::Result<()> {
     if report.passed() {
         return Ok(());
     }
-    Err(UsageError(format!(
+    let said = format!(
         "not started: every job would fail (`hubalign doctor` prints every check)\n  {}",
         report.failures_said()
-    ))
-    .into())
+    );
+    // Out of reach for now is a failure (exit 4), not a mistake in the settings (exit 2).
+    if report.only_unreachable() { Err(anyhow::anyhow!(said)) } else { Err(UsageError(said).into()) }
 }
 
 /// The interpreter check of `verify-runner`: its own Python and device, in a scratch directory.

@@ -199,15 +199,16 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         bail!("the checks passed without naming the token's user or opening the store")
     };
     gate::check_namespace(&target_namespace)?;
-    let released = store.release_holds().await?;
-    if released > 0 {
-        tracing::info!(jobs = released, "the checks passed: jobs held for the operator are released");
+    // Held jobs wait for a mended configuration: released only by a worker whose interpreter was checked.
+    if checked.report.passed_check("python") {
+        let released = store.release_holds().await?;
+        if released > 0 {
+            tracing::info!(jobs = released, "the checks passed: jobs held for the operator are released");
+        }
     }
     let (work_dir, mlx_script) = (checked.work_dir, checked.mlx_script);
-    if !mlx_script.is_file() {
-        std::fs::write(&mlx_script, preflight::VERIFY_MLX)
-            .with_context(|| format!("writing {}", mlx_script.display()))?;
-    }
+    // Written by this build whether or not the checks ran it: a script an older build left must not be run.
+    std::fs::write(&mlx_script, preflight::VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
     let device = match args.verify_device {
         Device::Metal => VerifyDevice::Metal,
         Device::Cpu => VerifyDevice::Cpu,

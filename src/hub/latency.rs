@@ -1,7 +1,8 @@
 //! How long the Hub takes to answer, per rate-limit bucket and outcome: one histogram for the whole process
 //! (every client observes into it), which `serve`'s `/metrics` exposes as
-//! `hubalign_hub_request_duration_seconds`. Measured from sending a request to its answer's headers (a
-//! streamed body's transfer is not in it), each attempt on its own.
+//! `hubalign_hub_request_duration_seconds`. Measured from sending a request to its answer, each attempt
+//! on its own: with the body for the answers read whole (listings, info), to the headers for a streamed
+//! download.
 
 use std::sync::LazyLock;
 use std::time::Duration;

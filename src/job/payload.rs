@@ -137,6 +137,12 @@ pub struct SourceFacts {
     pub license: Option<String>,
     /// Bytes a copying loader duplicates in it.
     pub before_bytes: u64,
+    /// The licence file the mirror carries (`LICENSE`, …), for a card written away from the bundle.
+    #[serde(default)]
+    pub license_file: Option<String>,
+    /// Whether the mirror's tokenizer has a chat template, likewise.
+    #[serde(default)]
+    pub chat_template: bool,
 }
 
 /// What a job records of a bundle staged on the Hub for the Metal check.

@@ -43,27 +43,35 @@ pub struct Finding {
     pub detail: String,
     /// What to do about it, when it did not pass.
     pub fix: Option<String>,
+    /// A failure that may pass on its own (the Hub or the store out of reach now), not a setting to mend.
+    #[serde(skip)]
+    pub temporary: bool,
 }
 
 impl Finding {
     /// A check that passed.
     pub fn ok(check: &'static str, detail: impl Into<String>) -> Finding {
-        Finding { check, status: Status::Ok, detail: detail.into(), fix: None }
+        Finding { check, status: Status::Ok, detail: detail.into(), fix: None, temporary: false }
     }
 
     /// A check that failed, with its fix.
     pub fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Finding {
-        Finding { check, status: Status::Fail, detail: detail.into(), fix: Some(fix.into()) }
+        Finding { check, status: Status::Fail, detail: detail.into(), fix: Some(fix.into()), temporary: false }
+    }
+
+    /// A check that failed for now: something out of reach, which may answer later.
+    pub fn unreachable(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Finding {
+        Finding { temporary: true, ..Finding::fail(check, detail, fix) }
     }
 
     /// A check whose answer the first job will give.
     pub fn warn(check: &'static str, detail: impl Into<String>) -> Finding {
-        Finding { check, status: Status::Warn, detail: detail.into(), fix: None }
+        Finding { check, status: Status::Warn, detail: detail.into(), fix: None, temporary: false }
     }
 
     /// A check these settings do not need.
     pub fn skipped(check: &'static str, detail: impl Into<String>) -> Finding {
-        Finding { check, status: Status::Skipped, detail: detail.into(), fix: None }
+        Finding { check, status: Status::Skipped, detail: detail.into(), fix: None, temporary: false }
     }
 }
 
@@ -83,6 +91,16 @@ impl Report {
     /// Whether nothing failed.
     pub fn passed(&self) -> bool {
         self.failures().next().is_none()
+    }
+
+    /// Whether every failure is one that may pass on its own (nothing to mend in the settings).
+    pub fn only_unreachable(&self) -> bool {
+        self.failures().all(|f| f.temporary)
+    }
+
+    /// Whether `check` ran and passed.
+    pub fn passed_check(&self, check: &str) -> bool {
+        self.findings.iter().any(|f| f.check == check && f.status == Status::Ok)
     }
 
     /// The failures as one message, each with its fix, for an error at start.
@@ -127,7 +145,8 @@ pub async fn token(
         }
         Err(e) => {
             let fix = "check --endpoint (or HF_ENDPOINT) and this machine's network";
-            return (Finding::fail(CHECK, format!("cannot ask {} who the token is: {e}", hub.endpoint()), fix), None);
+            let said = format!("cannot ask {} who the token is: {e}", hub.endpoint());
+            return (Finding::unreachable(CHECK, said, fix), None);
         }
     };
     let namespace = target.unwrap_or(&who.name).to_owned();

@@ -304,6 +304,9 @@ pub struct CardInputs<'a> {
     pub files: BundleFiles,
 }
 
+/// The largest `tokenizer_config.json` read for its chat template.
+const MAX_TOKENIZER_CONFIG: u64 = 1 << 20;
+
 /// What a card reads from the mirror's own files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BundleFiles {
@@ -322,8 +325,13 @@ impl BundleFiles {
             .into_iter()
             .find(|name| dir.join(name).is_file())
             .map(str::to_owned);
-        let in_config = std::fs::read(dir.join("tokenizer_config.json"))
-            .ok()
+        // A tokenizer config is kilobytes; one far larger is not read (it is the source's, and this runs on a
+        // job's thread).
+        let config = dir.join("tokenizer_config.json");
+        let small = std::fs::metadata(&config).is_ok_and(|m| m.len() <= MAX_TOKENIZER_CONFIG);
+        let in_config = small
+            .then(|| std::fs::read(&config).ok())
+            .flatten()
             .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
             .is_some_and(|config| config.get("chat_template").is_some_and(|t| !t.is_null()));
         let beside = ["chat_template.jinja", "chat_template.json"].iter().any(|name| dir.join(name).is_file());

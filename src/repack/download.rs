@@ -161,7 +161,14 @@ pub async fn download(
     // The connections go to the large files that are fetched at the same time (small ones take one each).
     let large = wanted.iter().filter(|(f, ..)| f.size >= SEGMENTED_FROM).count();
     let per_file = (connections / at_once.min(large).max(1)).max(1);
-    let progress = Arc::new(AtomicU64::new(0));
+    // What earlier attempts left of files fetched again from where they stopped counts as arrived (a streamed
+    // shard starts over, so its partial does not).
+    let resumed: u64 = wanted
+        .iter()
+        .filter(|(.., repair)| repair.is_none())
+        .map(|(f, partial, ..)| std::fs::symlink_metadata(partial).map_or(0, |m| m.len().min(f.size)))
+        .sum();
+    let progress = Arc::new(AtomicU64::new(resumed));
     tracing::info!(repo.id = %repo, files = wanted.len(), bytes = to_fetch, kept = reused, "download started");
     let progress_ref = &progress;
     let transfers: Vec<_> = wanted

@@ -41,7 +41,10 @@ impl Repacker<'_> {
             before_bytes: facts.source.before_bytes,
             checks: facts.checks,
             mlx: facts.record,
-            files: card::BundleFiles::of(dir),
+            files: card::BundleFiles {
+                license_file: facts.source.license_file.clone(),
+                chat_template: facts.source.chat_template,
+            },
         };
         let text = card::render(&card::CardData::new(facts.manifest, inputs))
             .map_err(|e| RepackError::permanent(format!("the card: {e}")))?;

@@ -179,13 +179,15 @@ fn run_check(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The reader is joined first: a `started` line it read just before the process died is then in the
+    // channel, so a check that died after MLX was imported is never taken for a missing MLX.
+    let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     if let Ok(version) = started_rx.try_recv() {
         started = true;
         if let Some(tell) = on_start.take() {
             tell(version);
         }
     }
-    let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     let record: MlxRecord = serde_json::from_str(last.trim()).map_err(|_| {
         let stderr = last_lines(&stderr, 3);

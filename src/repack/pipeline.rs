@@ -342,7 +342,15 @@ impl Repacker<'_> {
         let before_bytes = self.before_bytes(&work.source).await?;
         let facts = finish::CardFacts {
             info: info.as_ref(),
-            source: SourceFacts { license: readme_license(&work.source), before_bytes },
+            source: {
+                let files = super::card::BundleFiles::of(&work.output);
+                SourceFacts {
+                    license: readme_license(&work.source),
+                    before_bytes,
+                    license_file: files.license_file,
+                    chat_template: files.chat_template,
+                }
+            },
             manifest: &manifest,
             checks: &checks,
             record,

@@ -88,9 +88,14 @@ impl Repacker<'_> {
         publish::set_visibility(self.hub, &target, Visibility::Private, &published).await?;
         let commit = self.landed(job, published).await;
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
+        // The card is written later, by whichever worker publishes, away from these files: what it reads of
+        // them is recorded now.
+        let files = super::card::BundleFiles::of(output);
         let facts = SourceFacts {
             license: super::relay::readme_license(source),
             before_bytes: self.before_bytes(source).await?,
+            license_file: files.license_file,
+            chat_template: files.chat_template,
         };
         Ok(JobOutcome::AwaitMetal { staged: Some(Staged { commit, checks, source: facts }) })
     }

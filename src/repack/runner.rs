@@ -23,8 +23,9 @@ use crate::job::payload::MlxRecord;
 pub struct Claim {
     /// The job.
     pub job_id: i64,
-    /// The source repo (`repo_id` on the wire, as everywhere; `repo`, its former name, is read too).
-    #[serde(rename = "repo_id", alias = "repo")]
+    /// The source repo. `repo` on the wire, as runners of every version read it (`repo_id`, the API's
+    /// name, is read too).
+    #[serde(alias = "repo_id")]
     pub repo: String,
     /// The source commit.
     pub sha: String,

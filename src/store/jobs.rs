@@ -573,7 +573,7 @@ impl Store {
     /// the configuration they were waiting for. How many were released.
     pub async fn release_holds(&self) -> Result<u64, StoreError> {
         on_pool!(self, |pool| sqlx::query(
-            "UPDATE jobs SET not_before = 0 WHERE state = 'queued' AND failure_kind = 'needs_operator' AND not_before > 0"
+            "UPDATE jobs SET not_before = 0, failure_kind = NULL WHERE state = 'queued' AND failure_kind = 'needs_operator'"
         )
         .execute(pool)
         .await
@@ -811,6 +811,7 @@ pub(crate) mod tests {
             let said = events.last().and_then(|e| e.detail.clone()).unwrap_or_default();
             assert_eq!(said, "held for the configuration: python3 cannot import mlx");
             assert_eq!(store.release_holds().await.unwrap(), 1);
+            assert_eq!(store.jobs_needing_operator().await.unwrap(), 0, "released: no longer counted as held");
             assert_eq!(store.claim_job("w", lease, None).await.unwrap().map(|j| j.id), Some(id), "released");
             assert_job_sums_match(store, "after holds").await;
         }

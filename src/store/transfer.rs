@@ -470,7 +470,11 @@ mod tests {
         let staged = crate::job::payload::Staged {
             commit: "5eed".into(),
             checks: crate::job::payload::LocalChecks { shards: 1, tensors: 2, zero_copy: 2 },
-            source: crate::job::payload::SourceFacts { license: Some("mit".into()), before_bytes: 9 },
+            source: crate::job::payload::SourceFacts {
+                license: Some("mit".into()),
+                before_bytes: 9,
+                ..Default::default()
+            },
         };
         store.finish_job(waiting.id, "w", &JobOutcome::AwaitMetal { staged: Some(staged) }).await.unwrap();
         store.start_run("http://hub.test", "mlx", None).await.unwrap();
