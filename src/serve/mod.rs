@@ -4,6 +4,7 @@
 mod admin;
 mod alarms;
 mod api;
+mod browse;
 mod latency;
 pub mod listener;
 mod metrics;
@@ -158,6 +159,8 @@ pub fn router(
         .route("/ns/{namespace}", get(pages::namespace))
         .route("/repo/{ns}/{name}", get(pages::repo))
         .route("/jobs", get(pages::jobs))
+        .route("/namespaces", get(browse::namespaces))
+        .route("/search", get(browse::search))
         .route("/healthz", get(api::healthz))
         .route("/metrics", get(metrics::metrics))
         .route("/api/publishers", get(api::publishers))
@@ -165,6 +168,7 @@ pub fn router(
         .route("/api/repos/{ns}/{name}/shards", get(api::repo_shards))
         .route("/api/runs", get(api::runs))
         .route("/api/jobs", get(api::jobs))
+        .fallback(pages::not_found)
         .with_state(state);
     let app = match runner {
         Some(api) => app.merge(runner_router(api)),

@@ -10,9 +10,9 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::AppState;
 use super::pages::{render, size_label};
 use super::webhook::WebhookCounters;
-use super::{AppState, internal};
 use crate::report::Publisher;
 use crate::store::changes::Changes;
 use crate::store::queries::{Progress, RunRow, Totals, TrendPoint};
@@ -107,7 +107,7 @@ impl OverviewCache {
 pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
     let figures = match state.overview.figures(&state.store).await {
         Ok(figures) => figures,
-        Err(e) => return internal(e),
+        Err(e) => return super::pages::page_failed(&state, e),
     };
     let Figures { totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag, jobs, held, alarms } =
         &*figures;
@@ -173,8 +173,8 @@ pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<Sort
             gb_duplicated => size_label(totals.misaligned_bytes), chart, publishers => rows, columns,
             mirrored_share => percent(mirrored_bytes, totals.misaligned_bytes), mirrored_bytes => size_label(mirrored_bytes),
             trend => trend_chart(trend),
-            last_run => runs.first().map(|r| format!("{} ({}{})", r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), r.status,
-                r.error.as_ref().filter(|_| r.status != "finished").map(|e| format!(": {e}")).unwrap_or_default())),
+            last_run => runs.first().map(|r| context! { at => r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), status => r.status.clone(),
+                error => r.error.clone().filter(|_| r.status != "finished") }),
             next_run, problems => state.health.problems(), alarms => Serde(alarms), jobs => job_figures,
             webhooks => state.webhooks.as_deref().map(|w| webhook_summary(w, *webhook_lag)),
         },

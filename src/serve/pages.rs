@@ -2,12 +2,12 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment, context};
 use serde::Deserialize;
 
-use super::{AppState, internal};
+use super::AppState;
 
 /// Repos per page on a namespace's page.
 const PAGE: i64 = 100;
@@ -25,11 +25,15 @@ pub(super) fn templates() -> Result<Environment<'static>, minijinja::Error> {
         Ok(n) => minijinja::Value::from(size_label(n)),
         Err(_) => minijinja::Value::from("—"),
     });
+    env.add_filter("time", time_element);
     env.add_template("base.html.j2", include_str!("../../templates/dashboard/base.html.j2"))?;
     env.add_template("overview.html.j2", include_str!("../../templates/dashboard/overview.html.j2"))?;
     env.add_template("namespace.html.j2", include_str!("../../templates/dashboard/namespace.html.j2"))?;
     env.add_template("repo.html.j2", include_str!("../../templates/dashboard/repo.html.j2"))?;
     env.add_template("jobs.html.j2", include_str!("../../templates/dashboard/jobs.html.j2"))?;
+    env.add_template("namespaces.html.j2", include_str!("../../templates/dashboard/namespaces.html.j2"))?;
+    env.add_template("search.html.j2", include_str!("../../templates/dashboard/search.html.j2"))?;
+    env.add_template("error.html.j2", include_str!("../../templates/dashboard/error.html.j2"))?;
     Ok(env)
 }
 
@@ -38,6 +42,45 @@ pub(super) fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Res
         Ok(html) => Html(html).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering {name}: {e}")).into_response(),
     }
+}
+
+/// An error as a page in the site's style, with the way back (the navigation, the search): what a browser
+/// gets for a page that does not exist, a bad query or a store that failed.
+pub(super) fn page_error(state: &AppState, status: StatusCode, message: impl std::fmt::Display) -> Response {
+    let message = message.to_string();
+    let ctx = context! { status => status.as_u16(), title => status.canonical_reason().unwrap_or("Error"), message };
+    match state.templates.get_template("error.html.j2").and_then(|t| t.render(ctx)) {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering error.html.j2: {e}")).into_response(),
+    }
+}
+
+/// A store failure behind a page.
+pub(super) fn page_failed(state: &AppState, e: impl std::fmt::Display) -> Response {
+    page_error(state, StatusCode::INTERNAL_SERVER_ERROR, e)
+}
+
+/// Any path no route takes: JSON under `/api/` (as every API error), a page in the site's style elsewhere.
+pub(super) async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    if uri.path() == "/api" || uri.path().starts_with("/api/") {
+        return super::api::api_error(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()));
+    }
+    page_error(&state, StatusCode::NOT_FOUND, format!("There is no page at {}.", uri.path()))
+}
+
+/// The `time` filter: a stored UTC time as a `<time>` element that says it is UTC (and keeps it on hover,
+/// where the page's script shows local and relative time); anything else (`run by another replica`) as
+/// escaped text, a missing value as a dash.
+fn time_element(v: minijinja::Value) -> minijinja::Value {
+    let Some(text) = v.as_str().map(str::to_owned) else {
+        return minijinja::Value::from(if v.is_none() || v.is_undefined() { "—".to_owned() } else { v.to_string() });
+    };
+    if crate::time::parse_utc(&text).is_none() {
+        return minijinja::Value::from(text);
+    }
+    // Parsed as the stored form, so it holds only digits, '-', ':', 'T' and 'Z': nothing to escape.
+    let shown = format!("{} {} UTC", &text[..10], &text[11..19]);
+    minijinja::Value::from_safe_string(format!("<time datetime=\"{text}\" title=\"{shown}\">{shown}</time>"))
 }
 
 pub(super) fn size_label(bytes: i64) -> String {
@@ -49,7 +92,8 @@ pub(super) struct PageQuery {
     page: Option<i64>,
 }
 
-/// `/ns/{namespace}`: its repos, a page at a time.
+/// `/ns/{namespace}`: its repos, a page at a time, each with its mirror and newest job; the namespace as the
+/// Hub spells it when asked in another case (names are case-insensitive there).
 pub(super) async fn namespace(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
@@ -57,7 +101,7 @@ pub(super) async fn namespace(
 ) -> Response {
     let page = q.page.unwrap_or(0);
     let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
-        return (StatusCode::BAD_REQUEST, "page out of range").into_response();
+        return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");
     };
     let (known, repos, others) = match tokio::try_join!(
         state.store.has_namespace(&namespace),
@@ -65,22 +109,44 @@ pub(super) async fn namespace(
         state.store.namespace_unaudited(&namespace)
     ) {
         Ok(all) => all,
-        Err(e) => return internal(e),
+        Err(e) => return page_failed(&state, e),
     };
     if !known {
-        return (StatusCode::NOT_FOUND, "no repository of this namespace in the store").into_response();
+        return match state.store.namespace_spelled(&namespace).await {
+            Ok(Some(spelled)) => Redirect::permanent(&format!("/ns/{}", path_segment(&spelled))).into_response(),
+            Ok(None) => page_error(
+                &state,
+                StatusCode::NOT_FOUND,
+                format!("No repository of the namespace {namespace} is in the store."),
+            ),
+            Err(e) => page_failed(&state, e),
+        };
     }
     let more = repos.len() as i64 > PAGE;
-    let rows: Vec<_> = repos
+    let shown: Vec<_> = repos.iter().take(PAGE as usize).collect();
+    let ids: Vec<String> = shown.iter().map(|r| r.repo.clone()).collect();
+    let links = match state.store.repo_links(&ids).await {
+        Ok(links) => links.into_iter().map(|l| (l.repo_id.clone(), l)).collect::<std::collections::HashMap<_, _>>(),
+        Err(e) => return page_failed(&state, e),
+    };
+    let rows: Vec<_> = shown
         .iter()
-        .take(PAGE as usize)
         .map(|r| {
             context! { repo => r.repo.clone(), sha => r.sha.clone(), shards_header_pad => r.shards_header_pad, shards_relayout => r.shards_relayout,
                        shards_invalid => r.shards_invalid, misaligned_tensors => r.misaligned_tensors, gb => size_label(r.misaligned_bytes),
-                       bytes => r.misaligned_bytes }
+                       bytes => r.misaligned_bytes, links => Serde(links.get(&r.repo)) }
         })
         .collect();
-    render(&state, "namespace.html.j2", context! { namespace, repos => rows, page, more, others => Serde(&others) })
+    render(
+        &state,
+        "namespace.html.j2",
+        context! { namespace, repos => rows, page, more, others => Serde(&others), hub => state.hub_url.clone() },
+    )
+}
+
+/// `text` as one path segment of a link (a namespace is one already; this keeps it so whatever it holds).
+pub(super) fn path_segment(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 #[derive(Deserialize)]
@@ -100,17 +166,17 @@ pub(super) async fn jobs(State(state): State<AppState>, Query(q): Query<JobsQuer
     );
     let (job_state, failure_kind) = match parsed {
         (Ok(s), Ok(k)) => (s, k),
-        (Err(why), _) | (_, Err(why)) => return (StatusCode::BAD_REQUEST, why).into_response(),
+        (Err(why), _) | (_, Err(why)) => return page_error(&state, StatusCode::BAD_REQUEST, why),
     };
     let page = q.page.unwrap_or(0);
     let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
-        return (StatusCode::BAD_REQUEST, "page out of range").into_response();
+        return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");
     };
     let repo = q.repo.clone().filter(|r| !r.is_empty());
     let filter = crate::store::jobs::JobFilter { state: job_state, repo: repo.clone(), failure_kind };
     let mut jobs = match state.store.jobs_page(&filter, PAGE + 1, offset).await {
         Ok(jobs) => jobs,
-        Err(e) => return internal(e),
+        Err(e) => return page_failed(&state, e),
     };
     let more = jobs.len() as i64 > PAGE;
     jobs.truncate(PAGE as usize);
@@ -151,10 +217,17 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
         state.store.repo_audits(&id)
     ) {
         Ok(all) => all,
-        Err(e) => return internal(e),
+        Err(e) => return page_failed(&state, e),
     };
     let Some(info) = info else {
-        return (StatusCode::NOT_FOUND, "no such repository in the store").into_response();
+        return match state.store.repo_spelled(&id).await {
+            Ok(Some(spelled)) => {
+                let path: Vec<String> = spelled.split('/').map(path_segment).collect();
+                Redirect::permanent(&format!("/repo/{}", path.join("/"))).into_response()
+            }
+            Ok(None) => page_error(&state, StatusCode::NOT_FOUND, format!("The repository {id} is not in the store.")),
+            Err(e) => page_failed(&state, e),
+        };
     };
     render(
         &state,
@@ -167,6 +240,59 @@ pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(
 mod tests {
     use super::*;
 
+    /// Every table of every page, rendered with nothing in it, says `none` rather than showing a blank.
+    #[test]
+    fn every_empty_table_says_none() {
+        let env = templates().unwrap();
+        let empty = minijinja::Value::from(Vec::<i64>::new());
+        let pages = [
+            (
+                "overview.html.j2",
+                context! { publishers => empty.clone(), chart => empty.clone(), columns => vec![context! { key => "namespace", title => "namespace" }],
+                totals => context! {}, jobs => context! {} },
+            ),
+            (
+                "namespace.html.j2",
+                context! { namespace => "ns", repos => empty.clone(), others => vec![context! { repo_id => "ns/a", state => "gated" }], page => 0 },
+            ),
+            ("namespaces.html.j2", context! { namespaces => empty.clone(), count => 0, page => 0 }),
+            ("jobs.html.j2", context! { jobs => empty.clone(), states => empty.clone(), page => 0 }),
+            (
+                "repo.html.j2",
+                context! { repo => "ns/a", info => context! { state => "ok" }, shards => empty.clone(), jobs => empty.clone(), events => empty.clone(), audits => empty.clone() },
+            ),
+            (
+                "search.html.j2",
+                context! { q => "x", searched => true, namespaces => empty.clone(), repos => empty.clone(), limit => 50 },
+            ),
+        ];
+        for (name, ctx) in pages {
+            let html = env.get_template(name).unwrap().render(ctx).unwrap();
+            let bodies: Vec<&str> =
+                html.split("<tbody>").skip(1).map(|b| b.split("</tbody>").next().unwrap()).collect();
+            assert!(!bodies.is_empty(), "{name} has tables");
+            for body in bodies {
+                assert!(
+                    body.contains(">none") || body.contains("gated"),
+                    "{name}: an empty table shows nothing: {body}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stored_times_become_time_elements_and_anything_else_stays_text() {
+        let env = templates().unwrap();
+        let render = |v: minijinja::Value| env.render_str("{{ v|time }}", context! { v }).unwrap();
+        assert_eq!(
+            render("2026-12-03T07:47:58Z".into()),
+            r#"<time datetime="2026-12-03T07:47:58Z" title="2026-12-03 07:47:58 UTC">2026-12-03 07:47:58 UTC</time>"#
+        );
+        assert_eq!(render("run by another replica (<b>)".into()), "run by another replica (&lt;b&gt;)");
+        assert_eq!(render("2026-02-31T00:00:00Z".into()), "2026-02-31T00:00:00Z", "not a date: text");
+        assert_eq!(render(minijinja::Value::from(())), "—");
+    }
+
     #[test]
     fn values_from_the_hub_are_escaped_on_every_page() {
         let env = templates().unwrap();
@@ -178,7 +304,7 @@ mod tests {
             .unwrap()
             .render(context! { namespace => hostile, repos => vec![row], page => 0, more => false })
             .unwrap();
-        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("<script>alert"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;&#x2f;script&gt;"), "{html}");
     }
 }

@@ -6,6 +6,7 @@
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
 
+pub mod browse;
 pub mod changes;
 pub mod jobs;
 pub mod leases;

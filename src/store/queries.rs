@@ -654,7 +654,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::store::{ListingEntry, RepoOutcome, RepoState, RunKind, RunStats};
 
-    fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
+    pub(crate) fn shard(repo: &str, path: &str, verdict: &str, bad: i64) -> ShardRow {
         ShardRow {
             repo: repo.into(),
             path: path.into(),

