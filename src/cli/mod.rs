@@ -248,7 +248,7 @@ pub(crate) fn run() -> std::process::ExitCode {
         #[cfg(not(feature = "demo"))]
         Command::Demo(_) => Err(UsageError(
             "this hubalign is the production build, which links no simulator: the demo runs from a checkout with \
-             `cargo run --release --features demo -- demo`"
+             `cargo run --features demo -- demo`"
                 .into(),
         )
         .into()),

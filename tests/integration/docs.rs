@@ -50,13 +50,20 @@ fn the_command_reference_documents_every_flag() {
 fn the_readme_starts_with_the_two_commands_and_links_every_document_it_names() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let first_block: Vec<&str> = readme.split("```").nth(1).unwrap().lines().skip(1).collect();
-    assert!(first_block[0].starts_with("cargo run --release --features demo -- demo"), "{first_block:?}");
+    assert!(first_block[0].starts_with("cargo run --features demo -- demo"), "{first_block:?}");
     assert!(first_block[1].starts_with("bash tests/run.sh"), "{first_block:?}");
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(ci.trim_end().ends_with("bash tests/run.sh"), "`.ci/run` runs the README's test command last");
     for doc in ["docs/COMMANDS.md", "docs/ARCHITECTURE.md", "crates/hubsim/README.md", "SECURITY.md", "BENCHMARKS.md"] {
         assert!(readme.contains(&format!("]({doc})")), "the README does not link {doc}");
         assert!(root().join(doc).is_file(), "{doc} is linked from the README but missing");
+    }
+    let screenshots: Vec<&str> =
+        readme.split("](docs/screenshots/").skip(1).filter_map(|rest| rest.split(')').next()).collect();
+    assert!(screenshots.len() >= 4, "the README shows the dashboard: {screenshots:?}");
+    for png in screenshots {
+        let bytes = std::fs::read(root().join("docs/screenshots").join(png)).unwrap_or_else(|e| panic!("{png}: {e}"));
+        assert!(bytes.starts_with(b"\x89PNG"), "{png} is a PNG");
     }
 }
 
