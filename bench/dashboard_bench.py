@@ -102,7 +102,10 @@ def settle(base, timeout=1800):
 
 
 PAGES = ["/healthz", "/", "/?sort=repos", "/ns/mlx-community", "/ns/mlx-community?page=99", "/ns/pub007",
-         "/repo/mlx-community/model-000005", "/api/publishers", "/api/repos?namespace=mlx-community", "/metrics"]
+         "/repo/mlx-community/model-000005", "/api/publishers", "/api/repos?namespace=mlx-community", "/metrics",
+         # Issue 26's ways in: every namespace, and a search (a scan of every name: one that finds nothing
+         # reads them all).
+         "/namespaces", "/namespaces?page=1", "/search?q=Model-00000", "/search?q=no-such-name", "/jobs"]
 
 
 def median_ms(url, rounds):

@@ -257,7 +257,9 @@ impl Repacker<'_> {
         let judged = async {
             let result = check.await;
             let verdict = match &result {
-                Ok(record) if record.mlx_version == card_record.mlx_version => publish::Verdict::Passed,
+                Ok(record) if record.mlx_version == card_record.mlx_version => {
+                    publish::Verdict::Passed(Box::new(record.clone()))
+                }
                 Ok(_) => publish::Verdict::Failed("the check ran another MLX version than it announced".to_owned()),
                 Err(e) => publish::Verdict::Failed(e.reason()),
             };
@@ -340,22 +342,33 @@ impl Repacker<'_> {
         let target = chosen.target.clone();
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = self.before_bytes(&work.source).await?;
-        let facts = finish::CardFacts {
+        let source = {
+            let files = super::card::BundleFiles::of(&work.output);
+            SourceFacts {
+                license: readme_license(&work.source),
+                before_bytes,
+                license_file: files.license_file,
+                chat_template: files.chat_template,
+            }
+        };
+        let facts = |record| finish::CardFacts {
             info: info.as_ref(),
-            source: {
-                let files = super::card::BundleFiles::of(&work.output);
-                SourceFacts {
-                    license: readme_license(&work.source),
-                    before_bytes,
-                    license_file: files.license_file,
-                    chat_template: files.chat_template,
-                }
-            },
+            source: source.clone(),
             manifest: &manifest,
             checks: &checks,
             record,
         };
-        self.write_card(&work.output, &target, facts)?;
+        self.write_card(&work.output, &target, facts(record))?;
+        // While the check runs beside the upload, the card names only the device and the MLX it announced;
+        // once it passes, the card is written again with its whole record before anything is committed.
+        let (verdict, card_rewritten) = match verdict {
+            Some(checked) => {
+                let (relay, relayed) = tokio::sync::watch::channel(publish::Verdict::Pending);
+                let rewrite = |record: MlxRecord| self.write_card(&work.output, &target, facts(record));
+                (Some(relayed), Some(card_after_check(checked, relay, rewrite)))
+            }
+            None => (None, None),
+        };
         let ahead = match ahead {
             Some(sent) => sent.await.ok().flatten(),
             None => None,
@@ -373,8 +386,12 @@ impl Repacker<'_> {
             verdict,
             ahead: ahead.as_ref(),
         };
-        let published = publish::publish(&mirror, &work.output, &job.source_sha).await?;
-        self.finish_publish(job, (target, &job.repo_id), visibility, published).await
+        let publishing = publish::publish(&mirror, &work.output, &job.source_sha);
+        let published = match card_rewritten {
+            Some(rewriting) => tokio::join!(rewriting, publishing).1?,
+            None => publishing.await?,
+        };
+        self.finish_publish(job, (target.clone(), &job.repo_id), visibility, published).await
     }
 
     /// `--pr` mode's publish: the staged bundle proposed as a pull request on the source.
@@ -390,6 +407,25 @@ impl Repacker<'_> {
             pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
         })
     }
+}
+
+/// Passes the MLX check's verdict on to the publish once the card holds the check's whole record (tensors,
+/// files, time): a pass whose card cannot be written commits nothing.
+async fn card_after_check(
+    mut checked: tokio::sync::watch::Receiver<publish::Verdict>,
+    relay: tokio::sync::watch::Sender<publish::Verdict>,
+    rewrite: impl FnOnce(MlxRecord) -> Result<PathBuf, RepackError>,
+) {
+    let decided = checked.wait_for(|v| *v != publish::Verdict::Pending).await.ok().map(|v| v.clone());
+    let relayed = match decided {
+        Some(publish::Verdict::Passed(record)) => match rewrite((*record).clone()) {
+            Ok(_) => publish::Verdict::Passed(record),
+            Err(e) => publish::Verdict::Failed(format!("writing the card with the check's record: {e}")),
+        },
+        Some(other) => other,
+        None => publish::Verdict::Failed("the MLX check gave no verdict".to_owned()),
+    };
+    relay.send_replace(relayed);
 }
 
 /// What a failed MLX check means for the job: an interpreter that cannot run or import MLX is the worker's

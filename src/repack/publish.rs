@@ -348,8 +348,8 @@ pub(super) async fn head(hub: &HubClient, target: &str) -> Result<String, Repack
 pub enum Verdict {
     /// Still running.
     Pending,
-    /// Every array loaded bit-identical, in the MLX version the card names.
-    Passed,
+    /// Every array loaded bit-identical, in the MLX version the card names: the check's record.
+    Passed(Box<crate::job::payload::MlxRecord>),
     /// It failed, and why.
     Failed(String),
 }
@@ -358,7 +358,7 @@ pub enum Verdict {
 async fn wait_for_verdict(mut verdict: tokio::sync::watch::Receiver<Verdict>, target: &str) -> Result<(), RepackError> {
     let decided = verdict.wait_for(|v| *v != Verdict::Pending).await.ok().map(|v| v.clone());
     match decided {
-        Some(Verdict::Passed) => Ok(()),
+        Some(Verdict::Passed(_)) => Ok(()),
         Some(Verdict::Failed(why)) => Err(RepackError::transient(format!("nothing committed to {target}: {why}"))),
         Some(Verdict::Pending) | None => {
             Err(RepackError::transient(format!("nothing committed to {target}: the MLX check gave no verdict")))

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::sync::Notify;
 
+use super::extract::ApiPath;
 use crate::secret::bearer_matches;
 use crate::store::Store;
 
@@ -54,7 +55,7 @@ async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response 
 }
 
 /// `POST /api/admin/jobs/{id}/retry`: put a failed or skipped job back in the queue.
-async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, Path(id): Path<i64>) -> Response {
+async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, ApiPath(id): ApiPath<i64>) -> Response {
     if !bearer_matches(&headers, &api.token) {
         return refused();
     }

@@ -2,12 +2,13 @@
 //! `Link: <…>; rel="next"` header while there may be more); `deploy/openapi.json` describes every answer.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::AppState;
+use super::extract::{ApiPath, ApiQuery};
 use crate::store::StoreError;
 use crate::store::jobs::JobFilter;
 use crate::store::queries::RepoFilter;
@@ -124,7 +125,7 @@ pub(super) struct RepoQuery {
 /// `GET /api/repos[?namespace=NS][&affected=true|false][&limit=N&offset=M]`: every repo the store knows,
 /// audited or not (gated, private, disabled and invalid listing entries say so in `state`), most bytes
 /// duplicated first.
-pub(super) async fn repos(State(state): State<AppState>, uri: Uri, Query(q): Query<RepoQuery>) -> Response {
+pub(super) async fn repos(State(state): State<AppState>, uri: Uri, ApiQuery(q): ApiQuery<RepoQuery>) -> Response {
     listed(&uri, Paging { limit: q.limit, offset: q.offset }, |limit, offset| {
         let filter = RepoFilter { namespace: q.namespace, affected: q.affected, limit, offset };
         async move { state.store.repo_listing(&filter).await }
@@ -133,7 +134,10 @@ pub(super) async fn repos(State(state): State<AppState>, uri: Uri, Query(q): Que
 }
 
 /// `GET /api/repos/{ns}/{name}/shards`: `report --repo`; 404 for a repo the store does not know.
-pub(super) async fn repo_shards(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
+pub(super) async fn repo_shards(
+    State(state): State<AppState>,
+    ApiPath((ns, name)): ApiPath<(String, String)>,
+) -> Response {
     let id = format!("{ns}/{name}");
     match tokio::try_join!(state.store.repo(&id), crate::report::repo(&state.store, &id)) {
         Ok((None, _)) => api_error(StatusCode::NOT_FOUND, format!("no repository {id} in the store")),
@@ -143,7 +147,7 @@ pub(super) async fn repo_shards(State(state): State<AppState>, Path((ns, name)):
 }
 
 /// `GET /api/runs[?limit=N&offset=M]`: audit runs, newest first.
-pub(super) async fn runs(State(state): State<AppState>, uri: Uri, Query(p): Query<Paging>) -> Response {
+pub(super) async fn runs(State(state): State<AppState>, uri: Uri, ApiQuery(p): ApiQuery<Paging>) -> Response {
     listed(&uri, p, |limit, offset| state.store.runs_page(limit, offset)).await
 }
 
@@ -170,7 +174,7 @@ impl JobQuery {
 /// `GET /api/jobs[?state=S][&repo=NS/NAME][&failure_kind=K][&limit=N&offset=M]`: repack jobs, newest first,
 /// with their timestamps and the MLX check's record as a JSON object; 400 for a state or kind that does not
 /// exist.
-pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, Query(q): Query<JobQuery>) -> Response {
+pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, ApiQuery(q): ApiQuery<JobQuery>) -> Response {
     let filter = match q.filter() {
         Ok(filter) => filter,
         Err(why) => return api_error(StatusCode::BAD_REQUEST, why),

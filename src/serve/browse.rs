@@ -1,7 +1,7 @@
 //! The dashboard's ways to any repo: the search over names, and the list of every namespace (affected or
 //! not), a page at a time.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use minijinja::context;
@@ -9,6 +9,7 @@ use minijinja::value::Serde;
 use serde::Deserialize;
 
 use super::AppState;
+use super::extract::PageParams;
 use super::pages::{page_error, page_failed, render, size_label};
 
 /// Namespaces per page of the list.
@@ -23,7 +24,7 @@ pub(super) struct SearchQuery {
 }
 
 /// `/search?q=WORDS`: namespaces and repos whose names hold the words, case-insensitively.
-pub(super) async fn search(State(state): State<AppState>, Query(query): Query<SearchQuery>) -> Response {
+pub(super) async fn search(State(state): State<AppState>, PageParams(query): PageParams<SearchQuery>) -> Response {
     let words = query.q.unwrap_or_default();
     let words = words.trim();
     if words.chars().count() > LONGEST_SEARCH {
@@ -63,7 +64,7 @@ pub(super) struct NamespacesQuery {
 }
 
 /// `/namespaces[?page=N]`: every namespace the store knows, by name, with its counts.
-pub(super) async fn namespaces(State(state): State<AppState>, Query(q): Query<NamespacesQuery>) -> Response {
+pub(super) async fn namespaces(State(state): State<AppState>, PageParams(q): PageParams<NamespacesQuery>) -> Response {
     let page = q.page.unwrap_or(0);
     let Some(offset) = page.checked_mul(NAMESPACES_PAGE).filter(|o| *o >= 0) else {
         return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");

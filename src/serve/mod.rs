@@ -5,6 +5,7 @@ mod admin;
 mod alarms;
 mod api;
 mod browse;
+mod extract;
 mod latency;
 pub mod listener;
 mod metrics;

@@ -1,7 +1,7 @@
 //! `/`: the headline (how much of what loaders duplicate now has an aligned mirror), the figures, the trend
 //! over audits, the chart of the top namespaces and the sortable table of affected namespaces.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use minijinja::context;
 use minijinja::value::Serde;
@@ -104,7 +104,10 @@ impl OverviewCache {
 }
 
 /// `/`.
-pub(super) async fn overview(State(state): State<AppState>, Query(q): Query<SortQuery>) -> Response {
+pub(super) async fn overview(
+    State(state): State<AppState>,
+    super::extract::PageParams(q): super::extract::PageParams<SortQuery>,
+) -> Response {
     let figures = match state.overview.figures(&state.store).await {
         Ok(figures) => figures,
         Err(e) => return super::pages::page_failed(&state, e),

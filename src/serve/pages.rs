@@ -1,6 +1,6 @@
 //! The dashboard: server-rendered HTML from `templates/dashboard/`, every value escaped, no external assets.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::value::Serde;
@@ -8,6 +8,7 @@ use minijinja::{AutoEscape, Environment, context};
 use serde::Deserialize;
 
 use super::AppState;
+use super::extract::PageParams;
 
 /// Repos per page on a namespace's page.
 const PAGE: i64 = 100;
@@ -97,7 +98,7 @@ pub(super) struct PageQuery {
 pub(super) async fn namespace(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
-    Query(q): Query<PageQuery>,
+    PageParams(q): PageParams<PageQuery>,
 ) -> Response {
     let page = q.page.unwrap_or(0);
     let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
@@ -159,7 +160,7 @@ pub(super) struct JobsQuery {
 
 /// `/jobs[?state=S][&repo=R][&failure_kind=K][&page=N]`: the jobs, newest first, a page at a time, as
 /// `/api/jobs` filters them; 400 for a state or kind that does not exist.
-pub(super) async fn jobs(State(state): State<AppState>, Query(q): Query<JobsQuery>) -> Response {
+pub(super) async fn jobs(State(state): State<AppState>, PageParams(q): PageParams<JobsQuery>) -> Response {
     let parsed = (
         q.state.as_deref().filter(|s| !s.is_empty()).map(str::parse::<crate::job::JobState>).transpose(),
         q.failure_kind.as_deref().filter(|s| !s.is_empty()).map(str::parse::<crate::job::FailureKind>).transpose(),

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use super::extract::ApiPath;
 use crate::job::payload::MlxRecord;
 use crate::repack::runner::Claim;
 use crate::secret::bearer_matches;
@@ -82,7 +83,7 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
 async fn file(
     State(api): State<Arc<RunnerApi>>,
     headers: HeaderMap,
-    UrlPath((id, side, name)): UrlPath<(i64, String, String)>,
+    ApiPath((id, side, name)): ApiPath<(i64, String, String)>,
 ) -> Response {
     if authorized(&api, &headers).is_none() {
         return unauthorized();
@@ -100,7 +101,7 @@ async fn file(
 async fn result(
     State(api): State<Arc<RunnerApi>>,
     headers: HeaderMap,
-    UrlPath(id): UrlPath<i64>,
+    ApiPath(id): ApiPath<i64>,
     Json(record): Json<MlxRecord>,
 ) -> Response {
     let Some(runner) = authorized(&api, &headers) else { return unauthorized() };

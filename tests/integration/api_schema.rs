@@ -132,10 +132,20 @@ fn api_errors_are_json() {
         (reqwest::Method::GET, "/api/repos/nobody/nothing/shards", 404),
         (reqwest::Method::POST, "/api/admin/audit", 401),
         (reqwest::Method::POST, "/api/admin/jobs/1/retry", 401),
+        // What axum itself turns away (a query or a path that does not parse, a path no route takes).
+        (reqwest::Method::GET, "/api/repos?limit=many", 400),
+        (reqwest::Method::GET, "/api/runs?offset=-x", 400),
+        (reqwest::Method::POST, "/api/admin/jobs/first/retry", 400),
+        (reqwest::Method::GET, "/api/no-such-endpoint", 404),
     ] {
         let (got, kind, body) = answer(method, path);
         assert_eq!(got, status, "{path}");
         assert_eq!(kind, "application/json", "{path}");
         assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {body}");
     }
+    // A page's query that does not parse is an error page.
+    let page = rt.block_on(async { reqwest::get(format!("{base}/jobs?page=last")).await.unwrap() });
+    assert_eq!(page.status().as_u16(), 400);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(rt.block_on(page.text()).unwrap().contains("id=\"error\" data-status=\"400\""));
 }

@@ -21,4 +21,5 @@ mod replicas;
 mod serve;
 mod sim;
 mod support;
+mod terminal;
 mod webhook;

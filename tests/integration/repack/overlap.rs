@@ -28,7 +28,7 @@ while counters().get("preupload", 0) == 0 and time.time() < deadline:
 time.sleep(1.5)  # time enough for a commit that did not wait
 whole = snapshot()
 seen = whole["requests"]
-record = {{"ok": {ok}, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1,
+record = {{"ok": {ok}, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1, "seconds": 1.5,
           "preupload_before_verdict": seen.get("preupload", 0), "commits_before_verdict": seen.get("commit", 0),
           "xet_bytes_before_verdict": whole["xet_bytes_received"]}}
 if not record["ok"]:
@@ -112,8 +112,10 @@ fn the_upload_runs_during_the_check_and_the_commit_waits_for_its_verdict() {
             .sha256
             .clone();
     let card = std::fs::read_to_string(sim.store.join("blobs").join(card_sha)).unwrap();
-    // The version is the check's own word, escaped as any text the card did not write itself.
-    assert!(card.contains("(MLX 0\\.0\\-stand\\-in) returned\n  every array of every shard bit-identical"), "{card}");
+    // The version is the check's own word, escaped as any text the card did not write itself; the card
+    // committed after the verdict holds the check's whole record.
+    let record = "(MLX 0\\.0\\-stand\\-in) returned\n  1 array in 1 file bit-identical to the source's, in 1.5 s.";
+    assert!(card.contains(record), "{card}");
 }
 
 #[test]

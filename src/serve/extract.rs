@@ -1,0 +1,53 @@
+//! axum's `Query` and `Path` with the service's own rejections: a query or path that does not parse (`?limit=x`,
+//! `/api/admin/jobs/x/retry`) is `{"error": …}` under `/api/` and a page in the site's style elsewhere, as
+//! every other error of theirs, rather than axum's plain text.
+
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use axum::response::Response;
+use serde::de::DeserializeOwned;
+
+use super::AppState;
+use super::api::api_error;
+
+/// A query string of the JSON API; its rejection is a JSON error.
+pub(super) struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(api_error(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// Path parameters of the JSON API; their rejection is a JSON error.
+pub(super) struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(ApiPath(value)),
+            Err(rejection) => Err(api_error(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// A query string of a page; its rejection is an error page.
+pub(super) struct PageParams<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequestParts<AppState> for PageParams<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(PageParams(value)),
+            Err(rejection) => Err(super::pages::page_error(state, rejection.status(), rejection.body_text())),
+        }
+    }
+}
