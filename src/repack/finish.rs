@@ -48,8 +48,16 @@ impl Repacker<'_> {
         };
         let text = card::render(&card::CardData::new(facts.manifest, inputs))
             .map_err(|e| RepackError::permanent(format!("the card: {e}")))?;
+        // Written aside and renamed over: a card rewritten once the MLX check passed never shows a reader of
+        // the old one (the upload's) a half-written file. Aside means beside the bundle, not in it, where the
+        // upload's listing of the bundle would take it for a file of the mirror.
         let path = dir.join("README.md");
-        std::fs::write(&path, text).map_err(|e| RepackError::io(path.display(), e))?;
+        let aside = match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) => parent.join(format!(".{}.README.md.new", name.to_string_lossy())),
+            _ => dir.with_extension("README.md.new"),
+        };
+        std::fs::write(&aside, text).map_err(|e| RepackError::io(aside.display(), e))?;
+        std::fs::rename(&aside, &path).map_err(|e| RepackError::io(path.display(), e))?;
         Ok(path)
     }
 

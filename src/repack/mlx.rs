@@ -107,10 +107,9 @@ fn check_with(
 }
 
 /// Variables of the worker's environment the MLX check inherits: what finds and runs Python and MLX, and
-/// nothing else.
-const INHERITED: [&str; 12] = [
+/// nothing else (`HOME` is one of its own).
+const INHERITED: [&str; 11] = [
     "PATH",
-    "HOME",
     "USER",
     "LANG",
     "LANGUAGE",
@@ -141,6 +140,19 @@ fn check_environment(
     env
 }
 
+/// Makes this process non-dumpable, once, before its first check: the check runs as the same user, and this
+/// closes the worker's `/proc/PID/environ` (and what ptrace would give) to it, the kernel then owning those
+/// files as root's. Linux only; elsewhere the emptied environment is the whole defence.
+fn seal_this_process() {
+    static SEALED: std::sync::Once = std::sync::Once::new();
+    SEALED.call_once(|| {
+        #[cfg(target_os = "linux")]
+        if let Err(e) = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable) {
+            tracing::warn!(error = %e, "could not make the worker non-dumpable: the MLX check may read its environment");
+        }
+    });
+}
+
 /// [`check_with`] within `limits`.
 fn run_check(
     python: &Path,
@@ -154,10 +166,14 @@ fn run_check(
         script: script.display().to_string(),
         source,
     };
+    seal_this_process();
+    // A home of its own, empty, gone with the check: not the worker's, where a token file may lie.
+    let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir().map_err(cannot)?;
     let mut command = Command::new(python);
     command
         .env_clear()
         .envs(check_environment(std::env::vars_os()))
+        .env("HOME", home.path())
         .arg(script)
         .args(["--output".as_ref(), output.as_os_str(), "--device".as_ref(), device.as_ref()])
         .args(["--jobs", &limits.jobs.to_string()]);
@@ -391,10 +407,19 @@ mod tests {
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
+        let home = seen.get("HOME").map(String::as_str).unwrap_or_default();
+        assert!(home.contains("hubalign-check-home") && !Path::new(home).exists(), "a home of its own, gone: {home}");
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            rustix::process::dumpable_behavior().unwrap(),
+            rustix::process::DumpableBehavior::NotDumpable,
+            "the worker's /proc/PID/environ is closed to the check"
+        );
         let given: Vec<String> =
             check_environment(std::env::vars_os()).into_iter().filter_map(|(k, _)| k.into_string().ok()).collect();
         // Python may set LC_CTYPE itself (its C locale coercion).
-        let leaked: Vec<&String> = seen.keys().filter(|k| !given.contains(k) && *k != "LC_CTYPE").collect();
+        let leaked: Vec<&String> =
+            seen.keys().filter(|k| !given.contains(k) && !["LC_CTYPE", "HOME"].contains(&k.as_str())).collect();
         assert!(leaked.is_empty(), "inherited beyond the list: {leaked:?}");
     }
 

@@ -388,7 +388,11 @@ impl Repacker<'_> {
         };
         let publishing = publish::publish(&mirror, &work.output, &job.source_sha);
         let published = match card_rewritten {
-            Some(rewriting) => tokio::join!(rewriting, publishing).1?,
+            Some(rewriting) => {
+                let (rewritten, published) = tokio::join!(rewriting, publishing);
+                rewritten?;
+                published?
+            }
             None => publishing.await?,
         };
         self.finish_publish(job, (target.clone(), &job.repo_id), visibility, published).await
@@ -410,22 +414,24 @@ impl Repacker<'_> {
 }
 
 /// Passes the MLX check's verdict on to the publish once the card holds the check's whole record (tensors,
-/// files, time): a pass whose card cannot be written commits nothing.
+/// files, time). A pass whose card cannot be written commits nothing, and the job fails with the card's own
+/// error (its kind kept), which the caller reports before the publish's.
 async fn card_after_check(
     mut checked: tokio::sync::watch::Receiver<publish::Verdict>,
     relay: tokio::sync::watch::Sender<publish::Verdict>,
     rewrite: impl FnOnce(MlxRecord) -> Result<PathBuf, RepackError>,
-) {
+) -> Result<(), RepackError> {
     let decided = checked.wait_for(|v| *v != publish::Verdict::Pending).await.ok().map(|v| v.clone());
-    let relayed = match decided {
+    let (relayed, rewritten) = match decided {
         Some(publish::Verdict::Passed(record)) => match rewrite((*record).clone()) {
-            Ok(_) => publish::Verdict::Passed(record),
-            Err(e) => publish::Verdict::Failed(format!("writing the card with the check's record: {e}")),
+            Ok(_) => (publish::Verdict::Passed(record), Ok(())),
+            Err(e) => (publish::Verdict::Failed(format!("writing the card with the check's record: {e}")), Err(e)),
         },
-        Some(other) => other,
-        None => publish::Verdict::Failed("the MLX check gave no verdict".to_owned()),
+        Some(other) => (other, Ok(())),
+        None => (publish::Verdict::Failed("the MLX check gave no verdict".to_owned()), Ok(())),
     };
     relay.send_replace(relayed);
+    rewritten
 }
 
 /// What a failed MLX check means for the job: an interpreter that cannot run or import MLX is the worker's

@@ -51,3 +51,17 @@ impl<T: DeserializeOwned> FromRequestParts<AppState> for PageParams<T> {
         }
     }
 }
+
+/// Path parameters of a page; their rejection is an error page.
+pub(super) struct PagePath<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for PagePath<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(PagePath(value)),
+            Err(rejection) => Err(super::pages::page_error(state, rejection.status(), rejection.body_text())),
+        }
+    }
+}

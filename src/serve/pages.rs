@@ -1,6 +1,6 @@
 //! The dashboard: server-rendered HTML from `templates/dashboard/`, every value escaped, no external assets.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::value::Serde;
@@ -8,7 +8,7 @@ use minijinja::{AutoEscape, Environment, context};
 use serde::Deserialize;
 
 use super::AppState;
-use super::extract::PageParams;
+use super::extract::{PageParams, PagePath};
 
 /// Repos per page on a namespace's page.
 const PAGE: i64 = 100;
@@ -76,10 +76,12 @@ fn time_element(v: minijinja::Value) -> minijinja::Value {
     let Some(text) = v.as_str().map(str::to_owned) else {
         return minijinja::Value::from(if v.is_none() || v.is_undefined() { "—".to_owned() } else { v.to_string() });
     };
-    if crate::time::parse_utc(&text).is_none() {
+    // The stored form's characters only (chrono's parser alone would let a space or a one-digit field by),
+    // so that the slices below fall on characters and there is nothing to escape.
+    let stored_chars = text.bytes().all(|b| b.is_ascii_digit() || b"-:TZ".contains(&b));
+    if !stored_chars || crate::time::parse_utc(&text).is_none() {
         return minijinja::Value::from(text);
     }
-    // Parsed as the stored form, so it holds only digits, '-', ':', 'T' and 'Z': nothing to escape.
     let shown = format!("{} {} UTC", &text[..10], &text[11..19]);
     minijinja::Value::from_safe_string(format!("<time datetime=\"{text}\" title=\"{shown}\">{shown}</time>"))
 }
@@ -97,7 +99,7 @@ pub(super) struct PageQuery {
 /// Hub spells it when asked in another case (names are case-insensitive there).
 pub(super) async fn namespace(
     State(state): State<AppState>,
-    Path(namespace): Path<String>,
+    PagePath(namespace): PagePath<String>,
     PageParams(q): PageParams<PageQuery>,
 ) -> Response {
     let page = q.page.unwrap_or(0);
@@ -114,7 +116,9 @@ pub(super) async fn namespace(
     };
     if !known {
         return match state.store.namespace_spelled(&namespace).await {
-            Ok(Some(spelled)) => Redirect::permanent(&format!("/ns/{}", path_segment(&spelled))).into_response(),
+            Ok(Some(spelled)) => {
+                Redirect::permanent(&format!("/ns/{}{}", path_segment(&spelled), page_suffix(page))).into_response()
+            }
             Ok(None) => page_error(
                 &state,
                 StatusCode::NOT_FOUND,
@@ -145,9 +149,19 @@ pub(super) async fn namespace(
     )
 }
 
+/// What a path segment must escape: RFC 3986's path-segment characters pass, everything else (space, `/`,
+/// `?`, `#`, `%`, non-ASCII) is percent-encoded.
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 /// `text` as one path segment of a link (a namespace is one already; this keeps it so whatever it holds).
 pub(super) fn path_segment(text: &str) -> String {
-    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+    percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// `?page=N` when a page other than the first was asked for, to carry over a redirect.
+fn page_suffix(page: i64) -> String {
+    if page > 0 { format!("?page={page}") } else { String::new() }
 }
 
 #[derive(Deserialize)]
@@ -207,7 +221,7 @@ pub(super) async fn jobs(State(state): State<AppState>, PageParams(q): PageParam
 }
 
 /// `/repo/{ns}/{name}`: its shards, its mirror and its jobs.
-pub(super) async fn repo(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>) -> Response {
+pub(super) async fn repo(State(state): State<AppState>, PagePath((ns, name)): PagePath<(String, String)>) -> Response {
     let id = format!("{ns}/{name}");
     let (info, shards, jobs, events, mirror, audits) = match tokio::try_join!(
         state.store.repo(&id),
@@ -307,5 +321,23 @@ mod tests {
             .unwrap();
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;&#x2f;script&gt;"), "{html}");
+        // The new ways in show names too: the list of every namespace, and a search's words and results.
+        let found = context! { repo_id => hostile, state => hostile, mirror => hostile, bytes => 1, gb => hostile };
+        let pages = [
+            (
+                "namespaces.html.j2",
+                context! { namespaces => vec![context! { namespace => hostile, gb => hostile }], count => 1, page => 0 },
+            ),
+            (
+                "search.html.j2",
+                context! { q => hostile, searched => true, namespaces => vec![hostile], repos => vec![found], limit => 50, hub => hostile },
+            ),
+            ("error.html.j2", context! { status => 404, title => hostile, message => hostile }),
+        ];
+        for (name, ctx) in pages {
+            let html = env.get_template(name).unwrap().render(ctx).unwrap();
+            assert!(!html.contains("<script>alert") && !html.contains("\"x\""), "{name}: {html}");
+            assert!(html.contains("&lt;script&gt;alert"), "{name}: {html}");
+        }
     }
 }

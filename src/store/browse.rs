@@ -63,13 +63,17 @@ pub struct RepoLinks {
     pub job_failure_kind: Option<String>,
 }
 
+/// The `LIKE … ESCAPE` character: not the backslash, whose meaning in a string literal PostgreSQL makes
+/// depend on a setting (`standard_conforming_strings`).
+const LIKE_ESCAPE: char = '!';
+
 /// `words` as a `LIKE` pattern that matches names holding them anywhere, lower-cased, with `%`, `_` and the
 /// escape character itself taken literally.
 fn contains_pattern(words: &str) -> String {
     let mut pattern = String::from("%");
     for c in words.trim().to_lowercase().chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            pattern.push('\\');
+        if matches!(c, '%' | '_' | LIKE_ESCAPE) {
+            pattern.push(LIKE_ESCAPE);
         }
         pattern.push(c);
     }
@@ -78,8 +82,8 @@ fn contains_pattern(words: &str) -> String {
 }
 
 impl Store {
-    /// Every namespace the store knows, by name, `limit` of them after `offset`: the way to the page of a
-    /// namespace none of whose repos is affected.
+    /// Every namespace the store knows, by name (in the backend's collation), `limit` of them after
+    /// `offset`: the way to the page of a namespace none of whose repos is affected.
     pub async fn namespaces_page(&self, limit: i64, offset: i64) -> Result<Vec<NamespaceRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             // The page's namespaces from the (namespace, state) index, then their sums.
@@ -131,7 +135,7 @@ impl Store {
     pub async fn search(&self, words: &str) -> Result<SearchHits, StoreError> {
         let pattern = contains_pattern(words);
         let namespaces = on_pool!(self, |pool| sqlx::query_scalar(
-            "SELECT DISTINCT namespace FROM repos WHERE lower(namespace) LIKE $1 ESCAPE '\\'
+            "SELECT DISTINCT namespace FROM repos WHERE lower(namespace) LIKE $1 ESCAPE '!'
              ORDER BY namespace LIMIT $2"
         )
         .bind(&pattern)
@@ -142,7 +146,7 @@ impl Store {
         let repos = on_pool!(self, |pool| sqlx::query_as(
             "SELECT r.id AS repo_id, r.state, s.misaligned_bytes, m.target_repo AS mirror
              FROM repos r LEFT JOIN repo_sums s ON s.repo = r.id LEFT JOIN mirrors m ON m.source_repo = r.id
-             WHERE lower(r.id) LIKE $1 ESCAPE '\\' ORDER BY r.id LIMIT $2"
+             WHERE lower(r.id) LIKE $1 ESCAPE '!' ORDER BY r.id LIMIT $2"
         )
         .bind(&pattern)
         .bind(SEARCH_LIMIT)
@@ -248,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_pattern_takes_wildcards_literally() {
-        assert_eq!(contains_pattern(" Llama_3%\\ "), "%llama\\_3\\%\\\\%");
+        assert_eq!(contains_pattern(" Llama_3%! "), "%llama!_3!%!!%");
         assert_eq!(contains_pattern(""), "%%");
     }
 }

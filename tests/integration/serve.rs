@@ -567,6 +567,8 @@ fn check_pages_in_a_browser(port: u16) {
         assert_eq!(status, 404, "{missing}");
         assert!(body.contains("id=\"error\" data-status=\"404\"") && body.contains("role=\"search\""), "{body}");
     }
+    let (status, _, body) = fetch(&format!("{base}/search?q={}", "a".repeat(201)));
+    assert!(status == 400 && body.contains("at most 200 characters"), "a search longer than any repo id: {status}");
     let (status, _, body) = fetch(&format!("{base}/api/no-such-endpoint"));
     assert_eq!(status, 404);
     assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].is_string(), "{body}");
