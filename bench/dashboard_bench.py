@@ -28,6 +28,8 @@ from scratch_pg import scratch_postgres
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
 SIM = ROOT / "target/release/hubsim"
+# serve checks at start that its MLX check can run (it refuses to start otherwise): the test venv has MLX.
+PYTHON = ROOT / "target/py-venv/bin/python"
 VERDICTS = ["aligned", "header_pad", "header_pad", "relayout", "invalid"]
 
 
@@ -65,7 +67,8 @@ def time_pages(db, tmp, rounds):
                            stdout=subprocess.PIPE, text=True)
     endpoint = re.search(r"http://[0-9.:]+", sim.stdout.readline()).group(0)
     serve = subprocess.Popen([BIN, "serve", "--endpoint", endpoint, "--token", "hf_bench", "--db", db,
-                              "--listen", "127.0.0.1:18391", "--verify-device", "cpu", "--work-dir", f"{tmp}/work",
+                              "--listen", "127.0.0.1:18391", "--verify-device", "cpu", "--python", PYTHON,
+                              "--work-dir", f"{tmp}/work",
                               "--include", "no-such-publisher"],
                              stdout=subprocess.DEVNULL)
     base = "http://127.0.0.1:18391"
