@@ -93,8 +93,15 @@ pub fn clear_for_write(path: &Path) -> io::Result<()> {
 /// of a temporary one), written and synced, then renamed over `path` (replacing a symlink there, never
 /// writing through it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    write_atomic_via(dir, path, bytes)
+}
+
+/// [`write_atomic`] with the temporary file in `dir` (on `path`'s file system): for a `path` in a directory
+/// that others list while it is written (a bundle being uploaded), where a temporary file beside it would be
+/// taken for one of theirs.
+pub fn write_atomic_via(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut builder = tempfile::Builder::new();
     #[cfg(unix)]

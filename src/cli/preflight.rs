@@ -37,12 +37,7 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
     findings.push(token);
     let store = match args.store.open().await {
         Ok(store) => {
-            let at = args
-                .store
-                .location()
-                .ok()
-                .flatten()
-                .map_or_else(|| hubalign::store::default_db_path().display().to_string(), |l| l.to_string());
+            let at = args.store.shown();
             findings.push(Finding::ok("store", format!("{at} ({:?}), migrated", store.backend())));
             Some(store)
         }
@@ -168,10 +163,7 @@ pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
             },
             work_dir: checked.work_dir.display().to_string(),
             python: w.python.display().to_string(),
-            verify_device: match w.verify_device {
-                Device::Metal => "metal",
-                Device::Cpu => "cpu",
-            },
+            verify_device: hubalign::job::VerifyDevice::from(w.verify_device).as_str(),
         };
         if args.json {
             let doc = serde_json::json!({ "environment": environment, "checks": checked.report.findings });

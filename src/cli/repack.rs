@@ -27,7 +27,7 @@ use hubalign::store::mirrors::MirrorCaps;
 use hubalign::worker::WhenIdle;
 
 use super::preflight;
-use super::worker_args::{Device, WorkerArgs};
+use super::worker_args::WorkerArgs;
 use super::{Exit, UsageError};
 
 #[derive(Args)]
@@ -209,10 +209,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     let (work_dir, mlx_script) = (checked.work_dir, checked.mlx_script);
     // Written by this build whether or not the checks ran it: a script an older build left must not be run.
     std::fs::write(&mlx_script, preflight::VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
-    let device = match args.verify_device {
-        Device::Metal => VerifyDevice::Metal,
-        Device::Cpu => VerifyDevice::Cpu,
-    };
+    let device = VerifyDevice::from(args.verify_device);
     let opts = RepackOptions {
         target_namespace: target_namespace.clone(),
         work_dir,

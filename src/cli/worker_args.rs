@@ -20,6 +20,15 @@ pub(super) enum Device {
     Cpu,
 }
 
+impl From<Device> for hubalign::job::VerifyDevice {
+    fn from(device: Device) -> Self {
+        match device {
+            Device::Metal => hubalign::job::VerifyDevice::Metal,
+            Device::Cpu => hubalign::job::VerifyDevice::Cpu,
+        }
+    }
+}
+
 /// Options `repack` and `worker` share.
 #[derive(Args)]
 pub(super) struct WorkerArgs {

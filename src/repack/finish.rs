@@ -52,12 +52,9 @@ impl Repacker<'_> {
         // the old one (the upload's) a half-written file. Aside means beside the bundle, not in it, where the
         // upload's listing of the bundle would take it for a file of the mirror.
         let path = dir.join("README.md");
-        let aside = match (dir.parent(), dir.file_name()) {
-            (Some(parent), Some(name)) => parent.join(format!(".{}.README.md.new", name.to_string_lossy())),
-            _ => dir.with_extension("README.md.new"),
-        };
-        std::fs::write(&aside, text).map_err(|e| RepackError::io(aside.display(), e))?;
-        std::fs::rename(&aside, &path).map_err(|e| RepackError::io(path.display(), e))?;
+        let aside = dir.parent().unwrap_or(dir);
+        crate::safe_fs::write_atomic_via(aside, &path, text.as_bytes())
+            .map_err(|e| RepackError::io(path.display(), e))?;
         Ok(path)
     }
 

@@ -47,7 +47,7 @@ async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response 
     }
     // In the store for whichever replica leads the schedule, and a wake-up for this one in case it does.
     if let Err(e) = api.store.request(crate::store::leases::SCHEDULER).await {
-        return super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e);
+        return super::api::failed(e);
     }
     api.audit_now.notify_one();
     tracing::info!("audit requested by an administrator");
@@ -69,8 +69,8 @@ async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, ApiPath(id):
                 tracing::info!(job.id = id, "job requeued by an administrator");
                 Json(job).into_response()
             }
-            Err(e) => super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+            Err(e) => super::api::failed(e),
         },
-        Err(e) => super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => super::api::failed(e),
     }
 }

@@ -25,15 +25,29 @@ pub(super) struct Alarm {
     pub(super) message: String,
 }
 
+/// The newest runs read for the alarms (a running one and the one before it).
+const NEWEST_RUNS: i64 = 2;
+
+/// The alarms, with what they were judged from that the pages show too (so that a page reads it once).
+pub(super) struct Reading {
+    /// What keeps failing.
+    pub(super) alarms: Vec<Alarm>,
+    /// Queued jobs held for the operator.
+    pub(super) held: i64,
+    /// The newest runs, newest first.
+    pub(super) runs: Vec<RunRow>,
+}
+
 /// Reads what the alarms are judged from and judges them.
-pub(super) async fn read(store: &Store) -> Result<Vec<Alarm>, StoreError> {
+pub(super) async fn read(store: &Store) -> Result<Reading, StoreError> {
     let (recent, held, hold_reason, runs) = tokio::try_join!(
         store.recent_outcomes(RECENT_JOBS),
         store.jobs_needing_operator(),
         store.a_hold_reason(),
-        store.runs(2)
+        store.runs(NEWEST_RUNS)
     )?;
-    Ok(judge(&recent, (held, hold_reason), &runs))
+    let alarms = judge(&recent, (held, hold_reason), &runs);
+    Ok(Reading { alarms, held, runs })
 }
 
 fn quoted(reason: Option<&str>) -> String {

@@ -37,9 +37,9 @@ async fn health(store: &crate::store::Store, health: &super::Health) -> Response
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response();
     }
     match super::alarms::read(store).await {
-        Ok(alarms) if alarms.is_empty() => "ok\n".into_response(),
-        Ok(alarms) => {
-            let lines: Vec<String> = alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
+        Ok(reading) if reading.alarms.is_empty() => "ok\n".into_response(),
+        Ok(reading) => {
+            let lines: Vec<String> = reading.alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
             format!("degraded\n{}\n", lines.join("\n")).into_response()
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
@@ -53,7 +53,7 @@ pub(super) fn api_error(status: StatusCode, message: impl std::fmt::Display) -> 
 }
 
 /// A 500 from the API, as JSON.
-fn failed(e: impl std::fmt::Display) -> Response {
+pub(super) fn failed(e: impl std::fmt::Display) -> Response {
     api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::extract::PageParams;
-use super::pages::{page_error, page_failed, render, size_label};
+use super::pages::{page_error, page_failed, page_offset, page_out_of_range, render, size_label};
 
 /// Namespaces per page of the list.
 const NAMESPACES_PAGE: i64 = 200;
@@ -66,9 +66,7 @@ pub(super) struct NamespacesQuery {
 /// `/namespaces[?page=N]`: every namespace the store knows, by name, with its counts.
 pub(super) async fn namespaces(State(state): State<AppState>, PageParams(q): PageParams<NamespacesQuery>) -> Response {
     let page = q.page.unwrap_or(0);
-    let Some(offset) = page.checked_mul(NAMESPACES_PAGE).filter(|o| *o >= 0) else {
-        return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");
-    };
+    let Some(offset) = page_offset(page, NAMESPACES_PAGE) else { return page_out_of_range(&state) };
     let (rows, count) =
         match tokio::try_join!(state.store.namespaces_page(NAMESPACES_PAGE + 1, offset), state.store.namespace_count())
         {

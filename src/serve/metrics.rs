@@ -79,20 +79,20 @@ const RUN_ENDS: [&str; 3] = ["finished", "failed", "interrupted"];
 
 /// `GET /metrics`.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    let (totals, runs, run_counts, jobs, (down, up), last_ok, held, alarms, last_duration) = match tokio::try_join!(
+    let (totals, run_counts, jobs, (down, up), last_ok, reading, last_duration) = match tokio::try_join!(
         state.store.totals(),
-        state.store.runs(1),
         state.store.run_counts(),
         state.store.job_counts(),
         state.store.job_bytes(),
         state.store.last_finished_run_at(),
-        state.store.jobs_needing_operator(),
         super::alarms::read(&state.store),
         last_audit_duration(&state.store)
     ) {
         Ok(all) => all,
         Err(e) => return internal(e),
     };
+    // The newest run and the jobs held come with the alarms, which are judged from them.
+    let super::alarms::Reading { alarms, held, runs } = reading;
     let mut m = Exposition(Registry::default());
     let build = Info::new(vec![("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned())]);
     m.0.register("hubalign_build", "The running build: its version as a label, value 1", build);

@@ -33,6 +33,7 @@ pub(super) struct SortQuery {
 struct Figures {
     totals: Totals,
     publishers: Vec<Publisher>,
+    /// The newest runs, newest first.
     runs: Vec<RunRow>,
     progress: HashMap<String, Progress>,
     trend: Vec<TrendPoint>,
@@ -72,18 +73,18 @@ impl OverviewCache {
         {
             return Ok(figures.clone());
         }
-        let (totals, publishers, runs, progress, trend, mirrored_bytes, webhook_lag, jobs, held, alarms) = tokio::try_join!(
+        // The newest run and the jobs held come with the alarms, which are judged from them.
+        let (totals, publishers, progress, trend, mirrored_bytes, webhook_lag, jobs, reading) = tokio::try_join!(
             store.totals(),
             crate::report::by_publisher(store),
-            store.runs(1),
             store.progress(),
             store.trend(TREND_RUNS),
             store.mirrored_bytes(),
             self.webhook_lag(store),
             store.job_counts(),
-            store.jobs_needing_operator(),
             super::alarms::read(store)
         )?;
+        let super::alarms::Reading { alarms, held, runs } = reading;
         let figures = Arc::new(Figures {
             totals,
             publishers,

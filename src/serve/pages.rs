@@ -56,6 +56,17 @@ pub(super) fn page_error(state: &AppState, status: StatusCode, message: impl std
     }
 }
 
+/// Where page `page` of `size` rows starts: `None` for a page number out of range (negative, or past what an
+/// offset can hold), answered with [`page_out_of_range`].
+pub(super) fn page_offset(page: i64, size: i64) -> Option<i64> {
+    page.checked_mul(size).filter(|o| *o >= 0)
+}
+
+/// The error page for a page number out of range.
+pub(super) fn page_out_of_range(state: &AppState) -> Response {
+    page_error(state, StatusCode::BAD_REQUEST, "That page number is out of range.")
+}
+
 /// A store failure behind a page.
 pub(super) fn page_failed(state: &AppState, e: impl std::fmt::Display) -> Response {
     page_error(state, StatusCode::INTERNAL_SERVER_ERROR, e)
@@ -103,9 +114,7 @@ pub(super) async fn namespace(
     PageParams(q): PageParams<PageQuery>,
 ) -> Response {
     let page = q.page.unwrap_or(0);
-    let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
-        return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");
-    };
+    let Some(offset) = page_offset(page, PAGE) else { return page_out_of_range(&state) };
     let (known, repos, others) = match tokio::try_join!(
         state.store.has_namespace(&namespace),
         state.store.namespace_repos(&namespace, PAGE + 1, offset),
@@ -184,9 +193,7 @@ pub(super) async fn jobs(State(state): State<AppState>, PageParams(q): PageParam
         (Err(why), _) | (_, Err(why)) => return page_error(&state, StatusCode::BAD_REQUEST, why),
     };
     let page = q.page.unwrap_or(0);
-    let Some(offset) = page.checked_mul(PAGE).filter(|o| *o >= 0) else {
-        return page_error(&state, StatusCode::BAD_REQUEST, "That page number is out of range.");
-    };
+    let Some(offset) = page_offset(page, PAGE) else { return page_out_of_range(&state) };
     let repo = q.repo.clone().filter(|r| !r.is_empty());
     let filter = crate::store::jobs::JobFilter { state: job_state, repo: repo.clone(), failure_kind };
     let mut jobs = match state.store.jobs_page(&filter, PAGE + 1, offset).await {

@@ -44,10 +44,6 @@ fn unauthorized() -> Response {
     super::api::api_error(StatusCode::UNAUTHORIZED, "runner token required: Authorization: Bearer <token>")
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
-    super::api::api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
-}
-
 /// The routes, to mount in the service.
 pub fn router(api: Arc<RunnerApi>) -> axum::Router {
     axum::Router::new()
@@ -66,7 +62,7 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
     let job = match api.store.claim_metal_job(&runner, api.lease, false).await {
         Ok(Some(job)) => job,
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
-        Err(e) => return internal(e),
+        Err(e) => return super::api::failed(e),
     };
     let mut files: Vec<String> = std::fs::read_dir(staged(&api, job.id).join("aligned"))
         .map(|d| {
@@ -108,6 +104,6 @@ async fn result(
     match api.store.metal_result(id, &runner, &record).await {
         Ok(true) => StatusCode::OK.into_response(),
         Ok(false) => super::api::api_error(StatusCode::CONFLICT, "this runner does not hold the job"),
-        Err(e) => internal(e),
+        Err(e) => super::api::failed(e),
     }
 }

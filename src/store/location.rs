@@ -4,7 +4,7 @@
 //! called `mysql:` and a store nobody asked for.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 /// A store's location, parsed.
@@ -71,21 +71,6 @@ fn url_scheme(text: &str) -> Option<&str> {
     let first = chars.next()?;
     (first.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
         .then_some(scheme)
-}
-
-impl Location {
-    /// Whether this is a PostgreSQL server.
-    pub fn is_postgres(&self) -> bool {
-        matches!(self, Location::Postgres(_))
-    }
-
-    /// The SQLite file, if it is one.
-    pub fn file(&self) -> Option<&Path> {
-        match self {
-            Location::Sqlite(path) => Some(path),
-            _ => None,
-        }
-    }
 }
 
 /// Shown without a PostgreSQL password, so it may go in messages and logs.
