@@ -240,6 +240,13 @@ async fn crawl(
             next = pages.next(&url, &page.headers).map_err(|e| stop_for(e, AuditError::Listing))?;
         }
     }
+    // The whole listing was read: what it no longer shows is gone from the population the reports describe.
+    if opts.query.limit.is_none() {
+        let gone = store.mark_unlisted(run, opts.query.author.as_deref()).await?;
+        if gone > 0 {
+            tracing::info!(repos = gone, run, "repos no longer listed; recorded vanished");
+        }
+    }
     let mut outcomes = futures_util::stream::iter(pending)
         .map(|repo| {
             let span = tracing::info_span!("repo", repo.id = %repo.id, repo.sha = repo.sha.as_deref().unwrap_or(""));

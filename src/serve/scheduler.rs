@@ -50,9 +50,11 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         if !leading {
             target = None;
             queued_since_lead = false;
-            let holder = shared.store.lease_holder(SCHEDULER).await.ok().flatten().unwrap_or_default();
-            show(&config.next_run, format!("run by another replica ({holder})"));
-            wait(beat, &config.audit_now, &mut stop).await;
+            let lease = shared.store.lease_holder(SCHEDULER).await.ok().flatten();
+            show(&config.next_run, format!("run by another replica ({})", lease.as_ref().map_or("", |(h, _)| h)));
+            // Asked again the moment the holder's lease lapses, so a dead holder is replaced within its lease
+            // time of its last renewal rather than up to a beat later.
+            wait(until_lapse(lease.map(|(_, until)| until), beat), &config.audit_now, &mut stop).await;
             continue;
         }
         let now = SystemTime::now();
@@ -97,6 +99,15 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     if let Err(e) = shared.store.resign(SCHEDULER, &config.me).await {
         tracing::warn!(error = %e, "giving the scheduler lease up failed");
     }
+}
+
+/// How long a replica that does not lead waits before asking for the lease again: until just after the
+/// current lease lapses (leases lapse on whole unix seconds), at most a beat, and never a busy loop.
+fn until_lapse(lapses_after: Option<i64>, beat: Duration) -> Duration {
+    let Some(until) = lapses_after else { return beat };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let lapse = Duration::from_secs(u64::try_from(until.saturating_add(1)).unwrap_or(0));
+    lapse.saturating_sub(now).clamp(Duration::from_millis(100), beat)
 }
 
 fn show(next_run: &Mutex<String>, text: String) {
@@ -172,4 +183,22 @@ async fn run_audit(
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
     crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the rehearsal: a replica asked for the lease once a beat (a third of the lease), so a dead
+    /// holder's lease could go unclaimed for up to a beat after it lapsed. It now asks just after the lapse.
+    #[test]
+    fn a_replica_that_does_not_lead_asks_again_just_after_the_lease_lapses() {
+        let beat = Duration::from_secs(5);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert_eq!(until_lapse(None, beat), beat, "no holder: the usual beat");
+        assert_eq!(until_lapse(Some(now - 10), beat), Duration::from_millis(100), "lapsed: at once, not a spin");
+        let soon = until_lapse(Some(now + 2), beat);
+        assert!(soon > Duration::from_secs(2) && soon <= Duration::from_secs(3), "{soon:?}");
+        assert_eq!(until_lapse(Some(now + 60), beat), beat, "a fresh lease: a beat at most");
+    }
 }

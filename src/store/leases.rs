@@ -44,13 +44,15 @@ impl Store {
         Ok(())
     }
 
-    /// Who holds lease `name` now, if anyone's is current.
-    pub async fn lease_holder(&self, name: &str) -> Result<Option<String>, StoreError> {
-        on_pool!(self, |pool| sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1 AND expires_at >= $2")
-            .bind(name)
-            .bind(unix_now())
-            .fetch_optional(pool)
-            .await)
+    /// Who holds lease `name` now, if anyone's is current, and the unix second its lease lapses after.
+    pub async fn lease_holder(&self, name: &str) -> Result<Option<(String, i64)>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(
+            "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at >= $2"
+        )
+        .bind(name)
+        .bind(unix_now())
+        .fetch_optional(pool)
+        .await)
         .map_err(sql("read lease"))
     }
 
@@ -107,7 +109,7 @@ mod tests {
             assert!(store.try_lead(SCHEDULER, "a", ttl).await.unwrap());
             assert!(!store.try_lead(SCHEDULER, "b", ttl).await.unwrap(), "a's lease is current");
             assert!(store.try_lead(SCHEDULER, "a", ttl).await.unwrap(), "a renews");
-            assert_eq!(store.lease_holder(SCHEDULER).await.unwrap().as_deref(), Some("a"));
+            assert_eq!(store.lease_holder(SCHEDULER).await.unwrap().map(|(h, _)| h).as_deref(), Some("a"));
             // A request through any replica reaches the holder once.
             store.request(SCHEDULER).await.unwrap();
             assert!(!store.take_request(SCHEDULER, "b").await.unwrap());

@@ -229,8 +229,8 @@ pub struct RepoAudit {
     pub run_id: i64,
     /// When the repo was recorded.
     pub at: String,
-    /// The commit audited.
-    pub sha: String,
+    /// The commit audited; none when the repo was recorded gone or its listing entry refused.
+    pub sha: Option<String>,
     /// Its access state then.
     pub state: String,
     /// Bytes a copying loader duplicated then.

@@ -5,6 +5,15 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 use crate::safetensors::Verdict;
 
+/// The repos a complete crawl (run `$1`, of namespace `$2` if any) did not list and that are not yet recorded
+/// gone: one text for the history rows and the update, which must pick the same repos.
+macro_rules! unlisted_scope {
+    () => {
+        "COALESCE(last_listed_run, 0) < $1 AND state NOT IN ('vanished', 'renamed')
+         AND ($2 IS NULL OR lower(namespace) = lower($2))"
+    };
+}
+
 /// Counters of one run, stored with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
@@ -327,6 +336,38 @@ impl Store {
         })
     }
 
+    /// After a crawl listed every page: records `vanished` every repo (of `author` only, when the crawl was of
+    /// one namespace) that it did not list and that is not already recorded gone or renamed, so that a repo
+    /// deleted, made private or untagged on the Hub leaves the reports and the sums instead of counting in
+    /// them forever. Returns how many. A repo a webhook read during the crawl has a later run and is kept.
+    pub async fn mark_unlisted(&self, run: i64, author: Option<&str>) -> Result<u64, StoreError> {
+        let reason = format!("not in the listing of run {run}: deleted, private to its owner, or no longer tagged");
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
+            sqlx::query(concat!(
+                "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
+                 SELECT id, $1, $3, NULL, 'vanished', FALSE, 0 FROM repos WHERE ",
+                unlisted_scope!()
+            ))
+            .bind(run)
+            .bind(author)
+            .bind(crate::time::now_utc())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("record unlisted history"))?;
+            let done =
+                sqlx::query(concat!("UPDATE repos SET state = 'vanished', last_error = $3 WHERE ", unlisted_scope!()))
+                    .bind(run)
+                    .bind(author)
+                    .bind(&reason)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql("record unlisted"))?;
+            tx.commit().await.map_err(sql("commit unlisted"))?;
+            Ok(done.rows_affected())
+        })
+    }
+
     /// Forgets repos the listing shows to be mirrors (this service's or a peer's) which an earlier crawl
     /// recorded as sources: their shards and rows go, so they count in no total. Returns how many were known.
     pub async fn forget_mirrors(&self, ids: &[String]) -> Result<u64, StoreError> {
@@ -508,5 +549,62 @@ impl ShardRow {
     /// The verdict as a type.
     pub fn verdict(&self) -> Option<Verdict> {
         self.verdict.parse().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::both::stores;
+
+    fn affected(id: &str, sha: &str) -> RepoOutcome {
+        let shard = ShardRow {
+            repo: id.into(),
+            path: "model.safetensors".into(),
+            sha: sha.into(),
+            size: 1000,
+            header_len: Some(10),
+            data_start: Some(18),
+            data_start_mod8: Some(2),
+            tensors: Some(2),
+            misaligned_tensors: Some(1),
+            misaligned_bytes: Some(500),
+            verdict: "header_pad".into(),
+            error: None,
+            writer: Some("mlx".into()),
+        };
+        RepoOutcome { id: id.into(), sha: sha.into(), state: RepoState::Ok, shards: vec![shard], error: None }
+    }
+
+    /// Found by the Hub-scale rehearsal: a repo deleted on the Hub stayed `ok` in the store, its bytes in every
+    /// sum, for as long as the store lived. A complete crawl now records what it no longer lists as gone.
+    #[tokio::test]
+    async fn a_complete_crawl_records_what_it_no_longer_lists_as_vanished() {
+        for test in stores().await {
+            let store = &test.store;
+            let first = store.start_run("http://hub.test", "mlx", None).await.unwrap();
+            let listed = ["ns/kept", "ns/deleted", "other/deleted"].map(|id| ListingEntry::public(id, "1"));
+            store.record_listing(first, &listed, false).await.unwrap();
+            for entry in &listed {
+                store.record_repo(first, &affected(&entry.id, "1")).await.unwrap();
+            }
+            assert_eq!(store.totals().await.unwrap().repos_affected, 3);
+
+            // A crawl of `other` alone never touches `ns`.
+            let scoped = store.start_run("http://hub.test", "mlx", None).await.unwrap();
+            assert_eq!(store.mark_unlisted(scoped, Some("OTHER")).await.unwrap(), 1, "any case");
+            let second = store.start_run("http://hub.test", "mlx", None).await.unwrap();
+            store.record_listing(second, &[ListingEntry::public("ns/kept", "1")], false).await.unwrap();
+            assert_eq!(store.mark_unlisted(second, None).await.unwrap(), 1, "other/deleted is gone already");
+            let states: Vec<(String, String)> =
+                store.repos().await.unwrap().into_iter().map(|r| (r.id, r.state)).collect();
+            for (id, state) in &states {
+                assert_eq!(state, if id == "ns/kept" { "ok" } else { "vanished" }, "{id}");
+            }
+            assert_eq!(store.totals().await.unwrap().repos_affected, 1, "the sums no longer count them");
+            let audits = store.repo_audits("ns/deleted").await.unwrap();
+            assert!(audits.iter().any(|a| a.state == "vanished"), "the history says when: {audits:?}");
+            assert_eq!(store.mark_unlisted(second, None).await.unwrap(), 0, "once");
+        }
     }
 }

@@ -16,6 +16,7 @@ mod kernel_reads;
 mod postgres;
 mod properties;
 mod queue;
+mod rehearsal;
 mod repack;
 mod replicas;
 mod serve;

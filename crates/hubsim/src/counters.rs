@@ -29,6 +29,10 @@ pub struct CounterSnapshot {
     pub rate_limited: u64,
     /// Faults injected (5xx and truncations).
     pub faults_injected: u64,
+    /// Reads of a synthetic payload whose listed oid is a stand-in (see `population`): none from a client
+    /// that stays within its policy.
+    #[serde(default)]
+    pub unverifiable_payload_reads: u64,
 }
 
 /// The live counters.

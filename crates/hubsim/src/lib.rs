@@ -7,6 +7,7 @@
 //! - [`write`](mod@write): repo creation, settings, preupload, LFS batch and uploads, the NDJSON commit.
 //! - [`auth`], [`error`]: tokens and access; errors as the Hub sends them.
 //! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
+//! - [`population`]: a synthetic Hub of any size generated from a seed, with pushes during a run.
 
 pub mod auth;
 pub mod card;
@@ -20,6 +21,7 @@ pub mod ingest;
 pub mod io_error;
 pub mod model;
 pub mod moves;
+pub mod population;
 pub mod query;
 pub mod read;
 pub mod resolve;
@@ -70,6 +72,8 @@ pub struct SimConfig {
     pub lfs_part_size: u64,
     /// Where the Hub's webhook payloads go, for every change the simulator makes.
     pub webhooks: Vec<webhooks::WebhookTarget>,
+    /// A synthetic population served beside the directory's repos.
+    pub population: Option<population::plan::PopulationConfig>,
 }
 
 impl SimConfig {
@@ -87,6 +91,7 @@ impl SimConfig {
             xet: true,
             lfs_part_size: 16 << 20,
             webhooks: Vec::new(),
+            population: None,
         }
     }
 }
@@ -140,6 +145,10 @@ pub struct Sim {
     pub webhooks: webhooks::Webhooks,
     /// Repos renamed, whose old names redirect.
     pub moves: moves::Moves,
+    /// Files of the synthetic population, by oid, generated when read.
+    synthetic: RwLock<HashMap<String, Arc<population::content::SyntheticFile>>>,
+    /// The synthetic population, when there is one.
+    pub population: Option<population::pushes::PopulationState>,
 }
 
 /// The simulator as handlers share it.
@@ -161,12 +170,24 @@ impl Sim {
         self.blobs.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(sha256, path);
     }
 
+    /// Records a synthetic file under its oid.
+    pub fn add_synthetic(&self, oid: String, file: Arc<population::content::SyntheticFile>) {
+        self.synthetic.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(oid, file);
+    }
+
+    fn synthetic_file(&self, oid: &str) -> Option<Arc<population::content::SyntheticFile>> {
+        self.synthetic.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(oid).cloned()
+    }
+
     fn blob_path(&self, sha256: &str) -> Option<PathBuf> {
         self.blobs.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(sha256).cloned()
     }
 
     /// Size of stored content, if known: a file on disk, or a Xet file.
     pub fn content_size(&self, sha256: &str) -> Option<u64> {
+        if let Some(file) = self.synthetic_file(sha256) {
+            return Some(file.size);
+        }
         if let Some(meta) = self.blob_path(sha256).and_then(|p| std::fs::metadata(p).ok()) {
             return Some(meta.len());
         }
@@ -176,6 +197,12 @@ impl Sim {
     /// A body streaming `len` bytes of the content from `start`: from disk when the simulator holds the file,
     /// otherwise reconstructed from the Xet CAS.
     pub async fn content_stream(&self, sha256: &str, start: u64, len: u64) -> std::io::Result<Body> {
+        if let Some(file) = self.synthetic_file(sha256) {
+            if file.unverifiable(start, len) {
+                self.counters.update(|c| c.unverifiable_payload_reads += 1);
+            }
+            return Ok(file.stream(start, len));
+        }
         if let Some(path) = self.blob_path(sha256) {
             let mut file = tokio::fs::File::open(path).await?;
             file.seek(std::io::SeekFrom::Start(start)).await?;
@@ -303,6 +330,13 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
     let storage_url = format!("http://{storage_addr}");
     let store = config.store.clone().unwrap_or_else(|| config.root.join(".hubsim-store"));
     std::fs::create_dir_all(&store).map_err(PathIoError::at(&store, "create directory"))?;
+    let (population, made) = match config.population.clone() {
+        Some(config) => {
+            let (state, made) = make_population(config).await;
+            (Some(state), Some(made))
+        }
+        None => (None, None),
+    };
     let sim = Arc::new(Sim {
         base_url: base_url.clone(),
         storage_url: storage_url.clone(),
@@ -316,9 +350,14 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         webhooks: webhooks::Webhooks::new(config.webhooks.clone()),
         moves: moves::Moves::default(),
+        synthetic: RwLock::default(),
+        population,
         config,
     });
     sim.rescan().await?;
+    if let Some(made) = made {
+        add_population(&sim, made);
+    }
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = vec![
         serve(hub, server::hub_router(Arc::clone(&sim)), rx.clone()),
@@ -326,6 +365,41 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
     ];
     tracing::info!(url = %base_url, storage = %storage_url, "hub simulator listening");
     Ok(SimHandle { addr, base_url, storage_url, sim, shutdown: Some(tx), tasks })
+}
+
+/// Makes the population on every core, off the runtime: its state, and its repos with their files.
+async fn make_population(
+    config: population::plan::PopulationConfig,
+) -> (population::pushes::PopulationState, Vec<population::Made>) {
+    let started = std::time::Instant::now();
+    let made = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || population::make_all(&config)).await.unwrap_or_default()
+    };
+    let plans = made.iter().filter_map(|m| m.files.first().map(|(_, f)| Arc::clone(&f.plan))).collect();
+    tracing::info!(repos = made.len(), seconds = started.elapsed().as_secs_f64(), "population made");
+    (population::pushes::PopulationState::new(config, plans), made)
+}
+
+/// Adds the population's repos, files and renames to `sim`.
+fn add_population(sim: &Sim, made: Vec<population::Made>) {
+    let mut renames = Vec::new();
+    let mut repos = sim.repos_mut();
+    for m in made {
+        if let Some((_, file)) = m.files.first()
+            && let Some(old) = &file.plan.renamed_from
+        {
+            renames.push((old.clone(), file.plan.id.clone()));
+        }
+        for (oid, file) in m.files {
+            sim.add_synthetic(oid, file);
+        }
+        repos.insert(m.repo.id.clone(), m.repo);
+    }
+    drop(repos);
+    for (old, new) in renames {
+        sim.moves.record(&old, &new);
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {

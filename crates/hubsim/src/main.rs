@@ -82,6 +82,18 @@ struct SimArgs {
     /// Serve large files from plain storage only: no embedded Xet CAS, so every client uploads by Git LFS.
     #[arg(long)]
     no_xet: bool,
+    /// Also serve a synthetic population of N model repos generated from `--seed` (no disk per repo): the
+    /// Hub's mix of publishers, sizes, writers and layouts, with `GET /_sim/population` for its census and
+    /// `POST /_sim/population/push` for a commit, a new repo or a deletion announced by webhook.
+    #[arg(long, value_name = "N")]
+    population: Option<u64>,
+    /// Of the population, this many small repos in the `sample-*` namespaces list the sha256 of their
+    /// bytes, so they can be downloaded and mirrored (the backfill sample).
+    #[arg(long, default_value_t = 40, value_name = "N")]
+    sample: u64,
+    /// Hidden size of the sample's models (their shards grow with its square).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    sample_hidden: u64,
     /// POST the Hub's webhook payload to URL (with SECRET in `X-Webhook-Secret`) for every commit, create,
     /// delete and visibility change (repeatable); `POST /_sim/webhooks/replay` sends them all again and
     /// `POST /_sim/webhooks/flood?n=N` the last one N times.
@@ -106,6 +118,11 @@ impl SimArgs {
         config.lfs_part_size = self.lfs_part_size.max(1);
         config.xet = !self.no_xet;
         config.webhooks = self.webhooks.clone();
+        config.population = self.population.map(|repos| {
+            let mut population = hubsim::population::plan::PopulationConfig::new(self.seed, repos, self.sample);
+            population.sample_hidden = self.sample_hidden;
+            population
+        });
         config.faults = FaultConfig {
             latency: Duration::from_millis(self.latency_ms),
             error_rate: self.error_rate.clamp(0.0, 1.0),

@@ -50,6 +50,8 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .route("/_sim/rescan", post(rescan))
         .route("/_sim/webhooks/replay", post(replay_webhooks))
         .route("/_sim/webhooks/flood", post(flood_webhooks))
+        .route("/_sim/population", get(population))
+        .route("/_sim/population/push", post(push))
         .route("/api/repos/move", post(write::move_repo))
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(sim.clone(), super::moves::follow_moves))
@@ -109,6 +111,39 @@ async fn flood_webhooks(
     let times = flood.n.min(1_000_000);
     let sent = sim.webhooks.flood(times);
     axum::Json(serde_json::json!({ "flooded": if sent { times } else { 0 } })).into_response()
+}
+
+/// `GET /_sim/population`: the census, the sample with its heads, and every push so far.
+async fn population(State(sim): State<Shared>) -> Response {
+    let answer = tokio::task::spawn_blocking(move || {
+        let state = sim.population.as_ref()?;
+        Some(serde_json::json!({"census": state.census(), "sample": state.sample(&sim), "events": state.events()}))
+    })
+    .await;
+    match answer {
+        Ok(Some(v)) => axum::Json(v).into_response(),
+        Ok(None) => super::error::HubError::not_found("this simulator has no population").into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Push {
+    kind: Option<crate::population::pushes::PushKind>,
+    repo: Option<String>,
+}
+
+/// `POST /_sim/population/push[?kind=update|create|delete][&repo=ID]`: one push, announced by webhook.
+async fn push(State(sim): State<Shared>, axum::extract::Query(push): axum::extract::Query<Push>) -> Response {
+    // A push may hash a sample repo's new shards: off the runtime.
+    let done =
+        tokio::task::spawn_blocking(move || crate::population::pushes::push(&sim, push.kind, push.repo.as_deref()))
+            .await;
+    match done {
+        Ok(Ok(event)) => axum::Json(event).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// The endpoint class a path is counted under.
