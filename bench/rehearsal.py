@@ -21,12 +21,14 @@ What runs (as root, or with sudo for the tmpfs):
 At the end pushes and kills stop, an audit is asked for (`POST /api/admin/audit`), the queue drains, and the
 invariants are checked (each failure is listed, and the exit status is 1):
 - every visible, `mlx`-tagged, affected sample repo is mirrored exactly once at its current commit, every
-  other sample repo has no mirror and its reason is recorded (gated, disabled, aligned, gone);
-- no two jobs for one repo and commit, no two mirrors of one source, no mirror with two commits for one
-  source commit;
-- every push is reflected in the store (audited at its head, or recorded gone);
-- 429s: at most one per quota window and bucket (the pacing's single probe);
-- the scheduler lease taken over within its lease time after each kill of its holder;
+  other sample repo has no mirror and the store says why (gated, disabled; aligned repos recorded `ok`);
+- no two jobs for one repo and commit; the Hub's mirrors are exactly the store's, one per source; no
+  mirror with one commit title twice;
+- every push is reflected in the store (a live repo audited at its head, a deleted one recorded gone);
+- 429s: no more than one per quota window and bucket over the run (the pacing's single probe);
+- the scheduler lease taken over within its lease time after each kill of its holder (plus 2 s: leases
+  lapse on whole seconds, and the lease table is read by polling), and a crawl the holder left running
+  resumed within the lease time plus 10 s;
 - the store's kept sums (repo_sums, namespace_sums, job_sums) equal the live aggregates;
 - no read of a payload the simulator could not have listed honestly (`unverifiable_payload_reads` = 0).
 
@@ -184,6 +186,7 @@ class Rehearsal:
         self.failures, self.timeline, self.failovers = [], [], []
         self.page_times, self.page_errors = [], 0
         self.disk_full_held = None
+        self.resumes = []
         self.stop_probe = threading.Event()
 
     # ---- set-up -------------------------------------------------------------------------------------------------
@@ -289,15 +292,18 @@ class Rehearsal:
         return rows[0][0] if rows else None
 
     def replica_of(self, holder):
-        """Which replica holds the lease: the holder names its process id."""
+        """Which replica holds the lease: the holder is `HOST-PID`."""
         for p in self.replicas:
-            if p.alive() and holder and str(p.p.pid) in holder:
+            if p.alive() and holder and holder.rsplit("-", 1)[-1] == str(p.p.pid):
                 return p
         return None
 
     def kill_round(self, n):
         holder = self.holder()
-        victim = self.replica_of(holder) or self.replicas[n % 2]
+        crawling = int(self.pg.psql(
+            "SELECT COALESCE(MAX(id), 0) FROM audit_runs WHERE kind = 'crawl' AND status = 'running'")[0][0])
+        leader = self.replica_of(holder)
+        victim = leader or self.replicas[n % 2]
         worker = self.workers[n % len(self.workers)]
         killed_at = time.time()
         victim.kill9()
@@ -323,6 +329,19 @@ class Rehearsal:
         if not restarted:
             victim.start()
             worker.start()
+        if crawling and leader is victim:
+            self.check_resumed(crawling, killed_at)
+
+    def check_resumed(self, crawl, killed_at):
+        """The crawl the killed leader left running is resumed by whoever takes the lease, at once."""
+        bound = self.args.scheduler_lease + 10
+        while time.time() - killed_at < bound:
+            if int(self.pg.psql(f"SELECT COUNT(*) FROM audit_runs WHERE kind = 'crawl' AND id > {crawl}")[0][0]):
+                self.resumes.append(time.time() - killed_at)
+                log(f"crawl {crawl} resumed {self.resumes[-1]:.1f} s after its leader's kill")
+                return
+            time.sleep(0.5)
+        self.failures.append(f"crawl {crawl}, left running by the killed leader, was not resumed within {bound} s")
 
     def restart_postgres(self):
         log("PostgreSQL: stopping")
@@ -376,7 +395,8 @@ class Rehearsal:
         probe.start()
         started = time.time()
         length = a.minutes * 60
-        next_kill, next_push, next_sample = started + a.kill_every, started, started
+        # The first kill comes early, while the first crawl runs.
+        next_kill, next_push, next_sample = started + a.kill_every / 2, started, started
         pg_done, disk_done, kills = False, False, 0
         while (now := time.time()) - started < length:
             if now >= next_sample:
@@ -409,23 +429,29 @@ class Rehearsal:
 
     def finish(self):
         """The last audit, asked of a live replica, and the queue drained."""
+        before = int(self.pg.psql("SELECT COALESCE(MAX(id), 0) FROM audit_runs")[0][0])
         asked = time.time()
         base = self.live_replica()
         get(f"{base}/api/admin/audit", data=b"", headers={"Authorization": f"Bearer {ADMIN}"}, tries=10)
-        before = int(self.pg.psql("SELECT COALESCE(MAX(id), 0) FROM audit_runs WHERE kind = 'crawl'")[0][0])
         deadline = asked + self.args.drain_timeout
         while time.time() < deadline:
             rows = self.pg.psql(f"SELECT status FROM audit_runs WHERE kind = 'crawl' AND id > {before} ORDER BY id")
             if rows and rows[-1][0] != "running":
                 break
             time.sleep(1)
-        log(f"final audit done after {time.time() - asked:.0f} s")
-        while time.time() < deadline:
-            # Queued by the scheduler after the audit; held jobs count as waiting too.
+        else:
+            self.failures.append(f"the audit asked for at the end did not finish within {self.args.drain_timeout} s")
+        done = time.time()
+        log(f"final audit done after {done - asked:.0f} s")
+        # The scheduler queues jobs after the audit: drained once nothing waits (held jobs count as waiting) in
+        # five readings in a row, the first at least 10 s after the audit ended.
+        quiet = 0
+        while time.time() < deadline and quiet < 5:
             waiting = int(self.pg.psql("SELECT COUNT(*) FROM jobs WHERE state NOT IN ('published', 'failed', 'skipped')")[0][0])
-            if waiting == 0 and time.time() - asked > 10:
-                break
+            quiet = quiet + 1 if waiting == 0 and time.time() - done > 10 else 0
             time.sleep(1)
+        if quiet < 5:
+            self.failures.append(f"the queue did not drain within {self.args.drain_timeout} s of the last audit's request")
         log(f"queue drained after {time.time() - asked:.0f} s")
 
     # ---- the invariants -----------------------------------------------------------------------------------------
@@ -454,8 +480,11 @@ class Rehearsal:
                     self.failures.append(f"{sample['id']}: affected ({sample['class']}) at {sample['head'][:12]}, "
                                          f"published jobs for it: {len(published)}; jobs: "
                                          f"{[j for j in jobs if j[0].lower() == rid]}")
-            elif rid in sources:
-                self.failures.append(f"{sample['id']}: aligned, yet mirrored")
+            else:
+                if rid in sources:
+                    self.failures.append(f"{sample['id']}: aligned, yet mirrored")
+                if repos.get(rid, [None, None])[1] != "ok":
+                    self.failures.append(f"{sample['id']}: aligned, and the store says {repos.get(rid)}")
         live = {s["id"].lower() for s in population["sample"]}
         for source, row in sources.items():
             if source.split("/")[0].startswith("sample-") and source not in live:
@@ -465,13 +494,10 @@ class Rehearsal:
         # Uniqueness: jobs per repo and commit, mirrors per source, on the store and on the Hub.
         for dup in q("SELECT lower(repo_id), source_sha, COUNT(*) FROM jobs GROUP BY 1, 2 HAVING COUNT(*) > 1"):
             self.failures.append(f"duplicate jobs: {dup}")
-        prefix = {}
-        for m in mirrors:
-            key = re.sub(r"-[0-9a-f]{16}-aligned$", "", m.split("/")[1])
-            prefix.setdefault(key, []).append(m)
-        for key, ms in prefix.items():
-            if len(ms) > 1:
-                self.failures.append(f"two mirrors of one source on the Hub: {ms}")
+        # Every repo under the target namespace is the one mirror of one source the store records, and back.
+        targets = [r[1].lower() for r in sources.values()]
+        if sorted(m.lower() for m in mirrors) != sorted(targets) or len(set(targets)) != len(targets):
+            self.failures.append(f"the Hub's mirrors {sorted(mirrors)} are not the store's {sorted(targets)}")
         for m in mirrors:
             commits = get_json(f"{self.hub}/api/models/{m}/commits/main", headers=self.auth(), tries=20)
             titles = [c["title"] for c in commits]
@@ -484,15 +510,17 @@ class Rehearsal:
         for rid, e in heads.items():
             row = repos.get(rid)
             if e["kind"] == "delete":
-                if row and row[1] not in ("vanished", "moved"):
+                if row and row[1] != "vanished":
                     self.failures.append(f"pushed delete of {e['repo']} not recorded: {row}")
             elif row is None:
                 if self.visible(e["repo"]):
                     self.failures.append(f"push {e['seq']} ({e['kind']} {e['repo']}) never audited")
+            elif row[1] in ("vanished", "renamed"):
+                self.failures.append(f"push {e['seq']} to {e['repo']}: live on the Hub, recorded {row[1]}")
             elif row[1] == "ok" and row[2] != e["head"]:
                 self.failures.append(f"push {e['seq']} to {e['repo']}: the store audited {row[2][:12]}, "
                                      f"the Hub's head is {e['head'][:12]}")
-        # Quotas: one 429 per window and bucket at most.
+        # Quotas: no more 429s than one per window and bucket (the pacing's single probe), over the whole run.
         windows = (time.time() - self.sim_started) / self.window
         if counters["rate_limited"] > 2 * (windows + 1):
             self.failures.append(f"{counters['rate_limited']} 429s in {windows:.0f} windows of 2 buckets")
@@ -555,6 +583,12 @@ class Rehearsal:
                                "quota_bound_seconds": bound, "ratio": took / bound if bound else None})
         size = q("SELECT pg_database_size('rehearsal')")[0][0]
         repos_stored = int(q("SELECT COUNT(*) FROM repos")[0][0])
+        # The same records in a SQLite store: exported from PostgreSQL and imported, as an operator moves them.
+        export, sqlite = self.tmp / "store.jsonl", self.tmp / "store.db"
+        hubalign = self.bins / "hubalign"
+        subprocess.run([hubalign, "store", "export", "--db", self.pg.url, "--out", export, "-q"], check=True)
+        subprocess.run([hubalign, "store", "import", "--db", sqlite, export, "-q"], check=True)
+        sqlite_size = sqlite.stat().st_size
         times = sorted(self.page_times)
         pct = lambda p: times[min(len(times) - 1, int(p * len(times)))] * 1000 if times else None  # noqa: E731
         slices = {}
@@ -572,9 +606,13 @@ class Rehearsal:
             "crawls": crawl_rows,
             "jobs": dict((r[0], int(r[1])) for r in q("SELECT state, COUNT(*) FROM jobs GROUP BY state")),
             "failovers_seconds": self.failovers,
+            "crawl_resumed_after_kill_seconds": self.resumes,
             "dashboard": {"requests": len(times), "errors": self.page_errors, "p50_ms": pct(0.5), "p99_ms": pct(0.99)},
-            "store_bytes": int(size),
-            "store_bytes_per_100k_repos": int(size) * 100_000 // max(repos_stored, 1),
+            "store_repos": repos_stored,
+            "store_bytes_postgres": int(size),
+            "store_bytes_per_100k_repos_postgres": int(size) * 100_000 // max(repos_stored, 1),
+            "store_bytes_sqlite": sqlite_size,
+            "store_bytes_per_100k_repos_sqlite": sqlite_size * 100_000 // max(repos_stored, 1),
             "hub_counters": counters,
             "processes": slices,
             "timeline": [(round(t - self.sim_started, 1), what) for t, what in self.timeline],
@@ -643,8 +681,8 @@ def main():
     code = 1
     try:
         r.pg = Postgres(tmp)
-        r.sim_started = time.time()
         r.start_sim()
+        r.sim_started = time.time()
         r.start_service()
         r.run()
         population, counters = r.check()

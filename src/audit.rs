@@ -241,12 +241,15 @@ async fn crawl(
         }
     }
     // The whole listing was read: what it no longer shows is gone from the population the reports describe.
-    if opts.query.limit.is_none() {
-        let gone = store.mark_unlisted(run, opts.query.author.as_deref()).await?;
+    // Not after an empty listing (a Hub that answered nothing is not a Hub that deleted everything), nor
+    // after a limited one.
+    if opts.query.limit.is_none() && stats.repos_listed > 0 {
+        let gone = store.mark_unlisted(run).await?;
         if gone > 0 {
             tracing::info!(repos = gone, run, "repos no longer listed; recorded vanished");
         }
     }
+    store.refresh_statistics().await?;
     let mut outcomes = futures_util::stream::iter(pending)
         .map(|repo| {
             let span = tracing::info_span!("repo", repo.id = %repo.id, repo.sha = repo.sha.as_deref().unwrap_or(""));

@@ -73,6 +73,13 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         };
         show(&config.next_run, crate::time::format_utc(next.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())));
         let requested = shared.store.take_request(SCHEDULER, &config.me).await.unwrap_or(false);
+        // Found by the rehearsal: a leader killed mid-crawl left its crawl to wait for the next scheduled time.
+        // Whoever takes the lease over resumes it at once (the crawl skips the repos already recorded).
+        let resumed = !queued_since_lead && !requested && shared.store.crawl_left_running().await.unwrap_or(false);
+        if resumed {
+            tracing::warn!("the last crawl was left running by a replica that stopped; resuming it now");
+        }
+        let requested = requested || resumed;
         if next > now && !requested {
             if !queued_since_lead {
                 let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
@@ -83,11 +90,13 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             wait(next.duration_since(now).unwrap_or_default().min(beat), &config.audit_now, &mut stop).await;
             continue;
         }
-        if requested {
+        if requested && !resumed {
             tracing::info!("audit requested by an administrator");
         }
         // Who started it, as the run's history shows it.
-        opts.started_by = Some(if requested {
+        opts.started_by = Some(if resumed {
+            format!("the schedule, on replica {}, resuming a crawl left running", config.me)
+        } else if requested {
             format!("an administrator, via replica {}", config.me)
         } else {
             format!("the schedule, on replica {}", config.me)

@@ -5,15 +5,6 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 use crate::safetensors::Verdict;
 
-/// The repos a complete crawl (run `$1`, of namespace `$2` if any) did not list and that are not yet recorded
-/// gone: one text for the history rows and the update, which must pick the same repos.
-macro_rules! unlisted_scope {
-    () => {
-        "COALESCE(last_listed_run, 0) < $1 AND state NOT IN ('vanished', 'renamed')
-         AND ($2 IS NULL OR lower(namespace) = lower($2))"
-    };
-}
-
 /// Counters of one run, stored with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
@@ -212,6 +203,18 @@ impl Store {
         Ok(())
     }
 
+    /// Whether a crawl is recorded as running. Asked by a replica that has just taken the scheduler lease: it
+    /// holds the lease, so a running crawl is one its holder left when it died, to resume at once rather than
+    /// at the next scheduled time (a day away by default).
+    pub async fn crawl_left_running(&self) -> Result<bool, StoreError> {
+        on_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM audit_runs WHERE status = 'running' AND kind = 'crawl')"
+        )
+        .fetch_one(pool)
+        .await)
+        .map_err(sql("crawl left running"))
+    }
+
     /// Marks runs left `running` by a task that died (a panic) as `failed`, with the reason.
     pub async fn fail_running_runs(&self, reason: &str) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query(
@@ -303,18 +306,21 @@ impl Store {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
             let mut pending = Vec::with_capacity(repos.len());
             for r in repos {
-                let audited: Option<Option<String>> = sqlx::query_scalar("SELECT audited_sha FROM repos WHERE id = $1")
-                    .bind(&r.id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(sql("read repo"))?;
+                let known: Option<(Option<String>, String)> =
+                    sqlx::query_as("SELECT audited_sha, state FROM repos WHERE id = $1")
+                        .bind(&r.id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(sql("read repo"))?;
                 sqlx::query(
                     "INSERT INTO repos (id, namespace, listed_sha, last_modified, private, gated, disabled, last_listed_run,
                        downloads, likes)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                      ON CONFLICT (id) DO UPDATE SET listed_sha = excluded.listed_sha, last_modified = excluded.last_modified,
                        private = excluded.private, gated = excluded.gated, disabled = excluded.disabled,
-                       last_listed_run = excluded.last_listed_run, downloads = excluded.downloads, likes = excluded.likes",
+                       downloads = excluded.downloads, likes = excluded.likes,
+                       last_listed_run = CASE WHEN COALESCE(repos.last_listed_run, 0) > excluded.last_listed_run
+                                         THEN repos.last_listed_run ELSE excluded.last_listed_run END",
                 )
                 .bind(&r.id)
                 .bind(&r.namespace)
@@ -329,43 +335,68 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("record listing"))?;
-                pending.push(force || r.sha.is_none() || audited.flatten() != r.sha);
+                // A repo recorded gone that a listing shows again is read again, whatever its commit.
+                let (audited, state) = known.unzip();
+                let back = state.as_deref() == Some(RepoState::Vanished.as_str());
+                pending.push(force || back || r.sha.is_none() || audited.flatten() != r.sha);
             }
             tx.commit().await.map_err(sql("commit listing"))?;
             Ok(pending)
         })
     }
 
-    /// After a crawl listed every page: records `vanished` every repo (of `author` only, when the crawl was of
-    /// one namespace) that it did not list and that is not already recorded gone or renamed, so that a repo
-    /// deleted, made private or untagged on the Hub leaves the reports and the sums instead of counting in
-    /// them forever. Returns how many. A repo a webhook read during the crawl has a later run and is kept.
-    pub async fn mark_unlisted(&self, run: i64, author: Option<&str>) -> Result<u64, StoreError> {
+    /// After crawl `run` listed every page: records `vanished` every repo it did not list that a crawl of the
+    /// same query (the same filters, author and search) or a webhook's read listed last, and that is not yet
+    /// recorded gone or renamed. So a repo deleted, made private or untagged on the Hub leaves the reports and
+    /// the sums instead of counting in them forever, and a narrower crawl (`--search`, another `--author`)
+    /// never touches what it did not ask for. Returns how many. Listings only ever move `last_listed_run`
+    /// forward, so a crawl that overlaps an older one cannot make the older one's pages look unlisted.
+    pub async fn mark_unlisted(&self, run: i64) -> Result<u64, StoreError> {
         let reason = format!("not in the listing of run {run}: deleted, private to its owner, or no longer tagged");
+        let now = crate::time::now_utc();
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
-            sqlx::query(concat!(
-                "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
-                 SELECT id, $1, $3, NULL, 'vanished', FALSE, 0 FROM repos WHERE ",
-                unlisted_scope!()
-            ))
+            // One statement decides which repos, and the history follows exactly those.
+            let gone: Vec<String> = sqlx::query_scalar(
+                "UPDATE repos SET state = 'vanished', last_error = $2
+                 WHERE COALESCE(last_listed_run, 0) < $1 AND state NOT IN ('vanished', 'renamed')
+                   AND last_listed_run IN (SELECT id FROM audit_runs
+                                           WHERE kind = 'webhook'
+                                              OR query = (SELECT query FROM audit_runs WHERE id = $1))
+                 RETURNING id",
+            )
             .bind(run)
-            .bind(author)
-            .bind(crate::time::now_utc())
-            .execute(&mut *tx)
+            .bind(&reason)
+            .fetch_all(&mut *tx)
             .await
-            .map_err(sql("record unlisted history"))?;
-            let done =
-                sqlx::query(concat!("UPDATE repos SET state = 'vanished', last_error = $3 WHERE ", unlisted_scope!()))
-                    .bind(run)
-                    .bind(author)
-                    .bind(&reason)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql("record unlisted"))?;
+            .map_err(sql("record unlisted"))?;
+            for id in &gone {
+                sqlx::query(
+                    "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
+                     VALUES ($1, $2, $3, NULL, 'vanished', FALSE, 0)",
+                )
+                .bind(id)
+                .bind(run)
+                .bind(&now)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("record unlisted history"))?;
+            }
             tx.commit().await.map_err(sql("commit unlisted"))?;
-            Ok(done.rows_affected())
+            Ok(gone.len() as u64)
         })
+    }
+
+    /// After a crawl's listing: has PostgreSQL measure `repos` again at once. Found by the Hub-scale
+    /// rehearsal: a fresh store's first listing takes `repos` from nothing to 100,000 rows in seconds, and
+    /// until autovacuum's next analyze (up to a minute) the planner still believed it tiny and joined it to
+    /// the sums row by row; the overview's "fixed upstream" count took over 3 s a read, and the dashboard's
+    /// reads piled up on the database. A no-op on SQLite, whose queries fix their join order themselves.
+    pub async fn refresh_statistics(&self) -> Result<(), StoreError> {
+        if let super::Pool::Postgres(pool) = self.pool() {
+            sqlx::query("ANALYZE repos, repo_sums").execute(pool).await.map_err(sql("analyze"))?;
+        }
+        Ok(())
     }
 
     /// Forgets repos the listing shows to be mirrors (this service's or a peer's) which an earlier crawl
@@ -577,12 +608,13 @@ mod tests {
     }
 
     /// Found by the Hub-scale rehearsal: a repo deleted on the Hub stayed `ok` in the store, its bytes in every
-    /// sum, for as long as the store lived. A complete crawl now records what it no longer lists as gone.
+    /// sum, for as long as the store lived. A complete crawl now records what it no longer lists as gone; a
+    /// narrower crawl touches nothing it did not ask for, and a repo listed again is read again.
     #[tokio::test]
     async fn a_complete_crawl_records_what_it_no_longer_lists_as_vanished() {
         for test in stores().await {
             let store = &test.store;
-            let first = store.start_run("http://hub.test", "mlx", None).await.unwrap();
+            let first = store.start_run("http://hub.test", "filter=mlx", None).await.unwrap();
             let listed = ["ns/kept", "ns/deleted", "other/deleted"].map(|id| ListingEntry::public(id, "1"));
             store.record_listing(first, &listed, false).await.unwrap();
             for entry in &listed {
@@ -590,12 +622,14 @@ mod tests {
             }
             assert_eq!(store.totals().await.unwrap().repos_affected, 3);
 
-            // A crawl of `other` alone never touches `ns`.
-            let scoped = store.start_run("http://hub.test", "mlx", None).await.unwrap();
-            assert_eq!(store.mark_unlisted(scoped, Some("OTHER")).await.unwrap(), 1, "any case");
-            let second = store.start_run("http://hub.test", "mlx", None).await.unwrap();
+            // A narrower crawl (another query) lists one repo and marks nothing.
+            let narrow = store.start_run("http://hub.test", "filter=mlx&search=kept", None).await.unwrap();
+            store.record_listing(narrow, &[ListingEntry::public("ns/kept", "1")], false).await.unwrap();
+            assert_eq!(store.mark_unlisted(narrow).await.unwrap(), 0, "other queries' repos are not its business");
+
+            let second = store.start_run("http://hub.test", "filter=mlx", None).await.unwrap();
             store.record_listing(second, &[ListingEntry::public("ns/kept", "1")], false).await.unwrap();
-            assert_eq!(store.mark_unlisted(second, None).await.unwrap(), 1, "other/deleted is gone already");
+            assert_eq!(store.mark_unlisted(second).await.unwrap(), 2);
             let states: Vec<(String, String)> =
                 store.repos().await.unwrap().into_iter().map(|r| (r.id, r.state)).collect();
             for (id, state) in &states {
@@ -603,8 +637,36 @@ mod tests {
             }
             assert_eq!(store.totals().await.unwrap().repos_affected, 1, "the sums no longer count them");
             let audits = store.repo_audits("ns/deleted").await.unwrap();
-            assert!(audits.iter().any(|a| a.state == "vanished"), "the history says when: {audits:?}");
-            assert_eq!(store.mark_unlisted(second, None).await.unwrap(), 0, "once");
+            assert!(audits.iter().any(|a| a.state == "vanished" && a.sha.is_none()), "the history says when");
+            assert_eq!(store.mark_unlisted(second).await.unwrap(), 0, "once");
+
+            // Listed again at the same commit (made public again): read again, not left gone.
+            let third = store.start_run("http://hub.test", "filter=mlx", None).await.unwrap();
+            let again = store.record_listing(third, &[ListingEntry::public("ns/deleted", "1")], false).await.unwrap();
+            assert_eq!(again, [true]);
+            // An older run's late page never moves a repo's listing back.
+            store.record_listing(first, &[ListingEntry::public("ns/deleted", "1")], false).await.unwrap();
+            assert_eq!(store.mark_unlisted(third).await.unwrap(), 1, "only ns/kept, which the third did not list");
+        }
+    }
+
+    /// The planner learns a listing's size at once rather than at autovacuum's next pass (see
+    /// [`Store::refresh_statistics`]; the rehearsal measured the effect, this checks the mechanism).
+    #[tokio::test]
+    async fn after_a_listing_postgresql_knows_how_many_repos_there_are() {
+        for test in stores().await {
+            let store = &test.store;
+            let run = store.start_run("http://hub.test", "filter=mlx", None).await.unwrap();
+            let listed: Vec<ListingEntry> = (0..2000).map(|i| ListingEntry::public(&format!("ns/r{i}"), "1")).collect();
+            store.record_listing(run, &listed, false).await.unwrap();
+            store.refresh_statistics().await.unwrap();
+            if let crate::store::Pool::Postgres(pool) = store.pool() {
+                let tuples: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'repos'")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                assert!(tuples >= 1900.0, "the planner believes {tuples} repos");
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The Hub-scale rehearsal at CI size: `bench/rehearsal.py --ci` runs the whole service (two `serve`
 //! replicas, four workers, PostgreSQL) against a synthetic population under quotas and faults, kills and
-//! restarts, a database restart and a full disk, and checks its invariants at the end.
+//! restarts, a database restart and a full disk, and checks its invariants at the end. It needs root (or
+//! sudo) for the small tmpfs that fills, and Debian's PostgreSQL, both of which `tests/run.sh` provides.
 
 use std::process::Command;
 
@@ -8,13 +9,17 @@ use crate::support::{hubalign_bin, python, root};
 
 #[test]
 fn the_ci_size_rehearsal_keeps_every_invariant_through_kills_restarts_and_a_full_disk() {
-    // The simulator's binary, built as this test's `hubalign` was (another package's binary is not a
-    // dependency of this test, so it may be missing or stale).
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = Command::new(cargo).args(["build", "--locked", "-p", "hubsim", "--bin", "hubsim"]).status().unwrap();
-    assert!(built.success(), "building hubsim failed");
+    // The simulator's binary, built beside this test's `hubalign` with the same profile (another package's
+    // binary is not a dependency of this test, so it may be missing or stale).
     let bin_dir = std::path::PathBuf::from(hubalign_bin());
     let bin_dir = bin_dir.parent().unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--locked", "-p", "hubsim", "--bin", "hubsim"]);
+    if bin_dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(build.status().unwrap().success(), "building hubsim failed");
     assert!(bin_dir.join("hubsim").exists(), "{} has no hubsim", bin_dir.display());
     let report = tempfile::NamedTempFile::new().unwrap();
     let out = Command::new(python())

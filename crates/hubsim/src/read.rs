@@ -122,16 +122,37 @@ pub(super) async fn list_models(
         })
         .filter_map(|r| r.head().map(|h| (r, h)))
         .collect();
-    match params.get("sort") {
-        Some("downloads") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.downloads)),
-        Some("likes") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.likes)),
-        Some("lastModified" | "last_modified") => hits.sort_by(|a, b| b.1.date.cmp(&a.1.date)),
-        Some("createdAt" | "created_at") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at())),
-        _ => {}
-    }
+    let sorted = match params.get("sort") {
+        Some("downloads") => {
+            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.downloads));
+            true
+        }
+        Some("likes") => {
+            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.likes));
+            true
+        }
+        Some("lastModified" | "last_modified") => {
+            hits.sort_by(|a, b| b.1.date.cmp(&a.1.date));
+            true
+        }
+        Some("createdAt" | "created_at") => {
+            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at()));
+            true
+        }
+        _ => false,
+    };
     let page_size =
         params.number("limit").map_or(sim.config.page_size, |l| (l as usize).clamp(1, sim.config.page_size));
-    let offset = params.number("cursor").unwrap_or(0) as usize;
+    // In the default order the cursor is the last id served, as the Hub's cursors are keys rather than
+    // offsets: a repo created or deleted before the cursor while a client pages neither hides another repo
+    // from it nor shows one twice. Sorted listings page by offset.
+    let offset = match params.get("cursor").and_then(|c| c.strip_prefix("after:")) {
+        Some(after) if !sorted => {
+            let after = after.to_ascii_lowercase();
+            hits.partition_point(|(r, _)| r.id.to_ascii_lowercase() <= after)
+        }
+        _ => params.number("cursor").unwrap_or(0) as usize,
+    };
     let page: Vec<Value> = hits
         .iter()
         .skip(offset)
@@ -154,7 +175,13 @@ pub(super) async fn list_models(
         if !query.is_empty() {
             query.push('&');
         }
-        let next = format!("<{}/api/models?{query}cursor={}>; rel=\"next\"", sim.base_url, offset + page_size);
+        let cursor = match (sorted, hits.get(offset + page_size - 1)) {
+            (false, Some((last, _))) => {
+                format!("after:{}", form_urlencoded::byte_serialize(last.id.as_bytes()).collect::<String>())
+            }
+            _ => (offset + page_size).to_string(),
+        };
+        let next = format!("<{}/api/models?{query}cursor={cursor}>; rel=\"next\"", sim.base_url);
         if let Ok(v) = HeaderValue::from_str(&next) {
             response.headers_mut().insert(header::LINK, v);
         }

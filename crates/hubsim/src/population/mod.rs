@@ -139,7 +139,7 @@ pub struct SampleRepo {
     pub renamed_from: Option<String>,
     /// Its `main` commit.
     pub head: String,
-    /// Private, gated (`auto`/`manual`) or disabled.
+    /// Private.
     pub private: bool,
     /// Gating.
     pub gated: bool,

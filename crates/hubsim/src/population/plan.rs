@@ -255,7 +255,8 @@ impl RepoPlan {
     }
 }
 
-/// Splits a model into shards of at most [`MAX_SHARD_BYTES`] (or into `count` shards), by whole layers.
+/// Splits a model into as many shards as [`MAX_SHARD_BYTES`] asks for (or into `count`), by whole layers and
+/// as evenly as layers go; the first also holds the embedding, so it may pass the limit (at most twice it).
 fn plan_shards(
     dims: Dims,
     precision: Precision,
@@ -310,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn real_models_are_cut_into_shards_of_at_most_five_gib_and_the_sample_is_small() {
+    fn real_models_are_cut_by_layers_near_five_gib_and_the_sample_is_small() {
         let config = PopulationConfig::new(1, 400, 20);
         for i in 0..400 {
             let plan = RepoPlan::roll(&config, i);

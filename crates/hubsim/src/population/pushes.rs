@@ -49,6 +49,8 @@ pub struct PopulationState {
     pub config: PopulationConfig,
     plans: Mutex<Vec<Option<Plan>>>,
     events: Mutex<Vec<PushEvent>>,
+    /// Held for a whole push, so two pushes never pick the same new index or undo each other's change.
+    pushing: Mutex<u64>,
 }
 
 /// Salt of the pushes' dice.
@@ -57,7 +59,12 @@ const PUSH: u64 = 0x7075_7368;
 impl PopulationState {
     /// The state of a population just made from these plans.
     pub fn new(config: PopulationConfig, plans: Vec<Plan>) -> PopulationState {
-        PopulationState { config, plans: Mutex::new(plans.into_iter().map(Some).collect()), events: Mutex::default() }
+        PopulationState {
+            config,
+            plans: Mutex::new(plans.into_iter().map(Some).collect()),
+            events: Mutex::default(),
+            pushing: Mutex::new(0),
+        }
     }
 
     /// The pushes so far.
@@ -145,8 +152,10 @@ impl PopulationState {
 /// deletions) to `repo` (else one the dice pick, from the sample 30% of the time), and sends its webhook.
 pub fn push(sim: &Sim, kind: Option<PushKind>, repo: Option<&str>) -> Result<PushEvent, HubError> {
     let state = sim.population.as_ref().ok_or_else(|| HubError::not_found("this simulator has no population"))?;
-    let seq = state.events.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
-    let mut dice = Dice::new(state.config.seed, PUSH, seq);
+    // One push at a time; each attempt, failed or not, rolls new dice.
+    let mut rolls = state.pushing.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut dice = Dice::new(state.config.seed, PUSH, *rolls);
+    *rolls += 1;
     let kind = kind.unwrap_or(match dice.weighted(&[0.7, 0.2, 0.1]) {
         0 => PushKind::Update,
         1 => PushKind::Create,
@@ -196,5 +205,57 @@ pub fn push(sim: &Sim, kind: Option<PushKind>, repo: Option<&str>) -> Result<Pus
             sim.webhooks.send("repo", "delete", &plan.id, plan.meta.private, None, json!({}));
             Ok(state.log(kind, &plan, None))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SimConfig, start};
+
+    async fn page(url: &str) -> (Vec<String>, Option<String>) {
+        let answer = reqwest::get(url).await.unwrap();
+        let next = answer.headers().get("link").and_then(|l| l.to_str().ok()).and_then(|l| {
+            l.strip_prefix('<').and_then(|rest| rest.split_once('>')).map(|(target, _)| target.to_owned())
+        });
+        let items: Vec<serde_json::Value> = answer.json().await.unwrap();
+        (items.iter().map(|i| i["id"].as_str().unwrap().to_owned()).collect(), next)
+    }
+
+    /// Found by the rehearsal: with offset cursors, a repo deleted behind a client's cursor hid the next page's
+    /// first repo from it, and a crawl that records what it did not list took that live repo for gone. The
+    /// Hub's cursors are keys; so are these now.
+    #[tokio::test]
+    async fn a_deletion_while_a_client_pages_hides_no_other_repo_and_is_announced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        let mut config = SimConfig::new(dir.path().to_path_buf());
+        config.page_size = 10;
+        config.population = Some(PopulationConfig::new(5, 30, 2));
+        let hub = start(config).await.unwrap();
+        let (first, next) = page(&format!("{}/api/models?limit=10", hub.base_url)).await;
+        assert_eq!(first.len(), 10);
+        let deleted = push(&hub.sim, Some(PushKind::Delete), Some(&first[3])).unwrap();
+        assert_eq!((deleted.kind, deleted.head.as_deref()), (PushKind::Delete, None));
+        let mut seen = first.clone();
+        let mut next = next;
+        while let Some(url) = next {
+            let (ids, after) = page(&url).await;
+            seen.extend(ids);
+            next = after;
+        }
+        let live: Vec<String> = hub.sim.repos().keys().cloned().collect();
+        assert_eq!(live.len(), 29);
+        assert!(live.iter().all(|id| seen.contains(id)), "every live repo was listed: {seen:?}");
+        assert_eq!(seen.len(), 30, "each once, the deleted one on the page read before it went");
+
+        let updated = push(&hub.sim, Some(PushKind::Update), Some(&first[0])).unwrap();
+        assert_eq!(hub.sim.repos().get(&first[0]).unwrap().head().unwrap().sha, updated.head.unwrap());
+        let created = push(&hub.sim, Some(PushKind::Create), None).unwrap();
+        assert!(hub.sim.repos().contains_key(&created.repo));
+        let state = hub.sim.population.as_ref().unwrap();
+        assert_eq!(state.events().len(), 3);
+        assert_eq!(state.census().repos, 30, "30 made, one deleted, one created");
+        hub.stop().await;
     }
 }
