@@ -138,6 +138,8 @@ pub async fn audit_until(
     stop: impl Future<Output = String>,
 ) -> Result<AuditSummary, AuditError> {
     store.interrupt_stale_runs().await?;
+    // The client may serve many runs (a `serve` replica's): this run's requests are those after this point.
+    let before = client.stats.snapshot();
     let query_text = opts.query.first_url("");
     let run = store.start_run(client.endpoint(), &query_text, opts.started_by.as_deref()).await?;
     #[cfg(debug_assertions)]
@@ -156,7 +158,7 @@ pub async fn audit_until(
         },
         reason = stop => Err(Stop::Interrupted(reason)),
     };
-    let net = client.stats.snapshot();
+    let net = client.stats.snapshot().since(&before);
     stats.api_requests = net.api_requests;
     stats.resolver_requests = net.resolver_requests;
     stats.bytes_read = net.bytes_read;
@@ -358,12 +360,12 @@ pub async fn reread(
         let _ = store.finish_run(run, "failed", &RunStats::default(), Some(&e.to_string())).await;
         return Err(e.into());
     }
-    let net = client.stats.snapshot();
+    let net = client.stats.snapshot().since(&before);
     let stats = RunStats {
         repos_probed: 1,
         shards_probed: outcome.shards.len() as u64,
-        api_requests: net.api_requests.saturating_sub(before.api_requests),
-        resolver_requests: net.resolver_requests.saturating_sub(before.resolver_requests),
+        api_requests: net.api_requests,
+        resolver_requests: net.resolver_requests,
         ..RunStats::default()
     };
     store.finish_run(run, "finished", &stats, None).await?;

@@ -66,6 +66,20 @@ pub struct StatsSnapshot {
     pub retries: u64,
 }
 
+impl StatsSnapshot {
+    /// What was counted after `before` (an earlier snapshot of the same counters): one run's share of a
+    /// client that serves many runs.
+    pub fn since(&self, before: &StatsSnapshot) -> StatsSnapshot {
+        StatsSnapshot {
+            api_requests: self.api_requests.saturating_sub(before.api_requests),
+            resolver_requests: self.resolver_requests.saturating_sub(before.resolver_requests),
+            bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
+            rate_limited: self.rate_limited.saturating_sub(before.rate_limited),
+            retries: self.retries.saturating_sub(before.retries),
+        }
+    }
+}
+
 impl RequestStats {
     /// The counts now.
     pub fn snapshot(&self) -> StatsSnapshot {

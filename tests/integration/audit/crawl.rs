@@ -100,3 +100,35 @@ fn a_second_run_only_lists_and_a_changed_repo_alone_is_probed_again() {
     assert_eq!(q4["verdict"], "aligned");
     assert_eq!(after.len(), first.len());
 }
+
+/// Found by the rehearsal: a `serve` replica's crawls share one Hub client, and each run stored the
+/// client's totals since the process started, so a replica's second crawl claimed the first one's
+/// requests too. Each run now stores its own, as the simulator counts them.
+#[test]
+fn two_runs_on_one_client_each_store_their_own_requests() {
+    use hubalign::hub::retry::RetryPolicy;
+    use hubalign::hub::{HubClient, HubConfig};
+    let world = audit_world(3, |_| {});
+    let (_dir, db) = db();
+    let hub = HubClient::new(HubConfig { endpoint: world.endpoint(), token: None }, RetryPolicy::default()).unwrap();
+    let runs = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        let opts = hubalign::audit::AuditOptions::default();
+        let mut served = Vec::new();
+        for _ in 0..2 {
+            let before = world.counters();
+            let summary = hubalign::audit::audit(&hub, &store, &opts, &mut |_| {}).await.unwrap();
+            let after = world.counters();
+            served.push((
+                summary.stats,
+                after.api_requests - before.api_requests,
+                after.resolver_requests - before.resolver_requests,
+            ));
+        }
+        served
+    });
+    for (i, (stats, api, resolvers)) in runs.iter().enumerate() {
+        assert_eq!((stats.api_requests, stats.resolver_requests), (*api, *resolvers), "run {i}: {stats:?}");
+    }
+    assert!(runs[0].2 > 0 && runs[1].2 == 0, "the second run only lists: {runs:?}");
+}
