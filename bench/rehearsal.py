@@ -11,12 +11,15 @@ What runs (as root, or with sudo for the tmpfs):
   digests), the Hub's quotas (1,000 api and 5,000 resolver requests per window; the window is 300 s divided
   by --compress), 2% 5xx and 1% truncated bodies, and its webhook payloads sent to both replicas;
 - a scratch PostgreSQL (initdb in a temp dir, as `postgres` when root);
-- two `serve` replicas (the scheduler lease decides which one crawls) and four `worker`s (`--drain-only`),
-  mirroring the sample's namespaces into `rehearsal/`, checking with the CPU MLX check;
+- two `serve` replicas (the scheduler lease decides which one crawls), a third with `--no-scheduler` that
+  only serves pages and webhooks, and four `worker`s (`--drain-only`), mirroring the sample's namespaces
+  into `rehearsal/`, checking with the CPU MLX check;
 - the faults: pushes at --push-per-minute (commits, new repos, deletions), every --kill-every seconds the
-  replica holding the scheduler lease and one worker killed with SIGKILL and restarted 3 s later,
+  replica holding the scheduler lease and one of workers 0-2 killed with SIGKILL and restarted 3 s later
+  (the third replica and the last worker are never killed, so their memory is followed over the whole run),
   PostgreSQL restarted once (at 40% of the run), worker 0's work directory (a tmpfs) filled for 20 s once
-  (at 60%), then the operator's fix: the filler removed and the worker restarted.
+  (at 60%), then the operator's fix: the filler removed, the held jobs released (`hubalign jobs retry`) and
+  the worker restarted.
 
 At the end pushes and kills stop, an audit is asked for (`POST /api/admin/audit`), the queue drains, and the
 invariants are checked (each failure is listed, and the exit status is 1):
@@ -33,7 +36,8 @@ invariants are checked (each failure is listed, and the exit status is 1):
 - no read of a payload the simulator could not have listed honestly (`unverifiable_payload_reads` = 0).
 
 Figures (printed, and with --report written as JSON): the crawl against its quota bound, RSS and open
-descriptors of every process per 10-minute slice (first and last sample of each), the dashboard's p50/p99
+descriptors of every process per 10-minute slice (first and last sample of each), and of the processes never
+restarted from the end of the first 10 minutes (the warm-up) to the end, the dashboard's p50/p99
 while all this runs, failover times, the store's size per 100,000 repos.
 """
 
@@ -83,6 +87,7 @@ class Proc:
         self.samples = []  # (t, rss_bytes, fds)
 
     def start(self):
+        self.starts = getattr(self, "starts", 0) + 1
         out = open(self.log_path, "ab")
         self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         out.close()
@@ -191,7 +196,9 @@ class Rehearsal:
 
     # ---- set-up -------------------------------------------------------------------------------------------------
     def start_sim(self):
-        self.ports = [free_port(), free_port()]
+        # Two replicas that are killed in turn, and a third (`--no-scheduler`) that never is: the processes
+        # whose memory and descriptors over the whole run the figures follow, beside the simulator and worker 3.
+        self.ports = [free_port(), free_port(), free_port()]
         window = max(1, round(300 / self.args.compress))
         a = self.args
         argv = [self.bins / "hubsim", "--root", self.tmp / "hub", "--port", "0", "--token", f"{TOKEN}:{USER}",
@@ -229,6 +236,8 @@ class Rehearsal:
             argv = [self.bins / "hubalign", "serve", *self.common(self.tmp / f"serve-{i}-work"), "--workers", "0",
                     "--listen", f"127.0.0.1:{port}", "--interval", a.interval, "--scheduler-lease", a.scheduler_lease,
                     "--webhook-secret", SECRET, "--admin-token", ADMIN, "--concurrency", "16"]
+            if i == SPARED_REPLICA:
+                argv.append("--no-scheduler")
             self.replicas.append(Proc(f"serve-{i}", argv, self.logs))
         self.workers = []
         for i in range(a.workers):
@@ -244,7 +253,8 @@ class Rehearsal:
             p.start()
         for port in self.ports:
             self.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        log(f"service: 2 replicas on {self.ports}, {a.workers} workers")
+        log(f"service: 3 replicas on {self.ports} (serve-2 without the scheduler, never killed), {a.workers} "
+            f"workers (worker-{a.workers - 1} never killed)")
 
     def mount_small_disk(self, path):
         sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -262,17 +272,20 @@ class Rehearsal:
         raise SystemExit(f"{url} did not answer within {seconds} s")
 
     # ---- during the run -----------------------------------------------------------------------------------------
-    def live_replica(self):
-        for p, port in zip(self.replicas, self.ports):
+    def live_replica(self, turn=0):
+        """A live replica's address: the first from `turn` on, round the three."""
+        n = len(self.replicas)
+        for k in range(n):
+            p, port = self.replicas[(turn + k) % n], self.ports[(turn + k) % n]
             if p.alive():
                 return f"http://127.0.0.1:{port}"
         return None
 
     def probe_pages(self):
-        """The dashboard as a reader sees it, all run long: one page after another on a live replica."""
+        """The dashboard as a reader sees it, all run long: one page after another, the replicas in turn."""
         i = 0
         while not self.stop_probe.is_set():
-            base = self.live_replica()
+            base = self.live_replica(i)
             if base:
                 page = PAGES[i % len(PAGES)]
                 i += 1
@@ -304,7 +317,8 @@ class Rehearsal:
             "SELECT COALESCE(MAX(id), 0) FROM audit_runs WHERE kind = 'crawl' AND status = 'running'")[0][0])
         leader = self.replica_of(holder)
         victim = leader or self.replicas[n % 2]
-        worker = self.workers[n % len(self.workers)]
+        # The last worker is spared: its memory and descriptors are followed over the whole run.
+        worker = self.workers[n % max(1, len(self.workers) - 1)]
         killed_at = time.time()
         victim.kill9()
         worker.kill9()
@@ -355,7 +369,7 @@ class Rehearsal:
     def fill_disk(self):
         """Worker 0's disk fills while jobs arrive: the other workers are paused (SIGSTOP) and three sample repos
         pushed, so worker 0 is the one to meet the full disk. After 20 s the operator's fix: the filler
-        removed, the others resumed, worker 0 restarted (its checks at start release the jobs it held)."""
+        removed, the held jobs released with `hubalign jobs retry`, the others resumed, worker 0 restarted."""
         filler = self.small_disk / "filler"
         log(f"disk full: filling {self.small_disk}, pausing the other workers, pushing to the sample")
         self.timeline.append((time.time(), "worker-0's disk filled, workers 1-3 paused"))
@@ -370,15 +384,23 @@ class Rehearsal:
         for repo in open_repos[:3]:
             self.pushes.append(get_json(f"{self.hub}/_sim/population/push?kind=update&repo={repo}", data=b""))
         time.sleep(20)
-        self.disk_full_held = int(self.pg.psql(
-            "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'")[0][0])
+        held = [r[0] for r in self.pg.psql("SELECT id FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'")]
+        self.disk_full_held = len(held)
         filler.unlink()
+        # The operator, having freed the disk, releases what it held (`jobs retry`), then restarts worker 0,
+        # which had stopped claiming for a while.
+        for job in held:
+            subprocess.run([self.bins / "hubalign", "jobs", "retry", job, "--db", self.pg.url, "-q"], check=True,
+                           stdout=subprocess.DEVNULL)
+        still = int(self.pg.psql("SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator'")[0][0])
+        if still:
+            self.failures.append(f"{still} jobs still held for the operator after `hubalign jobs retry`")
         for w in others:
             w.p.send_signal(signal.SIGCONT)
         self.workers[0].stop()
         self.workers[0].start()
         self.timeline.append((time.time(), f"worker-0's disk freed ({self.disk_full_held} jobs were held for the "
-                                           "operator), workers resumed, worker-0 restarted"))
+                                           "operator, released by `jobs retry`), workers resumed, worker-0 restarted"))
         log(f"disk freed ({self.disk_full_held} jobs held for the operator), worker-0 restarted")
 
     def push(self):
@@ -598,6 +620,15 @@ class Rehearsal:
                 per.setdefault(int(t // 600), []).append((rss, fds))
             slices[p.name] = [{"slice": k, "rss_first": v[0][0], "rss_last": v[-1][0], "fds_first": v[0][1],
                                "fds_last": v[-1][1]} for k, v in sorted(per.items())]
+        # The processes never restarted: from the end of the first 10 minutes (the warm-up) to the end.
+        steady = {}
+        for p in [self.sim] + self.replicas + self.workers:
+            after = [s for s in p.samples if s[0] >= 600]
+            if p.starts == 1 and len(after) >= 2:
+                steady[p.name] = {"rss_after_warm_up": after[0][1], "rss_at_end": after[-1][1],
+                                  "rss_change": after[-1][1] / after[0][1] - 1, "rss_max": max(s[1] for s in after),
+                                  "fds_after_warm_up": after[0][2], "fds_at_end": after[-1][2],
+                                  "fds_max": max(s[2] for s in after)}
         return {
             "population": population["census"],
             "pushes": len(self.pushes),
@@ -614,10 +645,15 @@ class Rehearsal:
             "store_bytes_sqlite": sqlite_size,
             "store_bytes_per_100k_repos_sqlite": sqlite_size * 100_000 // max(repos_stored, 1),
             "hub_counters": counters,
+            "never_restarted_after_warm_up": steady,
+            "restarts": {p.name: p.starts - 1 for p in [self.sim] + self.replicas + self.workers},
             "processes": slices,
             "timeline": [(round(t - self.sim_started, 1), what) for t, what in self.timeline],
         }
 
+
+# The replica started with `--no-scheduler` and never killed.
+SPARED_REPLICA = 2
 
 SUM_CHECKS = {
     "repo_sums": """

@@ -24,6 +24,7 @@ machine into swap; the worker also kills a check that outlives its deadline.
 import argparse
 import hashlib
 import json
+import os
 import resource
 import struct
 import sys
@@ -35,38 +36,66 @@ MANIFEST = "MEI_ALIGN_MANIFEST.json"
 HEADER_CAP = 100_000_000  # the reference reader's limit on N
 # MLX may keep this much of freed buffers for reuse (a fresh buffer for every tensor costs its page faults).
 CACHE_LIMIT = 256 << 20
+# How far ahead of the tensor being checked the kernel is asked to read the shard.
+READ_AHEAD = 256 << 20
 
 
 def header_of(path):
-    """The shard's JSON header, read as the reference reader reads it (8-byte length, then at most 100 MB)."""
+    """The shard's JSON header, read as the reference reader reads it (8-byte length, then at most 100 MB),
+    and where its data starts in the file."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         if n > HEADER_CAP:
             raise ValueError(f"{path.name}: header of {n} bytes")
         header = json.loads(f.read(n))
     header.pop("__metadata__", None)
-    return header
+    return header, 8 + n
 
 
-def arrays_in_order(mx, path, header):
+class ReadAhead:
+    """Asks the kernel to read the next READ_AHEAD bytes of the shard while this thread hashes: the
+    repaired shards were written past the page cache, so without it each tensor's read from the disk and its
+    hashing take turns. The pages are the page cache's, not this process's, and at most a window ahead."""
+
+    def __init__(self, path, data_start):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.data_start, self.asked = data_start, data_start
+
+    def up_to(self, end):
+        """Everything up to data offset `end` plus the window is asked for (once)."""
+        want = self.data_start + end + READ_AHEAD
+        if want > self.asked and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self.fd, self.asked, want - self.asked, os.POSIX_FADV_WILLNEED)
+            self.asked = want
+
+    def close(self):
+        os.close(self.fd)
+
+
+def arrays_in_order(mx, path, header, data_start):
     """Each array of the shard, in the order of its offsets, evaluated alone; the caller drops it before
     asking for the next, so at most one is resident."""
     arrays = mx.load(str(path))
     if sorted(arrays) != sorted(header):
         raise ValueError(f"{path.name}: MLX loaded other tensors than the header lists")
-    for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
-        array = arrays.pop(name)
-        mx.eval(array)
-        yield name, array
-        del array
+    ahead = ReadAhead(path, data_start)
+    try:
+        for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
+            ahead.up_to(header[name]["data_offsets"][1])
+            array = arrays.pop(name)
+            mx.eval(array)
+            yield name, array
+            del array
+    finally:
+        ahead.close()
 
 
 def check_shard(mx, path, record):
-    header = header_of(path)
+    header, data_start = header_of(path)
     per_tensor = record.get("tensor_sha256") or {}
     payload = hashlib.sha256()
     length = 0
-    for name, array in arrays_in_order(mx, path, header):
+    for name, array in arrays_in_order(mx, path, header, data_start):
         begin, end = header[name]["data_offsets"]
         view = memoryview(array)
         # Cast in place where a view allows it; a scalar or an empty tensor is copied (a few bytes at most).
@@ -87,7 +116,7 @@ def check_shard(mx, path, record):
 
 def load_only(mx, path):
     """A shard copied as it was: every array must load (one at a time, as above)."""
-    return sum(1 for _ in arrays_in_order(mx, path, header_of(path)))
+    return sum(1 for _ in arrays_in_order(mx, path, *header_of(path)))
 
 
 def main():

@@ -113,7 +113,7 @@ pub(super) fn run(args: &JobsArgs) -> anyhow::Result<Exit> {
                         Some(true) => println!("job {id}: queued again"),
                         Some(false) => {
                             refused += 1;
-                            eprintln!("job {id}: neither failed nor skipped; left as it is");
+                            eprintln!("job {id}: neither failed, skipped nor held for the operator; left as it is");
                         }
                         None => {
                             refused += 1;

@@ -70,6 +70,11 @@ pub(super) struct ServeArgs {
     /// another takes over within about this long.
     #[arg(long, env = "HUBALIGN_SCHEDULER_LEASE", default_value_t = 30, value_name = "SECS")]
     scheduler_lease: u64,
+    /// Never take the scheduler lease: this replica serves the pages, the APIs and the webhook and runs its
+    /// workers, and leaves the audits to the replicas without this flag (an administrator's "audit now"
+    /// asked of it is kept in the store for them). For replicas that only serve readers.
+    #[arg(long, env = "HUBALIGN_NO_SCHEDULER")]
+    no_scheduler: bool,
     /// The secret configured on the Hub's webhook: serves `POST /api/hub/webhook`, which takes it in the
     /// `X-Webhook-Secret` header or a `?secret=` query parameter, and reads each repo a payload names again
     /// (the scheduled audit stays the backstop). Not served without it.
@@ -110,6 +115,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             runner_token: args.runner_token.clone(),
             admin_token: args.admin_token.clone(),
             scheduler_lease: Duration::from_secs(args.scheduler_lease.max(1)),
+            schedules: !args.no_scheduler,
             webhook: match args.webhook_secret.clone().filter(|s| !s.is_empty()) {
                 Some(secret) => Some(WebhookConfig { secret, hub: args.worker.hub_client()? }),
                 None => None,

@@ -54,16 +54,18 @@ async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response 
     (StatusCode::ACCEPTED, Json(serde_json::json!({ "status": "audit requested" }))).into_response()
 }
 
-/// `POST /api/admin/jobs/{id}/retry`: put a failed or skipped job back in the queue.
+/// `POST /api/admin/jobs/{id}/retry`: put a failed or skipped job back in the queue, or release one held
+/// for the operator.
 async fn retry_job(State(api): State<AdminApi>, headers: HeaderMap, ApiPath(id): ApiPath<i64>) -> Response {
     if !bearer_matches(&headers, &api.token) {
         return refused();
     }
     match api.store.retry_job(id, "an administrator (API)").await {
         Ok(None) => super::api::api_error(StatusCode::NOT_FOUND, format!("no job {id}")),
-        Ok(Some(false)) => {
-            super::api::api_error(StatusCode::CONFLICT, format!("job {id} is neither failed nor skipped"))
-        }
+        Ok(Some(false)) => super::api::api_error(
+            StatusCode::CONFLICT,
+            format!("job {id} is neither failed, skipped nor held for the operator"),
+        ),
         Ok(Some(true)) => match api.store.job(id).await {
             Ok(job) => {
                 tracing::info!(job.id = id, "job requeued by an administrator");

@@ -108,6 +108,8 @@ pub struct ServeConfig {
     /// How long the scheduler lease holds without renewal: after the leading replica dies, another starts
     /// auditing within about this long.
     pub scheduler_lease: Duration,
+    /// Whether this replica may take the scheduler lease (`--no-scheduler` leaves the audits to others).
+    pub schedules: bool,
     /// The Hub webhooks' endpoint and what acts on them; not served without it.
     pub webhook: Option<WebhookConfig>,
 }
@@ -266,7 +268,11 @@ pub async fn serve(
         next_run,
         audit_now,
     };
-    service.spawn("the scheduler", scheduler::scheduler(shared.clone(), service.stop_signal(), scheduling));
+    if config.schedules {
+        service.spawn("the scheduler", scheduler::scheduler(shared.clone(), service.stop_signal(), scheduling));
+    } else if let Ok(mut shown) = scheduling.next_run.lock() {
+        *shown = "left to the other replicas (this one runs with --no-scheduler)".to_owned();
+    }
     if let Some(webhook) = config.webhook {
         let rereader = webhook::Rereader {
             hub: webhook.hub,

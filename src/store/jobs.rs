@@ -451,33 +451,42 @@ impl Store {
         .map_err(sql("job counts"))
     }
 
-    /// Puts a failed or skipped job back in the queue with its attempts reset (an administrator's retry, `by`
-    /// naming who in its history), with the event, in one transaction; `None` if there is no such job, `Some(false)` if it is not failed or
-    /// skipped.
+    /// Puts a failed or skipped job back in the queue with its attempts reset, or releases a queued job held
+    /// for the operator (an administrator's retry, `by` naming who in its history), with the event, in one
+    /// transaction; `None` if there is no such job, `Some(false)` if it is neither.
     pub async fn retry_job(&self, id: i64, by: &str) -> Result<Option<bool>, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin retry"))?;
-            let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql("read job"))?;
-            let Some(state) = state else { return Ok(None) };
-            if state != "failed" && state != "skipped" {
+            let job: Option<(String, Option<String>)> =
+                sqlx::query_as("SELECT state, failure_kind FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(sql("read job"))?;
+            let Some((state, kind)) = job else { return Ok(None) };
+            // Found by the rehearsal: a job held after a full disk could be released only by restarting a
+            // worker whose checks at start passed; the operator who freed the disk can now say so directly.
+            let held = state == "queued" && kind.as_deref() == Some(FailureKind::NeedsOperator.as_str());
+            if state != "failed" && state != "skipped" && !held {
                 return Ok(Some(false));
             }
-            sqlx::query(
+            // A held job keeps what it had done (its progress, what it staged): only the hold goes.
+            let update = if held {
+                "UPDATE jobs SET not_before = 0, failure_kind = NULL, updated_at = $1 WHERE id = $2"
+            } else {
                 "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, lease_owner = NULL,
                  lease_expires_at = NULL, finished_at = NULL, failure_kind = NULL, staged = NULL, progress = NULL,
                  updated_at = $1
-                 WHERE id = $2",
-            )
-            .bind(crate::time::now_utc())
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("retry job"))?;
-            record_event!(tx, id, "queued", Some(format!("retried by {by} after {state}")))?;
+                 WHERE id = $2"
+            };
+            sqlx::query(update)
+                .bind(crate::time::now_utc())
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("retry job"))?;
+            let after = if held { "its hold for the operator" } else { state.as_str() };
+            record_event!(tx, id, "queued", Some(format!("retried by {by} after {after}")))?;
             tx.commit().await.map_err(sql("commit retry"))?;
             Ok(Some(true))
         })
@@ -728,6 +737,16 @@ pub(crate) mod tests {
             assert_eq!(store.claim_job("w", lease, None).await.unwrap(), None, "held, not claimable");
             let events = store.repo_job_events("ns/held").await.unwrap();
             assert_eq!(events.last().and_then(|e| e.detail.as_deref()), Some("needs the operator: why"));
+            // The operator who mended it says so: the hold goes, the job is claimable at once.
+            assert_eq!(store.retry_job(id, "an administrator").await.unwrap(), Some(true));
+            let job = store.job(id).await.unwrap().unwrap();
+            assert_eq!((job.state, job.failure_kind, job.not_before), (JobState::Queued, None, 0));
+            assert_eq!(store.jobs_needing_operator().await.unwrap(), 0);
+            let events = store.repo_job_events("ns/held").await.unwrap();
+            let said = events.last().and_then(|e| e.detail.as_deref());
+            assert_eq!(said, Some("retried by an administrator after its hold for the operator"));
+            assert_eq!(store.retry_job(id, "an administrator").await.unwrap(), Some(false), "queued, not held");
+            assert_job_sums_match(store, "after a hold was released").await;
             // Mended: a repack by hand takes it at once, and its publication clears the kind.
             store.claim_job("w", lease, Some(id)).await.unwrap().unwrap();
             let published = JobOutcome::Published { target: "me/held-aligned".into(), commit: "c".into() };

@@ -1,7 +1,8 @@
 //! The Hub-scale rehearsal at CI size: `bench/rehearsal.py --ci` runs the whole service (two `serve`
-//! replicas, four workers, PostgreSQL) against a synthetic population under quotas and faults, kills and
-//! restarts, a database restart and a full disk, and checks its invariants at the end. It needs root (or
-//! sudo) for the small tmpfs that fills, and Debian's PostgreSQL, both of which `tests/run.sh` provides.
+//! replicas, a third with `--no-scheduler`, four workers, PostgreSQL) against a synthetic population under
+//! quotas and faults, kills and restarts, a database restart and a full disk, and checks its invariants at
+//! the end. It needs root (or sudo) for the small tmpfs that fills, and Debian's PostgreSQL, both of which
+//! `tests/run.sh` provides.
 
 use std::process::Command;
 
@@ -43,4 +44,10 @@ fn the_ci_size_rehearsal_keeps_every_invariant_through_kills_restarts_and_a_full
     assert!(figures["jobs"]["published"].as_u64().unwrap() > 0, "{text}");
     assert!(!figures["failovers_seconds"].as_array().unwrap().is_empty(), "{text}");
     assert!(figures["jobs_held_by_the_full_disk"].as_u64().unwrap() >= 1, "the full disk met a job: {text}");
+    // The spared processes were never restarted, and the killed ones were.
+    let restarts = &figures["restarts"];
+    for spared in ["hubsim", "serve-2", "worker-3"] {
+        assert_eq!(restarts[spared], 0, "{spared} was restarted: {text}");
+    }
+    assert!(restarts["serve-0"].as_u64().unwrap() + restarts["serve-1"].as_u64().unwrap() >= 2, "{text}");
 }

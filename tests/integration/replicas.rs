@@ -10,11 +10,13 @@ use crate::serve::{Service, free_port, try_get};
 use crate::sim::world::ALICE;
 use crate::support::{hubalign, python};
 
-/// Starts a replica (no workers, an audit every 2 s, a 3 s scheduler lease) and waits until it answers.
-fn replica(endpoint: &str, db: &str) -> (Service, String) {
+/// Starts a replica (no workers, an audit every 2 s, a 3 s scheduler lease, `extra` flags) and waits until
+/// it answers.
+fn replica(endpoint: &str, db: &str, extra: &[&str]) -> (Service, String) {
     let port = free_port();
     let child = hubalign()
         .args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db, "--workers", "0"])
+        .args(extra)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "2", "--scheduler-lease", "3"])
         .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
@@ -60,8 +62,10 @@ fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
     let world = audit_world(0, |_| {});
     let endpoint = world.endpoint();
     let db = postgres_url();
-    let (first, first_url) = replica(&endpoint, &db);
-    let (second, second_url) = replica(&endpoint, &db);
+    // Started first, so it would lead if `--no-scheduler` did not keep it from the lease.
+    let (reader, reader_url) = replica(&endpoint, &db, &["--no-scheduler"]);
+    let (first, first_url) = replica(&endpoint, &db, &[]);
+    let (second, second_url) = replica(&endpoint, &db, &[]);
     let first_pid = first.0.id().to_string();
     std::thread::sleep(Duration::from_secs(8));
     let before = runs(&db);
@@ -70,8 +74,8 @@ fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
     assert_eq!(leaders.len(), 1, "one replica ran them all: {before:?}");
     assert!(leaders.iter().next().unwrap().ends_with(&format!("-{first_pid}")), "the first to start leads");
     one_per_tick(&before);
-    // Both serve the same store.
-    for base in [&first_url, &second_url] {
+    // All serve the same store.
+    for base in [&first_url, &second_url, &reader_url] {
         let api: Vec<serde_json::Value> = serde_json::from_str(&try_get(&format!("{base}/api/runs")).unwrap()).unwrap();
         assert!(api.len() >= before.len());
     }
@@ -92,5 +96,11 @@ fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
     one_per_tick(&after);
     let second_pid = second.0.id().to_string();
     assert!(after.last().unwrap().1.ends_with(&format!("-{second_pid}")), "{after:?}");
+    let reader_pid = reader.0.id();
+    let by_reader = |who: &str| who.ends_with(&format!("-{reader_pid}")) || who.contains(&format!("-{reader_pid},"));
+    assert!(!after.iter().any(|r| by_reader(&r.1)), "the --no-scheduler replica audited: {after:?}");
+    let overview = try_get(&format!("{reader_url}/")).unwrap();
+    assert!(overview.contains("left to the other replicas"), "its overview says who audits");
     drop(second);
+    drop(reader);
 }

@@ -1,5 +1,6 @@
 //! Rate limits and injected faults: off by default, seeded and reproducible when on.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -56,31 +57,41 @@ pub struct Admission {
     pub reset_seconds: u64,
 }
 
-/// Fixed windows per bucket, as the Hub runs them (5-minute windows there; configurable here).
+/// Callers' windows kept before the lapsed ones are dropped: a client sending a new token with every
+/// request holds at most one window's worth of callers in memory, not every token it ever sent.
+const MAX_WINDOWS: usize = 4096;
+
+/// Who a quota counts against: the Hub counts per token, and per address for anonymous requests (every
+/// anonymous caller of a local simulator shares one address).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// A request with this `Authorization` value.
+    Token(String),
+    /// A request without one.
+    Anonymous,
+}
+
+/// Fixed windows per bucket and caller, as the Hub runs them (5-minute windows there; configurable here).
 #[derive(Debug)]
 pub struct RateLimiter {
     quotas: Vec<(Bucket, Quota)>,
-    windows: Mutex<Vec<(Bucket, Window)>>,
+    windows: Mutex<HashMap<(Bucket, Caller), Window>>,
 }
 
 impl RateLimiter {
     /// Limits only the buckets given.
     pub fn new(quotas: Vec<(Bucket, Quota)>) -> RateLimiter {
-        RateLimiter { quotas, windows: Mutex::new(Vec::new()) }
+        RateLimiter { quotas, windows: Mutex::new(HashMap::new()) }
     }
 
-    /// Counts a request against its bucket; `None` when the bucket is unlimited.
-    pub fn admit(&self, bucket: Bucket, now: Instant) -> Option<Admission> {
+    /// Counts a request against its bucket's window for `caller`; `None` when the bucket is unlimited.
+    pub fn admit(&self, bucket: Bucket, caller: Caller, now: Instant) -> Option<Admission> {
         let quota = self.quotas.iter().find(|(b, _)| *b == bucket)?.1;
         let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let idx = match windows.iter().position(|(b, _)| *b == bucket) {
-            Some(i) => i,
-            None => {
-                windows.push((bucket, Window { started: now, used: 0 }));
-                windows.len() - 1
-            }
-        };
-        let w = &mut windows[idx].1;
+        if windows.len() >= MAX_WINDOWS && !windows.contains_key(&(bucket, caller.clone())) {
+            windows.retain(|_, w| now.duration_since(w.started) < quota.window);
+        }
+        let w = windows.entry((bucket, caller)).or_insert(Window { started: now, used: 0 });
         if now.duration_since(w.started) >= quota.window {
             // Windows are aligned to their start, so a pause longer than a window starts a fresh one.
             let elapsed = now.duration_since(w.started).as_nanos() / quota.window.as_nanos().max(1);
@@ -222,16 +233,41 @@ mod tests {
     fn fixed_window_refuses_then_resets() {
         let limiter = RateLimiter::new(vec![(Bucket::Api, Quota { requests: 2, window: Duration::from_secs(10) })]);
         let t0 = Instant::now();
-        assert!(limiter.admit(Bucket::Api, t0).unwrap().allowed);
-        let second = limiter.admit(Bucket::Api, t0).unwrap();
+        let me = || Caller::Token("Bearer hf_a".into());
+        assert!(limiter.admit(Bucket::Api, me(), t0).unwrap().allowed);
+        let second = limiter.admit(Bucket::Api, me(), t0).unwrap();
         assert!(second.allowed);
         assert_eq!(second.rate_limit, "\"api\";r=0;t=10");
         assert_eq!(second.policy, "\"fixed window\";\"api\";q=2;w=10");
-        assert!(!limiter.admit(Bucket::Api, t0 + Duration::from_secs(3)).unwrap().allowed);
-        assert!(limiter.admit(Bucket::Resolvers, t0).is_none(), "unlimited bucket");
-        let later = limiter.admit(Bucket::Api, t0 + Duration::from_secs(25)).unwrap();
+        assert!(!limiter.admit(Bucket::Api, me(), t0 + Duration::from_secs(3)).unwrap().allowed);
+        assert!(limiter.admit(Bucket::Resolvers, me(), t0).is_none(), "unlimited bucket");
+        let later = limiter.admit(Bucket::Api, me(), t0 + Duration::from_secs(25)).unwrap();
         assert!(later.allowed);
         assert_eq!(later.reset_seconds, 5);
+    }
+
+    #[test]
+    fn each_token_and_the_anonymous_callers_have_a_quota_of_their_own() {
+        let limiter = RateLimiter::new(vec![(Bucket::Api, Quota { requests: 1, window: Duration::from_secs(10) })]);
+        let t0 = Instant::now();
+        let a = || Caller::Token("Bearer hf_a".into());
+        assert!(limiter.admit(Bucket::Api, a(), t0).unwrap().allowed);
+        assert!(!limiter.admit(Bucket::Api, a(), t0).unwrap().allowed, "a's quota is spent");
+        assert!(limiter.admit(Bucket::Api, Caller::Token("Bearer hf_b".into()), t0).unwrap().allowed, "b's is not");
+        assert!(limiter.admit(Bucket::Api, Caller::Anonymous, t0).unwrap().allowed);
+        assert!(!limiter.admit(Bucket::Api, Caller::Anonymous, t0).unwrap().allowed, "anonymous callers share one");
+    }
+
+    #[test]
+    fn a_new_token_per_request_cannot_grow_the_windows_past_their_bound() {
+        let limiter = RateLimiter::new(vec![(Bucket::Api, Quota { requests: 1, window: Duration::from_secs(1) })]);
+        let t0 = Instant::now();
+        for i in 0..MAX_WINDOWS * 3 {
+            let at = t0 + Duration::from_millis(i as u64);
+            assert!(limiter.admit(Bucket::Api, Caller::Token(format!("Bearer {i}")), at).unwrap().allowed);
+        }
+        let kept = limiter.windows.lock().unwrap().len();
+        assert!(kept <= MAX_WINDOWS, "{kept} windows kept");
     }
 
     #[test]

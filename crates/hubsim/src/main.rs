@@ -43,10 +43,10 @@ struct SimArgs {
     /// Entries per tree page.
     #[arg(long, default_value_t = 1000)]
     tree_page_size: usize,
-    /// Requests per window in the `api` bucket (off by default).
+    /// Requests per window and token in the `api` bucket (off by default; anonymous requests share one).
     #[arg(long, value_name = "N")]
     rate_limit_api: Option<u64>,
-    /// Requests per window in the `resolvers` bucket (off by default).
+    /// Requests per window and token in the `resolvers` bucket (off by default).
     #[arg(long, value_name = "N")]
     rate_limit_resolvers: Option<u64>,
     /// Length of the fixed rate-limit window in seconds (the Hub's is 300).

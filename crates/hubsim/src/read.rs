@@ -114,7 +114,7 @@ pub(super) async fn list_models(
     let mut hits: Vec<(&Repo, &Commit)> = repos
         .values()
         .filter(|r| can_see(r, caller).is_ok())
-        .filter(|r| author.is_none_or(|a| r.namespace() == a))
+        .filter(|r| author.is_none_or(|a| r.namespace().eq_ignore_ascii_case(a)))
         .filter(|r| search.as_ref().is_none_or(|s| r.id.to_lowercase().contains(s)))
         .filter(|r| {
             let tags = r.tags();

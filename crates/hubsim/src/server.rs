@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 
 use super::counters::CounterSnapshot;
-use super::faults::{Bucket, Fault};
+use super::faults::{Bucket, Caller, Fault};
 use super::{Shared, history, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
@@ -210,7 +210,11 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let admission = bucket.and_then(|b| sim.limiter.admit(b, Instant::now()));
+    let caller = match request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        Some(token) => Caller::Token(token.to_owned()),
+        None => Caller::Anonymous,
+    };
+    let admission = bucket.and_then(|b| sim.limiter.admit(b, caller, Instant::now()));
     if let Some(a) = admission.as_ref().filter(|a| !a.allowed) {
         sim.counters.update(|c| c.rate_limited += 1);
         let mut response =

@@ -180,6 +180,21 @@ fn listing_pages_through_link_headers() {
 }
 
 #[test]
+fn the_author_filter_matches_a_namespace_in_any_case_as_the_hub_does() {
+    let world = standard();
+    let ids = |author: &str| {
+        world.runtime.block_on(async {
+            let url = format!("{}/api/models?author={author}&limit=1000", world.endpoint());
+            let items: Vec<serde_json::Value> = client().get(&url).send().await.unwrap().json().await.unwrap();
+            items.iter().map(|i| i["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        })
+    };
+    let exact = ids("mlx-community");
+    assert!(!exact.is_empty());
+    assert_eq!(ids("MLX-Community"), exact);
+}
+
+#[test]
 fn rate_limits_answer_429_with_the_hubs_headers() {
     let world = rate_limited(2, 30);
     world.runtime.block_on(async {
@@ -197,6 +212,10 @@ fn rate_limits_answer_429_with_the_hubs_headers() {
         let resolve =
             c.get(format!("{}/mlx-community/tiny-q4/resolve/main/config.json", world.endpoint())).send().await.unwrap();
         assert_eq!(resolve.status(), StatusCode::OK);
+        // The quota is the caller's: a token has its own window beside the anonymous one just spent.
+        let with_token = c.get(&url).bearer_auth(BOB).send().await.unwrap();
+        assert_eq!(with_token.status(), StatusCode::OK);
+        assert_eq!(with_token.headers()["ratelimit"].to_str().unwrap(), "\"api\";r=1;t=30");
     });
     assert_eq!(world.counters().rate_limited, 1);
     world.runtime.block_on(async {
