@@ -163,6 +163,11 @@ def one_run(args, workers, new_database):
                     raise SystemExit(f"a worker exited ({p.returncode}): see {tmp}")
             time.sleep(0.2)
         backfill = time.perf_counter() - started
+        # Each worker's memory once the queue is drained: what it holds now, and the most it held.
+        memory = []
+        for p in procs:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+            memory.append({k: int(re.search(rf"{k}:\s+(\d+)", status).group(1)) * 1024 for k in ("VmRSS", "VmHWM")})
         for p in procs:
             p.terminate()
         for p in procs:
@@ -188,6 +193,7 @@ def one_run(args, workers, new_database):
             "backfill_mb_per_s": total / backfill / 1e6, "raw_mb_per_s": total / (down + up) / 1e6,
             "bytes_served": counters["bytes_served"], "bytes_received": counters["bytes_received"],
             "raw_put_bytes": put_bytes, "api_requests": counters.get("api_requests"), "jobs": states,
+            "worker_memory_when_drained": memory,
         }
     finally:
         for p in procs:
