@@ -270,8 +270,9 @@ pub async fn serve(
     };
     if config.schedules {
         service.spawn("the scheduler", scheduler::scheduler(shared.clone(), service.stop_signal(), scheduling));
-    } else if let Ok(mut shown) = scheduling.next_run.lock() {
-        *shown = "left to the other replicas (this one runs with --no-scheduler)".to_owned();
+    } else {
+        let text = "left to the other replicas (this one runs with --no-scheduler)".to_owned();
+        scheduler::show(&scheduling.next_run, text);
     }
     if let Some(webhook) = config.webhook {
         let rereader = webhook::Rereader {

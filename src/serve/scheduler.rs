@@ -119,7 +119,8 @@ fn until_lapse(lapses_after: Option<i64>, beat: Duration) -> Duration {
     lapse.saturating_sub(now).clamp(Duration::from_millis(100), beat)
 }
 
-fn show(next_run: &Mutex<String>, text: String) {
+/// Sets what the overview shows as the next audit.
+pub(super) fn show(next_run: &Mutex<String>, text: String) {
     if let Ok(mut shown) = next_run.lock() {
         *shown = text;
     }

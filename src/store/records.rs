@@ -5,6 +5,28 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 use crate::safetensors::Verdict;
 
+/// Inserts a repo's history row on the transaction `$tx` that changes what a report shows of it: its
+/// commit (`None` when it was recorded gone or its listing entry refused), state, and the bytes a copying
+/// loader duplicates (affected when any).
+macro_rules! record_history {
+    ($tx:expr, ($repo:expr, $run:expr, $at:expr), $sha:expr, $state:expr, $bytes:expr) => {
+        sqlx::query(
+            "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind($repo)
+        .bind($run)
+        .bind($at)
+        .bind($sha)
+        .bind($state)
+        .bind($bytes > 0)
+        .bind($bytes)
+        .execute(&mut *$tx)
+        .await
+        .map_err(sql("record history"))
+    };
+}
+
 /// Counters of one run, stored with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
@@ -371,16 +393,7 @@ impl Store {
             .await
             .map_err(sql("record unlisted"))?;
             for id in &gone {
-                sqlx::query(
-                    "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
-                     VALUES ($1, $2, $3, NULL, 'vanished', FALSE, 0)",
-                )
-                .bind(id)
-                .bind(run)
-                .bind(&now)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql("record unlisted history"))?;
+                record_history!(tx, (id, run, &now), None::<&str>, RepoState::Vanished.as_str(), 0_i64)?;
             }
             tx.commit().await.map_err(sql("commit unlisted"))?;
             Ok(gone.len() as u64)
@@ -454,16 +467,8 @@ impl Store {
                 .await
                 .map_err(sql("record invalid listing"))?;
                 if previous.as_deref() != Some(RepoState::InvalidListing.as_str()) {
-                    sqlx::query(
-                        "INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes)
-                         VALUES ($1, $2, $3, NULL, 'invalid_listing', FALSE, 0)",
-                    )
-                    .bind(&e.id)
-                    .bind(run)
-                    .bind(&now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql("record history"))?;
+                    let state = RepoState::InvalidListing.as_str();
+                    record_history!(tx, (&e.id, run, &now), None::<&str>, state, 0_i64)?;
                 }
             }
             tx.commit().await.map_err(sql("commit invalid listings"))?;
@@ -558,17 +563,13 @@ impl Store {
                     .map_err(sql("record affected"))?;
             }
             if changed {
-                sqlx::query("INSERT INTO repo_history (repo_id, run_id, at, sha, state, affected, misaligned_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-                    .bind(&outcome.id)
-                    .bind(run)
-                    .bind(&now)
-                    .bind(&outcome.sha)
-                    .bind(outcome.state.as_str())
-                    .bind(bytes > 0)
-                    .bind(bytes)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql("record history"))?;
+                record_history!(
+                    tx,
+                    (&outcome.id, run, &now),
+                    Some(outcome.sha.as_str()),
+                    outcome.state.as_str(),
+                    bytes
+                )?;
             }
             tx.commit().await.map_err(sql("commit repo"))?;
             Ok(())
