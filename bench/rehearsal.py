@@ -238,7 +238,7 @@ class Rehearsal:
                     "--webhook-secret", SECRET, "--admin-token", ADMIN, "--concurrency", "16"]
             if i == SPARED_REPLICA:
                 argv.append("--no-scheduler")
-            self.replicas.append(Proc(f"serve-{i}", argv, self.logs))
+            self.replicas.append(Proc(f"serve-{i}", argv, self.logs, self.service_env()))
         self.workers = []
         for i in range(a.workers):
             work = self.tmp / f"worker-{i}-work"
@@ -248,13 +248,21 @@ class Rehearsal:
             health = free_port()
             argv = [self.bins / "hubalign", "worker", *self.common(work), "--drain-only",
                     "--health-listen", f"127.0.0.1:{health}"]
-            self.workers.append(Proc(f"worker-{i}", argv, self.logs))
+            self.workers.append(Proc(f"worker-{i}", argv, self.logs, self.service_env()))
         for p in self.replicas + self.workers:
             p.start()
         for port in self.ports:
             self.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
         log(f"service: 3 replicas on {self.ports} (serve-2 without the scheduler, never killed), {a.workers} "
             f"workers (worker-{a.workers - 1} never killed)")
+
+    def service_env(self):
+        """The environment `serve` and `worker` run in: deploy/'s malloc setting (two arenas), unless the run
+        asks for glibc's default (`--malloc-arena-max 0`), to compare."""
+        env = dict(os.environ)
+        if self.args.malloc_arena_max > 0:
+            env["MALLOC_ARENA_MAX"] = str(self.args.malloc_arena_max)
+        return env
 
     def mount_small_disk(self, path):
         sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -684,6 +692,8 @@ def main():
     ap.add_argument("--ci", action="store_true", help="the CI size: 3,000 repos, 16 in the sample, 3 minutes")
     ap.add_argument("--bin-dir", default=str(ROOT / "target/release"))
     ap.add_argument("--python", default=str(ROOT / "target/py-venv/bin/python"))
+    ap.add_argument("--malloc-arena-max", type=int, default=2,
+                    help="MALLOC_ARENA_MAX for serve and the workers, as deploy/ sets it (0: glibc's default)")
     ap.add_argument("--repos", type=int, default=100_000)
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--minutes", type=float, default=30)

@@ -2,6 +2,7 @@
 """The MLX load check of the repack worker: every output shard must load in MLX bit-identical to its source.
 
     verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES]
+    verify_mlx.py --follow [--device cpu|gpu] [--jobs N] [--max-address-space BYTES] < EVENTS
 
 Loads each `*.safetensors` of DIR with `mlx.core.load`, evaluates every array on the device (the Metal GPU on
 Apple silicon, `cpu` elsewhere), and judges the loaded bytes by the digests in DIR's MEI_ALIGN_MANIFEST.json,
@@ -10,9 +11,26 @@ hash to the shard's `payload_sha256` (a header-padded shard's payload is the sou
 tensor), and each array to its `tensor_sha256` where the manifest records one (a reordered shard's, taken
 from the source). Shards the manifest lists as skipped (copied as they are) must load. The source is not
 read again. Prints one JSON object: {"ok", "device", "mlx_version",
-"files", "tensors", "seconds", "peak_rss_bytes"}, with "error" naming the file and tensor on a mismatch (exit
+"files", "tensors", "seconds", "peak_rss_bytes", "cpu_seconds"}, with "error" naming the file and tensor on a mismatch (exit
 status 1). The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
 script with `gpu`.
+
+`--follow` checks the shards the worker's download repairs while they are written, so that the check ends
+soon after the download instead of starting after it. It reads JSON lines on stdin, the worker's events:
+
+    {"writing": FILE, "path": PATH}    FILE's repaired shard is being written at PATH, at its final length,
+                                       its header on disk (MLX checks the length when it loads)
+    {"written": FILE, "bytes": N}      its first N bytes are written (each byte once, front to back)
+    {"kept": FILE, "path": PATH}       the source matched the Hub's hash; the shard is in place at PATH
+    {"output": DIR}                    the bundle is staged in DIR with its manifest: judge it
+
+Each array is evaluated once the bytes it spans are written (`mx.load` is lazy). At "output", a followed
+shard counts as checked only if DIR holds the very file that was followed (same device and inode, unchanged
+since it was kept) and its loaded payload hashes to the manifest's `payload_sha256`; every other shard of
+DIR (one repaired after the download, one copied as it was, one the follow could not finish) is checked as
+without `--follow`. The record is the same, with "followed": the shards judged while they were written, and
+"not_followed": why each other shard the download announced was checked whole.
+Without "output" before the end of stdin, the check fails.
 
 Memory does not grow with the shard: `mx.load` is lazy, and each array is evaluated, hashed and dropped
 before the next one is evaluated (MLX's buffer cache is turned off), so the check holds about one tensor per
@@ -28,6 +46,7 @@ import os
 import resource
 import struct
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,10 +63,15 @@ def header_of(path):
     """The shard's JSON header, read as the reference reader reads it (8-byte length, then at most 100 MB),
     and where its data starts in the file."""
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > HEADER_CAP:
-            raise ValueError(f"{path.name}: header of {n} bytes")
-        header = json.loads(f.read(n))
+        return read_header(f, path.name)
+
+
+def read_header(f, name):
+    """`header_of` the shard open as `f` (from its first byte), called `name`."""
+    (n,) = struct.unpack("<Q", f.read(8))
+    if n > HEADER_CAP:
+        raise ValueError(f"{name}: header of {n} bytes")
+    header = json.loads(f.read(n))
     header.pop("__metadata__", None)
     return header, 8 + n
 
@@ -61,9 +85,12 @@ class ReadAhead:
         self.fd = os.open(path, os.O_RDONLY)
         self.data_start, self.asked = data_start, data_start
 
-    def up_to(self, end):
-        """Everything up to data offset `end` plus the window is asked for (once)."""
+    def up_to(self, end, written=None):
+        """Everything up to data offset `end` plus the window is asked for (once), but nothing at or past file
+        offset `written` if given: a shard still being written is read ahead only where it is written."""
         want = self.data_start + end + READ_AHEAD
+        if written is not None:
+            want = min(want, written)
         if want > self.asked and hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self.fd, self.asked, want - self.asked, os.POSIX_FADV_WILLNEED)
             self.asked = want
@@ -72,30 +99,36 @@ class ReadAhead:
         os.close(self.fd)
 
 
-def arrays_in_order(mx, path, header, data_start):
-    """Each array of the shard, in the order of its offsets, evaluated alone; the caller drops it before
-    asking for the next, so at most one is resident."""
-    arrays = mx.load(str(path))
+def arrays_in_order(mx, path, header, before, source=None):
+    """Each array of the shard, in the order of its offsets, evaluated alone once `before(end)` (called with
+    the array's end in the data section) returns; the caller drops it before asking for the next, so at most
+    one is resident. MLX loads `source` (a path naming the same file) if given, else `path`."""
+    arrays = mx.load(str(path)) if source is None else mx.load(source, format="safetensors")
     if sorted(arrays) != sorted(header):
         raise ValueError(f"{path.name}: MLX loaded other tensors than the header lists")
+    for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
+        before(header[name]["data_offsets"][1])
+        array = arrays.pop(name)
+        mx.eval(array)
+        yield name, array
+        del array
+
+
+def read_ahead_arrays(mx, path, header, data_start):
+    """`arrays_in_order` of a shard already on disk, with the kernel reading ahead."""
     ahead = ReadAhead(path, data_start)
     try:
-        for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
-            ahead.up_to(header[name]["data_offsets"][1])
-            array = arrays.pop(name)
-            mx.eval(array)
-            yield name, array
-            del array
+        yield from arrays_in_order(mx, path, header, ahead.up_to)
     finally:
         ahead.close()
 
 
-def check_shard(mx, path, record):
-    header, data_start = header_of(path)
-    per_tensor = record.get("tensor_sha256") or {}
+def payload_of(path, header, arrays, per_tensor):
+    """The loaded payload's SHA-256 and length, from `arrays` in the order of their offsets; each array
+    judged by its digest in `per_tensor` where there is one."""
     payload = hashlib.sha256()
     length = 0
-    for name, array in arrays_in_order(mx, path, header, data_start):
+    for name, array in arrays:
         begin, end = header[name]["data_offsets"]
         view = memoryview(array)
         # Cast in place where a view allows it; a scalar or an empty tensor is copied (a few bytes at most).
@@ -107,25 +140,170 @@ def check_shard(mx, path, record):
         if name in per_tensor and hashlib.sha256(data).hexdigest() != per_tensor[name]:
             raise ValueError(f"{path.name}: {name}: bytes differ from the source's")
         del view, data
+    return payload.hexdigest(), length
+
+
+def judge(path, header, record, loaded):
+    """Whether the loaded payload (digest, length) is the one the manifest's `record` says."""
+    per_tensor = record.get("tensor_sha256") or {}
     if per_tensor and sorted(per_tensor) != sorted(header):
         raise ValueError(f"{path.name}: the manifest's tensor digests name other tensors")
-    if length != record["payload_bytes"] or payload.hexdigest() != record["payload_sha256"]:
+    if loaded != (record["payload_sha256"], record["payload_bytes"]):
         raise ValueError(f"{path.name}: the loaded payload differs from the one recorded")
     return len(header)
 
 
+def check_shard(mx, path, record):
+    header, data_start = header_of(path)
+    per_tensor = record.get("tensor_sha256") or {}
+    loaded = payload_of(path, header, read_ahead_arrays(mx, path, header, data_start), per_tensor)
+    return judge(path, header, record, loaded)
+
+
 def load_only(mx, path):
     """A shard copied as it was: every array must load (one at a time, as above)."""
-    return sum(1 for _ in arrays_in_order(mx, path, *header_of(path)))
+    return sum(1 for _ in read_ahead_arrays(mx, path, *header_of(path)))
+
+
+class Followed:
+    """A shard the download is writing, checked as its bytes land: a thread of its own waits for the bytes
+    each array spans, asks the kernel to read ahead within what is written, then evaluates and hashes it."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.changed = threading.Condition()
+        self.written, self.ended = 0, False
+        self.kept_at = None  # where the download kept it
+        self.identity = None  # (device, inode) of the file followed
+        self.kept = None  # (device, inode, size, mtime) once the download kept it
+        self.loaded = None  # (header, payload digest, length) once every array was judged
+        self.error = None
+        self.thread = None
+
+    def advance(self, written):
+        with self.changed:
+            self.written = max(self.written, written)
+            self.changed.notify_all()
+
+    def end(self):
+        """No more bytes will be announced: a follower still waiting gives up (the shard is checked whole)."""
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def wait_for(self, end):
+        """Waits until the first `end` bytes are written; how many are."""
+        with self.changed:
+            while self.written < end and not self.ended:
+                self.changed.wait()
+            if self.written < end:
+                raise EOFError(f"{self.path.name}: the download stopped before byte {end}")
+            return self.written
+
+    def keep(self, path):
+        """The download kept the shard at `path`: what it was then, for `counts_for`."""
+        st = os.stat(path)
+        with self.changed:
+            self.kept = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            self.kept_at = Path(path)
+            self.changed.notify_all()
+
+    def open(self):
+        """The file, by its temporary name, or by the name it was kept under if it was renamed before this
+        thread came to it (a small shard may be written and kept before MLX is even imported)."""
+        while True:
+            with self.changed:
+                path = self.kept_at or self.path
+            try:
+                return open(path, "rb")
+            except FileNotFoundError:
+                with self.changed:
+                    if self.kept_at is not None and path != self.kept_at:
+                        continue
+                    if self.kept_at is not None or self.ended:
+                        raise
+                    self.changed.wait_for(lambda: self.kept_at is not None or self.ended)
+
+    def run(self, mx, gate):
+        try:
+            with self.open() as f:
+                st = os.fstat(f.fileno())
+                self.identity = (st.st_dev, st.st_ino)
+                header, data_start = read_header(f, self.path.name)
+                # MLX opens the file by its descriptor's name: the same file, whatever it is renamed to.
+                source = f"/dev/fd/{f.fileno()}"
+                ahead = ReadAhead(source, data_start)
+
+                def before(end):
+                    ahead.up_to(end, self.wait_for(data_start + end))
+
+                try:
+                    with gate:
+                        arrays = arrays_in_order(mx, self.path, header, before, source)
+                        digest, length = payload_of(self.path, header, arrays, {})
+                finally:
+                    ahead.close()
+                self.loaded = (header, digest, length)
+        except Exception as e:  # the shard is then checked whole at "output"
+            self.error = f"{type(e).__name__}: {e}"
+
+    def counts_for(self, out, record):
+        """The tensors of `out` (the staged shard, with the manifest's `record`) if this follow judged that
+        very file, unchanged since it was kept; otherwise why it must be checked whole."""
+        if self.loaded is None or self.kept is None:
+            return self.error or "the download did not keep it"
+        if record.get("tensor_sha256"):
+            return "the manifest has a digest per tensor"
+        st = os.stat(out)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.kept or self.kept[:2] != self.identity:
+            return "the staged file is not the one followed, as it was kept"
+        header, digest, length = self.loaded
+        return judge(out, header, record, (digest, length))
+
+
+MAX_EVENT = 1 << 20  # longest event line read (a path is at most a few KB)
+
+
+def follow(mx, jobs):
+    """Follows the worker's events until "output"; the followed shards, by file name, and the staged DIR."""
+    followed, gate = {}, threading.Semaphore(max(1, jobs))
+    output = None
+    try:
+        while output is None:
+            line = sys.stdin.readline(MAX_EVENT)
+            if not line:
+                raise EOFError("the worker's events ended before the bundle was staged")
+            event = json.loads(line)
+            if "writing" in event:
+                if event["writing"] in followed:
+                    followed[event["writing"]].end()  # written again: the earlier follow is stale
+                shard = followed[event["writing"]] = Followed(event["path"])
+                shard.thread = threading.Thread(target=shard.run, args=(mx, gate), daemon=True)
+                shard.thread.start()
+            elif "written" in event and event["written"] in followed:
+                followed[event["written"]].advance(int(event["bytes"]))
+            elif "kept" in event and event["kept"] in followed:
+                followed[event["kept"]].keep(event["path"])
+            elif "output" in event:
+                output = Path(event["output"])
+    finally:
+        for shard in followed.values():
+            shard.end()
+        for shard in followed.values():
+            shard.thread.join()
+    return followed, output
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--output", type=Path, help="the staged bundle, with its manifest")
+    ap.add_argument("--follow", action="store_true", help="follow the download's events on stdin (see above)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--jobs", default=1, type=int, help="shards checked at once")
     ap.add_argument("--max-address-space", default=0, type=int, help="RLIMIT_AS in bytes (0: none)")
     args = ap.parse_args()
+    if (args.output is None) == (not args.follow):
+        ap.error("give --output DIR, or --follow")
     if args.max_address_space > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.max_address_space, args.max_address_space))
     started = time.perf_counter()
@@ -137,34 +315,50 @@ def main():
         # Said at once: a worker that publishes while the check runs names this version in the card.
         print(json.dumps({"started": True, "mlx_version": mx.__version__}), flush=True)
         mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
+        # MLX starts its threads on its first evaluation: here, before a shard's tensors take memory, so that
+        # a shard that needs more than the address-space cap fails with a record, not in a thread MLX could
+        # not start (glibc aborts the process then).
+        mx.eval(mx.zeros(1))
         # Freed buffers go back to the system at once instead of into MLX's cache.
         mx.set_cache_limit(CACHE_LIMIT)
-        manifest = json.loads((args.output / MANIFEST).read_text())
+        followed, output = follow(mx, args.jobs) if args.follow else ({}, args.output)
+        manifest = json.loads((output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}
         # Shards no loader copies from are copied as they are (the download checked them against the Hub's
         # digests): they must load, and have no new digest to be judged by.
         copied = {s["file"] for s in manifest.get("skipped", [])}
-        outputs = sorted(args.output.glob("*.safetensors"))
+        outputs = sorted(output.glob("*.safetensors"))
         if not outputs:
-            raise ValueError(f"no .safetensors files in {args.output}")
+            raise ValueError(f"no .safetensors files in {output}")
         if sorted(p.name for p in outputs) != sorted([*shards, *copied]):
             raise ValueError("the shards on disk are not the ones the manifest lists")
         def one(out):
-            if out.name in shards:
-                return check_shard(mx, out, shards[out.name])
-            return load_only(mx, out)
+            """The tensors of `out`, and whether its follow judged it."""
+            if out.name not in shards:
+                return load_only(mx, out), False
+            shard = followed.get(out.name)
+            counted = shard.counts_for(out, shards[out.name]) if shard else None
+            if isinstance(counted, int):
+                return counted, True
+            if counted is not None:
+                record["not_followed"][out.name] = counted
+            return check_shard(mx, out, shards[out.name]), False
 
+        record["followed"], record["not_followed"] = 0, {}
         # Several shards at a time when the worker's memory allows: the reads and the hashing (which releases
         # the GIL) overlap.
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for tensors in pool.map(one, outputs):
+            for tensors, was_followed in pool.map(one, outputs):
                 record["tensors"] += tensors
                 record["files"] += 1
+                record["followed"] += was_followed
         record["ok"] = True
     except Exception as e:  # the record says what failed; the exit status says that it did
         record["error"] = f"{type(e).__name__}: {e}"
     record["seconds"] = round(time.perf_counter() - started, 3)
-    record["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    record["peak_rss_bytes"] = usage.ru_maxrss * 1024
+    record["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)
     print(json.dumps(record))
     sys.exit(0 if record["ok"] else 1)
 

@@ -11,6 +11,7 @@ pub mod carry;
 pub mod download;
 pub mod error;
 mod finish;
+pub mod follow;
 pub mod lfs;
 pub mod lifecycle;
 pub mod metal_check;

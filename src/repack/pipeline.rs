@@ -4,7 +4,8 @@
 //!
 //! 1. **may it be mirrored** (the Hub's answer, the operator's policy, the mirror's name and the day's caps);
 //! 2. **download** (`downloading`): the tree at the audited commit, each file checked against the Hub's hash,
-//!    shards that header padding fixes repaired as they stream and sent up ahead;
+//!    shards that header padding fixes repaired as they stream and sent up ahead, and judged by the MLX check
+//!    as they are written (a fresh job checked here starts its check first: `mlx::Following`);
 //! 3. **re-layout** (`relaying`, from [`Progress::Downloaded`]): the staged bundle and its manifest;
 //! 4. **checks** (`verifying`, from [`Progress::Relaid`]): structural and memory-mapped, then the MLX load
 //!    check here, or the hand-off to the Metal runner;
@@ -13,6 +14,8 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+
+use futures_util::FutureExt;
 
 use super::relay::{Relaid, local_checks, readme_license, relay};
 use super::rendezvous::MetalHandoff;
@@ -46,6 +49,11 @@ impl Work {
 /// A step's end: what the next step needs (`Continue`), or the job's outcome when there is nothing more to do
 /// (`Break`: skipped, or handed to the Metal runner).
 type Next<T> = ControlFlow<JobOutcome, T>;
+
+/// Where a job's MLX check runs: `gpu` (Metal) or `cpu`.
+fn mlx_device(job: &Job) -> &'static str {
+    if job.verify_device == VerifyDevice::Metal { "gpu" } else { "cpu" }
+}
 
 /// Whether this worker hands the MLX check of a job to the Metal runner (it cannot run Metal itself).
 fn hands_to_metal(job: &Job) -> bool {
@@ -82,12 +90,17 @@ impl Repacker<'_> {
             ControlFlow::Continue(private) => private,
             ControlFlow::Break(outcome) => return Ok(outcome),
         };
+        // A fresh job checked here has its MLX check follow the download, judging each repaired shard as it
+        // is written.
+        let follow = (resume == Resume::Start && !hands_to_metal(job))
+            .then(|| mlx::Following::start((self.opts.python.clone(), self.opts.mlx_script.clone()), mlx_device(job)))
+            .flatten();
         // Shards that header padding fixes are repaired as they stream: written once, and never read again
         // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done, unless
         // the bundle waits for the Metal runner (whichever worker takes it back publishes it) or the download
         // was done before.
         let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
-            return self.download_to_publish(job, &work, resume, None, None).await;
+            return self.download_to_publish(job, &work, resume, (None, None), follow).await;
         };
         let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
@@ -95,7 +108,7 @@ impl Repacker<'_> {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, ready).await);
         };
         let (outcome, ()) =
-            tokio::join!(self.download_to_publish(job, &work, resume, Some(ready_tx), Some(ahead)), uploads);
+            tokio::join!(self.download_to_publish(job, &work, resume, (Some(ready_tx), Some(ahead)), follow), uploads);
         outcome
     }
 
@@ -117,20 +130,24 @@ impl Repacker<'_> {
     }
 
     /// Every step after the visibility check, from where `resume` says: download, re-layout, checks, publish;
-    /// `ready` is told of each shard repaired as it streamed, and `ahead` brings what went up ahead of the
-    /// publish step.
+    /// `ready` is told of each shard repaired as it streamed, `ahead` brings what went up ahead of the
+    /// publish step, and `follow` is the MLX check following the download.
     async fn download_to_publish(
         &self,
         job: &Job,
         work: &Work,
         resume: Resume,
-        ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-        ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+        (ready, ahead): (
+            Option<tokio::sync::mpsc::UnboundedSender<String>>,
+            Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+        ),
+        follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
+        let sink = follow.as_ref().and_then(mlx::Following::sink);
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relay { left_out } => self.relay(job, work, left_out).await?,
-            _ => match self.download(job, work, ready).await? {
+            _ => match self.download(job, work, ready, sink).await? {
                 ControlFlow::Continue(left_out) => self.relay(job, work, left_out).await?,
                 ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
             },
@@ -139,7 +156,7 @@ impl Repacker<'_> {
             return Ok(outcome);
         }
         let checked = self.check_locally(job, work).await?;
-        self.check_and_publish(job, work, checked, ahead).await
+        self.check_and_publish(job, work, checked, ahead, follow).await
     }
 
     /// The download step: the files the mirror carries, into `work.source` (repaired shards into
@@ -149,11 +166,12 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        follow: Option<super::follow::FollowSink>,
     ) -> Result<Next<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         let _ = std::fs::remove_dir_all(&work.output);
         self.step(job, JobState::Downloading, None).await?;
-        let repair = Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment });
+        let repair = Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow });
         let layout = download::Layout {
             source: work.source.clone(),
             partial: work.dir.join(PARTIAL),
@@ -231,6 +249,7 @@ impl Repacker<'_> {
         work: &Work,
         checked: (Manifest, LocalChecks),
         ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+        follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
         if hands_to_metal(job) {
             if self.opts.metal_handoff == MetalHandoff::Hub {
@@ -238,11 +257,19 @@ impl Repacker<'_> {
             }
             return Ok(JobOutcome::AwaitMetal { staged: None });
         }
-        let mlx_device = if job.verify_device == VerifyDevice::Metal { "gpu" } else { "cpu" };
+        let mlx_device = mlx_device(job);
         let interpreter = (self.opts.python.clone(), self.opts.mlx_script.clone());
-        let (started_tx, started) = tokio::sync::oneshot::channel();
-        let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
-        let running = mlx::run_off_executor(interpreter, work.output.clone(), mlx_device, tell);
+        let (running, started) = match follow {
+            Some(following) => {
+                let (followed, started) = following.finish(work.output.clone());
+                (mlx::or_check_staged(followed, interpreter, work.output.clone(), mlx_device).boxed(), started)
+            }
+            None => {
+                let (started_tx, started) = tokio::sync::oneshot::channel();
+                let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
+                (mlx::run_off_executor(interpreter, work.output.clone(), mlx_device, tell).boxed(), started)
+            }
+        };
         let check = async { running.await.map_err(check_failed) };
         tokio::pin!(check);
         // A mirror is published while the check runs, once it has said which MLX it runs, for the card.

@@ -42,12 +42,15 @@ pub struct RepairTarget {
     pub dir: PathBuf,
     /// The data-section alignment.
     pub alignment: Alignment,
+    /// The MLX check following the download, told of each header-padded shard as it is written.
+    pub follow: Option<super::follow::FollowSink>,
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
 pub struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
+    follow: Option<super::follow::FollowSink>,
 }
 
 /// How a streamed file ended.
@@ -186,7 +189,14 @@ impl StreamRepair {
         let mut new_prefix = planned.header_len().to_le_bytes().to_vec();
         new_prefix.extend_from_slice(&planned.header);
         let writes = if planned.keeps_payload() {
-            let mut writer = DirectWriter::new(temp.path(), temp.reopen().ok()?, true);
+            let follow = self.target.follow.as_ref();
+            if follow.is_some() {
+                // A check that follows loads the file as it grows, and MLX refuses one shorter than its header
+                // says; the rest is a hole until written.
+                temp.as_file().set_len(planned.data_start().checked_add(parsed.data_len())?).ok()?;
+            }
+            let report = follow.map(|sink| sink.writer_reports(&self.name, temp.path(), planned.data_start()));
+            let mut writer = DirectWriter::reporting(temp.path(), temp.reopen().ok()?, true, report);
             writer.write(&new_prefix).ok()?;
             Writes::Padded { writer, payload: Sha256Stream::default() }
         } else {
@@ -217,7 +227,7 @@ impl StreamRepair {
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
                 debug_assert_eq!(Digests::default(), Digests::Minimal, "the streamed record is the minimal set");
-                Streamed::Repaired(Box::new(Repaired { temp, entry }))
+                Streamed::Repaired(Box::new(Repaired { temp, entry, follow: self.target.follow.clone() }))
             }
         };
         let file = self.partial.into_inner().map_err(io::IntoInnerError::into_error)?;
@@ -335,7 +345,11 @@ impl Repaired {
         let json = serde_json::to_vec(&record).map_err(io::Error::other)?;
         let path = StreamedRecord::path(dir, &file);
         crate::safe_fs::clear_for_write(&path)?;
-        crate::safe_fs::write_atomic(&path, &json)
+        crate::safe_fs::write_atomic(&path, &json)?;
+        if let Some(sink) = self.follow {
+            sink.tell(super::follow::FollowEvent::Kept { path: dir.join(&file), file });
+        }
+        Ok(())
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod ahead;
 mod disk;
+mod follow;
 mod overlap;
 mod pipeline;
 mod preflight;

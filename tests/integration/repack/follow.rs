@@ -1,0 +1,192 @@
+//! The MLX check follows the download (`repack::follow`, `verify_mlx.py --follow`): a header-padded shard is
+//! judged while it is written, and counts as checked only if the staged file is the very one followed,
+//! unchanged; a follow that fails costs a check of the staged bundle, never the job.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::pipeline::worker_cmd;
+use super::upload_share::header_padded_bundle_of;
+use crate::audit::world::db;
+use crate::sim::world::{ALICE, start_on};
+use crate::support::{hubalign, python, root, stdout};
+
+/// The job's MLX record, once `repack big-org/big-q4` (one 24 MiB header-padded shard) ran with `python`.
+fn repacked_record(python: Option<&Path>) -> serde_json::Value {
+    let (root, _) = header_padded_bundle_of(6144);
+    let world = start_on(root, |_| {});
+    let (_dir, db) = db();
+    let out = match python {
+        None => worker_cmd(&world, &db, &["repack", "big-org/big-q4"]),
+        Some(python) => hubalign()
+            .args(["repack", "big-org/big-q4", "--endpoint", world.endpoint().as_str(), "--token", ALICE])
+            .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+            .arg("--python")
+            .arg(python)
+            .output()
+            .unwrap(),
+    };
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    world.runtime.block_on(async {
+        let job = hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap().remove(0);
+        assert_eq!(job.state.to_string(), "published", "{:?}", job.reason);
+        serde_json::to_value(job.verification.unwrap().0).unwrap()
+    })
+}
+
+#[test]
+fn a_fresh_job_judges_its_repaired_shard_while_it_downloads() {
+    let record = repacked_record(None);
+    assert_eq!(record["ok"], true, "{record}");
+    assert_eq!((record["files"].as_u64(), record["tensors"].as_u64()), (Some(1), Some(2)), "{record}");
+    assert_eq!(record["followed"], 1, "the shard was judged as it was written, not read again: {record}");
+}
+
+#[test]
+fn a_follow_that_fails_costs_a_check_of_the_staged_bundle_not_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // The interpreter fails every check that follows, as one out of memory would, and runs the others.
+    let wrapper = dir.path().join("python");
+    let fails = r#"import json; print(json.dumps({"started": True, "mlx_version": "0.32.4"})); print(json.dumps({"ok": False, "device": "cpu", "error": "MemoryError: the follow ran out"})); raise SystemExit(1)"#;
+    let sh = format!(
+        "#!/bin/sh\ncase \"$*\" in *--follow*) exec '{real}' -c '{fails}' ;; esac\nexec '{real}' \"$@\"\n",
+        real = python().display()
+    );
+    std::fs::write(&wrapper, sh).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let record = repacked_record(Some(&wrapper));
+    assert_eq!(record["ok"], true, "{record}");
+    assert_eq!(record["followed"], 0, "the staged bundle was checked whole: {record}");
+}
+
+/// The bundle `hubalign fix` makes of the 24 MiB header-padded shard, in `dir`/fixed.
+fn fixed_bundle(dir: &Path) -> PathBuf {
+    let (source, _) = header_padded_bundle_of(6144);
+    let fixed = dir.join("fixed");
+    let out = hubalign()
+        .arg("fix")
+        .arg(source.path().join("models/big-org/big-q4"))
+        .arg("--out")
+        .arg(&fixed)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    fixed
+}
+
+/// What the download does to the followed file after it is kept and before the bundle is staged.
+#[derive(Clone, Copy, Debug)]
+enum AfterKept {
+    Nothing,
+    /// The staged file is a copy (another inode) of the right bytes.
+    Replaced,
+    /// A byte is changed in place.
+    Changed,
+}
+
+/// Plays the download's part against `verify_mlx.py --follow`: writes the fixed shard into a temporary file
+/// at its final length, 1 MiB at a time with an event after each (flipping the payload's byte `flip` as it
+/// goes, if given), keeps it, stages it, and returns the check's record.
+fn follow_by_hand(flip: Option<usize>, after: AfterKept) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let fixed = fixed_bundle(dir.path());
+    let bytes = std::fs::read(fixed.join("model.safetensors")).unwrap();
+    let (streamed, output) = (dir.path().join("streamed"), dir.path().join("output"));
+    std::fs::create_dir_all(&streamed).unwrap();
+    std::fs::create_dir_all(&output).unwrap();
+    let mut check = Command::new(python())
+        .arg(root().join("deploy/verify_mlx.py"))
+        .args(["--follow", "--device", "cpu"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut events = check.stdin.take().unwrap();
+    let mut tell = |event: serde_json::Value| writeln!(events, "{event}").unwrap();
+
+    let temp = streamed.join(".model.safetensors.tmp");
+    let file = std::fs::File::create(&temp).unwrap();
+    file.set_len(bytes.len() as u64).unwrap();
+    let data_start = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut announced = false;
+    for (i, piece) in bytes.chunks(1 << 20).enumerate() {
+        let at = i << 20;
+        let mut piece = piece.to_vec();
+        if let Some(flip) = flip.map(|f| data_start + f).filter(|f| (at..at + piece.len()).contains(f)) {
+            piece[flip - at] ^= 0x5a;
+        }
+        std::os::unix::fs::FileExt::write_all_at(&file, &piece, at as u64).unwrap();
+        let written = at + piece.len();
+        if !announced && written >= data_start {
+            announced = true;
+            tell(serde_json::json!({"writing": "model.safetensors", "path": temp}));
+        }
+        if announced {
+            tell(serde_json::json!({"written": "model.safetensors", "bytes": written}));
+        }
+    }
+    drop(file);
+    let kept = streamed.join("model.safetensors");
+    std::fs::rename(&temp, &kept).unwrap();
+    tell(serde_json::json!({"kept": "model.safetensors", "path": kept}));
+    let staged = output.join("model.safetensors");
+    match after {
+        AfterKept::Nothing => std::fs::hard_link(&kept, &staged).unwrap(),
+        AfterKept::Replaced => drop(std::fs::copy(&kept, &staged).unwrap()),
+        AfterKept::Changed => {
+            std::fs::hard_link(&kept, &staged).unwrap();
+            // Later than the kept file's time, whatever the file system's clock resolution.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let file = std::fs::OpenOptions::new().write(true).open(&staged).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, &[bytes[data_start + 7] ^ 1], data_start as u64 + 7)
+                .unwrap();
+        }
+    }
+    std::fs::copy(fixed.join("MEI_ALIGN_MANIFEST.json"), output.join("MEI_ALIGN_MANIFEST.json")).unwrap();
+    tell(serde_json::json!({"output": output}));
+    drop(events);
+    let out = check.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let record: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(out.status.success(), record["ok"] == true, "{record}");
+    record
+}
+
+#[test]
+fn the_script_counts_a_followed_shard_only_if_the_staged_file_is_the_one_it_judged() {
+    let record = follow_by_hand(None, AfterKept::Nothing);
+    assert_eq!((record["ok"].clone(), record["followed"].clone()), (true.into(), 1.into()), "{record}");
+
+    // Another file with the same bytes passes, checked whole.
+    let record = follow_by_hand(None, AfterKept::Replaced);
+    assert_eq!((record["ok"].clone(), record["followed"].clone()), (true.into(), 0.into()), "{record}");
+
+    // A byte changed after the follow read it is found by the whole check the change forces.
+    let record = follow_by_hand(None, AfterKept::Changed);
+    assert_eq!(record["ok"], false, "{record}");
+    assert!(record["error"].as_str().unwrap().contains("the loaded payload differs"), "{record}");
+
+    // Wrong bytes as they are written fail the follow, naming the file.
+    let record = follow_by_hand(Some(3 << 20), AfterKept::Nothing);
+    assert_eq!(record["ok"], false, "{record}");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("model.safetensors: the loaded payload differs"), "{record}");
+}
+
+#[test]
+fn a_follow_whose_events_end_before_the_bundle_is_staged_fails() {
+    let mut check = Command::new(python())
+        .arg(root().join("deploy/verify_mlx.py"))
+        .args(["--follow", "--device", "cpu"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(check.stdin.take().unwrap(), r#"{{"writing": "model.safetensors", "path": "/nonexistent/x"}}"#).unwrap();
+    let out = check.wait_with_output().unwrap();
+    let record: serde_json::Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(record["ok"], false);
+    assert!(record["error"].as_str().unwrap().contains("ended before the bundle was staged"), "{record}");
+    assert!(!out.status.success());
+}
