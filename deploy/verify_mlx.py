@@ -201,8 +201,12 @@ class Followed:
             return self.written
 
     def keep(self, path):
-        """The download kept the shard at `path`: what it was then, for `counts_for`."""
-        st = os.stat(path)
+        """The download kept the shard at `path`: what it was then, for `counts_for` (a shard that cannot be
+        seen there is checked whole)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
         with self.changed:
             self.kept = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             self.kept_at = Path(path)

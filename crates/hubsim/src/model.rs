@@ -308,6 +308,12 @@ impl RepoMap {
         self.0.values()
     }
 
+    /// The repos whose ids come after `folded_id` (an id in lower case) in the listing's default order.
+    pub fn after(&self, folded_id: &str) -> impl Iterator<Item = &Repo> {
+        use std::ops::Bound;
+        self.0.range::<str, _>((Bound::Excluded(folded_id), Bound::Unbounded)).map(|(_, r)| r)
+    }
+
     /// Every repo's id, as created.
     pub fn keys(&self) -> impl Iterator<Item = &String> {
         self.0.values().map(|r| &r.id)

@@ -111,52 +111,59 @@ pub(super) async fn list_models(
     let expand = params.all("expand");
     let full = params.flag("full");
     let repos = sim.repos();
-    let mut hits: Vec<(&Repo, &Commit)> = repos
-        .values()
-        .filter(|r| can_see(r, caller).is_ok())
-        .filter(|r| author.is_none_or(|a| r.namespace().eq_ignore_ascii_case(a)))
-        .filter(|r| search.as_ref().is_none_or(|s| r.id.to_lowercase().contains(s)))
-        .filter(|r| {
-            let tags = r.tags();
-            filters.iter().all(|f| tags.iter().any(|t| t == f) || r.meta.pipeline_tag.as_deref() == Some(*f))
-        })
-        .filter_map(|r| r.head().map(|h| (r, h)))
-        .collect();
-    let sorted = match params.get("sort") {
-        Some("downloads") => {
-            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.downloads));
-            true
-        }
-        Some("likes") => {
-            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.likes));
-            true
-        }
-        Some("lastModified" | "last_modified") => {
-            hits.sort_by(|a, b| b.1.date.cmp(&a.1.date));
-            true
-        }
-        Some("createdAt" | "created_at") => {
-            hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at()));
-            true
-        }
-        _ => false,
+    let wanted = |r: &&Repo| {
+        can_see(r, caller).is_ok()
+            && author.is_none_or(|a| r.namespace().eq_ignore_ascii_case(a))
+            && search.as_ref().is_none_or(|s| r.id.to_lowercase().contains(s))
+            && {
+                let tags = r.tags();
+                filters.iter().all(|f| tags.iter().any(|t| t == f) || r.meta.pipeline_tag.as_deref() == Some(*f))
+            }
     };
     let page_size =
         params.number("limit").map_or(sim.config.page_size, |l| (l as usize).clamp(1, sim.config.page_size));
+    let sort = params
+        .get("sort")
+        .filter(|s| ["downloads", "likes", "lastModified", "last_modified", "createdAt", "created_at"].contains(s));
     // In the default order the cursor is the last id served, as the Hub's cursors are keys rather than
     // offsets: a repo created or deleted before the cursor while a client pages neither hides another repo
-    // from it nor shows one twice. Sorted listings page by offset.
-    let offset = match params.get("cursor").and_then(|c| c.strip_prefix("after:")) {
-        Some(after) if !sorted => {
-            let after = after.to_ascii_lowercase();
-            hits.partition_point(|(r, _)| r.id.to_ascii_lowercase() <= after)
-        }
-        _ => params.number("cursor").unwrap_or(0) as usize,
+    // from it nor shows one twice. Such a page is read from the key on (a crawl's pages cost what they hold,
+    // not what the Hub holds). Sorted listings page by offset.
+    let cursor = params.get("cursor");
+    let after = match cursor {
+        None => Some(""),
+        Some(c) => c.strip_prefix("after:"),
     };
-    let page: Vec<Value> = hits
+    let (rows, offset, more): (Vec<(&Repo, &Commit)>, usize, bool) = match (sort, after) {
+        (None, Some(after)) => {
+            let mut rows: Vec<_> = repos
+                .after(&after.to_ascii_lowercase())
+                .filter(wanted)
+                .filter_map(|r| r.head().map(|h| (r, h)))
+                .take(page_size + 1)
+                .collect();
+            let more = rows.len() > page_size;
+            rows.truncate(page_size);
+            (rows, 0, more)
+        }
+        _ => {
+            let mut hits: Vec<(&Repo, &Commit)> =
+                repos.values().filter(wanted).filter_map(|r| r.head().map(|h| (r, h))).collect();
+            match sort {
+                Some("downloads") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.downloads)),
+                Some("likes") => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.meta.likes)),
+                Some("lastModified" | "last_modified") => hits.sort_by(|a, b| b.1.date.cmp(&a.1.date)),
+                Some(_) => hits.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at())),
+                None => {}
+            }
+            let offset = params.number("cursor").unwrap_or(0) as usize;
+            let more = offset.saturating_add(page_size) < hits.len();
+            (hits.into_iter().skip(offset).take(page_size).collect(), offset, more)
+        }
+    };
+    let sorted = sort.is_some();
+    let page: Vec<Value> = rows
         .iter()
-        .skip(offset)
-        .take(page_size)
         .map(|(repo, head)| {
             let all = properties(repo, head, false);
             let chosen = if !expand.is_empty() {
@@ -170,12 +177,12 @@ pub(super) async fn list_models(
         })
         .collect();
     let mut response = Json(page).into_response();
-    if offset + page_size < hits.len() {
+    if more {
         let mut query = params.encode_without("cursor");
         if !query.is_empty() {
             query.push('&');
         }
-        let cursor = match (sorted, hits.get(offset + page_size - 1)) {
+        let cursor = match (sorted, rows.last()) {
             (false, Some((last, _))) => {
                 format!("after:{}", form_urlencoded::byte_serialize(last.id.as_bytes()).collect::<String>())
             }

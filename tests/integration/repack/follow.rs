@@ -75,6 +75,17 @@ fn fixed_bundle(dir: &Path) -> PathBuf {
     fixed
 }
 
+/// `verify_mlx.py --follow` on the CPU, its stdin and stdout piped.
+fn following_check() -> std::process::Child {
+    Command::new(python())
+        .arg(root().join("deploy/verify_mlx.py"))
+        .args(["--follow", "--device", "cpu"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// What the download does to the followed file after it is kept and before the bundle is staged.
 #[derive(Clone, Copy, Debug)]
 enum AfterKept {
@@ -95,13 +106,7 @@ fn follow_by_hand(flip: Option<usize>, after: AfterKept) -> serde_json::Value {
     let (streamed, output) = (dir.path().join("streamed"), dir.path().join("output"));
     std::fs::create_dir_all(&streamed).unwrap();
     std::fs::create_dir_all(&output).unwrap();
-    let mut check = Command::new(python())
-        .arg(root().join("deploy/verify_mlx.py"))
-        .args(["--follow", "--device", "cpu"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut check = following_check();
     let mut events = check.stdin.take().unwrap();
     let mut tell = |event: serde_json::Value| writeln!(events, "{event}").unwrap();
 
@@ -176,13 +181,7 @@ fn the_script_counts_a_followed_shard_only_if_the_staged_file_is_the_one_it_judg
 
 #[test]
 fn a_follow_whose_events_end_before_the_bundle_is_staged_fails() {
-    let mut check = Command::new(python())
-        .arg(root().join("deploy/verify_mlx.py"))
-        .args(["--follow", "--device", "cpu"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut check = following_check();
     writeln!(check.stdin.take().unwrap(), r#"{{"writing": "model.safetensors", "path": "/nonexistent/x"}}"#).unwrap();
     let out = check.wait_with_output().unwrap();
     let record: serde_json::Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();

@@ -179,6 +179,37 @@ fn listing_pages_through_link_headers() {
     assert_eq!(world.counters().requests["models_list"], 4);
 }
 
+/// A page in the default order is read from its cursor's key on, a sorted one by offset: either way, the
+/// pages hold what one page of them all holds, in that order.
+#[test]
+fn pages_by_key_and_by_offset_hold_what_one_page_holds() {
+    let world = standard();
+    let ids = |query: &str| {
+        world.runtime.block_on(async {
+            let mut url = format!("{}/api/models?{query}", world.endpoint());
+            let mut ids = Vec::new();
+            loop {
+                let r = client().get(&url).send().await.unwrap();
+                let next = r.headers().get("link").map(|v| v.to_str().unwrap().to_owned());
+                let items: Vec<serde_json::Value> = r.json().await.unwrap();
+                ids.extend(items.iter().map(|i| i["id"].as_str().unwrap().to_owned()));
+                match next {
+                    Some(link) => url = link.trim_start_matches('<').split('>').next().unwrap().to_owned(),
+                    None => return ids,
+                }
+            }
+        })
+    };
+    for query in ["", "sort=downloads&", "author=mlx-community&"] {
+        let whole = ids(&format!("{query}limit=1000"));
+        assert!(whole.len() >= 3, "{query}: {whole:?}");
+        assert_eq!(ids(&format!("{query}limit=1")), whole, "{query}");
+    }
+    // A cursor past every repo is an empty page, with no next one.
+    let past = ids("cursor=after:zzzz&limit=1");
+    assert!(past.is_empty(), "{past:?}");
+}
+
 #[test]
 fn the_author_filter_matches_a_namespace_in_any_case_as_the_hub_does() {
     let world = standard();
