@@ -451,9 +451,7 @@ impl Limits {
         let deadline = DEADLINE_BASE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC);
         Limits { jobs, address_space, deadline, bytes }
     }
-}
 
-impl Limits {
     /// The limits of a check that follows a download, with `available` bytes of memory free on this machine,
     /// before any shard is known: at most half of that besides the interpreter, MLX and its cache. A shard
     /// whose tensors need more fails the follow, and is checked after the download within its own limits.
