@@ -132,3 +132,38 @@ fn two_runs_on_one_client_each_store_their_own_requests() {
     }
     assert!(runs[0].2 > 0 && runs[1].2 == 0, "the second run only lists: {runs:?}");
 }
+
+/// The probes start while the listing is still being read. With the Hub's API quota held to one request a
+/// second, a listing of four pages takes three seconds or more, and the first page's repos are probed and
+/// recorded before the last page arrives; the run's counts are whole all the same. (A crawl used to read
+/// every page before its first probe: the rehearsal's listing of 94,000 repos came first, then the probes.)
+#[test]
+fn the_first_pages_repos_are_probed_while_the_next_pages_are_listed() {
+    use hubalign::audit::AuditEvent;
+    use hubalign::hub::retry::RetryPolicy;
+    use hubalign::hub::{HubClient, HubConfig};
+    use hubsim::faults::{Bucket, Quota};
+    let world = audit_world(6, |c| {
+        c.page_size = 4;
+        c.quotas = vec![(Bucket::Api, Quota { requests: 1, window: std::time::Duration::from_secs(1) })];
+    });
+    let (_dir, db) = db();
+    let hub = HubClient::new(HubConfig { endpoint: world.endpoint(), token: None }, RetryPolicy::default()).unwrap();
+    let mut events = Vec::new();
+    let summary = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        let opts = hubalign::audit::AuditOptions::default();
+        hubalign::audit::audit(&hub, &store, &opts, &mut |e| events.push(e)).await.unwrap()
+    });
+    let pages = events.iter().filter(|e| matches!(e, AuditEvent::Listed { .. })).count();
+    assert!(pages >= 4, "a listing of several pages: {events:?}");
+    let last_page = events.iter().rposition(|e| matches!(e, AuditEvent::Listed { .. })).unwrap();
+    let first_record = events.iter().position(|e| matches!(e, AuditEvent::Recorded { .. })).unwrap();
+    assert!(first_record < last_page, "a repo recorded before the last page was listed: {events:?}");
+    let recorded = events.iter().filter(|e| matches!(e, AuditEvent::Recorded { .. })).count() as u64;
+    let Some(AuditEvent::Listed { repos, pending }) = events.get(last_page) else { unreachable!() };
+    assert_eq!((summary.stats.repos_listed, summary.stats.repos_probed), (*repos, *pending), "{summary:?}");
+    assert_eq!(summary.stats.repos_probed, recorded);
+    assert_eq!(repo_states(&world, &db).len() as u64, *repos, "every listed repo recorded");
+    assert!(summary.interrupted.is_none(), "{summary:?}");
+}
