@@ -1,5 +1,5 @@
 //! The crawler: list MLX repos, probe the header of every shard of each repo whose commit changed, and record
-//! what loaders would copy. Resumable: a repo is recorded in one transaction once all its shards are probed,
+//! what loaders would copy. Resumable: a repo is recorded (in one transaction with the others probed meanwhile) once all its shards are probed,
 //! and a later run skips every repo already audited at its listed commit.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -147,8 +147,8 @@ pub async fn audit_until(
     debug_panic();
     let mut stats = RunStats::default();
     let crawling = tokio::time::timeout(opts.deadline, crawl(client, store, opts, run, &mut stats, events));
-    // Dropping the crawl at `stop` leaves `stats` with what it counted: each repo's records are one
-    // transaction, so a repo is either wholly recorded and counted, or neither.
+    // Dropping the crawl at `stop` leaves `stats` with what it counted: a batch of repos is recorded in one
+    // transaction and counted once it committed, so a repo is either wholly recorded and counted, or neither.
     let result = tokio::select! {
         timed = crawling => match timed {
             Ok(result) => result,
@@ -203,11 +203,16 @@ fn stop_for(e: HubError, wrap: impl FnOnce(HubError) -> AuditError) -> Stop {
     }
 }
 
-/// Lists and probes at once: the probes of a page's repos start as soon as the page is recorded, while the
-/// next pages are read. Listing and probing draw on different quotas (the Hub's API and resolver buckets),
-/// so a crawl takes as long as the slower of the two instead of their sum; the Hub-scale rehearsal measured
-/// the listing of 94,000 repos alone at 30–46 s before the first probe. Both halves run on this task,
-/// joined: whichever fails first ends the other.
+/// Repos recorded per transaction, at most. The recording half takes whatever has arrived, so a batch grows
+/// only when recording falls behind the probes; a batch costs the same few statements as one repo.
+const RECORD_BATCH: usize = 64;
+
+/// Lists, probes and records at once: the probes of a page's repos start as soon as the page is recorded,
+/// while the next pages are read, and outcomes are recorded while the next probes run. Listing and probing
+/// draw on different quotas (the Hub's API and resolver buckets), so a crawl takes as long as the slower of
+/// the two instead of their sum; the Hub-scale rehearsal measured the listing of 94,000 repos alone at
+/// 30–46 s before the first probe. The three halves run on this task, joined: whichever fails first ends
+/// the others.
 async fn crawl(
     client: &HubClient,
     store: &Store,
@@ -217,23 +222,26 @@ async fn crawl(
     events: &mut (dyn FnMut(AuditEvent) + Send),
 ) -> Result<(), Stop> {
     let (found, to_probe) = tokio::sync::mpsc::unbounded_channel();
-    let progress = Progress { stats: Mutex::new(stats), events: Mutex::new(events) };
-    tokio::try_join!(
-        list(client, store, opts, run, &progress, found),
-        probe(client, store, opts, run, &progress, to_probe)
-    )?;
+    // Bounded: probes wait for the recording rather than pile up outcomes it has not written.
+    let (probed, to_record) = tokio::sync::mpsc::channel(2 * RECORD_BATCH);
+    let crawl = Crawl { client, store, opts, run, stats: Mutex::new(stats), events: Mutex::new(events) };
+    tokio::try_join!(crawl.list(found), crawl.probe(to_probe, probed), crawl.record(to_record))?;
     Ok(())
 }
 
-/// What the crawl's two halves both count and tell. Both run on one task, so a lock is never contended; it
-/// is held for one synchronous step, never across an `await` (and a `Mutex`, not a `RefCell`, keeps the
-/// crawl's future `Send` for `serve`'s spawned runs).
-struct Progress<'a> {
+/// One crawl: what its three halves share. They count and tell progress through locks because all three
+/// run on one task: a lock is never contended, and is held for one synchronous step, never across an
+/// `await` (a `Mutex`, not a `RefCell`, keeps the crawl's future `Send` for `serve`'s spawned runs).
+struct Crawl<'a> {
+    client: &'a HubClient,
+    store: &'a Store,
+    opts: &'a AuditOptions,
+    run: i64,
     stats: Mutex<&'a mut RunStats>,
     events: Mutex<&'a mut (dyn FnMut(AuditEvent) + Send)>,
 }
 
-impl<'a> Progress<'a> {
+impl<'a> Crawl<'a> {
     fn stats(&self) -> MutexGuard<'_, &'a mut RunStats> {
         self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -241,109 +249,119 @@ impl<'a> Progress<'a> {
     fn tell(&self, event: AuditEvent) {
         (self.events.lock().unwrap_or_else(PoisonError::into_inner))(event);
     }
-}
 
-/// The listing half: reads every page, records it, and sends each repo that needs probing to `found`. Ends
-/// (closing `found`) once the last page is recorded and what it no longer lists is marked.
-async fn list(
-    client: &HubClient,
-    store: &Store,
-    opts: &AuditOptions,
-    run: i64,
-    progress: &Progress<'_>,
-    found: tokio::sync::mpsc::UnboundedSender<ListedRepo>,
-) -> Result<(), Stop> {
-    let mut pending = 0u64;
-    let mut listed = 0u64;
-    let first = opts.query.first_url(client.endpoint());
-    let mut pages = Pagination::new(client.endpoint(), &first);
-    let mut next = Some(first);
-    while let Some(url) = next.take() {
-        let mut page = client.list_page(&url).await.map_err(|e| stop_for(e, AuditError::Listing))?;
-        if let Some(limit) = opts.query.limit {
-            page.repos.truncate(limit.saturating_sub(listed as usize));
-        }
-        for bad in &page.invalid {
-            tracing::warn!(repo.id = %bad.id, reason = %bad.reason, "invalid listing entry; skipped");
-        }
-        store.record_invalid_listings(run, &page.invalid.iter().map(refused_entry).collect::<Vec<_>>()).await?;
-        // Mirrors are not sources: not audited, and (if an earlier crawl took one for a source) forgotten.
-        let (mirrors, sources): (Vec<ListedRepo>, Vec<ListedRepo>) =
-            page.repos.into_iter().partition(|r| is_mirror(&r.id, &r.tags, &opts.own_namespaces));
-        page.repos = sources;
-        if !mirrors.is_empty() {
-            let ids: Vec<String> = mirrors.into_iter().map(|r| r.id).collect();
-            let known = store.forget_mirrors(&ids).await?;
-            tracing::info!(mirrors = ids.len(), forgotten = known, "mirrors in the listing; not audited");
-        }
-        let entries: Vec<ListingEntry> = page.repos.iter().map(listing_entry).collect();
-        let flags = store.record_listing(run, &entries, opts.force).await?;
-        listed += page.repos.len() as u64;
-        for repo in page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r) {
-            pending += 1;
-            // The probing half ends only after this one does (it waits for `found` to close), or when it fails,
-            // and then `try_join!` drops this half too: a send that finds no receiver has nothing left to do.
-            let _ = found.send(repo);
-        }
-        {
-            let mut stats = progress.stats();
-            stats.repos_listed = listed;
-            stats.invalid_listings += page.invalid.len() as u64;
-        }
-        progress.tell(AuditEvent::Listed { repos: listed, pending });
-        if opts.query.limit.is_none_or(|l| (listed as usize) < l) {
-            next = pages.next(&url, &page.headers).map_err(|e| stop_for(e, AuditError::Listing))?;
-        }
-    }
-    // The whole listing was read: what it no longer shows is gone from the population the reports describe.
-    // Not after an empty listing (a Hub that answered nothing is not a Hub that deleted everything), nor
-    // after a limited one.
-    if opts.query.limit.is_none() && listed > 0 {
-        let gone = store.mark_unlisted(run).await?;
-        if gone > 0 {
-            tracing::info!(repos = gone, run, "repos no longer listed; recorded vanished");
-        }
-    }
-    store.refresh_statistics().await?;
-    Ok(())
-}
-
-/// The probing half: probes the repos `found` sends, `opts.concurrency` at once, and records each outcome as
-/// it arrives, after its requests are done: no network call inside a transaction.
-async fn probe(
-    client: &HubClient,
-    store: &Store,
-    opts: &AuditOptions,
-    run: i64,
-    progress: &Progress<'_>,
-    found: tokio::sync::mpsc::UnboundedReceiver<ListedRepo>,
-) -> Result<(), Stop> {
-    let repos = futures_util::stream::unfold(found, |mut found| async move { found.recv().await.map(|r| (r, found)) });
-    let outcomes = repos
-        .map(|repo| {
-            let span = tracing::info_span!("repo", repo.id = %repo.id, repo.sha = repo.sha.as_deref().unwrap_or(""));
-            audit_repo(client, repo, opts).instrument(span)
-        })
-        .buffer_unordered(opts.concurrency.max(1));
-    let mut outcomes = std::pin::pin!(outcomes);
-    while let Some(outcome) = outcomes.next().await {
-        let outcome = outcome.map_err(|e| Stop::Interrupted(e.to_string()))?;
-        store.record_repo(run, &outcome).await?;
-        {
-            let mut stats = progress.stats();
-            stats.repos_probed += 1;
-            stats.shards_probed += outcome.shards.len() as u64;
-            if outcome.state == RepoState::Error {
-                stats.errors += 1;
+    /// The listing half: reads every page, records it, and sends each repo that needs probing to `found`.
+    /// Ends (closing `found`) once the last page is recorded and what it no longer lists is marked.
+    async fn list(&self, found: tokio::sync::mpsc::UnboundedSender<ListedRepo>) -> Result<(), Stop> {
+        let (client, store, opts, run) = (self.client, self.store, self.opts, self.run);
+        let mut pending = 0u64;
+        let mut listed = 0u64;
+        let first = opts.query.first_url(client.endpoint());
+        let mut pages = Pagination::new(client.endpoint(), &first);
+        let mut next = Some(first);
+        while let Some(url) = next.take() {
+            let mut page = client.list_page(&url).await.map_err(|e| stop_for(e, AuditError::Listing))?;
+            if let Some(limit) = opts.query.limit {
+                page.repos.truncate(limit.saturating_sub(listed as usize));
+            }
+            for bad in &page.invalid {
+                tracing::warn!(repo.id = %bad.id, reason = %bad.reason, "invalid listing entry; skipped");
+            }
+            let refused: Vec<RefusedEntry> = page.invalid.iter().map(refused_entry).collect();
+            store.record_invalid_listings(run, &refused).await?;
+            // Mirrors are not sources: not audited, and (if an earlier crawl took one for a source) forgotten.
+            let (mirrors, sources): (Vec<ListedRepo>, Vec<ListedRepo>) =
+                page.repos.into_iter().partition(|r| is_mirror(&r.id, &r.tags, &opts.own_namespaces));
+            page.repos = sources;
+            if !mirrors.is_empty() {
+                let ids: Vec<String> = mirrors.into_iter().map(|r| r.id).collect();
+                let known = store.forget_mirrors(&ids).await?;
+                tracing::info!(mirrors = ids.len(), forgotten = known, "mirrors in the listing; not audited");
+            }
+            let entries: Vec<ListingEntry> = page.repos.iter().map(listing_entry).collect();
+            let flags = store.record_listing(run, &entries, opts.force).await?;
+            listed += page.repos.len() as u64;
+            for repo in page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r) {
+                pending += 1;
+                // The probing half ends only after this one does (it waits for `found` to close), or when it
+                // fails, and then `try_join!` drops this half too: a send that finds no receiver has nothing
+                // left to do.
+                let _ = found.send(repo);
+            }
+            {
+                let mut stats = self.stats();
+                stats.repos_listed = listed;
+                stats.invalid_listings += page.invalid.len() as u64;
+            }
+            self.tell(AuditEvent::Listed { repos: listed, pending });
+            if opts.query.limit.is_none_or(|l| (listed as usize) < l) {
+                next = pages.next(&url, &page.headers).map_err(|e| stop_for(e, AuditError::Listing))?;
             }
         }
-        progress.tell(AuditEvent::Recorded {
-            repo: outcome.id.clone(),
-            state: outcome.state,
-            shards: outcome.shards.len() as u64,
-        });
+        // The whole listing was read: what it no longer shows is gone from the population the reports
+        // describe. Not after an empty listing (a Hub that answered nothing is not a Hub that deleted
+        // everything), nor after a limited one.
+        if opts.query.limit.is_none() && listed > 0 {
+            let gone = store.mark_unlisted(run).await?;
+            if gone > 0 {
+                tracing::info!(repos = gone, run, "repos no longer listed; recorded vanished");
+            }
+        }
+        store.refresh_statistics().await?;
+        Ok(())
     }
-    Ok(())
+
+    /// The probing half: probes the repos `found` sends, `opts.concurrency` at once, and hands each outcome
+    /// to the recording half once its requests are done: no network call inside a transaction. Ends (closing
+    /// `probed`) once `found` is closed and every probe has answered.
+    async fn probe(
+        &self,
+        mut found: tokio::sync::mpsc::UnboundedReceiver<ListedRepo>,
+        probed: tokio::sync::mpsc::Sender<RepoOutcome>,
+    ) -> Result<(), Stop> {
+        let repos = futures_util::stream::poll_fn(move |cx| found.poll_recv(cx));
+        let (client, opts) = (self.client, self.opts);
+        let outcomes = repos
+            .map(move |repo| {
+                let span =
+                    tracing::info_span!("repo", repo.id = %repo.id, repo.sha = repo.sha.as_deref().unwrap_or(""));
+                audit_repo(client, repo, opts).instrument(span)
+            })
+            .buffer_unordered(self.opts.concurrency.max(1));
+        let mut outcomes = std::pin::pin!(outcomes);
+        while let Some(outcome) = outcomes.next().await {
+            let outcome = outcome.map_err(|e| Stop::Interrupted(e.to_string()))?;
+            // As with `found`: a recording half that is gone has failed, and `try_join!` ends this one.
+            if probed.send(outcome).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The recording half: records what has arrived, up to `RECORD_BATCH` repos per transaction, and counts
+    /// each repo once its transaction committed (a crawl stopped midway stores what it recorded, no more).
+    async fn record(&self, mut probed: tokio::sync::mpsc::Receiver<RepoOutcome>) -> Result<(), Stop> {
+        let mut batch = Vec::with_capacity(RECORD_BATCH);
+        while probed.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            self.store.record_repos(self.run, &batch).await?;
+            {
+                let mut stats = self.stats();
+                for outcome in &batch {
+                    stats.repos_probed += 1;
+                    stats.shards_probed += outcome.shards.len() as u64;
+                    if outcome.state == RepoState::Error {
+                        stats.errors += 1;
+                    }
+                }
+            }
+            for outcome in batch.drain(..) {
+                let shards = outcome.shards.len() as u64;
+                self.tell(AuditEvent::Recorded { repo: outcome.id, state: outcome.state, shards });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What reading one repo again found.

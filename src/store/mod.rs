@@ -13,6 +13,7 @@ pub mod leases;
 pub mod location;
 pub mod metal;
 pub mod mirrors;
+mod outcomes;
 pub mod pull_requests;
 pub mod queries;
 mod records;
