@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scratch_pg import scratch_postgres, _bin as pg_bin_dir  # noqa: E402
+from sim import start_hubsim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN, USER = "hf_backfill", "backfill"
@@ -51,15 +52,9 @@ def psql(url, sql):
 
 
 def start_sim(args, root):
-    (root / "hub/models").mkdir(parents=True)
-    sim = subprocess.Popen([args.bin_dir / "hubsim", "--root", root / "hub", "--port", "0",
-                            "--token", f"{TOKEN}:{USER}", "--population", str(args.population),
-                            "--sample", str(args.sample), "--sample-hidden", str(args.sample_hidden),
-                            "--seed", str(args.seed), "--no-xet"], stdout=subprocess.PIPE, text=True)
-    for line in sim.stdout:
-        if m := re.search(r"at (http://[0-9.:]+)", line):
-            return sim, m.group(1)
-    raise SystemExit("hubsim exited before serving")
+    return start_hubsim(args.bin_dir / "hubsim", root / "hub", "--token", f"{TOKEN}:{USER}",
+                        "--population", str(args.population), "--sample", str(args.sample),
+                        "--sample-hidden", str(args.sample_hidden), "--seed", str(args.seed), "--no-xet")
 
 
 def affected(hub):

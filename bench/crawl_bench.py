@@ -30,22 +30,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scratch_pg import scratch_postgres, _bin as pg_bin_dir  # noqa: E402
+from sim import start_hubsim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN, USER = "hf_crawl", "crawl"
 
 
 def start_sim(args, root, window):
-    (root / "hub/models").mkdir(parents=True)
-    sim = subprocess.Popen([args.bin_dir / "hubsim", "--root", root / "hub", "--port", "0",
-                            "--token", f"{TOKEN}:{USER}", "--population", str(args.repos), "--sample", "0",
-                            "--seed", str(args.seed), "--rate-limit-api", str(args.api_quota),
-                            "--rate-limit-resolvers", str(args.resolver_quota), "--rate-window", str(window),
-                            "--error-rate", str(args.error_rate), "--no-xet"], stdout=subprocess.PIPE, text=True)
-    for line in sim.stdout:
-        if m := re.search(r"at (http://[0-9.:]+)", line):
-            return sim, m.group(1)
-    raise SystemExit("hubsim exited before serving")
+    return start_hubsim(args.bin_dir / "hubsim", root / "hub", "--token", f"{TOKEN}:{USER}",
+                        "--population", str(args.repos), "--sample", "0", "--seed", str(args.seed),
+                        "--rate-limit-api", str(args.api_quota), "--rate-limit-resolvers", str(args.resolver_quota),
+                        "--rate-window", str(window), "--error-rate", str(args.error_rate), "--no-xet")
 
 
 def counters(hub):

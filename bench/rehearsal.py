@@ -36,7 +36,8 @@ invariants are checked (each failure is listed, and the exit status is 1):
 - no read of a payload the simulator could not have listed honestly (`unverifiable_payload_reads` = 0).
 
 Figures (printed, and with --report written as JSON): the crawl against its quota bound, RSS and open
-descriptors of every process per 10-minute slice (first and last sample of each), and of the processes never
+descriptors of every process per 10-minute slice (first and last sample of each) and per minute (the last
+sample of each, in the JSON only), and of the processes never
 restarted from the end of the first 10 minutes (the warm-up) to the end, the dashboard's p50/p99
 while all this runs, failover times, the store's size per 100,000 repos.
 """
@@ -628,6 +629,10 @@ class Rehearsal:
                 per.setdefault(int(t // 600), []).append((rss, fds))
             slices[p.name] = [{"slice": k, "rss_first": v[0][0], "rss_last": v[-1][0], "fds_first": v[0][1],
                                "fds_last": v[-1][1]} for k, v in sorted(per.items())]
+        # Each process's last sample of every minute: when a warm-up ends is read here, not guessed.
+        by_minute = {p.name: sorted({int(t // 60): {"minute": int(t // 60), "rss": rss, "fds": fds}
+                                     for t, rss, fds in p.samples}.values(), key=lambda m: m["minute"])
+                     for p in [self.sim] + self.replicas + self.workers}
         # The processes never restarted: from the end of the first 10 minutes (the warm-up) to the end.
         steady = {}
         for p in [self.sim] + self.replicas + self.workers:
@@ -656,6 +661,7 @@ class Rehearsal:
             "never_restarted_after_warm_up": steady,
             "restarts": {p.name: p.starts - 1 for p in [self.sim] + self.replicas + self.workers},
             "processes": slices,
+            "by_minute": by_minute,
             "timeline": [(round(t - self.sim_started, 1), what) for t, what in self.timeline],
         }
 
@@ -734,7 +740,7 @@ def main():
         population, counters = r.check()
         figures = r.figures(population, counters)
         figures["failures"] = r.failures
-        print(json.dumps({k: v for k, v in figures.items() if k not in ("processes", "hub_counters")}, indent=1))
+        print(json.dumps({k: v for k, v in figures.items() if k not in ("processes", "by_minute", "hub_counters")}, indent=1))
         if args.report:
             Path(args.report).write_text(json.dumps(figures, indent=1))
         for f in r.failures:

@@ -1,6 +1,6 @@
 //! The crawler: list MLX repos, probe the header of every shard of each repo whose commit changed, and record
-//! what loaders would copy. Resumable: a repo is recorded (in one transaction with the others probed meanwhile) once all its shards are probed,
-//! and a later run skips every repo already audited at its listed commit.
+//! what loaders would copy. Resumable: a repo is recorded once all its shards are probed (in one transaction
+//! with the others probed meanwhile), and a later run skips every repo already audited at its listed commit.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -319,6 +319,8 @@ impl<'a> Crawl<'a> {
         mut found: tokio::sync::mpsc::UnboundedReceiver<ListedRepo>,
         probed: tokio::sync::mpsc::Sender<RepoOutcome>,
     ) -> Result<(), Stop> {
+        // `poll_fn`, not `unfold` over an `async` block: rustc cannot prove that block `Send` for every lifetime,
+        // which `serve`'s spawned runs need.
         let repos = futures_util::stream::poll_fn(move |cx| found.poll_recv(cx));
         let (client, opts) = (self.client, self.opts);
         let outcomes = repos
