@@ -32,7 +32,8 @@ impl Store {
 
     /// Records the audits of several repos in one transaction, each as [`Store::record_repo`] would: the
     /// batch is recorded whole or not at all. A repo the batch names twice is recorded as its last outcome
-    /// says. Seven statements for the batch, where one repo at a time took eight round trips per repo.
+    /// says. Six statements for the whole batch (one more per 1,000 shards), where one repo at a time took
+    /// eight or more for each repo (one per shard).
     pub async fn record_repos(&self, run: i64, outcomes: &[RepoOutcome]) -> Result<(), StoreError> {
         let mut last_of: HashMap<&str, &RepoOutcome> = HashMap::with_capacity(outcomes.len());
         for outcome in outcomes {
