@@ -80,6 +80,19 @@ fn sql(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Sql { what, source }
 }
 
+/// Each repo's last entry in `items` (a batch the Hub's answers made may name one twice; writing the entries
+/// in turn would leave the last), sorted by id: one order for every writer, so two transactions writing
+/// overlapping repos take their locks in the same order and never deadlock.
+fn last_of_each<'a, T>(items: &'a [T], id: impl Fn(&'a T) -> &'a str) -> Vec<&'a T> {
+    let mut last_of: std::collections::HashMap<&str, &T> = std::collections::HashMap::with_capacity(items.len());
+    for item in items {
+        last_of.insert(id(item), item);
+    }
+    let mut unique: Vec<&T> = last_of.into_values().collect();
+    unique.sort_by(|a, b| id(a).cmp(id(b)));
+    unique
+}
+
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -35,17 +35,10 @@ impl Store {
     /// says. Six statements for the whole batch (one more per 1,000 shards), where one repo at a time took
     /// eight or more for each repo (one per shard).
     pub async fn record_repos(&self, run: i64, outcomes: &[RepoOutcome]) -> Result<(), StoreError> {
-        let mut last_of: HashMap<&str, &RepoOutcome> = HashMap::with_capacity(outcomes.len());
-        for outcome in outcomes {
-            last_of.insert(&outcome.id, outcome);
-        }
-        let mut unique: Vec<&RepoOutcome> = last_of.into_values().collect();
+        let unique = super::last_of_each(outcomes, |o| &o.id);
         if unique.is_empty() {
             return Ok(());
         }
-        // One order for every writer: two recordings of overlapping repos take their locks in the same
-        // order and never deadlock.
-        unique.sort_by(|a, b| a.id.cmp(&b.id));
         let now = crate::time::now_utc();
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;

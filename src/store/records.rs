@@ -333,14 +333,7 @@ impl Store {
     /// `bench/crawl_bench.py`). A repo a page names twice (the Hub's answer is not trusted to be sane) is
     /// recorded as its last entry says, as writing the entries in turn would leave it.
     pub async fn record_listing(&self, run: i64, repos: &[ListingEntry], force: bool) -> Result<Vec<bool>, StoreError> {
-        let mut last_of: std::collections::HashMap<&str, &ListingEntry> = std::collections::HashMap::new();
-        for r in repos {
-            last_of.insert(&r.id, r);
-        }
-        let mut unique: Vec<&ListingEntry> = last_of.into_values().collect();
-        // One order for every writer, so that two crawls recording overlapping pages take the rows' locks in
-        // the same order and never deadlock.
-        unique.sort_by(|a, b| a.id.cmp(&b.id));
+        let unique = super::last_of_each(repos, |r| &r.id);
         let mut known: std::collections::HashMap<String, (Option<String>, String)> =
             std::collections::HashMap::with_capacity(unique.len());
         on_pool!(self, |pool| {
@@ -578,8 +571,6 @@ mod tests {
         }
     }
 
-    /// The planner learns a listing's size at once rather than at autovacuum's next pass (see
-    /// [`Store::refresh_statistics`]; the rehearsal measured the effect, this checks the mechanism).
     /// A page longer than one statement's batch, naming one repo twice with two commits (a Hub's answer is
     /// not trusted to be sane): every repo recorded, the twice-named one as its last entry says, and each
     /// entry told whether it needs probing as when the entries were written in turn.
@@ -609,6 +600,8 @@ mod tests {
         }
     }
 
+    /// The planner learns a listing's size at once rather than at autovacuum's next pass (see
+    /// [`Store::refresh_statistics`]; the rehearsal measured the effect, this checks the mechanism).
     #[tokio::test]
     async fn after_a_listing_postgresql_knows_how_many_repos_there_are() {
         for test in stores().await {
