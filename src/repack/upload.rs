@@ -64,9 +64,7 @@ pub async fn to_xet(
     };
     prime_with(&token, target, sources).await;
     let xet_error = |e: &dyn std::fmt::Display| RepackError::transient(format!("Xet upload to {target}: {e}"));
-    // One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
-    // need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
-    let config = XetConfig::new().with_config("data.max_concurrent_file_ingestion", 1).map_err(|e| xet_error(&e))?;
+    let config = xet_config().map_err(|e| xet_error(&e))?;
     let session = XetSessionBuilder::new_with_config(config).build().map_err(|e| xet_error(&e))?;
     let refresh = hub.xet_write_token_url(target);
     let commit = session
@@ -96,6 +94,26 @@ pub async fn to_xet(
     }
     Ok((stored, report.dedup_metrics.total_bytes_uploaded))
 }
+
+/// The Xet session's configuration for a mirror's upload.
+///
+/// - One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
+///   need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
+/// - Files read in blocks of [`INGESTION_BLOCK`]: each chunk Xet has not seen before is kept as a slice of
+///   the block it was read in until its xorb is cut (64 MB of new chunks), and so keeps that whole block. A
+///   reordered shard's new chunks lie at every tensor boundary, so with Xet's 8 MB blocks nearly every block
+///   of the file was held: 1.1 GB of the worker's memory for a 1 GiB reorder. Smaller blocks hold less, at
+///   the price of shorter deduplicated ranges per lookup, which Xet's defragmentation then refuses more
+///   often (BENCHMARKS.md: 8 MB 1,126 MiB and 58.0 MB sent; 1 MiB 437 MiB and 61.8 MB; 256 KB 231 MiB and
+///   76.1 MB).
+fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
+    XetConfig::new()
+        .with_config("data.max_concurrent_file_ingestion", 1)?
+        .with_config("data.ingestion_block_size", INGESTION_BLOCK)
+}
+
+/// The bytes a mirror's upload reads of a file at a time (see [`xet_config`]).
+const INGESTION_BLOCK: u64 = 1 << 20;
 
 /// Commits to `target`'s main branch on top of `parent` (its head, read right before): each of `stored`
 /// as an LFS pointer, each of `inline` with its content. Returns the commit and the bytes sent.
@@ -154,5 +172,18 @@ fn list(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf, u64)>) {
             Ok(m) if m.is_file() => out.push((name, entry.path(), m.len())),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mirror_upload_chunks_one_file_at_a_time_in_blocks_of_one_mib() {
+        let config = xet_config().unwrap();
+        // Xet's own default (8 MB) held a whole reordered shard in memory during its upload.
+        assert_eq!(*config.data.ingestion_block_size, 1 << 20);
+        assert_eq!(config.data.max_concurrent_file_ingestion, 1);
     }
 }

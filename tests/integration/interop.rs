@@ -130,6 +130,14 @@ fn mlx_check(dir: &Path) -> serde_json::Value {
     record
 }
 
+/// Changes the manifest record of `file` in the bundle `dir`.
+fn edit_record(dir: &Path, file: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("MEI_ALIGN_MANIFEST.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(manifest["shards"].as_array_mut().unwrap().iter_mut().find(|s| s["file"] == file).unwrap());
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+}
+
 /// Flips one byte of `file` at `offset` from its end.
 fn flip_from_end(file: &Path, offset: usize) {
     let mut bytes = std::fs::read(file).unwrap();
@@ -167,15 +175,23 @@ fn the_mlx_check_judges_the_loaded_output_by_the_manifests_digests_alone() {
     // So is a manifest that records another digest than the source's.
     let lying = tmp.path().join("lying");
     copy_tree(&fixed, &lying);
-    let path = lying.join("MEI_ALIGN_MANIFEST.json");
-    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let hostile = manifest["shards"].as_array_mut().unwrap().iter_mut().find(|s| s["file"] == "hostile.safetensors");
-    let digests = hostile.unwrap()["tensor_sha256"].as_object_mut().unwrap();
-    let (name, _) = digests.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
-    digests.insert(name.clone(), "0".repeat(64).into());
-    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let mut name = String::new();
+    edit_record(&lying, "hostile.safetensors", |record| {
+        let digests = record["tensor_sha256"].as_object_mut().unwrap();
+        name = digests.keys().next().unwrap().clone();
+        digests.insert(name.clone(), "0".repeat(64).into());
+    });
     let error = mlx_check(&lying)["error"].as_str().unwrap().to_owned();
     assert!(error.contains(&format!("hostile.safetensors: {name}: bytes differ")), "{error}");
+
+    // Judged tensor by tensor, a reordered shard must still be as long as its record says.
+    let longer = tmp.path().join("longer");
+    copy_tree(&fixed, &longer);
+    edit_record(&longer, "hostile.safetensors", |record| {
+        record["payload_bytes"] = (record["payload_bytes"].as_u64().unwrap() + 1).into();
+    });
+    let error = mlx_check(&longer)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("hostile.safetensors: the loaded payload differs"), "{error}");
 
     // And a shard the manifest does not list is not judged by nothing.
     std::fs::copy(fixed.join("hostile.safetensors"), fixed.join("extra.safetensors")).unwrap();
