@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from datetime import datetime
@@ -53,6 +54,32 @@ def world(shards, shard_mib, kind="pad"):
         (repo / "config.json").write_text('{"model_type": "llama"}')
         (repo / ".hubsim.json").write_text('{"library_name": "mlx", "license": "mit"}')
     return root
+
+
+def repack_sampled(argv, env):
+    """Runs the repack, sampling its process's resident memory every 20 ms from /proc: the completed process
+    and the peaks of its own memory (RssAnon) and of the file pages it maps (RssFile), in bytes. VmHWM, which
+    the worker logs, counts both: a mapped page of a file is the page cache's, not the worker's own."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peaks = {"RssAnon": 0, "RssFile": 0}
+
+    def sample():
+        while proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        key, _, value = line.partition(":")
+                        if key in peaks:
+                            peaks[key] = max(peaks[key], int(value.split()[0]) * 1024)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    sampler.join()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), peaks
 
 
 def raw_to_disk(url, shards, work, tag):
@@ -109,10 +136,10 @@ def main():
         import resource
         inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
         t0 = time.time()
-        run = subprocess.run([args.worker, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
-                              "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY,
-                              *(["--download-connections", str(args.connections)] if args.connections else [])],
-                             capture_output=True, text=True, env=dict(os.environ, RUST_LOG="hubalign=info"))
+        run, rss = repack_sampled([args.worker, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
+                                   "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY,
+                                   *(["--download-connections", str(args.connections)] if args.connections else [])],
+                                  env=dict(os.environ, RUST_LOG="hubalign=info"))
         t_end = time.time()
         # What the repack and the processes it started read from storage (512-byte blocks; page-cache hits
         # are not reads of the disk and do not count).
@@ -190,7 +217,9 @@ def main():
         # The peak so far as each step starts: what the steps before it held at most.
         so_far = {l["fields"]["step"]: l["fields"].get("rss.peak_bytes", 0) / 2**20 for l in steps
                   if l.get("fields", {}).get("message") == "step"}
-        print(f"\npeak RSS of the worker (VmHWM; the MLX check's process apart): "
+        print(f"\npeak of the worker's own memory (RssAnon, sampled every 20 ms): {rss['RssAnon'] / 2**20:.1f} MiB; "
+              f"of the file pages it maps (RssFile): {rss['RssFile'] / 2**20:.1f} MiB")
+        print(f"\npeak RSS of the worker (VmHWM, both of the above; the MLX check's process apart): "
               f"{memory[0]['rss.peak_bytes'] / 2**20:.1f} MiB; before the download {so_far.get('downloading', float('nan')):.1f} MiB, by its end "
               f"{so_far.get('relaying', float('nan')):.1f} MiB, before publishing {so_far.get('publishing', float('nan')):.1f} MiB")
     if "followed" in record:

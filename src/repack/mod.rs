@@ -6,6 +6,7 @@
 //! this module holds what the worker runs it with and how its outcome is recorded.
 
 pub mod ahead;
+pub mod blocks;
 pub mod card;
 pub mod carry;
 pub mod download;

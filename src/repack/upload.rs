@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt as _;
-use xet::xet_session::{Sha256Policy, XetSessionBuilder};
+use xet::xet_session::XetSessionBuilder;
 use xet_runtime::config::XetConfig;
 
 use super::error::RepackError;
@@ -78,8 +78,8 @@ pub async fn to_xet(
         .map_err(|e| xet_error(&e))?;
     let mut tasks = HashMap::new();
     for (rel, path) in files {
-        let handle = commit.upload_from_path(path.clone(), Sha256Policy::Compute).await.map_err(|e| xet_error(&e))?;
-        tasks.insert(handle.task_id(), rel.clone());
+        let task = super::blocks::send(&commit, rel, path).await.map_err(|e| xet_error(&format!("{rel}: {e}")))?;
+        tasks.insert(task, rel.clone());
     }
     let report = commit.commit().await.map_err(|e| xet_error(&e))?;
     let mut stored = HashMap::new();
@@ -99,21 +99,13 @@ pub async fn to_xet(
 ///
 /// - One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
 ///   need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
-/// - Files read in blocks of [`INGESTION_BLOCK`]: each chunk Xet has not seen before is kept as a slice of
-///   the block it was read in until its xorb is cut (64 MB of new chunks), and so keeps that whole block. A
-///   reordered shard's new chunks lie at every tensor boundary, so with Xet's 8 MB blocks nearly every block
-///   of the file was held: 1.1 GB of the worker's memory for a 1 GiB reorder. Smaller blocks hold less, at
-///   the price of shorter deduplicated ranges per lookup, which Xet's defragmentation then refuses more
-///   often (BENCHMARKS.md: 8 MB 1,126 MiB and 58.0 MB sent; 1 MiB 437 MiB and 61.8 MB; 256 KB 231 MiB and
-///   76.1 MB).
+/// - Blocks of [`blocks::BLOCK`](super::blocks::BLOCK) taken whole as they are sent: each is a map of the
+///   file (see [`blocks`](super::blocks)), and Xet's default of 8 MB would cut each in two.
 fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
     XetConfig::new()
         .with_config("data.max_concurrent_file_ingestion", 1)?
-        .with_config("data.ingestion_block_size", INGESTION_BLOCK)
+        .with_config("data.ingestion_block_size", super::blocks::BLOCK)
 }
-
-/// The bytes a mirror's upload reads of a file at a time (see [`xet_config`]).
-const INGESTION_BLOCK: u64 = 1 << 20;
 
 /// Commits to `target`'s main branch on top of `parent` (its head, read right before): each of `stored`
 /// as an LFS pointer, each of `inline` with its content. Returns the commit and the bytes sent.
@@ -180,10 +172,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_mirror_upload_chunks_one_file_at_a_time_in_blocks_of_one_mib() {
+    fn a_mirror_upload_chunks_one_file_at_a_time_in_the_blocks_it_cuts() {
         let config = xet_config().unwrap();
-        // Xet's own default (8 MB) held a whole reordered shard in memory during its upload.
-        assert_eq!(*config.data.ingestion_block_size, 1 << 20);
+        // Xet's default is 8 MB, which would cut each of the upload's 8 MiB blocks in two.
+        assert_eq!(*config.data.ingestion_block_size, super::super::blocks::BLOCK);
         assert_eq!(config.data.max_concurrent_file_ingestion, 1);
     }
 }

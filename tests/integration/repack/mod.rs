@@ -4,6 +4,7 @@
 mod ahead;
 mod disk;
 mod follow;
+mod memory;
 mod overlap;
 mod pipeline;
 mod preflight;

@@ -9,15 +9,19 @@ use crate::support::{fixture, hubalign, python, root, stdout};
 
 /// Runs `hubalign ARGS --endpoint E --token ALICE --db DB --target-namespace alice --verify-device cpu`.
 pub(super) fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
+    worker_command(world, db, args).output().unwrap()
+}
+
+/// The command [`worker_cmd`] runs, to be started by the caller.
+pub(super) fn worker_command(world: &World, db: &Path, args: &[&str]) -> Command {
     let endpoint = world.endpoint();
-    hubalign()
-        .args(args)
+    let mut cmd = hubalign();
+    cmd.args(args)
         .args(["--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
         .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
         .arg("--python")
-        .arg(python())
-        .output()
-        .unwrap()
+        .arg(python());
+    cmd
 }
 
 /// Jobs as `(repo, state, reason)`.
