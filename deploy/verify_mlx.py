@@ -21,12 +21,17 @@ soon after the download instead of starting after it. It reads JSON lines on std
     {"writing": FILE, "path": PATH}    FILE's repaired shard is being written at PATH, at its final length,
                                        its header on disk (MLX checks the length when it loads)
     {"written": FILE, "bytes": N}      its first N bytes are written (each byte once, front to back)
+    {"writing": FILE, "path": PATH, "by": "tensor"}
+                                       the same, for a reordered shard, told tensor by tensor:
+    {"placed": FILE, "tensors": [NAME, ...]}
+                                       these tensors are written whole (each byte once)
     {"kept": FILE, "path": PATH}       the source matched the Hub's hash; the shard is in place at PATH
     {"output": DIR}                    the bundle is staged in DIR with its manifest: judge it
 
 Each array is evaluated once the bytes it spans are written (`mx.load` is lazy). At "output", a followed
 shard counts as checked only if DIR holds the very file that was followed (same device and inode, unchanged
-since it was kept) and its loaded payload hashes to the manifest's `payload_sha256`; every other shard of
+since it was kept) and its loaded payload hashes to the manifest's `payload_sha256` (a reordered one: each
+array to its `tensor_sha256`, and their lengths add up to `payload_bytes`); every other shard of
 DIR (one repaired after the download, one copied as it was, one the follow could not finish) is checked as
 without `--follow`. The record is the same, with "followed": the shards judged while they were written, and
 "not_followed": why each other shard the download announced was checked whole.
@@ -123,6 +128,17 @@ def read_ahead_arrays(mx, path, header, data_start):
         ahead.close()
 
 
+def bytes_of(path, header, name, array):
+    """The loaded bytes of the array `name` (a view of it, and the bytes), as long as its header says."""
+    begin, end = header[name]["data_offsets"]
+    view = memoryview(array)
+    # Cast in place where a view allows it; a scalar or an empty tensor is copied (a few bytes at most).
+    data = view.cast("B") if view.ndim and view.nbytes and view.c_contiguous else view.tobytes()
+    if len(data) != end - begin:
+        raise ValueError(f"{path.name}: {name}: {len(data)} bytes loaded, the header says {end - begin}")
+    return view, data
+
+
 def payload_of(path, header, arrays, per_tensor):
     """The loaded payload's SHA-256 and length, from `arrays` in the order of their offsets; each array
     judged by its digest in `per_tensor` where there is one. A shard judged tensor by tensor has no payload
@@ -132,12 +148,7 @@ def payload_of(path, header, arrays, per_tensor):
     payload = None if per_tensor else hashlib.sha256()
     length = 0
     for name, array in arrays:
-        begin, end = header[name]["data_offsets"]
-        view = memoryview(array)
-        # Cast in place where a view allows it; a scalar or an empty tensor is copied (a few bytes at most).
-        data = view.cast("B") if view.ndim and view.nbytes and view.c_contiguous else view.tobytes()
-        if len(data) != end - begin:
-            raise ValueError(f"{path.name}: {name}: {len(data)} bytes loaded, the header says {end - begin}")
+        view, data = bytes_of(path, header, name, array)
         if payload is not None:
             payload.update(data)
         length += len(data)
@@ -175,10 +186,12 @@ class Followed:
     """A shard the download is writing, checked as its bytes land: a thread of its own waits for the bytes
     each array spans, asks the kernel to read ahead within what is written, then evaluates and hashes it."""
 
-    def __init__(self, path):
+    def __init__(self, path, by_tensor=False):
         self.path = Path(path)
+        self.by_tensor = by_tensor  # a reorder: told tensor by tensor ("placed"), not by length
         self.changed = threading.Condition()
         self.written, self.ended = 0, False
+        self.placed = []  # a reorder's tensors written whole, in the order told
         self.kept_at = None  # where the download kept it
         self.identity = None  # (device, inode) of the file followed
         self.kept = None  # (device, inode, size, mtime) once the download kept it
@@ -190,6 +203,20 @@ class Followed:
         with self.changed:
             self.written = max(self.written, written)
             self.changed.notify_all()
+
+    def place(self, names):
+        with self.changed:
+            self.placed.extend(names)
+            self.changed.notify_all()
+
+    def placed_after(self, taken):
+        """Waits until more than `taken` tensors are placed; the names placed after the first `taken`."""
+        with self.changed:
+            while len(self.placed) <= taken and not self.ended:
+                self.changed.wait()
+            if len(self.placed) <= taken:
+                raise EOFError(f"{self.path.name}: the download stopped before every tensor was written")
+            return self.placed[taken:]
 
     def end(self):
         """No more bytes will be announced: a follower still waiting gives up (the shard is checked whole)."""
@@ -242,6 +269,10 @@ class Followed:
                 header, data_start = read_header(f, self.path.name)
                 # MLX opens the file by its descriptor's name: the same file, whatever it is renamed to.
                 source = f"/dev/fd/{f.fileno()}"
+                if self.by_tensor:
+                    with gate:
+                        self.loaded = self.each_tensor(mx, header, source)
+                    return
                 ahead = ReadAhead(source, data_start)
 
                 def before(end):
@@ -257,16 +288,42 @@ class Followed:
         except Exception as e:  # the shard is then checked whole at "output"
             self.error = f"{type(e).__name__}: {e}"
 
+    def each_tensor(self, mx, header, source):
+        """A reorder's arrays, each evaluated and hashed once it is written whole (they are written through the
+        page cache, in the source's order): the header, each tensor's digest, and the payload's length."""
+        arrays = mx.load(source, format="safetensors")
+        if sorted(arrays) != sorted(header):
+            raise ValueError(f"{self.path.name}: MLX loaded other tensors than the header lists")
+        digests, length = {}, 0
+        while len(digests) < len(header):
+            for name in self.placed_after(len(digests)):
+                if name not in arrays:
+                    raise ValueError(f"{self.path.name}: {name}: told of twice, or not in the header")
+                array = arrays.pop(name)
+                mx.eval(array)
+                view, data = bytes_of(self.path, header, name, array)
+                digests[name] = hashlib.sha256(data).hexdigest()
+                length += len(data)
+                del view, data, array
+        return header, digests, length
+
     def counts_for(self, out, record):
         """The tensors of `out` (the staged shard, with the manifest's `record`) if this follow judged that
         very file, unchanged since it was kept; otherwise why it must be checked whole."""
         if self.loaded is None or self.kept is None:
             return self.error or "the download did not keep it"
-        if record.get("tensor_sha256"):
-            return "the manifest has a digest per tensor"
+        per_tensor = record.get("tensor_sha256") or {}
+        if bool(per_tensor) != self.by_tensor:
+            return "the manifest judges it by other digests than the follow took"
         st = os.stat(out)
         if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.kept or self.kept[:2] != self.identity:
             return "the staged file is not the one followed, as it was kept"
+        if self.by_tensor:
+            header, digests, length = self.loaded
+            for name, digest in digests.items():
+                if per_tensor.get(name) != digest:
+                    raise ValueError(f"{out.name}: {name}: bytes differ from the source's")
+            return judge(out, header, record, (None, length))
         header, digest, length = self.loaded
         return judge(out, header, record, (digest, length))
 
@@ -287,11 +344,13 @@ def follow(mx, jobs):
             if "writing" in event:
                 if event["writing"] in followed:
                     followed[event["writing"]].end()  # written again: the earlier follow is stale
-                shard = followed[event["writing"]] = Followed(event["path"])
+                shard = followed[event["writing"]] = Followed(event["path"], event.get("by") == "tensor")
                 shard.thread = threading.Thread(target=shard.run, args=(mx, gate), daemon=True)
                 shard.thread.start()
             elif "written" in event and event["written"] in followed:
                 followed[event["written"]].advance(int(event["bytes"]))
+            elif "placed" in event and event["placed"] in followed:
+                followed[event["placed"]].place([str(name) for name in event["tensors"]])
             elif "kept" in event and event["kept"] in followed:
                 followed[event["kept"]].keep(event["path"])
             elif "output" in event:

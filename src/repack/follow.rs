@@ -3,14 +3,19 @@
 //! lines on the check's stdin (see the script's doc for the protocol), so that the check evaluates each array
 //! as soon as its bytes are written, and ends soon after the download instead of starting after it.
 //!
-//! Only shards repaired by header padding are followed: they are written once, front to back, in writes of
-//! whole pages, so a byte announced as written never changes, and a page the check reads is written whole.
-//! They are still written past the page cache (`O_DIRECT`): through it, the same download cost this
-//! machine 1.3 cores instead of one, and took twice as long. The check reads them back from the disk, asking
-//! the kernel to read ahead only within what is written; a read the kernel made ahead of a write is dropped
-//! by the write itself (the kernel invalidates the cached range of a direct write), and in any case a wrong
-//! byte can only fail the follow, never pass it, which then costs a check of the staged bundle. A reorder,
-//! a shard copied as it was, or one an earlier attempt left is checked whole once the bundle is staged.
+//! Shards repaired as they stream are followed. A header-padded one is written once, front to back, in
+//! writes of whole pages, so a byte announced as written never changes, and a page the check reads is
+//! written whole. It is still written past the page cache (`O_DIRECT`): through it, the same download cost
+//! this machine 1.3 cores instead of one, and took twice as long. The check reads it back from the disk,
+//! asking the kernel to read ahead only within what is written; a read the kernel made ahead of a write is
+//! dropped by the write itself (the kernel invalidates the cached range of a direct write), and in any case a
+//! wrong byte can only fail the follow, never pass it, which then costs a check of the staged bundle.
+//!
+//! A reordered one is written through the page cache, each tensor at its new offset as its bytes come, so
+//! tensors are whole in the source's order, not the file's: it is announced tensor by tensor
+//! ([`FollowEvent::Placed`]), each tensor written once and never again, and the check judges each by its
+//! digest. A shard copied as it was, or one an earlier attempt left, is checked whole once the bundle is
+//! staged.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +28,16 @@ pub enum FollowEvent {
         file: String,
         /// Where it is written now (a temporary name).
         path: PathBuf,
+        /// Whether it is told tensor by tensor ([`FollowEvent::Placed`], a reorder) rather than by its
+        /// written length ([`FollowEvent::Written`], front to back).
+        by_tensor: bool,
+    },
+    /// These tensors of `file`'s reordered shard are written whole, each at its new offset.
+    Placed {
+        /// The shard's name in the bundle.
+        file: String,
+        /// The tensors, by name.
+        tensors: Vec<String>,
     },
     /// The first `bytes` of `file`'s repaired shard are written.
     Written {
@@ -51,7 +66,13 @@ impl FollowEvent {
     pub fn to_line(&self) -> String {
         let path = |p: &Path| p.to_string_lossy().into_owned();
         let value = match self {
-            FollowEvent::Writing { file, path: at } => serde_json::json!({ "writing": file, "path": path(at) }),
+            FollowEvent::Writing { file, path: at, by_tensor: false } => {
+                serde_json::json!({ "writing": file, "path": path(at) })
+            }
+            FollowEvent::Writing { file, path: at, by_tensor: true } => {
+                serde_json::json!({ "writing": file, "path": path(at), "by": "tensor" })
+            }
+            FollowEvent::Placed { file, tensors } => serde_json::json!({ "placed": file, "tensors": tensors }),
             FollowEvent::Written { file, bytes } => serde_json::json!({ "written": file, "bytes": bytes }),
             FollowEvent::Kept { file, path: at } => serde_json::json!({ "kept": file, "path": path(at) }),
             FollowEvent::Output { dir } => serde_json::json!({ "output": path(dir) }),
@@ -85,7 +106,7 @@ impl FollowSink {
         Box::new(move |bytes| {
             if !announced && bytes >= data_start {
                 announced = true;
-                sink.tell(FollowEvent::Writing { file: file.clone(), path: path.clone() });
+                sink.tell(FollowEvent::Writing { file: file.clone(), path: path.clone(), by_tensor: false });
             }
             if announced {
                 sink.tell(FollowEvent::Written { file: file.clone(), bytes });
@@ -114,6 +135,19 @@ mod tests {
                 serde_json::json!({"writing": "model.safetensors", "path": "/w/.tmp"}),
                 serde_json::json!({"written": "model.safetensors", "bytes": 4096}),
                 serde_json::json!({"written": "model.safetensors", "bytes": 8192}),
+            ]
+        );
+        let reorder = [
+            FollowEvent::Writing { file: "m.safetensors".into(), path: "/w/.m".into(), by_tensor: true },
+            FollowEvent::Placed { file: "m.safetensors".into(), tensors: vec!["a".into(), "b".into()] },
+        ];
+        let lines: Vec<serde_json::Value> =
+            reorder.iter().map(|e| serde_json::from_str(&e.to_line()).unwrap()).collect();
+        assert_eq!(
+            lines,
+            [
+                serde_json::json!({"writing": "m.safetensors", "path": "/w/.m", "by": "tensor"}),
+                serde_json::json!({"placed": "m.safetensors", "tensors": ["a", "b"]}),
             ]
         );
         let output = FollowEvent::Output { dir: "/w/out".into() }.to_line();

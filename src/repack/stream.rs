@@ -17,6 +17,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::follow::FollowEvent;
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
@@ -42,7 +43,7 @@ pub struct RepairTarget {
     pub dir: PathBuf,
     /// The data-section alignment.
     pub alignment: Alignment,
-    /// The MLX check following the download, told of each header-padded shard as it is written.
+    /// The MLX check following the download, told of each shard repaired here as it is written.
     pub follow: Option<super::follow::FollowSink>,
 }
 
@@ -80,9 +81,18 @@ struct Repairing {
 enum Writes {
     /// Header padding: the payload as it comes, past the page cache; its digest is the manifest's.
     Padded { writer: DirectWriter, payload: Sha256Stream },
-    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest.
+    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the
+    /// check that follows told of each tensor once it is whole (`placed` of `order` so far).
     #[cfg(unix)]
-    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize> },
+    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, told: Option<Told> },
+}
+
+/// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
+#[cfg(unix)]
+struct Told {
+    sink: super::follow::FollowSink,
+    file: String,
+    placed: usize,
 }
 
 /// The writer side of one streamed shard: every byte of the source goes through [`StreamRepair::push`].
@@ -200,7 +210,8 @@ impl StreamRepair {
             writer.write(&new_prefix).ok()?;
             Writes::Padded { writer, payload: Sha256Stream::default() }
         } else {
-            moved(&temp, &new_prefix, &parsed, &planned)?
+            let told = self.target.follow.as_ref().map(|sink| (sink, self.name.as_str()));
+            moved(&temp, &new_prefix, &parsed, &planned, told)?
         };
         let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
         Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
@@ -252,7 +263,7 @@ impl Repairing {
                 writer.write(data)
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, order } => {
+            Writes::Moved { out, spans, order, told } => {
                 use std::os::unix::fs::FileExt;
                 match source {
                     Some(source) => spans.update_with(data, source),
@@ -268,6 +279,17 @@ impl Repairing {
                     let (from, to) = (p.src_begin.max(at), (p.src_begin + p.len).min(end));
                     let piece = &data[(from - at) as usize..(to - at) as usize];
                     out.write_all_at(piece, start + p.dst_begin + (from - p.src_begin))?;
+                }
+                if let Some(told) = told {
+                    // Tensors are whole in source order: each one that ends by now.
+                    let whole = order.partition_point(|&i| placements[i].src_begin + placements[i].len <= end);
+                    if whole > told.placed {
+                        let tensors =
+                            order[told.placed..whole].iter().map(|&i| self.shard.header.tensors[i].name.clone());
+                        let event = FollowEvent::Placed { file: told.file.clone(), tensors: tensors.collect() };
+                        told.sink.tell(event);
+                        told.placed = whole;
+                    }
                 }
                 Ok(())
             }
@@ -311,27 +333,39 @@ impl Writes {
     }
 }
 
-/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come.
+/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
+/// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor.
 #[cfg(unix)]
 fn moved(
     temp: &tempfile::NamedTempFile,
     prefix: &[u8],
     header: &crate::safetensors::Header,
     plan: &LayoutPlan,
+    follow: Option<(&super::follow::FollowSink, &str)>,
 ) -> Option<Writes> {
     let mut out = temp.reopen().ok()?;
     out.write_all(prefix).ok()?;
     out.set_len(plan.data_start() + header.data_len()).ok()?;
+    let told = follow.map(|(sink, file)| {
+        sink.tell(FollowEvent::Writing { file: file.to_owned(), path: temp.path().to_owned(), by_tensor: true });
+        Told { sink: sink.clone(), file: file.to_owned(), placed: 0 }
+    });
     let spans = crate::hashing::SpanHasher::new(
         header.tensors.iter().map(super::super::safetensors::header::TensorInfo::byte_len).collect(),
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    Some(Writes::Moved { out, spans, order })
+    Some(Writes::Moved { out, spans, order, told })
 }
 
 #[cfg(not(unix))]
-fn moved(_: &tempfile::NamedTempFile, _: &[u8], _: &crate::safetensors::Header, _: &LayoutPlan) -> Option<Writes> {
+fn moved(
+    _: &tempfile::NamedTempFile,
+    _: &[u8],
+    _: &crate::safetensors::Header,
+    _: &LayoutPlan,
+    _: Option<(&super::follow::FollowSink, &str)>,
+) -> Option<Writes> {
     None
 }
 

@@ -19,18 +19,16 @@ fn anonymous_memory(pid: u32) -> Option<u64> {
     kib.parse::<u64>().ok().map(|k| k * 1024)
 }
 
-#[test]
-fn a_reordered_shard_goes_up_without_the_worker_holding_it_in_memory() {
-    // 192 MiB in U32 tensors of 512 KiB, each after a 2-byte BF16 one: no header padding aligns them all, so
-    // the shard is reordered, and every tensor's start is new to the CAS there, the chunk spanning it one
-    // Xet keeps until its xorb is cut. Read into Xet's own 8 MB buffers, each such chunk kept its whole
-    // buffer: the worker held the shard.
+/// A simulated Hub holding `big-org/moved-q4`: one shard of `pairs` U32 tensors of 512 KiB, each after a
+/// 2-byte BF16 one, so that no header padding aligns them all and the shard is reordered. Returns the Hub's
+/// directory and the shard's size.
+pub(super) fn reordered_bundle(pairs: usize) -> (tempfile::TempDir, u64) {
     let root = tempfile::tempdir().unwrap();
     let repo = root.path().join("models/big-org/moved-q4");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join(".hubsim.json"), r#"{"library_name":"mlx"}"#).unwrap();
     std::fs::write(repo.join("config.json"), "{}").unwrap();
-    let tensors: Vec<(String, Dtype, [u64; 1])> = (0..768)
+    let tensors: Vec<(String, Dtype, [u64; 1])> = (0..2 * pairs)
         .map(|i| if i % 2 == 0 { (format!("t{i:03}"), "BF16", [1]) } else { (format!("t{i:03}"), "U32", [128 << 10]) })
         .collect();
     let specs: Vec<(&str, Dtype, &[u64])> =
@@ -38,6 +36,16 @@ fn a_reordered_shard_goes_up_without_the_worker_holding_it_in_memory() {
     let mut file = std::fs::File::create(repo.join("model.safetensors")).unwrap();
     let size = write_mlx_style_stream(&mut file, &specs, Some("mlx"), 17).unwrap();
     drop(file);
+    (root, size)
+}
+
+#[test]
+fn a_reordered_shard_goes_up_without_the_worker_holding_it_in_memory() {
+    // 192 MiB in U32 tensors of 512 KiB, each after a 2-byte BF16 one: no header padding aligns them all, so
+    // the shard is reordered, and every tensor's start is new to the CAS there, the chunk spanning it one
+    // Xet keeps until its xorb is cut. Read into Xet's own 8 MB buffers, each such chunk kept its whole
+    // buffer: the worker held the shard.
+    let (root, size) = reordered_bundle(384);
     assert!(size > 192 * MIB);
 
     let world = start_on(root, |_| {});
