@@ -161,14 +161,7 @@ fn follow_by_hand(flip: Option<usize>, after: AfterKept) -> serde_json::Value {
                 .unwrap();
         }
     }
-    std::fs::copy(fixed.join("MEI_ALIGN_MANIFEST.json"), output.join("MEI_ALIGN_MANIFEST.json")).unwrap();
-    tell(serde_json::json!({"output": output}));
-    drop(events);
-    let out = check.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let record: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
-    assert_eq!(out.status.success(), record["ok"] == true, "{record}");
-    record
+    staged_and_judged(check, events, &fixed, &output)
 }
 
 #[test]
@@ -241,14 +234,7 @@ fn follow_reorder_by_hand(flip: Option<usize>) -> serde_json::Value {
     std::fs::rename(&temp, &kept).unwrap();
     tell(serde_json::json!({"kept": "model.safetensors", "path": kept}));
     std::fs::hard_link(&kept, output.join("model.safetensors")).unwrap();
-    std::fs::copy(fixed.join("MEI_ALIGN_MANIFEST.json"), output.join("MEI_ALIGN_MANIFEST.json")).unwrap();
-    tell(serde_json::json!({"output": output}));
-    drop(events);
-    let out = check.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let record: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
-    assert_eq!(out.status.success(), record["ok"] == true, "{record}");
-    record
+    staged_and_judged(check, events, &fixed, &output)
 }
 
 #[test]
@@ -261,4 +247,21 @@ fn the_script_judges_a_followed_reorder_by_each_tensors_digest() {
     assert_eq!(record["ok"], false, "{record}");
     let error = record["error"].as_str().unwrap();
     assert!(error.contains("model.safetensors: t") && error.ends_with("bytes differ from the source's"), "{record}");
+}
+
+/// Stages the manifest of `fixed` beside the shard in `output`, tells the check, and returns its record.
+fn staged_and_judged(
+    check: std::process::Child,
+    mut events: std::process::ChildStdin,
+    fixed: &Path,
+    output: &Path,
+) -> serde_json::Value {
+    std::fs::copy(fixed.join("MEI_ALIGN_MANIFEST.json"), output.join("MEI_ALIGN_MANIFEST.json")).unwrap();
+    writeln!(events, "{}", serde_json::json!({"output": output})).unwrap();
+    drop(events);
+    let out = check.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let record: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(out.status.success(), record["ok"] == true, "{record}");
+    record
 }
