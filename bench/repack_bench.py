@@ -156,6 +156,10 @@ def main():
         # An earlier build ran the check inside the verify step; this one runs it beside the upload.
         mlx_s = record.get("seconds", float("nan"))
         steps = [json.loads(l) for l in run.stderr.splitlines() if l.startswith("{")]
+        # The worker's whole log, each line's time from the repack's start, for a look at what a step waited on.
+        with open(ROOT / "target/bench/last-repack.log", "w") as f:
+            for l in steps:
+                f.write(f"{ts(l) - t0:7.3f} {l.get('target', '')} {json.dumps(l.get('fields', {}))}\n")
         marks = [(l["fields"]["step"], ts(l)) for l in steps if l.get("fields", {}).get("message") == "step"]
         marks.append(("end", t_end))
         marks.insert(0, ("start", t0))
@@ -226,6 +230,12 @@ def main():
         print(f"\nthe MLX check followed the download: {record['followed']} of {record.get('files')} shards judged as "
               f"they were written; its process ran {mlx_s:.1f} s from the download's start; checked whole after: "
               f"{record.get('not_followed') or 'none'}")
+    # What went up ahead of the publish step, and under how many digests the download had already taken.
+    for l in steps:
+        if l.get("fields", {}).get("message") == "uploaded ahead":
+            f = l["fields"]
+            print(f"\nuploaded ahead of the publish step: {f.get('files')} files, {f.get('sha256.named', 0)} of them "
+                  f"named by the SHA-256 taken as they were written; ended {ts(l) - t0:.1f} s after the start")
     print(f"\nread from storage by the repack and its children (getrusage ru_inblock): {read_from_disk / 1e9:.2f} GB, "
           f"{read_from_disk / size:.2f} per byte of bundle")
     print(f"\nbytes uploaded for the header-padded republish (the simulator's count of request bodies): {up:,} bytes, "

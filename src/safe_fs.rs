@@ -7,6 +7,41 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
+/// Which file a path names, as the file system says: device, inode, size and modification time. A write
+/// changes the time and a new file renamed over the path changes the inode, while a rename or a hard link of
+/// the file changes neither. So a step that hashed or sent a file can tell later, without reading it again,
+/// whether the file at a path is still that very one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileId {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified_secs: u64,
+    modified_nanos: u32,
+}
+
+impl FileId {
+    /// The identity of the regular file at `path` (a symlink is never followed), if it can be read.
+    pub fn of(path: &Path) -> Option<FileId> {
+        let m = std::fs::symlink_metadata(path).ok().filter(Metadata::is_file)?;
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        let modified = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(FileId {
+            device,
+            inode,
+            size: m.len(),
+            modified_secs: modified.as_secs(),
+            modified_nanos: modified.subsec_nanos(),
+        })
+    }
+}
+
 /// What a path is, for messages: `regular file`, `FIFO`, `symbolic link`, …
 pub fn kind_of(meta: &Metadata) -> &'static str {
     let t = meta.file_type();

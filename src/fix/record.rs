@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::ManifestShard;
+use crate::safe_fs::FileId;
 use crate::safetensors::header::LEN_PREFIX;
 
 /// What the download keeps beside a repaired shard, for the re-layout and for a resumed attempt.
@@ -15,6 +16,11 @@ pub struct StreamedRecord {
     pub lfs_oid: String,
     /// The manifest's record of the shard.
     pub entry: ManifestShard,
+    /// The repaired file as it was when its digests were taken: the upload names the record's `file_sha256`
+    /// as the file's LFS oid only while the file there is still this one. Absent in records that carry no
+    /// `file_sha256`, and in those older sessions wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashed: Option<FileId>,
 }
 
 impl StreamedRecord {
@@ -30,6 +36,15 @@ impl StreamedRecord {
         let repaired = std::fs::symlink_metadata(dir.join(file)).ok()?;
         let size = record.entry.header_len.saturating_add(LEN_PREFIX).saturating_add(record.entry.payload_bytes);
         (repaired.is_file() && repaired.len() == size).then_some(record)
+    }
+
+    /// The SHA-256 of the whole repaired file `file` in `dir`, as its record gives it, while the file there is
+    /// still the very one it was taken from (so an upload need not read every byte again to name it).
+    pub fn file_sha256(dir: &Path, file: &str) -> Option<String> {
+        let record = StreamedRecord::read(dir, file)?;
+        let digest = record.entry.file_sha256;
+        let same = record.hashed.is_some() && record.hashed == FileId::of(&dir.join(file));
+        (same && crate::hashing::is_hex(&digest, 64)).then_some(digest)
     }
 
     /// [`read`](Self::read), for the source with the Hub's `lfs_oid` only.

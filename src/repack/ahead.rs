@@ -10,31 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::upload::{self, Stored};
-
-/// Which file was uploaded: a staged file that is still this one needs no second upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
-    device: u64,
-    inode: u64,
-    size: u64,
-    modified_ns: i128,
-}
-
-impl FileId {
-    /// The identity of the file at `path` (a symlink is never followed), if it can be read.
-    pub fn of(path: &Path) -> Option<FileId> {
-        let m = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-        #[cfg(unix)]
-        let (device, inode) = {
-            use std::os::unix::fs::MetadataExt;
-            (m.dev(), m.ino())
-        };
-        #[cfg(not(unix))]
-        let (device, inode) = (0, 0);
-        let modified = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
-        Some(FileId { device, inode, size: m.len(), modified_ns: i128::try_from(modified.as_nanos()).ok()? })
-    }
-}
+use crate::fix::StreamedRecord;
+use crate::safe_fs::FileId;
 
 /// What went up ahead of the publish step.
 #[derive(Debug, Default)]
@@ -43,6 +20,8 @@ pub struct Ahead {
     pub files: HashMap<String, (FileId, Stored)>,
     /// Bytes sent for them.
     pub bytes: u64,
+    /// Of them, those whose SHA-256 was named to Xet from the digest taken as they were written.
+    pub named: usize,
 }
 
 impl Ahead {
@@ -89,10 +68,11 @@ impl Uploader<'_> {
                     None => open = false,
                 },
                 Some((rel, sent)) = futures_util::StreamExt::next(&mut running), if !running.is_empty() => {
-                    if let Some((id, stored, bytes)) = sent {
+                    if let Some(Sent { id, stored, bytes, named }) = sent {
                         ahead.bytes = ahead.bytes.saturating_add(bytes);
                         if let Some(stored) = stored {
                             ahead.files.insert(rel, (id, stored));
+                            ahead.named += usize::from(named);
                         }
                     }
                 }
@@ -102,18 +82,21 @@ impl Uploader<'_> {
         ahead
     }
 
-    /// One shard to the CAS: which file it was, what the CAS stored (`None` if the file changed while it
-    /// went up) and the bytes sent; `None` if it could not be sent.
-    async fn one(&self, rel: String) -> (String, Option<(FileId, Option<Stored>, u64)>) {
+    /// One shard to the CAS; `None` if it could not be sent.
+    async fn one(&self, rel: String) -> (String, Option<Sent>) {
         let file = self.repaired.join(&rel);
         let Some(id) = FileId::of(&file) else { return (rel, None) };
         let sources = [self.source.join(&rel)];
-        match upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], &sources).await {
+        // A reordered shard was hashed whole as it was written; a header-padded one was not.
+        let known: HashMap<String, String> =
+            StreamedRecord::file_sha256(self.repaired, &rel).map(|sha| (rel.clone(), sha)).into_iter().collect();
+        match upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], (&sources, &known)).await {
             Ok((mut stored, bytes)) => {
                 let unchanged = FileId::of(&file) == Some(id);
                 let stored = stored.remove(&rel).filter(|_| unchanged);
-                tracing::debug!(repo.id = %self.target, shard.file = %rel, bytes, "uploaded ahead");
-                (rel, Some((id, stored, bytes)))
+                let named = !known.is_empty();
+                tracing::debug!(repo.id = %self.target, shard.file = %rel, bytes, sha256.named = named, "uploaded ahead");
+                (rel, Some(Sent { id, stored, bytes, named }))
             }
             Err(e) => {
                 tracing::warn!(repo.id = %self.target, shard.file = %rel, error = %e, "upload ahead failed; the publish step sends it");
@@ -121,6 +104,18 @@ impl Uploader<'_> {
             }
         }
     }
+}
+
+/// One shard sent ahead.
+struct Sent {
+    /// Which file it was.
+    id: FileId,
+    /// What the CAS stored; `None` if the file changed while it went up.
+    stored: Option<Stored>,
+    /// Bytes sent.
+    bytes: u64,
+    /// Whether its SHA-256 was named to Xet rather than computed.
+    named: bool,
 }
 
 /// A staged file: its path in the repo, and here.

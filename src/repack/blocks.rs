@@ -25,10 +25,16 @@ pub const BLOCK: u64 = 8 << 20;
 const READ_AHEAD: usize = 2;
 
 /// Sends the file at `path` into `commit` as `rel`, in blocks of [`BLOCK`] mapped (and read in) on a batch
-/// thread a few blocks ahead of Xet; the upload's task id. Xet computes the file's SHA-256 (the LFS oid the
-/// commit names) as it chunks.
-pub async fn send(commit: &XetUploadCommit, rel: &str, path: &Path) -> Result<UniqueId, SendError> {
-    let stream = commit.upload_stream(Some(rel.to_owned()), Sha256Policy::Compute).await.map_err(SendError::xet)?;
+/// thread a few blocks ahead of Xet; the upload's task id. The file's SHA-256 (the LFS oid the commit names)
+/// is `sha256` where the caller knows it for this very file, or else Xet computes it as it chunks.
+pub async fn send(
+    commit: &XetUploadCommit,
+    rel: &str,
+    path: &Path,
+    sha256: Option<&str>,
+) -> Result<UniqueId, SendError> {
+    let policy = sha256.map_or(Sha256Policy::Compute, Sha256Policy::from_hex);
+    let stream = commit.upload_stream(Some(rel.to_owned()), policy).await.map_err(SendError::xet)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD);
     let file = path.to_owned();
     let reader = crate::blocking::run("mapping a file for its upload", move || map_blocks(&file, &tx));

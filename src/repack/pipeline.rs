@@ -401,7 +401,8 @@ impl Repacker<'_> {
             None => None,
         };
         if let Some(sent) = &ahead {
-            tracing::info!(repo.id = %target, files = sent.files.len(), xet.bytes = sent.bytes, "uploaded ahead");
+            let (files, named) = (sent.files.len(), sent.named);
+            tracing::info!(repo.id = %target, files, sha256.named = named, xet.bytes = sent.bytes, "uploaded ahead");
             self.count_uploaded(job, sent.bytes).await;
         }
         let mirror = publish::Mirror {

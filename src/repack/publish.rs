@@ -273,7 +273,8 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     // Priming asks about the sources of the files still to send only.
     let sources: Vec<PathBuf> =
         mirror.sources.iter().filter(|p| to_send.iter().any(|(rel, _)| p.ends_with(rel))).cloned().collect();
-    let (mut stored, through_xet) = upload::to_xet(mirror.hub, target, &to_send, &sources).await?;
+    let (mut stored, through_xet) =
+        upload::to_xet(mirror.hub, target, &to_send, (&sources, &std::collections::HashMap::new())).await?;
     stored.extend(sent_ahead);
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;

@@ -6,8 +6,10 @@
 //! cache) while the source's SHA-256 (checked against the Hub's LFS oid) and the payload's (the manifest's,
 //! which proves every tensor) are taken from the same bytes, two digests in step on one core. A shard that
 //! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
-//! taken beside the source's, and its new payload's digest from one read of the result. Of the source only a
-//! stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as long as
+//! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
+//! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
+//! (`behind`), each stretch hashed then synced to the disk while the rest downloads (`writeback`). Of the
+//! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as long as
 //! the file. That is all any later step reads of it: the re-layout its header, the card's audit its header,
 //! the upload's deduplication its first chunk. Any other shard (one no loader copies from, one whose header
 //! does not parse) is written whole, as before.
@@ -17,6 +19,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[cfg(unix)]
+use self::behind::Behind;
 use super::follow::FollowEvent;
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
@@ -51,6 +55,7 @@ pub struct RepairTarget {
 pub struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
+    hashed: Option<crate::safe_fs::FileId>,
     follow: Option<super::follow::FollowSink>,
 }
 
@@ -82,9 +87,10 @@ enum Writes {
     /// Header padding: the payload as it comes, past the page cache; its digest is the manifest's.
     Padded { writer: DirectWriter, payload: Sha256Stream },
     /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the
-    /// check that follows told of each tensor once it is whole (`placed` of `order` so far).
+    /// check that follows told of each tensor once it is whole (`placed` of `order` so far); the new file's
+    /// digests taken behind the writes.
     #[cfg(unix)]
-    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, told: Option<Told> },
+    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, told: Option<Told>, behind: Box<Behind> },
 }
 
 /// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
@@ -234,11 +240,14 @@ impl StreamRepair {
                 }
                 let hashes = writes.finish(&plan)?;
                 temp.as_file().sync_all()?;
+                // The file its whole digest was taken from, if one was: the upload names that digest only while
+                // the file is still this one.
+                let hashed = hashes.new_file_sha256.as_ref().and_then(|_| crate::safe_fs::FileId::of(temp.path()));
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
                 debug_assert_eq!(Digests::default(), Digests::Minimal, "the streamed record is the minimal set");
-                Streamed::Repaired(Box::new(Repaired { temp, entry, follow: self.target.follow.clone() }))
+                Streamed::Repaired(Box::new(Repaired { temp, entry, hashed, follow: self.target.follow.clone() }))
             }
         };
         let file = self.partial.into_inner().map_err(io::IntoInnerError::into_error)?;
@@ -263,7 +272,7 @@ impl Repairing {
                 writer.write(data)
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, order, told } => {
+            Writes::Moved { out, spans, order, told, behind } => {
                 use std::os::unix::fs::FileExt;
                 match source {
                     Some(source) => spans.update_with(data, source),
@@ -278,7 +287,9 @@ impl Repairing {
                     let p = &placements[i];
                     let (from, to) = (p.src_begin.max(at), (p.src_begin + p.len).min(end));
                     let piece = &data[(from - at) as usize..(to - at) as usize];
-                    out.write_all_at(piece, start + p.dst_begin + (from - p.src_begin))?;
+                    let dst = p.dst_begin + (from - p.src_begin);
+                    out.write_all_at(piece, start + dst)?;
+                    behind.landed(out, &self.plan, dst, piece)?;
                 }
                 if let Some(told) = told {
                     // Tensors are whole in source order: each one that ends by now.
@@ -291,7 +302,7 @@ impl Repairing {
                         told.placed = whole;
                     }
                 }
-                Ok(())
+                behind.after(out, &self.plan, end)
             }
         }
     }
@@ -313,19 +324,14 @@ impl Writes {
                 })
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, .. } => {
+            Writes::Moved { out, spans, behind, .. } => {
                 let tensors = spans.finish().ok_or_else(|| io::Error::other("a tensor ended early"))?;
-                // The new order's payload digest: one read of what was just written, from the page cache.
-                let mut out = out;
-                io::Seek::seek(&mut out, io::SeekFrom::Start(plan.data_start()))?;
-                let data_len: u64 = plan.placements.iter().map(|p| p.len).sum();
-                let mut payload = Sha256Stream::default();
-                crate::hashing::feed_exact(&mut out, data_len, &mut |data| payload.update(data))?;
+                let (file, payload) = behind.finish(&out, plan)?;
                 Ok(ShardHashes {
                     src_file_sha256: None,
                     src_payload_sha256: None,
-                    new_file_sha256: None,
-                    new_payload_sha256: payload.finish_hex(),
+                    new_file_sha256: Some(file),
+                    new_payload_sha256: payload,
                     tensor_sha256: Some(tensors),
                 })
             }
@@ -355,7 +361,8 @@ fn moved(
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    Some(Writes::Moved { out, spans, order, told })
+    let behind = Box::new(Behind::new(plan, &out));
+    Some(Writes::Moved { out, spans, order, told, behind })
 }
 
 #[cfg(not(unix))]
@@ -372,7 +379,7 @@ fn moved(
 impl Repaired {
     /// Puts the repaired shard and its record in place (the source matched the Hub's `lfs_oid`).
     pub fn keep(self, dir: &Path, lfs_oid: &str) -> io::Result<()> {
-        let record = StreamedRecord { lfs_oid: lfs_oid.to_owned(), entry: self.entry };
+        let record = StreamedRecord { lfs_oid: lfs_oid.to_owned(), entry: self.entry, hashed: self.hashed };
         let file = record.entry.file.clone();
         crate::safe_fs::clear_for_write(&dir.join(&file))?;
         self.temp.persist(dir.join(&file)).map_err(|e| e.error)?;
@@ -395,5 +402,9 @@ fn stub_part(kept: u64, data_start: u64, data: &[u8]) -> &[u8] {
     &data[..(room.min(data.len() as u64)) as usize]
 }
 
+#[cfg(unix)]
+mod behind;
 #[cfg(test)]
 mod tests;
+#[cfg(unix)]
+mod writeback;

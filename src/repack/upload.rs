@@ -1,6 +1,7 @@
 //! A mirror's upload, in the Hub's own commit flow (`hub::commit` speaks it): a preupload question (which
 //! files go to LFS), each LFS file through Xet (whose chunking computes the file's SHA-256 beside it, the LFS
-//! oid the commit names), then one NDJSON commit with the small files inline.
+//! oid the commit names, unless the file was hashed whole as it was written), then one NDJSON commit with the
+//! small files inline.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,13 +48,14 @@ pub async fn preupload(
 }
 
 /// Uploads `files` (path in the repo, path here) to `target`'s CAS in one Xet upload, after priming its
-/// deduplication with the source shards `sources` (or, where the Hub has no Xet, through Git LFS). Returns
-/// each file's oid and size, and the bytes sent.
+/// deduplication with the source shards `sources` (or, where the Hub has no Xet, through Git LFS). `known`
+/// gives the SHA-256 of those files already hashed as they were written (by path in the repo), which Xet then
+/// need not take again. Returns each file's oid and size, and the bytes sent.
 pub async fn to_xet(
     hub: &HubClient,
     target: &str,
     files: &[(String, PathBuf)],
-    sources: &[PathBuf],
+    (sources, known): (&[PathBuf], &HashMap<String, String>),
 ) -> Result<(HashMap<String, Stored>, u64), RepackError> {
     if files.is_empty() {
         return Ok((HashMap::new(), 0));
@@ -78,7 +80,9 @@ pub async fn to_xet(
         .map_err(|e| xet_error(&e))?;
     let mut tasks = HashMap::new();
     for (rel, path) in files {
-        let task = super::blocks::send(&commit, rel, path).await.map_err(|e| xet_error(&format!("{rel}: {e}")))?;
+        let sha256 = known.get(rel).map(String::as_str);
+        let task =
+            super::blocks::send(&commit, rel, path, sha256).await.map_err(|e| xet_error(&format!("{rel}: {e}")))?;
         tasks.insert(task, rel.clone());
     }
     let report = commit.commit().await.map_err(|e| xet_error(&e))?;

@@ -89,10 +89,17 @@ proptest! {
                         let digest = sha256_hex(&source[at + t.begin as usize..at + t.end as usize]);
                         prop_assert_eq!(entry.tensor_sha256.get(&t.name), Some(&digest));
                     }
-                    prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "tensor_sha256".to_owned()]);
+                    let listed = ["payload_sha256", "file_sha256", "tensor_sha256"].map(str::to_owned);
+                    prop_assert_eq!(&entry.digests, &listed);
+                    // The whole file's digest, the upload's LFS oid, named while the file is the one hashed.
+                    prop_assert_eq!(&entry.file_sha256, &sha256_hex(&written));
+                    let repaired_dir = dir.path().join("repaired");
+                    let named = StreamedRecord::file_sha256(&repaired_dir, "model.safetensors");
+                    prop_assert_eq!(named, Some(sha256_hex(&written)));
                 } else {
                     prop_assert_eq!(&entry.payload_sha256, &sha256_hex(&source[at..]));
                     prop_assert_eq!(&entry.digests, &["payload_sha256".to_owned(), "src_payload_sha256".to_owned()]);
+                    prop_assert_eq!(StreamedRecord::file_sha256(&dir.path().join("repaired"), "model.safetensors"), None);
                 }
                 // The stub: the source's length, its header and first bytes real, the rest zeros (a hole).
                 let real = (shard.data_start() + STUB_HEAD).min(source.len() as u64) as usize;
@@ -188,4 +195,28 @@ fn fix_links_a_recorded_repair_and_refuses_a_stub_without_its_record() {
     let error = report.bundles[0].shards[0].error.clone().unwrap_or_default();
     assert!(error.contains("without its record"), "{error}");
     assert!(!dir.path().join("out2/model.safetensors").exists());
+}
+
+#[test]
+fn a_reordered_shards_whole_digest_is_named_only_while_the_file_is_the_one_hashed() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = reordered(200_000, 4);
+    let (sha, streamed, _) = stream(&source, &[65_536], dir.path());
+    let Streamed::Repaired(repaired) = streamed else { panic!("reordered") };
+    let repaired_dir = dir.path().join("repaired");
+    repaired.keep(&repaired_dir, &sha).unwrap();
+    let path = repaired_dir.join("model.safetensors");
+    let written = std::fs::read(&path).unwrap();
+    assert_eq!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors"), Some(sha256_hex(&written)));
+    // Staged by a hard link elsewhere, then renamed: still the very file.
+    std::fs::hard_link(&path, dir.path().join("staged")).unwrap();
+    assert!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors").is_some());
+    // The same bytes written again in place (a later write, as a corruption would be): no longer named.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(&written[..8]).unwrap();
+    assert_eq!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors"), None);
+    // Nor is a new file renamed over it, with the same bytes.
+    std::fs::write(repaired_dir.join("new"), &written).unwrap();
+    std::fs::rename(repaired_dir.join("new"), &path).unwrap();
+    assert_eq!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors"), None);
 }

@@ -80,3 +80,32 @@ fn a_repaired_shard_goes_up_while_the_next_one_still_downloads() {
     let tokens = sim.counters.snapshot().requests.get("xet_token").copied();
     assert_eq!(tokens, Some(2), "{log}");
 }
+
+#[test]
+fn a_reordered_shard_goes_up_ahead_under_the_digest_taken_as_it_was_written() {
+    // 8 MiB of U32 tensors, each after a 2-byte BF16 one: a reorder, hashed whole as it is written.
+    let (root, _) = super::memory::reordered_bundle(16);
+    let world = start_on(root, |_| {});
+    let (_dir, db) = db();
+    crate::audit::world::assert_ok(&crate::audit::world::audit(&world, &db, &[]));
+    let out = super::pipeline::worker_command(&world, &db, &["repack", "big-org/moved-q4"]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert_eq!(jobs(&world, &db)[0].1, "published", "{log}");
+    // Xet was handed the digest rather than taking it again.
+    let ahead = log.lines().find(|l| l.contains("uploaded ahead")).unwrap_or_default();
+    assert!(ahead.contains("files=1 sha256.named=1"), "{log}");
+
+    // The oid the mirror's commit names is the SHA-256 of the bytes it serves, and the manifest's digest.
+    let mirror = crate::support::mirror("big-org/moved-q4");
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let oid = sim.repos().get(&mirror).unwrap().head().unwrap().files["model.safetensors"].sha256.clone();
+    let url = format!("{}/{mirror}/resolve/main/model.safetensors", world.endpoint());
+    let served = world.runtime.block_on(async { reqwest::get(&url).await.unwrap().bytes().await.unwrap() });
+    assert_eq!(oid, hubalign::hashing::sha256_hex(&served));
+    let url = format!("{}/{mirror}/resolve/main/MEI_ALIGN_MANIFEST.json", world.endpoint());
+    let manifest: serde_json::Value =
+        world.runtime.block_on(async { reqwest::get(&url).await.unwrap().json().await.unwrap() });
+    assert_eq!(manifest["shards"][0]["method"], "relayout", "{manifest}");
+    assert_eq!(manifest["shards"][0]["file_sha256"], oid.as_str(), "{manifest}");
+}
