@@ -198,7 +198,8 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     let (Some((user, target_namespace)), Some(store)) = (checked.who, checked.store) else {
         bail!("the checks passed without naming the token's user or opening the store")
     };
-    gate::check_namespace(&target_namespace)?;
+    // `target_namespace` is `--target-namespace`, checked above, or the token's user, which `hub::identity`
+    // checked as it read it.
     // Held jobs wait for a mended configuration: released only by a worker whose interpreter was checked.
     if checked.report.passed_check("python") {
         let released = store.release_holds().await?;

@@ -163,11 +163,8 @@ pub async fn download(
     let per_file = (connections / at_once.min(large).max(1)).max(1);
     // What earlier attempts left of files fetched again from where they stopped counts as arrived (a streamed
     // shard starts over, so its partial does not).
-    let resumed: u64 = wanted
-        .iter()
-        .filter(|(.., repair)| repair.is_none())
-        .map(|(f, partial, ..)| std::fs::symlink_metadata(partial).map_or(0, |m| m.len().min(f.size)))
-        .sum();
+    let resumed: u64 =
+        wanted.iter().filter(|(.., repair)| repair.is_none()).map(|(f, partial, ..)| resumable(partial, f.size)).sum();
     let progress = Arc::new(AtomicU64::new(resumed));
     tracing::info!(repo.id = %repo, files = wanted.len(), bytes = to_fetch, kept = reused, "download started");
     let progress_ref = &progress;
@@ -371,6 +368,13 @@ impl FileDigest {
     }
 }
 
+/// The bytes of a file of `size` an earlier transfer left in `partial`, which the next one continues from: none
+/// unless it is a regular file no longer than the file (a longer one holds something else, and starts over).
+fn resumable(partial: &Path, size: u64) -> u64 {
+    let kept = std::fs::symlink_metadata(partial).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
+    if kept > size { 0 } else { kept }
+}
+
 /// Streams one file into `partial`, checks its size and hash, and renames it to `dest`. One writer takes
 /// every byte of the file, so a cut transfer resumes by range from the byte it stopped at with the hashes
 /// (and a streamed shard's repair) carried on; an earlier attempt's partial file is picked up from its end
@@ -389,8 +393,7 @@ async fn fetch_file(
     if repair.is_some() {
         let _ = std::fs::remove_file(partial);
     }
-    let kept = std::fs::symlink_metadata(partial).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
-    let start = if kept > f.size { 0 } else { kept };
+    let start = resumable(partial, f.size);
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(f, partial, start, repair, Arrivals { rx, progress: progress.clone() });
     let retry = RetryPolicy::default();
@@ -615,5 +618,22 @@ mod tests {
         let mut d = FileDigest::new(&f);
         d.update(b"hellO\n");
         assert!(!d.matches());
+    }
+
+    #[test]
+    fn a_transfer_continues_only_from_a_regular_partial_no_longer_than_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let partial = dir.path().join("p");
+        assert_eq!(resumable(&partial, 10), 0, "nothing left");
+        std::fs::write(&partial, b"abcd").unwrap();
+        assert_eq!(resumable(&partial, 10), 4);
+        assert_eq!(resumable(&partial, 4), 4, "whole, to be hashed");
+        assert_eq!(resumable(&partial, 3), 0, "longer than the file: something else, fetched again");
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("l");
+            std::os::unix::fs::symlink(&partial, &link).unwrap();
+            assert_eq!(resumable(&link, 10), 0, "a link is not followed");
+        }
     }
 }

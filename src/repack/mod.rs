@@ -103,6 +103,13 @@ fn off_executor<T: Send + 'static>(
     async move { running.await.map_err(RepackError::caused_by)? }
 }
 
+/// Removes `dir` and everything in it, if it is there, on a batch thread: a bundle's files are gigabytes whose
+/// pages the kernel frees as they go (a tenth of a second or more per GiB), which no runtime thread may wait
+/// on while pages are served.
+async fn remove_off_executor(dir: PathBuf) {
+    let _ = crate::blocking::run("removing a job's files", move || std::fs::remove_dir_all(dir)).await;
+}
+
 /// What the publish step waits for from the work that runs beside it.
 #[derive(Default)]
 struct Beside {
@@ -166,7 +173,7 @@ impl Repacker<'_> {
         // out of space for them: the next job gets the space back.
         let staged_here = state == JobState::AwaitingMetalVerify && self.opts.metal_handoff == MetalHandoff::Api;
         if !staged_here && (state != JobState::Queued || out_of_space) {
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_off_executor(dir).await;
         }
         Ok(Some(state))
     }

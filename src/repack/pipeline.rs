@@ -169,7 +169,7 @@ impl Repacker<'_> {
         follow: Option<super::follow::FollowSink>,
     ) -> Result<Next<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
-        let _ = std::fs::remove_dir_all(&work.output);
+        super::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
         let repair = Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow });
         let layout = download::Layout {
