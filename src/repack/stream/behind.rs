@@ -22,7 +22,7 @@ const STRETCH: u64 = 8 << 20;
 /// Bytes read back at a time.
 const READ: usize = 1 << 20;
 
-/// Both digests of the new file, as far as it is final.
+/// Both digests of the new file, as far as its bytes in the new order have landed.
 pub(super) struct Behind {
     /// Tensor indices in the new file's order.
     by_dst: Vec<usize>,
@@ -30,7 +30,7 @@ pub(super) struct Behind {
     finals: usize,
     /// The new payload's length.
     len: u64,
-    /// Payload bytes read back and hashed so far.
+    /// Payload bytes hashed so far, in the new order.
     hashed: u64,
     file: Sha256Stream,
     payload: Sha256Stream,
@@ -103,13 +103,13 @@ impl Behind {
         }
     }
 
-    /// Reads back and hashes the rest (the whole payload has arrived), once the syncs asked for have run;
-    /// the whole file's digest, then the payload's.
+    /// Reads back and hashes the rest (the whole payload has arrived), then waits for the syncs asked for
+    /// (a failed one fails the shard, as its final sync would); the whole file's digest, then the payload's.
     pub(super) fn finish(mut self, out: &File, plan: &LayoutPlan) -> io::Result<(String, String)> {
+        self.read_to(out, plan.data_start(), self.len)?;
         if let Some(writeback) = self.writeback.take() {
             writeback.finish()?;
         }
-        self.read_to(out, plan.data_start(), self.len)?;
         Ok((self.file.finish_hex(), self.payload.finish_hex()))
     }
 
