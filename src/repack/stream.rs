@@ -9,10 +9,10 @@
 //! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
 //! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
 //! (`behind`), each stretch hashed then synced to the disk while the rest downloads (`writeback`). Of the
-//! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a hole, as long as
-//! the file. That is all any later step reads of it: the re-layout its header, the card's audit its header,
-//! the upload's deduplication its first chunk. Any other shard (one no loader copies from, one whose header
-//! does not parse) is written whole, as before.
+//! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a
+//! hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
+//! audit its header, the upload's deduplication its first chunk. Any other shard (one no loader copies from,
+//! one whose header does not parse) is written whole, as before.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -88,7 +88,7 @@ enum Writes {
     Padded { writer: DirectWriter, payload: Sha256Stream },
     /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the
     /// check that follows told of each tensor once it is whole (`placed` of `order` so far); the new file's
-    /// digests taken behind the writes.
+    /// digests taken as its bytes land (`behind`).
     #[cfg(unix)]
     Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, told: Option<Told>, behind: Box<Behind> },
 }
