@@ -202,8 +202,7 @@ impl StreamRepair {
             .suffix(TEMP_SUFFIX)
             .tempfile_in(&self.target.dir)
             .ok()?;
-        let mut new_prefix = planned.header_len().to_le_bytes().to_vec();
-        new_prefix.extend_from_slice(&planned.header);
+        let new_prefix = planned.prefix();
         let writes = if planned.keeps_payload() {
             let follow = self.target.follow.as_ref();
             if follow.is_some() {
@@ -361,7 +360,7 @@ fn moved(
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    let behind = Box::new(Behind::new(plan, &out));
+    let behind = Box::new(Behind::new(plan, prefix, &out));
     Some(Writes::Moved { out, spans, order, told, behind })
 }
 

@@ -72,6 +72,14 @@ impl LayoutPlan {
         LEN_PREFIX + self.header_len()
     }
 
+    /// Everything before the new data section: `N` (little-endian) and the new header.
+    pub fn prefix(&self) -> Vec<u8> {
+        let mut prefix = Vec::with_capacity(self.header.len() + LEN_PREFIX as usize);
+        prefix.extend_from_slice(&self.header_len().to_le_bytes());
+        prefix.extend_from_slice(&self.header);
+        prefix
+    }
+
     /// Whether the payload is copied verbatim (so its hash is unchanged).
     pub fn keeps_payload(&self) -> bool {
         self.method != Method::Relayout

@@ -109,8 +109,7 @@ pub fn rewrite(
     temp.as_file().set_permissions(source_mode).map_err(io_error(&temp_path, "set permissions"))?;
 
     let header = &shard.header;
-    let mut prefix = plan.header_len().to_le_bytes().to_vec();
-    prefix.extend_from_slice(&plan.header);
+    let prefix = plan.prefix();
     let out = temp.as_file_mut();
 
     let hashes = if plan.keeps_payload() {

@@ -44,13 +44,12 @@ pub(super) struct Behind {
 }
 
 impl Behind {
-    /// Starts on `out`, the new file `plan` lays out: its prefix (length and header) is in the file's digest
-    /// already.
-    pub(super) fn new(plan: &LayoutPlan, out: &File) -> Behind {
+    /// Starts on `out`, the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is
+    /// the first the file's digest takes.
+    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File) -> Behind {
         let mut by_dst: Vec<usize> = (0..plan.placements.len()).collect();
         by_dst.sort_by_key(|&i| plan.placements[i].dst_begin);
-        let mut file = Sha256Stream::with_prefix(&plan.header_len().to_le_bytes());
-        file.update(&plan.header);
+        let file = Sha256Stream::with_prefix(prefix);
         let len = plan.placements.iter().map(|p| p.len).sum();
         let writeback = Writeback::start(out);
         let payload = Sha256Stream::default();
@@ -179,7 +178,7 @@ mod tests {
         let laid = lay_out(dir.path(), &tensors);
 
         let w_end = 3 + wide * 4;
-        let mut behind = Behind::new(&laid.plan, &laid.out);
+        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out);
         behind.after(&laid.out, &laid.plan, w_end - 1).unwrap();
         assert_eq!(behind.hashed, 0, "the F32 is not all in");
         behind.after(&laid.out, &laid.plan, w_end).unwrap();
@@ -220,7 +219,7 @@ mod tests {
         ];
         let laid = lay_out(dir.path(), &tensors);
 
-        let mut behind = Behind::new(&laid.plan, &laid.out);
+        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out);
         stream_through(&mut behind, &laid);
         assert_eq!(behind.read_back, 14, "only n0 is read back before the end");
         let left = behind.len - behind.hashed;
