@@ -82,6 +82,13 @@ def repack_sampled(argv, env):
     return subprocess.CompletedProcess(argv, proc.returncode, out, err), peaks
 
 
+def sim_cpu(pid):
+    """User and system CPU seconds the process `pid` has used so far (from /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def raw_to_disk(url, shards, work, tag):
     """Seconds to fetch every shard from the simulator and write it to disk with fsync (then removed)."""
     t = time.perf_counter()
@@ -135,6 +142,7 @@ def main():
         urllib.request.urlopen(urllib.request.Request(f"{url}/_sim/counters/reset", method="POST")).read()
         import resource
         inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
+        cpu_before = (resource.getrusage(resource.RUSAGE_CHILDREN), sim_cpu(sim.pid))
         t0 = time.time()
         run, rss = repack_sampled([args.worker, "--log-json", "repack", "bench-org/big-q4", "--endpoint", url, "--token", TOKEN,
                                    "--db", db, "--work-dir", work / "work", "--verify-device", "cpu", "--python", PY,
@@ -144,6 +152,10 @@ def main():
         # What the repack and the processes it started read from storage (512-byte blocks; page-cache hits
         # are not reads of the disk and do not count).
         read_from_disk = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - inblock) * 512
+        # CPU time of the repack (the worker and its MLX check, both reaped by now) and of the simulator.
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        repack_cpu = (after.ru_utime + after.ru_stime) - (cpu_before[0].ru_utime + cpu_before[0].ru_stime)
+        simulator_cpu = sim_cpu(sim.pid) - cpu_before[1]
         if run.returncode != 0:
             sys.exit(f"repack failed:\n{run.stdout}\n{run.stderr[-4000:]}")
         counters = json.load(urllib.request.urlopen(f"{url}/_sim/counters"))
@@ -236,6 +248,16 @@ def main():
             f = l["fields"]
             print(f"\nuploaded ahead of the publish step: {f.get('files')} files, {f.get('sha256.named', 0)} of them "
                   f"named by the SHA-256 taken as they were written; ended {ts(l) - t0:.1f} s after the start")
+    for l in steps:
+        if l.get("fields", {}).get("message") == "uploaded as it was written":
+            f = l["fields"]
+            print(f"sent as it was written: {f.get('shard.file')}, {f.get('bytes.before_whole', 0) / 1e9:.2f} GB chunked "
+                  f"before its last byte landed; ended {ts(l) - t0:.1f} s after the start")
+    cores = os.cpu_count()
+    print(f"\nCPU over the whole repack ({total:.1f} s on {cores} cores, {total * cores:.1f} core-s): the worker and its MLX "
+          f"check {repack_cpu:.1f} core-s, the simulator {simulator_cpu:.1f} core-s; spread perfectly over the cores "
+          f"that work takes {(repack_cpu + simulator_cpu) / cores:.1f} s at least, "
+          f"{(repack_cpu + simulator_cpu) / cores / raw_disk:.2f}x the raw GET to disk")
     print(f"\nread from storage by the repack and its children (getrusage ru_inblock): {read_from_disk / 1e9:.2f} GB, "
           f"{read_from_disk / size:.2f} per byte of bundle")
     print(f"\nbytes uploaded for the header-padded republish (the simulator's count of request bodies): {up:,} bytes, "

@@ -1,15 +1,20 @@
 //! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked,
-//! while the next ones still download and repair, so the publish step is left with the reordered shards
-//! and the small files.
+//! while the next ones still download and repair, so the publish step is left with the small files. A
+//! reordered shard goes up as it is written ([`upload_follow`](super::upload_follow)), when a core is free for
+//! it then; otherwise, or if that fails, once it is checked, as the others.
 //!
 //! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
 //! The publish step uses a file uploaded ahead only if the staged file is that very file (same inode, size
 //! and modification time); otherwise it uploads it again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
+use futures_util::StreamExt as _;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
 use super::upload::{self, Stored};
+use super::upload_follow::{Fed, Feed, FollowError, Followed};
 use crate::fix::StreamedRecord;
 use crate::safe_fs::FileId;
 
@@ -22,6 +27,51 @@ pub struct Ahead {
     pub bytes: u64,
     /// Of them, those whose SHA-256 was named to Xet from the digest taken as they were written.
     pub named: usize,
+    /// Of them, those sent as they were written.
+    pub followed: usize,
+}
+
+/// What the reorders' writers tell the uploads ahead.
+pub type FeedEvents = UnboundedReceiver<Fed>;
+
+/// The first thing the uploads ahead hear.
+#[derive(Debug)]
+pub enum Arrival {
+    /// A shard checked and kept, by its name in the bundle.
+    Ready(String),
+    /// A reorder's writer telling of its new file.
+    Fed(Fed),
+}
+
+/// The first shard kept, or the first reorder's event, whichever comes first; `None` once both channels
+/// have closed without either (a bundle with no shard to send ahead).
+pub async fn first(ready: &mut UnboundedReceiver<String>, feed: &mut FeedEvents) -> Option<Arrival> {
+    let (mut ready_open, mut feed_open) = (true, true);
+    loop {
+        tokio::select! {
+            next = ready.recv(), if ready_open => match next {
+                Some(rel) => return Some(Arrival::Ready(rel)),
+                None => ready_open = false,
+            },
+            next = feed.recv(), if feed_open => match next {
+                Some(fed) => return Some(Arrival::Fed(fed)),
+                None => feed_open = false,
+            },
+            else => return None,
+        }
+    }
+}
+
+/// The uploads ahead under way, and what they know of each shard.
+#[derive(Default)]
+struct Board {
+    /// Shards checked and kept, waiting for a core.
+    waiting: VecDeque<String>,
+    /// Shards named as checked and kept.
+    ready: HashSet<String>,
+    /// Reorders whose upload follows their writes (under way, or done): where their writer's events go while
+    /// under way.
+    following: HashMap<String, Option<UnboundedSender<Feed>>>,
 }
 
 impl Ahead {
@@ -45,29 +95,60 @@ pub struct Uploader<'a> {
 }
 
 impl Uploader<'_> {
-    /// Uploads `first`, then each shard named on `ready` as it comes, until the channel closes; as many at
-    /// once as half the cores. A failed upload is only logged: the publish step sends that shard again.
-    pub async fn run(&self, first: String, mut ready: tokio::sync::mpsc::UnboundedReceiver<String>) -> Ahead {
+    /// Uploads what `first` names, then each shard named on `ready` as it comes, and follows the writes of
+    /// each reorder told of on `feed`, until both channels close; as many at once as half the cores. A failed
+    /// upload is only logged: the publish step sends that shard again.
+    pub async fn run(&self, first: Arrival, mut ready: UnboundedReceiver<String>, mut feed: FeedEvents) -> Ahead {
         // Half the cores: the download and the MLX check need the rest. With all of them, a 2-core `serve`
         // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let at_once = (cores / 2).max(1);
         let mut ahead = Ahead::default();
-        let mut waiting = std::collections::VecDeque::from([first]);
+        let mut board = Board::default();
         let mut running = futures_util::stream::FuturesUnordered::new();
-        let mut open = true;
+        let mut following = futures_util::stream::FuturesUnordered::new();
+        match first {
+            Arrival::Ready(rel) => {
+                board.ready.insert(rel.clone());
+                board.waiting.push_back(rel);
+            }
+            Arrival::Fed(fed) => {
+                if let Some(started) = board.route(fed, true) {
+                    following.push(self.follow(started));
+                }
+            }
+        }
+        let (mut ready_open, mut feed_open) = (true, true);
         loop {
-            while running.len() < at_once
-                && let Some(rel) = waiting.pop_front()
+            while running.len() + following.len() < at_once
+                && let Some(rel) = board.waiting.pop_front()
             {
                 running.push(self.one(rel));
             }
+            let room = running.len() + following.len() < at_once;
             tokio::select! {
-                next = ready.recv(), if open => match next {
-                    Some(rel) => waiting.push_back(rel),
-                    None => open = false,
+                next = ready.recv(), if ready_open => match next {
+                    Some(rel) => {
+                        board.ready.insert(rel.clone());
+                        if !board.following.contains_key(&rel) {
+                            board.waiting.push_back(rel);
+                        }
+                    }
+                    None => ready_open = false,
                 },
-                Some((rel, sent)) = futures_util::StreamExt::next(&mut running), if !running.is_empty() => {
+                next = feed.recv(), if feed_open => match next {
+                    Some(fed) => {
+                        if let Some(started) = board.route(fed, room) {
+                            following.push(self.follow(started));
+                        }
+                    }
+                    // The writers are done: a follow not told its file is whole by now never will be.
+                    None => {
+                        feed_open = false;
+                        board.following.values_mut().for_each(|route| *route = None);
+                    }
+                },
+                Some((rel, sent)) = running.next(), if !running.is_empty() => {
                     if let Some(Sent { id, stored, bytes, named }) = sent {
                         ahead.bytes = ahead.bytes.saturating_add(bytes);
                         if let Some(stored) = stored {
@@ -76,10 +157,19 @@ impl Uploader<'_> {
                         }
                     }
                 }
+                Some((rel, followed)) = following.next(), if !following.is_empty() => {
+                    board.followed(&mut ahead, self.target, rel, followed);
+                }
                 else => break,
             }
         }
         ahead
+    }
+
+    /// Follows the writes of the reorder `started` names, as the writer tells of them.
+    async fn follow(&self, (rel, path, len, events): Started) -> (String, Result<Followed, FollowError>) {
+        let followed = super::upload_follow::follow((self.hub, self.target), (&rel, path, len), events).await;
+        (rel, followed)
     }
 
     /// One shard to the CAS; `None` if it could not be sent.
@@ -101,6 +191,55 @@ impl Uploader<'_> {
             Err(e) => {
                 tracing::warn!(repo.id = %self.target, shard.file = %rel, error = %e, "upload ahead failed; the publish step sends it");
                 (rel, None)
+            }
+        }
+    }
+}
+
+/// A reorder whose upload starts to follow its writes: its name, where it is written, its final length, and
+/// the writer's events about it from now on.
+type Started = (String, PathBuf, u64, UnboundedReceiver<Feed>);
+
+impl Board {
+    /// Routes a writer's event to the upload that follows that shard; a reorder starting to be written starts
+    /// one if there is `room` (else it is sent once kept, as the others), which is returned.
+    fn route(&mut self, Fed { file, feed }: Fed, room: bool) -> Option<Started> {
+        if let Feed::Writing { path, len } = feed {
+            if let Some(route) = self.following.get_mut(&file) {
+                // Written again (its transfer started over): the upload under way ends unfinished, and the
+                // shard is sent once kept.
+                *route = None;
+                return None;
+            }
+            if !room {
+                return None;
+            }
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            self.following.insert(file.clone(), Some(tx));
+            return Some((file, path, len, rx));
+        }
+        if let Some(Some(route)) = self.following.get(&file) {
+            let _ = route.send(feed);
+        }
+        None
+    }
+
+    /// Takes in the end of a follow: what the CAS stored, or else the shard goes up once kept.
+    fn followed(&mut self, ahead: &mut Ahead, target: &str, rel: String, followed: Result<Followed, FollowError>) {
+        match followed {
+            Ok((id, stored, bytes)) => {
+                self.following.insert(rel.clone(), None);
+                ahead.bytes = ahead.bytes.saturating_add(bytes);
+                ahead.files.insert(rel, (id, stored));
+                ahead.named += 1;
+                ahead.followed += 1;
+            }
+            Err(e) => {
+                tracing::warn!(repo.id = %target, shard.file = %rel, error = %e, "the upload following the writes failed; the shard is sent once kept");
+                self.following.remove(&rel);
+                if self.ready.contains(&rel) {
+                    self.waiting.push_back(rel);
+                }
             }
         }
     }
@@ -138,6 +277,49 @@ pub fn still_to_send(files: Vec<StagedFile>, ahead: Option<&Ahead>) -> (Vec<Stag
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fed(file: &str, feed: Feed) -> Fed {
+        Fed { file: file.to_owned(), feed }
+    }
+
+    fn writing(file: &str) -> Fed {
+        fed(file, Feed::Writing { path: format!("/w/.{file}.tmp").into(), len: 100 })
+    }
+
+    #[test]
+    fn a_reorder_is_followed_only_with_a_core_free_and_else_or_on_failure_sent_once_kept() {
+        let mut board = Board::default();
+        // No room: not followed, so sent once kept.
+        assert!(board.route(writing("a"), false).is_none());
+        // Room: followed, and its events go to that upload alone.
+        let (rel, path, len, mut events) = board.route(writing("b"), true).unwrap();
+        assert_eq!((rel.as_str(), path.to_str(), len), ("b", Some("/w/.b.tmp"), 100));
+        assert!(board.route(fed("b", Feed::Final(64)), true).is_none());
+        assert!(board.route(fed("a", Feed::Final(64)), true).is_none());
+        assert_eq!(events.try_recv(), Ok(Feed::Final(64)));
+        assert!(events.try_recv().is_err(), "a's events are not b's");
+        // Written again (its transfer started over): the upload under way hears no more, and none starts.
+        assert!(board.route(writing("b"), true).is_none());
+        assert_eq!(events.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected));
+
+        // A follow that failed leaves a kept shard to the uploads after the download.
+        let mut ahead = Ahead::default();
+        board.ready.insert("b".to_owned());
+        board.followed(&mut ahead, "m", "b".to_owned(), Err(FollowError::Abandoned));
+        assert_eq!(board.waiting, ["b"]);
+        assert!(!board.following.contains_key("b"));
+
+        // One that went up is taken as sent, under the digest named.
+        let (_, _, _, _c) = board.route(writing("c"), true).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c"), b"c").unwrap();
+        let id = FileId::of(&dir.path().join("c")).unwrap();
+        let stored = Stored { sha256: "1".repeat(64), size: 1 };
+        board.followed(&mut ahead, "m", "c".to_owned(), Ok((id, stored.clone(), 7)));
+        assert!(board.following.contains_key("c"), "c is not sent again once kept");
+        assert_eq!((ahead.followed, ahead.named, ahead.bytes), (1, 1, 7));
+        assert_eq!(ahead.stored("c", &dir.path().join("c")), Some(&stored));
+    }
 
     #[test]
     fn a_file_is_taken_as_sent_ahead_only_while_it_is_the_very_file_sent() {

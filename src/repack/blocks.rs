@@ -12,7 +12,8 @@
 //!
 //! A map of a file that another process truncates faults. The files sent are the job's own, in its work
 //! directory, and no step writes over one in place: a re-layout or a new download writes a new file and
-//! renames it over the old name, which leaves the mapped one whole.
+//! renames it over the old name, which leaves the mapped one whole. A file still being written
+//! (`xet_stream`) is mapped only up to where its writer has said it is final, and no byte is written twice.
 
 use std::path::Path;
 
@@ -73,22 +74,29 @@ impl SendError {
 
 /// Maps `path` block by block into `tx`, each block's pages read in as it is mapped. Stops early, without
 /// error, once the receiver is gone.
-#[allow(unsafe_code)]
 fn map_blocks(path: &Path, tx: &tokio::sync::mpsc::Sender<Bytes>) -> std::io::Result<()> {
     let file = crate::safe_fs::open_regular(path)?;
     let size = file.metadata()?.len();
     let mut at = 0;
     while at < size {
-        let len = BLOCK.min(size - at);
-        let mut options = memmap2::MmapOptions::new();
-        options.offset(at).len(usize::try_from(len).map_err(std::io::Error::other)?).populate();
-        // SAFETY: the file is the job's own and is never written over in place while it is sent (see the
-        // module's doc); a map of it is only read.
-        let map = unsafe { options.map(&file) }?;
-        if tx.blocking_send(Bytes::from_owner(map)).is_err() {
+        let end = at + BLOCK.min(size - at);
+        if tx.blocking_send(map_range(&file, at, end)?).is_err() {
             return Ok(());
         }
-        at += len;
+        at = end;
     }
     Ok(())
+}
+
+/// A read-only map of bytes `[from, to)` of `file`, its pages read in. The caller vouches that nothing
+/// writes over that range or truncates the file while the map lives (see the module's doc).
+#[allow(unsafe_code)]
+pub(super) fn map_range(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<Bytes> {
+    let len = usize::try_from(to.saturating_sub(from)).map_err(std::io::Error::other)?;
+    let mut options = memmap2::MmapOptions::new();
+    options.offset(from).len(len).populate();
+    // SAFETY: the range is never written over in place while mapped, nor the file truncated: the files sent
+    // are the job's own, and a range is mapped only once final (see the module's doc); a map is only read.
+    let map = unsafe { options.map(file) }?;
+    Ok(Bytes::from_owner(map))
 }

@@ -30,7 +30,9 @@ pub mod runner;
 pub mod stream;
 mod transfer;
 pub mod upload;
+pub mod upload_follow;
 pub mod verify;
+pub mod xet_stream;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use super::relay::{Relaid, local_checks, readme_license, relay};
 use super::rendezvous::MetalHandoff;
 use super::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
+use super::upload_follow::FeedSink;
 use super::{Beside, RepackError, Repacker, ahead, download, finish, mlx, off_executor, policy, publish};
 use super::{pull_request, stream};
 use crate::job::payload::{LocalChecks, MlxRecord, Progress, SourceFacts};
@@ -100,15 +101,16 @@ impl Repacker<'_> {
         // the bundle waits for the Metal runner (whichever worker takes it back publishes it) or the download
         // was done before.
         let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
-            return self.download_to_publish(job, &work, resume, (None, None), follow).await;
+            return self.download_to_publish(job, &work, resume, AheadEnds::default(), follow).await;
         };
         let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
+        let (feed_tx, feed) = FeedSink::channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
         let uploads = async {
-            let _ = ahead_tx.send(self.upload_ahead(job, private, &work, ready).await);
+            let _ = ahead_tx.send(self.upload_ahead(job, private, &work, (ready, feed)).await);
         };
-        let (outcome, ()) =
-            tokio::join!(self.download_to_publish(job, &work, resume, (Some(ready_tx), Some(ahead)), follow), uploads);
+        let ends = AheadEnds { ready: Some(ready_tx), feed: Some(feed_tx), ahead: Some(ahead) };
+        let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, ends, follow), uploads);
         outcome
     }
 
@@ -130,24 +132,20 @@ impl Repacker<'_> {
     }
 
     /// Every step after the visibility check, from where `resume` says: download, re-layout, checks, publish;
-    /// `ready` is told of each shard repaired as it streamed, `ahead` brings what went up ahead of the
-    /// publish step, and `follow` is the MLX check following the download.
+    /// `ends` are the uploads ahead's, and `follow` is the MLX check following the download.
     async fn download_to_publish(
         &self,
         job: &Job,
         work: &Work,
         resume: Resume,
-        (ready, ahead): (
-            Option<tokio::sync::mpsc::UnboundedSender<String>>,
-            Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
-        ),
+        AheadEnds { ready, feed, ahead }: AheadEnds,
         follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
         let sink = follow.as_ref().and_then(mlx::Following::sink);
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relay { left_out } => self.relay(job, work, left_out).await?,
-            _ => match self.download(job, work, ready, sink).await? {
+            _ => match self.download(job, work, (ready, feed), sink).await? {
                 ControlFlow::Continue(left_out) => self.relay(job, work, left_out).await?,
                 ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
             },
@@ -160,18 +158,20 @@ impl Repacker<'_> {
     }
 
     /// The download step: the files the mirror carries, into `work.source` (repaired shards into
-    /// `work.streamed`); `Continue` with the files the mirror leaves out.
+    /// `work.streamed`), the uploads ahead told of each shard kept (`ready`) and of each reorder's writes
+    /// (`feed`); `Continue` with the files the mirror leaves out.
     async fn download(
         &self,
         job: &Job,
         work: &Work,
-        ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+        (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<FeedSink>),
         follow: Option<super::follow::FollowSink>,
     ) -> Result<Next<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         super::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
-        let repair = Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow });
+        let repair =
+            Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow, feed });
         let layout = download::Layout {
             source: work.source.clone(),
             partial: work.dir.join(PARTIAL),
@@ -304,17 +304,18 @@ impl Repacker<'_> {
         published
     }
 
-    /// Sends each shard named on `ready` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen
-    /// and created at the first one. Any failure only leaves the work to the publish step.
+    /// Sends each shard named on `ready` to the mirror's CAS as it comes, and each reorder told of on `feed`
+    /// as it is written (see [`ahead`]), the mirror chosen and created at the first one. Any failure only
+    /// leaves the work to the publish step.
     async fn upload_ahead(
         &self,
         job: &Job,
         private: bool,
         work: &Work,
-        mut ready: tokio::sync::mpsc::UnboundedReceiver<String>,
+        (mut ready, mut feed): (tokio::sync::mpsc::UnboundedReceiver<String>, ahead::FeedEvents),
     ) -> Option<ahead::Ahead> {
         // Nothing is created for a bundle with no shard to send ahead.
-        let first = ready.recv().await?;
+        let first = ahead::first(&mut ready, &mut feed).await?;
         let namespace = &self.opts.target_namespace;
         let chosen =
             publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, &self.opts.caps)).await;
@@ -339,7 +340,7 @@ impl Repacker<'_> {
         }
         let uploader =
             ahead::Uploader { hub: self.hub, target: &chosen.target, repaired: &work.streamed, source: &work.source };
-        Some(uploader.run(first, ready).await)
+        Some(uploader.run(first, ready, feed).await)
     }
 
     /// The publish step: a verified, staged bundle goes up with a card written from the manifest, the local
@@ -401,8 +402,8 @@ impl Repacker<'_> {
             None => None,
         };
         if let Some(sent) = &ahead {
-            let (files, named) = (sent.files.len(), sent.named);
-            tracing::info!(repo.id = %target, files, sha256.named = named, xet.bytes = sent.bytes, "uploaded ahead");
+            let (files, named, followed) = (sent.files.len(), sent.named, sent.followed);
+            tracing::info!(repo.id = %target, files, sha256.named = named, followed, xet.bytes = sent.bytes, "uploaded ahead");
             self.count_uploaded(job, sent.bytes).await;
         }
         let mirror = publish::Mirror {
@@ -439,6 +440,15 @@ impl Repacker<'_> {
             pull_request::Proposal::Declined(reason) => JobOutcome::Skipped { reason },
         })
     }
+}
+
+/// The uploads ahead's ends that the download and the publish step hold: each shard kept is named on
+/// `ready`, each reorder's writes are told on `feed`, and `ahead` brings what went up.
+#[derive(Default)]
+struct AheadEnds {
+    ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    feed: Option<FeedSink>,
+    ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
 }
 
 /// Passes the MLX check's verdict on to the publish once the card holds the check's whole record (tensors,

@@ -48,15 +48,34 @@ pub struct Primed {
 pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
     match write_token(hub, target).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,
-        Ok(None) => log_outcome(target, sources, Err(failed("the write token")("no Xet storage on this Hub"))),
-        Err(e) => log_outcome(target, sources, Err(failed("the write token")(e))),
+        Ok(None) => log_outcome(target, sources.len(), Err(failed("the write token")("no Xet storage on this Hub"))),
+        Err(e) => log_outcome(target, sources.len(), Err(failed("the write token")(e))),
     }
 }
 
 /// [`prime`] with the write token the upload already holds, so priming costs no request to the Hub's API.
 pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
-    let outcome = try_prime(token, sources).await;
-    log_outcome(target, sources, outcome)
+    let heads = sources.iter().map(|p| Head::File(p.clone())).collect();
+    let outcome = try_prime(token, heads).await;
+    log_outcome(target, sources.len(), outcome)
+}
+
+/// [`prime_with`] for one source not yet on disk whole, from its first [`PRIME_HEAD`] bytes as they came
+/// (`whole`: the source is no longer than that).
+pub(super) async fn prime_with_head(token: &XetToken, target: &str, head: Vec<u8>, whole: bool) -> Primed {
+    let outcome = try_prime(token, vec![Head::Bytes { head, whole }]).await;
+    log_outcome(target, 1, outcome)
+}
+
+/// The bytes of a file's start that hold its first content-defined chunk (at most 128 KiB) whatever follows.
+pub const PRIME_HEAD: usize = 256 << 10;
+
+/// Where a source's first chunk is read from.
+enum Head {
+    /// A file on disk.
+    File(PathBuf),
+    /// Its first bytes, and whether they are all of it.
+    Bytes { head: Vec<u8>, whole: bool },
 }
 
 /// Why priming stopped (the upload then goes on without it): the step, and its error.
@@ -76,7 +95,7 @@ fn failed<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
     move |e| PrimeError { what, source: e.into() }
 }
 
-fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, PrimeError>) -> Primed {
+fn log_outcome(target: &str, sources: usize, outcome: Result<Primed, PrimeError>) -> Primed {
     match outcome {
         Ok(p) => {
             tracing::info!(repo.id = %target, asked = p.asked, found = p.found, "primed Xet deduplication");
@@ -84,12 +103,12 @@ fn log_outcome(target: &str, sources: &[PathBuf], outcome: Result<Primed, PrimeE
         }
         Err(e) => {
             tracing::warn!(repo.id = %target, error = %e, "priming Xet deduplication failed; uploading without");
-            Primed { asked: sources.len(), found: 0 }
+            Primed { asked: sources, found: 0 }
         }
     }
 }
 
-async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, PrimeError> {
+async fn try_prime(token: &XetToken, sources: Vec<Head>) -> Result<Primed, PrimeError> {
     let ctx = XetContext::default().map_err(failed("Xet context"))?;
     // The same path hf-hub's upload session computes for this CAS.
     let session = SessionContext {
@@ -106,11 +125,17 @@ async fn try_prime(token: &XetToken, sources: &[PathBuf]) -> Result<Primed, Prim
     let mut primed = Primed::default();
     for source in sources {
         primed.asked += 1;
-        let path = source.clone();
-        let hash = crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path))
-            .await
-            .map_err(failed("the first chunk's hash"))?
-            .map_err(failed(source.display()))?;
+        let (what, hash) = match source {
+            Head::File(path) => {
+                let what = path.display().to_string();
+                (what, crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path)).await)
+            }
+            Head::Bytes { head, whole } => {
+                let hashed = crate::blocking::run("the first chunk's hash", move || first_chunk_of(&head, whole));
+                ("the source's first bytes".to_owned(), hashed.await)
+            }
+        };
+        let hash = hash.map_err(failed("the first chunk's hash"))?.map_err(failed(what))?;
         let key = Key { prefix: ctx.config.data.default_prefix.clone(), hash };
         let response = http
             .get(format!("{}/v1/chunks/{key}", token.cas_url))
@@ -149,11 +174,16 @@ fn with_expiry(shard: &[u8]) -> Result<Vec<u8>, PrimeError> {
 
 /// The Xet hash of a file's first content-defined chunk (at most 128 KiB in).
 fn first_chunk_hash(path: &Path) -> std::io::Result<MerkleHash> {
-    let mut head = Vec::with_capacity(256 << 10);
+    let mut head = Vec::with_capacity(PRIME_HEAD);
     let file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
-    file.take(256 << 10).read_to_end(&mut head)?;
+    file.take(PRIME_HEAD as u64).read_to_end(&mut head)?;
+    first_chunk_of(&head, head.len() as u64 == len)
+}
+
+/// The Xet hash of the first content-defined chunk of a file that starts with `head` (`whole`: and ends).
+fn first_chunk_of(head: &[u8], whole: bool) -> std::io::Result<MerkleHash> {
     let mut chunker = Chunker::default();
-    let chunks = chunker.next_block(&head, head.len() as u64 == len);
+    let chunks = chunker.next_block(head, whole);
     chunks.first().map(|c| c.hash).ok_or_else(|| std::io::Error::other("empty file"))
 }

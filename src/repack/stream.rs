@@ -22,6 +22,7 @@ use std::time::Instant;
 #[cfg(unix)]
 use self::behind::Behind;
 use super::follow::FollowEvent;
+use super::upload_follow::{Feed, FeedSink};
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
@@ -49,6 +50,8 @@ pub struct RepairTarget {
     pub alignment: Alignment,
     /// The MLX check following the download, told of each shard repaired here as it is written.
     pub follow: Option<super::follow::FollowSink>,
+    /// The uploads ahead, told how far each reordered shard's new file is final, to send it as it is written.
+    pub feed: Option<FeedSink>,
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
@@ -111,6 +114,8 @@ pub struct StreamRepair {
     kept: u64,
     state: State,
     started: Instant,
+    /// The source's first bytes, gathered for the upload that follows a reorder until it is told them.
+    head_for_feed: Option<Vec<u8>>,
 }
 
 impl StreamRepair {
@@ -125,6 +130,7 @@ impl StreamRepair {
             kept: 0,
             state: State::Header(Vec::new()),
             started: Instant::now(),
+            head_for_feed: None,
         }
     }
 
@@ -143,7 +149,9 @@ impl StreamRepair {
             }
             State::Repairing(r) => {
                 r.take(data, Some(&mut self.source))?;
-                let keep = stub_part(self.kept, r.shard.header.data_start(), data);
+                let data_start = r.shard.header.data_start();
+                self.gather_head(data);
+                let keep = stub_part(self.kept, data_start, data);
                 self.partial.write_all(keep)?;
                 self.kept += keep.len() as u64;
                 Ok(())
@@ -174,10 +182,27 @@ impl StreamRepair {
                 let keep = &head[..(end + STUB_HEAD).min(head.len() as u64) as usize];
                 self.partial.write_all(keep)?;
                 self.kept = keep.len() as u64;
+                if r.writes.is_moved() && self.target.feed.is_some() {
+                    self.head_for_feed = Some(Vec::with_capacity(super::prime::PRIME_HEAD));
+                    self.gather_head(&head);
+                }
                 self.state = State::Repairing(Box::new(r));
                 Ok(())
             }
             None => self.whole(&head),
+        }
+    }
+
+    /// Gathers the source's first bytes for the upload that follows a reorder (`data`: the next bytes of the
+    /// source), and tells them once there are enough or the source is all in.
+    fn gather_head(&mut self, data: &[u8]) {
+        let (Some(head), Some(feed)) = (&mut self.head_for_feed, &self.target.feed) else { return };
+        let room = super::prime::PRIME_HEAD - head.len();
+        head.extend_from_slice(&data[..room.min(data.len())]);
+        let whole = head.len() as u64 == self.size;
+        if head.len() == super::prime::PRIME_HEAD || whole {
+            feed.tell(&self.name, Feed::SourceHead { head: std::mem::take(head), whole });
+            self.head_for_feed = None;
         }
     }
 
@@ -216,7 +241,8 @@ impl StreamRepair {
             Writes::Padded { writer, payload: Sha256Stream::default() }
         } else {
             let told = self.target.follow.as_ref().map(|sink| (sink, self.name.as_str()));
-            moved(&temp, &new_prefix, &parsed, &planned, told)?
+            let fed = self.target.feed.as_ref().map(|sink| (sink, self.name.as_str()));
+            moved(&temp, &new_prefix, &parsed, &planned, (told, fed))?
         };
         let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
         Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
@@ -242,6 +268,9 @@ impl StreamRepair {
                 // The file its whole digest was taken from, if one was: the upload names that digest only while
                 // the file is still this one.
                 let hashed = hashes.new_file_sha256.as_ref().and_then(|_| crate::safe_fs::FileId::of(temp.path()));
+                if let (Some(feed), Some(id), Some(sha256)) = (&self.target.feed, hashed, &hashes.new_file_sha256) {
+                    feed.tell(&self.name, Feed::Whole { id, sha256: sha256.clone() });
+                }
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
@@ -308,6 +337,18 @@ impl Repairing {
 }
 
 impl Writes {
+    /// Whether these are a reorder's.
+    fn is_moved(&self) -> bool {
+        #[cfg(unix)]
+        {
+            matches!(self, Writes::Moved { .. })
+        }
+        #[cfg(not(unix))]
+        {
+            false
+        }
+    }
+
     /// Ends the writes; the digests the record carries.
     fn finish(self, plan: &LayoutPlan) -> io::Result<ShardHashes> {
         match self {
@@ -338,19 +379,30 @@ impl Writes {
     }
 }
 
+/// Who a reorder tells of its writes: the check that follows, and the upload that follows (each with the
+/// shard's name).
+type Listeners<'a> = (Option<(&'a super::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
+
 /// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
-/// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor.
+/// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor;
+/// `fed` (the upload's) of the file, then how far it is final.
 #[cfg(unix)]
 fn moved(
     temp: &tempfile::NamedTempFile,
     prefix: &[u8],
     header: &crate::safetensors::Header,
     plan: &LayoutPlan,
-    follow: Option<(&super::follow::FollowSink, &str)>,
+    (follow, fed): Listeners<'_>,
 ) -> Option<Writes> {
     let mut out = temp.reopen().ok()?;
     out.write_all(prefix).ok()?;
-    out.set_len(plan.data_start() + header.data_len()).ok()?;
+    let len = plan.data_start().checked_add(header.data_len())?;
+    out.set_len(len).ok()?;
+    let tell = fed.map(|(sink, file)| -> behind::Tell {
+        sink.tell(file, Feed::Writing { path: temp.path().to_owned(), len });
+        let (sink, file) = (sink.clone(), file.to_owned());
+        Box::new(move |upto| sink.tell(&file, Feed::Final(upto)))
+    });
     let told = follow.map(|(sink, file)| {
         sink.tell(FollowEvent::Writing { file: file.to_owned(), path: temp.path().to_owned(), by_tensor: true });
         Told { sink: sink.clone(), file: file.to_owned(), placed: 0 }
@@ -360,7 +412,7 @@ fn moved(
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    let behind = Box::new(Behind::new(plan, prefix, &out));
+    let behind = Box::new(Behind::new(plan, prefix, &out, tell));
     Some(Writes::Moved { out, spans, order, told, behind })
 }
 
@@ -370,7 +422,7 @@ fn moved(
     _: &[u8],
     _: &crate::safetensors::Header,
     _: &LayoutPlan,
-    _: Option<(&super::follow::FollowSink, &str)>,
+    _: Listeners<'_>,
 ) -> Option<Writes> {
     None
 }

@@ -105,7 +105,7 @@ pub async fn to_xet(
 ///   need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
 /// - Blocks of [`blocks::BLOCK`](super::blocks::BLOCK) taken whole as they are sent: each is a map of the
 ///   file (see [`blocks`](super::blocks)), and Xet's default of 8 MB would cut each in two.
-fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
+pub(super) fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
     XetConfig::new()
         .with_config("data.max_concurrent_file_ingestion", 1)?
         .with_config("data.ingestion_block_size", super::blocks::BLOCK)

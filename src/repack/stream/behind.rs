@@ -41,19 +41,41 @@ pub(super) struct Behind {
     nudged: u64,
     /// Payload bytes read back: those of tensors that landed ahead of their place.
     read_back: u64,
+    /// Told, at each stretch hashed, how far the new file is final (an offset in the file).
+    tell: Option<Tell>,
+    /// Where the payload starts in the new file.
+    data_start: u64,
 }
+
+/// What [`Behind`] tells as the new file's final bytes grow: their end, as an offset in the file.
+pub(super) type Tell = Box<dyn FnMut(u64) + Send>;
 
 impl Behind {
     /// Starts on `out`, the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is
-    /// the first the file's digest takes.
-    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File) -> Behind {
+    /// the first the file's digest takes; `tell` hears how far the file is final, a stretch at a time.
+    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File, tell: Option<Tell>) -> Behind {
         let mut by_dst: Vec<usize> = (0..plan.placements.len()).collect();
         by_dst.sort_by_key(|&i| plan.placements[i].dst_begin);
         let file = Sha256Stream::with_prefix(prefix);
         let len = plan.placements.iter().map(|p| p.len).sum();
         let writeback = Writeback::start(out);
         let payload = Sha256Stream::default();
-        Behind { by_dst, finals: 0, len, hashed: 0, file, payload, buf: Vec::new(), writeback, nudged: 0, read_back: 0 }
+        let data_start = plan.data_start();
+        let buf = Vec::new();
+        Behind {
+            by_dst,
+            finals: 0,
+            len,
+            hashed: 0,
+            file,
+            payload,
+            buf,
+            writeback,
+            nudged: 0,
+            read_back: 0,
+            tell,
+            data_start,
+        }
     }
 
     /// `bytes`, just written at payload offset `at`: hashed now if they are the next bytes of the new file,
@@ -92,13 +114,17 @@ impl Behind {
         Ok(())
     }
 
-    /// Asks for a sync once another stretch is hashed (and so written).
+    /// Once another stretch is hashed (and so written, and final): asks for a sync, and tells how far.
     fn nudge(&mut self) {
-        if let Some(writeback) = &self.writeback
-            && self.hashed - self.nudged >= STRETCH
-        {
+        if self.hashed - self.nudged < STRETCH {
+            return;
+        }
+        self.nudged = self.hashed;
+        if let Some(writeback) = &self.writeback {
             writeback.nudge();
-            self.nudged = self.hashed;
+        }
+        if let Some(tell) = &mut self.tell {
+            tell(self.data_start + self.hashed);
         }
     }
 
@@ -178,7 +204,7 @@ mod tests {
         let laid = lay_out(dir.path(), &tensors);
 
         let w_end = 3 + wide * 4;
-        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out);
+        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
         behind.after(&laid.out, &laid.plan, w_end - 1).unwrap();
         assert_eq!(behind.hashed, 0, "the F32 is not all in");
         behind.after(&laid.out, &laid.plan, w_end).unwrap();
@@ -219,7 +245,7 @@ mod tests {
         ];
         let laid = lay_out(dir.path(), &tensors);
 
-        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out);
+        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
         stream_through(&mut behind, &laid);
         assert_eq!(behind.read_back, 14, "only n0 is read back before the end");
         let left = behind.len - behind.hashed;

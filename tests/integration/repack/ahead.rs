@@ -82,19 +82,31 @@ fn a_repaired_shard_goes_up_while_the_next_one_still_downloads() {
 }
 
 #[test]
-fn a_reordered_shard_goes_up_ahead_under_the_digest_taken_as_it_was_written() {
-    // 8 MiB of U32 tensors, each after a 2-byte BF16 one: a reorder, hashed whole as it is written.
-    let (root, _) = super::memory::reordered_bundle(16);
-    let world = start_on(root, |_| {});
+fn a_reordered_shard_goes_up_as_it_is_written_under_the_digest_taken_as_it_was_written() {
+    // 32 MiB of U32 tensors, each after a 2-byte BF16 one: a reorder, hashed whole as it is written, over a
+    // storage that sends it at 8 MB/s (four seconds).
+    let (root, size) = super::memory::reordered_bundle(64);
+    let world = start_on(root, |c| c.faults.storage_rate = 8_000_000);
     let (_dir, db) = db();
     crate::audit::world::assert_ok(&crate::audit::world::audit(&world, &db, &[]));
     let out = super::pipeline::worker_command(&world, &db, &["repack", "big-org/moved-q4"]).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
     assert_eq!(jobs(&world, &db)[0].1, "published", "{log}");
-    // Xet was handed the digest rather than taking it again.
+    // It went up as it was written, and Xet was handed the digest rather than taking it again.
     let ahead = log.lines().find(|l| l.contains("uploaded ahead")).unwrap_or_default();
-    assert!(ahead.contains("files=1 sha256.named=1"), "{log}");
+    assert!(ahead.contains("files=1 sha256.named=1 followed=1"), "{log}");
+    // Xet had chunked all but the last block or so of the file before its last byte was written.
+    let followed = log.lines().find(|l| l.contains("uploaded as it was written")).unwrap_or_default();
+    let before: u64 = followed
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("bytes.before_whole="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(before + 2 * hubalign::repack::blocks::BLOCK >= size, "{before} of {size}: {followed}");
+    // The publish step sent nothing of it again.
+    let publish = log.lines().find(|l| l.contains("hubalign::repack::publish: uploaded")).unwrap_or_default();
+    assert!(publish.contains("xet.bytes=0"), "{publish}");
 
     // The oid the mirror's commit names is the SHA-256 of the bytes it serves, and the manifest's digest.
     let mirror = crate::support::mirror("big-org/moved-q4");

@@ -1,0 +1,138 @@
+//! A reordered shard's upload following its writes, as the MLX check does ([`follow`](super::follow)).
+//!
+//! A reorder writes its new file in the source's order of tensors, and its digests reach each byte soon after
+//! it lands (`stream::behind`). The bytes they have reached are final. Sent to the mirror's CAS only after
+//! the download, a reordered GiB kept one core chunking for a second with the other idle, the last second of
+//! the whole repack (BENCHMARKS.md). So the writer tells how far its new file is final, and the upload
+//! chunks up to there while the rest downloads; once the file is whole its SHA-256, taken as it was written,
+//! is named for it ([`xet_stream`](super::xet_stream)).
+//!
+//! The writer never waits on the upload: it sends on an unbounded channel, a few events per 8 MiB. An upload
+//! that fails, or a shard whose source does not match the Hub's hash, only leaves the shard to be sent after
+//! the download (and the publish step uses an upload only while the staged file is the very one sent).
+
+use std::path::PathBuf;
+
+use super::prime;
+use super::upload::Stored;
+use super::xet_stream::{Cas, StreamError, XetStream};
+use crate::hub::HubClient;
+use crate::safe_fs::FileId;
+
+/// What a reorder's writer tells of one shard's new file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feed {
+    /// The new file is being written at `path` (a temporary name), `len` bytes long in the end.
+    Writing {
+        /// Where it is written.
+        path: PathBuf,
+        /// Its final length.
+        len: u64,
+    },
+    /// The source's first bytes ([`prime::PRIME_HEAD`] of them, or all), to prime deduplication with.
+    SourceHead {
+        /// The bytes.
+        head: Vec<u8>,
+        /// Whether they are the whole source.
+        whole: bool,
+    },
+    /// The new file's first bytes up to here are final.
+    Final(u64),
+    /// The new file is whole and synced: the file it is (by identity), and its SHA-256.
+    Whole {
+        /// The file.
+        id: FileId,
+        /// Its digest.
+        sha256: String,
+    },
+}
+
+/// One event, for the shard named `file` in the bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fed {
+    /// The shard's name in the bundle.
+    pub file: String,
+    /// What is told.
+    pub feed: Feed,
+}
+
+/// Where a reorder's writer tells of its new file; cloned into each shard's writer. Nothing waits on it.
+#[derive(Debug, Clone)]
+pub struct FeedSink(tokio::sync::mpsc::UnboundedSender<Fed>);
+
+impl FeedSink {
+    /// A sink and the receiving end the uploads ahead read.
+    pub fn channel() -> (FeedSink, tokio::sync::mpsc::UnboundedReceiver<Fed>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (FeedSink(tx), rx)
+    }
+
+    /// Tells `feed` of `file`, if anyone still listens.
+    pub fn tell(&self, file: &str, feed: Feed) {
+        let _ = self.0.send(Fed { file: file.to_owned(), feed });
+    }
+}
+
+/// A shard sent as it was written: the file sent, what the CAS stored, and the bytes sent.
+pub type Followed = (FileId, Stored, u64);
+
+/// Why an upload that followed the writes ended without the shard.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The Hub offers no Xet storage for the mirror.
+    #[error("no Xet storage on this Hub")]
+    NoXet,
+    /// The write token could not be had.
+    #[error("the write token: {0}")]
+    Token(String),
+    /// The stream failed.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// The writer stopped before the file was whole (a failed transfer, or a source that ended early).
+    #[error("the writer stopped before the file was whole")]
+    Abandoned,
+}
+
+/// Sends the new file the writer tells of on `events` (its `Writing` event taken already: `path`, `len`) to
+/// `target`'s CAS as it becomes final.
+pub async fn follow(
+    (hub, target): (&HubClient, &str),
+    (file, path, len): (&str, PathBuf, u64),
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Feed>,
+) -> Result<Followed, FollowError> {
+    let token = prime::write_token(hub, target).await.map_err(|e| FollowError::Token(e.to_string()))?;
+    let token = token.ok_or(FollowError::NoXet)?;
+    let refresh_url = hub.xet_write_token_url(target);
+    let cas = || Cas { token: &token, refresh_url: &refresh_url, refresh_headers: hub.auth_headers(&refresh_url) };
+    let mut stream = None;
+    let mut upto = 0;
+    while let Some(feed) = events.recv().await {
+        match feed {
+            Feed::SourceHead { head, whole } => {
+                // Deduplication reads what priming cached as the stream's session opens.
+                prime::prime_with_head(&token, target, head, whole).await;
+                let mut opened = XetStream::open(cas(), file, &path, len).await?;
+                opened.feed_to(upto).await?;
+                stream = Some(opened);
+            }
+            Feed::Final(to) => {
+                upto = upto.max(to);
+                if let Some(stream) = &mut stream {
+                    stream.feed_to(upto).await?;
+                }
+            }
+            Feed::Whole { id, sha256 } => {
+                let stream = match stream {
+                    Some(stream) => stream,
+                    None => XetStream::open(cas(), file, &path, len).await?,
+                };
+                let before = stream.fed();
+                let (stored, bytes) = stream.finish(&sha256).await?;
+                tracing::info!(repo.id = %target, shard.file = %file, bytes.before_whole = before, bytes.sent = bytes, "uploaded as it was written");
+                return Ok((id, stored, bytes));
+            }
+            Feed::Writing { .. } => {}
+        }
+    }
+    Err(FollowError::Abandoned)
+}
