@@ -23,7 +23,18 @@ pub struct FileId {
 impl FileId {
     /// The identity of the regular file at `path` (a symlink is never followed), if it can be read.
     pub fn of(path: &Path) -> Option<FileId> {
-        let m = std::fs::symlink_metadata(path).ok().filter(Metadata::is_file)?;
+        FileId::of_metadata(&std::fs::symlink_metadata(path).ok()?)
+    }
+
+    /// The identity of the open file `file`, if it is a regular file and can be read.
+    pub fn of_open(file: &std::fs::File) -> Option<FileId> {
+        FileId::of_metadata(&file.metadata().ok()?)
+    }
+
+    fn of_metadata(m: &Metadata) -> Option<FileId> {
+        if !m.is_file() {
+            return None;
+        }
         #[cfg(unix)]
         let (device, inode) = {
             use std::os::unix::fs::MetadataExt;
@@ -211,6 +222,24 @@ mod tests {
         let link = dir.path().join("index.json");
         std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
         assert!(read_capped(&link, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn an_open_file_is_the_one_its_path_named_until_it_changes_and_renaming_it_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kept) = (dir.path().join(".m.tmp"), dir.path().join("m.safetensors"));
+        std::fs::write(&path, b"shard").unwrap();
+        let open = std::fs::File::open(&path).unwrap();
+        let id = FileId::of(&path).unwrap();
+        assert_eq!(FileId::of_open(&open), Some(id));
+        // Kept by a rename, as a repaired shard is: the same file.
+        std::fs::rename(&path, &kept).unwrap();
+        assert_eq!(FileId::of_open(&open), Some(id));
+        assert_eq!(FileId::of(&kept), Some(id));
+        // Written to: no longer the file identified.
+        std::io::Write::write_all(&mut std::fs::OpenOptions::new().append(true).open(&kept).unwrap(), b"!").unwrap();
+        assert_ne!(FileId::of_open(&open), Some(id));
+        assert_eq!(FileId::of_open(&std::fs::File::open("/dev/null").unwrap()), None, "not a regular file");
     }
 
     #[test]

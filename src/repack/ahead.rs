@@ -1,7 +1,7 @@
 //! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked,
 //! while the next ones still download and repair, so the publish step is left with the small files. A
-//! reordered shard goes up as it is written ([`upload_follow`](super::upload_follow)), when a core is free for
-//! it then; otherwise, or if that fails, once it is checked, as the others.
+//! reordered shard goes up as it is written ([`upload_follow`](super::upload_follow)), as many at once as the
+//! uploads of checked shards; one more, or one whose follow fails, goes up once it is checked, as the others.
 //!
 //! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
 //! The publish step uses a file uploaded ahead only if the staged file is that very file (same inode, size
@@ -72,6 +72,8 @@ struct Board {
     /// Reorders whose upload follows their writes (under way, or done): where their writer's events go while
     /// under way.
     following: HashMap<String, Option<UnboundedSender<Feed>>>,
+    /// What the CAS stored for each reorder sent as it was written; it counts once the shard is kept.
+    sent: HashMap<String, (FileId, Stored)>,
 }
 
 impl Ahead {
@@ -120,12 +122,14 @@ impl Uploader<'_> {
         }
         let (mut ready_open, mut feed_open) = (true, true);
         loop {
-            while running.len() + following.len() < at_once
+            // A follow mostly waits on the download, chunking a stretch as it lands: it takes no slot of the
+            // checked shards' uploads, which chunk whole files at once, and has as many of its own.
+            while running.len() < at_once
                 && let Some(rel) = board.waiting.pop_front()
             {
                 running.push(self.one(rel));
             }
-            let room = running.len() + following.len() < at_once;
+            let room = following.len() < at_once;
             tokio::select! {
                 next = ready.recv(), if ready_open => match next {
                     Some(rel) => {
@@ -163,6 +167,7 @@ impl Uploader<'_> {
                 else => break,
             }
         }
+        board.kept_and_sent(&mut ahead);
         ahead
     }
 
@@ -206,8 +211,9 @@ impl Board {
     fn route(&mut self, Fed { file, feed }: Fed, room: bool) -> Option<Started> {
         if let Feed::Writing { path, len } = feed {
             if let Some(route) = self.following.get_mut(&file) {
-                // Written again (its transfer started over): the upload under way ends unfinished, and the
-                // shard is sent once kept.
+                // Defensive: a download writes each file once (a transfer that fails resumes by range, into
+                // the same writer). Were it written again, the upload under way would end unfinished, and the
+                // publish step would send the shard.
                 *route = None;
                 return None;
             }
@@ -224,15 +230,14 @@ impl Board {
         None
     }
 
-    /// Takes in the end of a follow: what the CAS stored, or else the shard goes up once kept.
+    /// Takes in the end of a follow: what the CAS stored (which counts once the shard is kept), or else the
+    /// shard goes up once kept.
     fn followed(&mut self, ahead: &mut Ahead, target: &str, rel: String, followed: Result<Followed, FollowError>) {
         match followed {
             Ok((id, stored, bytes)) => {
                 self.following.insert(rel.clone(), None);
                 ahead.bytes = ahead.bytes.saturating_add(bytes);
-                ahead.files.insert(rel, (id, stored));
-                ahead.named += 1;
-                ahead.followed += 1;
+                self.sent.insert(rel, (id, stored));
             }
             Err(e) => {
                 tracing::warn!(repo.id = %target, shard.file = %rel, error = %e, "the upload following the writes failed; the shard is sent once kept");
@@ -240,6 +245,20 @@ impl Board {
                 if self.ready.contains(&rel) {
                     self.waiting.push_back(rel);
                 }
+            }
+        }
+    }
+}
+
+impl Board {
+    /// Adds to `ahead` each reorder sent as it was written whose shard the download kept; the others' sources
+    /// did not match the Hub's hash, and their uploads are not used.
+    fn kept_and_sent(&mut self, ahead: &mut Ahead) {
+        for (rel, sent) in std::mem::take(&mut self.sent) {
+            if self.ready.contains(&rel) {
+                ahead.files.insert(rel, sent);
+                ahead.named += 1;
+                ahead.followed += 1;
             }
         }
     }
@@ -287,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reorder_is_followed_only_with_a_core_free_and_else_or_on_failure_sent_once_kept() {
+    fn a_reorder_is_followed_only_with_room_and_else_or_on_failure_sent_once_kept_and_counts_once_kept() {
         let mut board = Board::default();
         // No room: not followed, so sent once kept.
         assert!(board.route(writing("a"), false).is_none());
@@ -309,16 +328,22 @@ mod tests {
         assert_eq!(board.waiting, ["b"]);
         assert!(!board.following.contains_key("b"));
 
-        // One that went up is taken as sent, under the digest named.
-        let (_, _, _, _c) = board.route(writing("c"), true).unwrap();
+        // One that went up is taken as sent, under the digest named, once the download kept the shard; one
+        // whose source then failed the Hub's hash is not.
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("c"), b"c").unwrap();
-        let id = FileId::of(&dir.path().join("c")).unwrap();
         let stored = Stored { sha256: "1".repeat(64), size: 1 };
-        board.followed(&mut ahead, "m", "c".to_owned(), Ok((id, stored.clone(), 7)));
-        assert!(board.following.contains_key("c"), "c is not sent again once kept");
-        assert_eq!((ahead.followed, ahead.named, ahead.bytes), (1, 1, 7));
+        for rel in ["c", "d"] {
+            let (_, _, _, _events) = board.route(writing(rel), true).unwrap();
+            std::fs::write(dir.path().join(rel), rel).unwrap();
+            let id = FileId::of(&dir.path().join(rel)).unwrap();
+            board.followed(&mut ahead, "m", rel.to_owned(), Ok((id, stored.clone(), 7)));
+            assert!(board.following.contains_key(rel), "{rel} is not sent again once kept");
+        }
+        board.ready.insert("c".to_owned());
+        board.kept_and_sent(&mut ahead);
+        assert_eq!((ahead.followed, ahead.named, ahead.bytes), (1, 1, 14));
         assert_eq!(ahead.stored("c", &dir.path().join("c")), Some(&stored));
+        assert_eq!(ahead.stored("d", &dir.path().join("d")), None);
     }
 
     #[test]

@@ -314,7 +314,9 @@ impl Repacker<'_> {
         work: &Work,
         (mut ready, mut feed): (tokio::sync::mpsc::UnboundedReceiver<String>, ahead::FeedEvents),
     ) -> Option<ahead::Ahead> {
-        // Nothing is created for a bundle with no shard to send ahead.
+        // Nothing is created for a bundle with no shard to send ahead. The mirror is created at the first shard
+        // kept, or at the first reorder that starts to be written, before any of its bytes is checked: a
+        // download that then fails leaves the mirror created, which a job that fails for good abandons.
         let first = ahead::first(&mut ready, &mut feed).await?;
         let namespace = &self.opts.target_namespace;
         let chosen =

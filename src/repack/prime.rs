@@ -119,8 +119,16 @@ async fn try_prime(token: &XetToken, sources: Vec<Head>) -> Result<Primed, Prime
         session_id: None,
         cache_root: None,
     };
-    let cache_dir = TranslatorConfig::new(&ctx, session).map_err(failed("Xet cache"))?.shard_cache_directory;
-    std::fs::create_dir_all(&cache_dir).map_err(failed(cache_dir.display()))?;
+    // Making the configuration makes directories, as does the cache's: both on a batch thread.
+    let cache_dir = {
+        let ctx = ctx.clone();
+        let made = crate::blocking::run("Xet's cache directories", move || -> Result<PathBuf, PrimeError> {
+            let dir = TranslatorConfig::new(&ctx, session).map_err(failed("Xet cache"))?.shard_cache_directory;
+            std::fs::create_dir_all(&dir).map_err(failed(dir.display()))?;
+            Ok(dir)
+        });
+        made.await.map_err(failed("Xet cache"))??
+    };
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().map_err(failed("HTTP client"))?;
     let mut primed = Primed::default();
     for source in sources {
@@ -147,9 +155,14 @@ async fn try_prime(token: &XetToken, sources: Vec<Head>) -> Result<Primed, Prime
             continue;
         }
         let shard = read_capped(response, DEDUP_SHARD_CAP).await.map_err(failed("global dedup shard"))?;
-        let shard = with_expiry(&shard).map_err(failed("global dedup shard"))?;
-        MDBShardFile::write_out_from_reader(&cache_dir, &mut Cursor::new(&shard), &get_shard_file_cache(&ctx.common))
-            .map_err(failed(format_args!("caching a dedup shard in {}", cache_dir.display())))?;
+        let (dir, common) = (cache_dir.clone(), ctx.common.clone());
+        let cached = crate::blocking::run("caching a dedup shard", move || -> Result<(), PrimeError> {
+            let shard = with_expiry(&shard).map_err(failed("global dedup shard"))?;
+            MDBShardFile::write_out_from_reader(&dir, &mut Cursor::new(&shard), &get_shard_file_cache(&common))
+                .map_err(failed(format_args!("caching a dedup shard in {}", dir.display())))?;
+            Ok(())
+        });
+        cached.await.map_err(failed("caching a dedup shard"))??;
         primed.found += 1;
     }
     Ok(primed)

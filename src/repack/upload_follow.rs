@@ -8,10 +8,13 @@
 //! is named for it ([`xet_stream`](super::xet_stream)).
 //!
 //! The writer never waits on the upload: it sends on an unbounded channel, a few events per 8 MiB. An upload
-//! that fails, or a shard whose source does not match the Hub's hash, only leaves the shard to be sent after
-//! the download (and the publish step uses an upload only while the staged file is the very one sent).
+//! that fails only leaves the shard to be sent once it is kept, as the others are. What went up counts only
+//! for a shard the download then kept (its source matched the Hub's hash; one that does not fails the
+//! download, and what the follow sent stays unreferenced in the CAS), and the publish step uses it only while
+//! the staged file is the very one sent.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::prime;
 use super::upload::Stored;
@@ -82,15 +85,21 @@ pub enum FollowError {
     /// The Hub offers no Xet storage for the mirror.
     #[error("no Xet storage on this Hub")]
     NoXet,
+    /// The new file could not be opened.
+    #[error("opening the new file: {0}")]
+    Open(#[source] std::io::Error),
     /// The write token could not be had.
     #[error("the write token: {0}")]
-    Token(String),
+    Token(#[source] super::RepackError),
     /// The stream failed.
     #[error(transparent)]
     Stream(#[from] StreamError),
     /// The writer stopped before the file was whole (a failed transfer, or a source that ended early).
     #[error("the writer stopped before the file was whole")]
     Abandoned,
+    /// A batch thread for the work could not run it.
+    #[error(transparent)]
+    Blocking(#[from] crate::blocking::BlockingError),
 }
 
 /// Sends the new file the writer tells of on `events` (its `Writing` event taken already: `path`, `len`) to
@@ -100,7 +109,10 @@ pub async fn follow(
     (file, path, len): (&str, PathBuf, u64),
     mut events: tokio::sync::mpsc::UnboundedReceiver<Feed>,
 ) -> Result<Followed, FollowError> {
-    let token = prime::write_token(hub, target).await.map_err(|e| FollowError::Token(e.to_string()))?;
+    // Opened first, by the name the writer gave: once kept, the file is renamed (the open one stays the same).
+    let opened = crate::blocking::run("opening a new file", move || crate::safe_fs::open_regular(&path));
+    let opened = Arc::new(opened.await?.map_err(FollowError::Open)?);
+    let token = prime::write_token(hub, target).await.map_err(FollowError::Token)?;
     let token = token.ok_or(FollowError::NoXet)?;
     let refresh_url = hub.xet_write_token_url(target);
     let cas = || Cas { token: &token, refresh_url: &refresh_url, refresh_headers: hub.auth_headers(&refresh_url) };
@@ -111,9 +123,9 @@ pub async fn follow(
             Feed::SourceHead { head, whole } => {
                 // Deduplication reads what priming cached as the stream's session opens.
                 prime::prime_with_head(&token, target, head, whole).await;
-                let mut opened = XetStream::open(cas(), file, &path, len).await?;
-                opened.feed_to(upto).await?;
-                stream = Some(opened);
+                let mut open = XetStream::open(cas(), file, Arc::clone(&opened), len).await?;
+                open.feed_to(upto).await?;
+                stream = Some(open);
             }
             Feed::Final(to) => {
                 upto = upto.max(to);
@@ -124,10 +136,10 @@ pub async fn follow(
             Feed::Whole { id, sha256 } => {
                 let stream = match stream {
                     Some(stream) => stream,
-                    None => XetStream::open(cas(), file, &path, len).await?,
+                    None => XetStream::open(cas(), file, Arc::clone(&opened), len).await?,
                 };
                 let before = stream.fed();
-                let (stored, bytes) = stream.finish(&sha256).await?;
+                let (stored, bytes) = stream.finish(id, &sha256).await?;
                 tracing::info!(repo.id = %target, shard.file = %file, bytes.before_whole = before, bytes.sent = bytes, "uploaded as it was written");
                 return Ok((id, stored, bytes));
             }

@@ -11,7 +11,6 @@
 //! has said is final, which is never written again.
 
 use std::fs::File;
-use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,7 +24,9 @@ use xet_runtime::core::XetContext;
 
 use super::blocks::BLOCK;
 use super::upload::Stored;
+use crate::blocking::BlockingError;
 use crate::hub::commit::XetToken;
+use crate::safe_fs::FileId;
 
 /// Where a stream goes: the CAS and its token, and how the token is renewed (the Hub's route for it, with the
 /// headers that authorize asking).
@@ -42,7 +43,7 @@ pub struct Cas<'a> {
 pub struct XetStream {
     session: Arc<FileUploadSession>,
     cleaner: SingleFileCleaner,
-    file: File,
+    file: Arc<File>,
     /// The file's length once whole.
     len: u64,
     /// Bytes handed to Xet so far, from the start.
@@ -57,20 +58,26 @@ pub enum StreamError {
     Read(#[source] std::io::Error),
     /// Xet refused something.
     #[error("Xet: {0}")]
-    Xet(String),
+    Xet(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A batch thread for the work could not run it.
+    #[error(transparent)]
+    Blocking(#[from] BlockingError),
     /// The digest given is not a SHA-256.
     #[error("not a SHA-256: {0:?}")]
     Digest(String),
+    /// The file at the end is not the one the writer named (another file, or changed since).
+    #[error("the file changed while it was sent")]
+    Changed,
 }
 
-fn xet(e: impl std::fmt::Display) -> StreamError {
-    StreamError::Xet(e.to_string())
+fn xet(e: impl std::error::Error + Send + Sync + 'static) -> StreamError {
+    StreamError::Xet(Box::new(e))
 }
 
 impl XetStream {
-    /// Opens a stream of the file at `path` (its final length `len`) as `name`, to `cas`. Deduplication reads
-    /// the shard cache as the session opens, so priming goes first.
-    pub async fn open(cas: Cas<'_>, name: &str, path: &Path, len: u64) -> Result<XetStream, StreamError> {
+    /// Opens a stream of `file` (open already, its final length `len`) as `name`, to `cas`. Deduplication
+    /// reads the shard cache as the session opens, so priming goes first.
+    pub async fn open(cas: Cas<'_>, name: &str, file: Arc<File>, len: u64) -> Result<XetStream, StreamError> {
         let ctx = XetContext::with_config(super::upload::xet_config().map_err(xet)?).map_err(xet)?;
         let client = build_http_client(&ctx, "", None, Some(Arc::new(cas.refresh_headers))).map_err(xet)?;
         let refresher: Arc<dyn TokenRefresher> =
@@ -83,10 +90,11 @@ impl XetStream {
             session_id: None,
             cache_root: None,
         };
-        let config = TranslatorConfig::new(&ctx, context).map_err(xet)?;
+        // The configuration makes the session's cache directories.
+        let config = crate::blocking::run("Xet's cache directories", move || TranslatorConfig::new(&ctx, context));
+        let config = config.await?.map_err(xet)?;
         let session = FileUploadSession::new(Arc::new(config)).await.map_err(xet)?;
         let (_, cleaner) = session.start_clean(Some(name.into()), Some(len), Sha256Policy::Skip).map_err(xet)?;
-        let file = crate::safe_fs::open_regular(path).map_err(StreamError::Read)?;
         Ok(XetStream { session, cleaner, file, len, fed: 0 })
     }
 
@@ -99,8 +107,7 @@ impl XetStream {
             if end > upto || end == self.fed {
                 return Ok(());
             }
-            let file = self.file.try_clone().map_err(StreamError::Read)?;
-            let block = map(file, self.fed, end).await?;
+            let block = map(Arc::clone(&self.file), self.fed, end).await?;
             self.cleaner.add_data_from_bytes(block).await.map_err(xet)?;
             self.fed = end;
         }
@@ -111,30 +118,30 @@ impl XetStream {
         self.fed
     }
 
-    /// Ends the stream once the whole file is final and its SHA-256 is `sha256`: the rest fed, the file's
-    /// entry registered under that digest, the session's xorbs and shard uploaded. What the CAS stored, and
-    /// the bytes sent.
-    pub async fn finish(mut self, sha256: &str) -> Result<(Stored, u64), StreamError> {
+    /// Ends the stream once the writer says the file is whole: the file `id` it synced, whose SHA-256 is
+    /// `sha256`. The rest is fed, the file's entry registered under that digest, and the session's xorbs and
+    /// shard uploaded. What the CAS stored, and the bytes sent.
+    pub async fn finish(mut self, id: FileId, sha256: &str) -> Result<(Stored, u64), StreamError> {
         let digest = Sha256::from_hex(sha256).map_err(|_| StreamError::Digest(sha256.to_owned()))?;
-        self.feed_to(self.len).await?;
-        let (info, _, mut entry, _) = self.cleaner.finish_with_chunks_detached().await.map_err(xet)?;
-        if info.file_size != Some(self.len) {
-            return Err(StreamError::Xet(format!("{:?} bytes chunked of {}", info.file_size, self.len)));
+        // The digest is this file's only if the file read is the one the writer hashed and synced.
+        if FileId::of_open(&self.file) != Some(id) {
+            return Err(StreamError::Changed);
         }
-        // As Xet writes an entry whose digest was given: the extension, and the header saying it is there.
-        let header = &entry.metadata;
-        entry.metadata =
-            FileDataSequenceHeader::new(header.file_hash, entry.segments.len(), !entry.verification.is_empty(), true);
+        self.feed_to(self.len).await?;
+        let (_, _, mut entry, _) = self.cleaner.finish_with_chunks_detached().await.map_err(xet)?;
+        // As Xet writes the entry of a file whose digest was given: the extension, and a header saying so.
+        let hash = entry.metadata.file_hash;
+        entry.metadata = FileDataSequenceHeader::new(hash, entry.segments.len(), true, true);
         entry.metadata_ext = Some(FileMetadataExt::new(digest));
         self.session.register_composed_file(entry).await.map_err(xet)?;
         let metrics = self.session.finalize().await.map_err(xet)?;
-        Ok((Stored { sha256: sha256.to_owned(), size: self.len }, metrics.total_bytes_uploaded))
+        Ok((Stored { sha256: digest.hex(), size: self.len }, metrics.total_bytes_uploaded))
     }
 }
 
 /// Maps `[from, to)` of `file`, its pages read in, on a batch thread.
-async fn map(file: File, from: u64, to: u64) -> Result<Bytes, StreamError> {
+async fn map(file: Arc<File>, from: u64, to: u64) -> Result<Bytes, StreamError> {
     let mapped =
         crate::blocking::run("mapping a file for its upload", move || super::blocks::map_range(&file, from, to));
-    mapped.await.map_err(|e| StreamError::Read(std::io::Error::other(e)))?.map_err(StreamError::Read)
+    mapped.await?.map_err(StreamError::Read)
 }
