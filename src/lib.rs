@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod blocking;
 pub mod bundle;
+pub mod dataset;
 pub mod fix;
 pub mod gate;
 pub mod hashing;

@@ -2,6 +2,7 @@
 
 mod audit;
 mod config_file;
+mod dataset;
 #[cfg(feature = "demo")]
 mod demo;
 mod fix;
@@ -113,6 +114,11 @@ enum Command {
     ///
     /// JSON prints one object per row per line; the fields are those of the table, in full.
     Report(report::ReportArgs),
+    /// The audit as a public dataset: Parquet tables of repos, shards, mirrors and publishers with a card.
+    ///
+    /// Only what the Hub shows anyone goes in: a private, gated or disabled repo never appears, nor counts in
+    /// its publisher's sums. `dataset write --out DIR` writes a day's snapshot as the dataset repo holds it.
+    Dataset(dataset::DatasetArgs),
     /// Repair one repository by hand and publish its `-aligned` mirror: the worker's pipeline for one job.
     ///
     /// Downloads the bundle at the commit (checking every file against the Hub's hash), re-lays every shard,
@@ -239,6 +245,7 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Fix(args) => fix::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Report(args) => report::run(args),
+        Command::Dataset(args) => dataset::run(args),
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),

@@ -8,6 +8,7 @@
 
 pub mod browse;
 pub mod changes;
+pub mod dataset;
 pub mod jobs;
 pub mod leases;
 pub mod location;

@@ -6,6 +6,7 @@ mod card;
 mod cli_fix;
 mod cli_ops;
 mod cli_scan;
+mod dataset;
 mod deploy;
 mod docs;
 mod fixtures;

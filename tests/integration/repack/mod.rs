@@ -6,7 +6,7 @@ mod disk;
 mod follow;
 mod memory;
 mod overlap;
-mod pipeline;
+pub(crate) mod pipeline;
 mod preflight;
 mod pull_request;
 mod recovery;

@@ -13,7 +13,7 @@ pub(super) fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
 }
 
 /// The command [`worker_cmd`] runs, to be started by the caller.
-pub(super) fn worker_command(world: &World, db: &Path, args: &[&str]) -> Command {
+pub(crate) fn worker_command(world: &World, db: &Path, args: &[&str]) -> Command {
     let endpoint = world.endpoint();
     let mut cmd = hubalign();
     cmd.args(args)

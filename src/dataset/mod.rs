@@ -1,0 +1,179 @@
+//! The audit as a public dataset: what the crawl learned, as Parquet tables anyone can query (the Hub's
+//! dataset viewer, DuckDB over `hf://datasets/...`, `datasets.load_dataset`), with a card.
+//!
+//! Only what the Hub shows anyone goes in (the store's `dataset` queries say which rows). Each table is cut by
+//! snapshot date and, within a day, into [`BUCKETS`] files by the publisher's namespace, so a day's history
+//! stays and a crawl that changed a few repos rewrites only the files holding them: `<table>/<date>/part-NN.parquet`.
+//! Files are written the same way from the same rows (sorted rows, fixed writer properties), so an unchanged
+//! file has the same bytes, and the same SHA-256, as the one already published.
+
+pub mod card;
+pub mod encode;
+pub mod tables;
+
+use std::collections::BTreeMap;
+
+use sha2::Digest as _;
+
+use self::tables::{MirrorRecord, PublisherRecord, RepoRecord, ShardRecord};
+use crate::store::{Store, StoreError};
+
+/// Files per table and day: namespaces are spread over this many by a hash of the name.
+pub const BUCKETS: u8 = 16;
+
+/// Why a snapshot could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// The store could not be read.
+    #[error("reading the store: {0}")]
+    Store(#[from] StoreError),
+    /// A table could not be encoded.
+    #[error("encoding {table}: {source}")]
+    Encode {
+        /// The table.
+        table: &'static str,
+        /// Why.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// The card could not be rendered.
+    #[error("rendering the dataset card: {0}")]
+    Card(#[from] minijinja::Error),
+    /// The snapshot's date is not a `YYYY-MM-DD` date.
+    #[error("not a date (YYYY-MM-DD): {0:?}")]
+    Date(String),
+}
+
+/// The public rows of the store, as of one day.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The day (`YYYY-MM-DD`).
+    pub date: String,
+    /// Public repos.
+    pub repos: Vec<RepoRecord>,
+    /// Their shards.
+    pub shards: Vec<ShardRecord>,
+    /// Public mirrors of them.
+    pub mirrors: Vec<MirrorRecord>,
+    /// Publishers' sums over them.
+    pub publishers: Vec<PublisherRecord>,
+}
+
+impl Snapshot {
+    /// The store's public rows, dated `date` (`YYYY-MM-DD`).
+    pub async fn of(store: &Store, date: &str) -> Result<Snapshot, DatasetError> {
+        if chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_err() || date.len() != 10 {
+            return Err(DatasetError::Date(date.to_owned()));
+        }
+        let repos = store.public_repos().await?.into_iter().map(|r| RepoRecord::of(r, date)).collect();
+        let shards = store.public_shards().await?.into_iter().map(|s| ShardRecord::of(s, date)).collect();
+        let mirrors = store.public_mirrors().await?.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
+        let publishers = store.public_publishers().await?.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
+        Ok(Snapshot { date: date.to_owned(), repos, shards, mirrors, publishers })
+    }
+
+    /// Every file of the snapshot, by its path in the dataset repo `repo`: each table's parts, then the card
+    /// (`README.md`). A part with no rows is not written.
+    pub fn files(&self, repo: &str) -> Result<BTreeMap<String, Vec<u8>>, DatasetError> {
+        let mut files = BTreeMap::new();
+        let date = &self.date;
+        let namespace_of = |repo: &str| repo.split_once('/').map_or(repo, |(ns, _)| ns).to_owned();
+        parts(&mut files, ("repos", date), &self.repos, |r| r.namespace.clone())?;
+        parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
+        parts(&mut files, ("mirrors", date), &self.mirrors, |m| namespace_of(&m.source))?;
+        parts(&mut files, ("publishers", date), &self.publishers, |p| p.namespace.clone())?;
+        files.insert("README.md".to_owned(), card::render(self, repo)?.into_bytes());
+        Ok(files)
+    }
+}
+
+/// The bucket of `namespace`: the first byte of its SHA-256, modulo [`BUCKETS`] (the same on every machine
+/// and in every release, unlike the standard library's hasher).
+pub fn bucket(namespace: &str) -> u8 {
+    sha2::Sha256::digest(namespace.as_bytes())[0] % BUCKETS
+}
+
+/// The path of a table's part for one day.
+pub fn part_path(table: &str, date: &str, bucket: u8) -> String {
+    format!("{table}/{date}/part-{bucket:02}.parquet")
+}
+
+/// Adds `rows` of `table` to `files`, one part per bucket that has rows, keeping their order.
+fn parts<R: Clone>(
+    files: &mut BTreeMap<String, Vec<u8>>,
+    (table, date): (&'static str, &str),
+    rows: &[R],
+    namespace: impl Fn(&R) -> String,
+) -> Result<(), DatasetError>
+where
+    for<'a> &'a [R]: parquet::record::RecordWriter<R>,
+{
+    let mut by_bucket: BTreeMap<u8, Vec<R>> = BTreeMap::new();
+    for row in rows {
+        by_bucket.entry(bucket(&namespace(row))).or_default().push(row.clone());
+    }
+    for (bucket, rows) in by_bucket {
+        let bytes = encode::parquet(&rows).map_err(|source| DatasetError::Encode { table, source })?;
+        files.insert(part_path(table, date, bucket), bytes);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(namespaces: &[&str]) -> Snapshot {
+        let publishers = namespaces
+            .iter()
+            .map(|ns| PublisherRecord {
+                snapshot_date: "2026-12-04".into(),
+                namespace: (*ns).to_owned(),
+                repos_audited: 2,
+                repos_affected: 1,
+                share_affected: 0.5,
+                shards_aligned: 1,
+                shards_header_pad: 1,
+                shards_relayout: 0,
+                shards_invalid: 0,
+                misaligned_tensors: 3,
+                misaligned_bytes: 12,
+            })
+            .collect();
+        Snapshot { date: "2026-12-04".into(), publishers, ..Snapshot::default() }
+    }
+
+    #[test]
+    fn the_same_rows_give_the_same_files_and_a_changed_publisher_changes_only_its_part() {
+        let namespaces = ["mlx-community", "lmstudio", "alice", "bob", "carol"];
+        let before = snapshot(&namespaces).files("ops/audit").unwrap();
+        assert_eq!(before, snapshot(&namespaces).files("ops/audit").unwrap(), "written the same way each time");
+        let mut changed = snapshot(&namespaces);
+        changed.publishers[1].misaligned_bytes = 13;
+        let after = changed.files("ops/audit").unwrap();
+        let differ: Vec<&String> = before.keys().filter(|k| before[*k] != after[*k]).collect();
+        let part = part_path("publishers", "2026-12-04", bucket("lmstudio"));
+        // The card's totals count repos, which did not change.
+        assert_eq!(differ, [&part], "only lmstudio's part");
+    }
+
+    #[test]
+    fn buckets_are_fixed_by_the_name_alone() {
+        assert_eq!(bucket("mlx-community"), sha2::Sha256::digest(b"mlx-community")[0] % BUCKETS);
+        assert!(namespaces_spread(&["a", "b", "c", "d", "e", "f", "g", "h"]) > 1);
+    }
+
+    fn namespaces_spread(names: &[&str]) -> usize {
+        names.iter().map(|n| bucket(n)).collect::<std::collections::BTreeSet<_>>().len()
+    }
+
+    #[test]
+    fn a_snapshot_date_must_be_a_day() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = rt.block_on(Store::open(&dir.path().join("s.db"))).unwrap();
+        for bad in ["2026-13-01", "yesterday", "2026-12-04/../x", "2026-1-4"] {
+            assert!(matches!(rt.block_on(Snapshot::of(&store, bad)), Err(DatasetError::Date(_))), "{bad}");
+        }
+    }
+}

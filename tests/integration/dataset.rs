@@ -1,0 +1,177 @@
+//! `hubalign dataset write`: the audit as Parquet tables, read back by pyarrow and DuckDB as their users read
+//! them, agreeing with `hubalign report`, and holding nothing the Hub does not show anyone.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::audit::world::{assert_ok, audit, audit_world, db, stored_shards};
+use crate::support::{hubalign, mirror, python, root, run, stdout};
+
+/// What `tests/python/read_dataset.py` read from `dir`: per reader, per table, the rows.
+pub(crate) fn read(dir: &Path) -> Value {
+    let out = Command::new(python()).arg(root().join("tests/python/read_dataset.py")).arg(dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `report` rows as JSON (one object per line).
+fn report(db: &Path, view: &[&str]) -> Vec<Value> {
+    let mut args = vec!["report", "--db", db.to_str().unwrap(), "--format", "json"];
+    args.extend_from_slice(view);
+    stdout(&run(&args)).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    // One mirror published, for the mirrors table.
+    let out =
+        crate::repack::pipeline::worker_command(&world, &db, &["repack", "mlx-community/tiny-q4"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let data = tempfile::tempdir().unwrap();
+    let out = hubalign()
+        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
+        .args(["--date", "2026-12-04", "--repo", "ops/mlx-audit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = read(data.path());
+    // Both readers read the same rows.
+    assert_eq!(seen["pyarrow"], seen["duckdb"], "pyarrow and DuckDB disagree");
+    let tables = &seen["pyarrow"];
+
+    // The store holds a private repo (the crawler's token sees it) and a gated one; neither is published,
+    // nor named anywhere in the files.
+    let all = stored_shards(&db);
+    assert!(all.iter().any(|s| s["repo_id"] == "alice/private-q4"), "the store has the private repo");
+    let public = |id: &str| !["alice/private-q4", "gemma-org/gated-q4", "old-org/disabled-q4"].contains(&id);
+    let every_value = tables.to_string();
+    for hidden in ["private-q4", "gated-q4", "disabled-q4"] {
+        assert!(!every_value.contains(hidden), "a table names {hidden}");
+    }
+    // Nor in any file's bytes (the card's text; a Parquet file's uncompressed parts).
+    for path in walk(data.path()) {
+        let bytes = std::fs::read(&path).unwrap();
+        for hidden in ["private-q4", "gated-q4", "disabled-q4"] {
+            assert!(!contains(&bytes, hidden.as_bytes()), "{} names {hidden}", path.display());
+        }
+    }
+
+    // Shards: exactly the report's, for public repos.
+    let expected: Vec<Value> = all
+        .iter()
+        .filter(|s| public(s["repo_id"].as_str().unwrap()))
+        .map(|s| {
+            json!({"repo_id": s["repo_id"], "file": s["path"], "verdict": s["verdict"], "size": s["size"],
+                   "tensors": s["tensors"], "misaligned_bytes": s["misaligned_bytes"], "data_start": s["data_start"]})
+        })
+        .collect();
+    let got: Vec<Value> = tables["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            json!({"repo_id": s["repo_id"], "file": s["file"], "verdict": s["verdict"], "size": s["size"],
+                   "tensors": s["tensors"], "misaligned_bytes": s["misaligned_bytes"], "data_start": s["data_start"]})
+        })
+        .collect();
+    assert!(!got.is_empty());
+    assert_eq!(got, expected);
+    assert!(tables["shards"].as_array().unwrap().iter().all(|s| s["snapshot_date"] == "2026-12-04"));
+
+    // Publishers: the report's sums, for every namespace without a hidden repo; alice's without its private one.
+    let by_publisher: BTreeMap<String, Value> = report(&db, &["--by-publisher"])
+        .into_iter()
+        .map(|p| (p["namespace"].as_str().unwrap().to_owned(), p))
+        .collect();
+    let published: BTreeMap<String, &Value> = tables["publishers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["namespace"].as_str().unwrap().to_owned(), p))
+        .collect();
+    assert!(!published.contains_key("alice") && !published.contains_key("gemma-org"), "{published:?}");
+    for (namespace, row) in &published {
+        let reported = &by_publisher[namespace];
+        for column in [
+            "repos_audited",
+            "repos_affected",
+            "shards_aligned",
+            "shards_header_pad",
+            "shards_relayout",
+            "shards_invalid",
+            "misaligned_tensors",
+            "misaligned_bytes",
+        ] {
+            assert_eq!(row[column], reported[column], "{namespace}.{column}");
+        }
+    }
+    assert_eq!(
+        published.len(),
+        by_publisher.keys().filter(|n| !["alice", "gemma-org", "old-org"].contains(&n.as_str())).count()
+    );
+
+    // Repos: one row per public audited repo, with its mirror.
+    let repos = tables["repos"].as_array().unwrap();
+    let tiny = repos.iter().find(|r| r["repo_id"] == "mlx-community/tiny-q4").unwrap();
+    assert_eq!((&tiny["state"], &tiny["mirror"]), (&json!("mirrored"), &json!(mirror("mlx-community/tiny-q4"))));
+    assert!(repos.iter().all(|r| public(r["repo_id"].as_str().unwrap())));
+    let affected = report(&db, &["--affected"]);
+    let affected_public: Vec<&Value> = affected.iter().filter(|r| public(r["repo_id"].as_str().unwrap())).collect();
+    assert_eq!(repos.iter().filter(|r| r["affected"] == true).count(), affected_public.len());
+
+    // Mirrors: the one published, with its check's record.
+    let mirrors = tables["mirrors"].as_array().unwrap();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    assert_eq!(mirrors[0]["source"], "mlx-community/tiny-q4");
+    assert_eq!(mirrors[0]["check_device"], "cpu");
+    assert!(mirrors[0]["check_tensors"].as_i64().unwrap() > 0);
+
+    // The card: a config per table, each column described.
+    let card = std::fs::read_to_string(data.path().join("README.md")).unwrap();
+    for table in ["repos", "shards", "mirrors", "publishers"] {
+        assert!(card.contains(&format!("- config_name: {table}\n  data_files: \"{table}/*/*.parquet\"")), "{card}");
+        for column in seen["schema"][table].as_object().unwrap().keys() {
+            assert!(card.contains(&format!("| `{column}` |")), "{table}.{column} undocumented");
+        }
+    }
+    assert!(card.contains("hf://datasets/ops/mlx-audit/publishers/*/*.parquet"), "{card}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() { out.extend(walk(&path)) } else { out.push(path) }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `value` with what differs between two runs over equal worlds masked: commit ids (40 hex digits) and
+/// publication times.
+pub(crate) fn mask_run_specific(value: &mut Value) {
+    match value {
+        Value::String(s) if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) => *s = "<commit>".into(),
+        Value::Array(items) => items.iter_mut().for_each(mask_run_specific),
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                if key == "published_at" {
+                    *field = Value::String("<time>".into());
+                } else {
+                    mask_run_specific(field);
+                }
+            }
+        }
+        _ => {}
+    }
+}
