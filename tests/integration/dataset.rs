@@ -42,8 +42,9 @@ fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let seen = read(data.path());
-    // Both readers read the same rows.
+    // Every reader reads the same rows: datasets through the card's configs.
     assert_eq!(seen["pyarrow"], seen["duckdb"], "pyarrow and DuckDB disagree");
+    assert_eq!(seen["pyarrow"], seen["datasets"], "pyarrow and datasets disagree");
     let tables = &seen["pyarrow"];
 
     // The store holds a private repo (the crawler's token sees it) and a gated one; neither is published,

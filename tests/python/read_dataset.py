@@ -3,8 +3,10 @@
     python read_dataset.py DIR
 
 For each table (repos, shards, mirrors, publishers): every row, read once with pyarrow (all parts of all
-snapshots, `<table>/*/*.parquet`) and once with DuckDB's `read_parquet` over the same glob, each sorted the
-same way, plus each table's Parquet schema (column names and types) as pyarrow reads it.
+snapshots, `<table>/*/*.parquet`), once with DuckDB's `read_parquet` over the same glob, and once with
+`datasets.load_dataset(DIR, TABLE)`, which finds the files through the card's `configs` as it does on the Hub;
+each sorted the same way, plus each table's Parquet schema (column names and types) as pyarrow reads it.
+Run offline, with HF_HOME pointing at a scratch directory.
 """
 
 import glob
@@ -12,6 +14,7 @@ import json
 import os
 import sys
 
+import datasets
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,17 +36,24 @@ def rows_duckdb(pattern, order):
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
+def rows_datasets(root, table, order):
+    rows = datasets.load_dataset(root, table, split="train").to_list()
+    keys = [k.strip() for k in order.split(",")]
+    return sorted(rows, key=lambda r: [r[k] for k in keys])
+
+
 def main():
     root = sys.argv[1]
-    out = {"pyarrow": {}, "duckdb": {}, "schema": {}}
+    out = {"pyarrow": {}, "duckdb": {}, "datasets": {}, "schema": {}}
     for table, order in TABLES.items():
         pattern = os.path.join(root, table, "*", "*.parquet")
         paths = sorted(glob.glob(pattern))
         if not paths:
-            out["pyarrow"][table] = out["duckdb"][table] = []
+            out["pyarrow"][table] = out["duckdb"][table] = out["datasets"][table] = []
             continue
         out["pyarrow"][table], out["schema"][table] = rows_pyarrow(paths, order)
         out["duckdb"][table] = rows_duckdb(pattern, order)
+        out["datasets"][table] = rows_datasets(root, table, order)
     json.dump(out, sys.stdout)
 
 
