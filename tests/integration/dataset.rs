@@ -176,3 +176,60 @@ pub(crate) fn mask_run_specific(value: &mut Value) {
         _ => {}
     }
 }
+
+#[test]
+fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_from_it() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let data = tempfile::tempdir().unwrap();
+    let out = hubalign()
+        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
+        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let (scratch, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let endpoint = world.endpoint();
+    let out = Command::new(python())
+        .arg(root().join("tests/python/dataset_on_hub.py"))
+        .args([endpoint.as_str(), crate::sim::world::ALICE, "alice/mlx-audit"])
+        .arg(data.path())
+        .arg(scratch.path())
+        .env("HF_ENDPOINT", &endpoint)
+        .env("HF_HOME", home.path())
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hub: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // The Hub holds the dataset as written, lists it among datasets and not among models.
+    let mut written: Vec<String> =
+        walk(data.path()).iter().map(|p| p.strip_prefix(data.path()).unwrap().to_string_lossy().into_owned()).collect();
+    written.push(".gitattributes".to_owned());
+    written.sort();
+    let files: Vec<String> = serde_json::from_value(hub["files"].clone()).unwrap();
+    assert_eq!(files, written);
+    assert_eq!(
+        (&hub["listed"], &hub["in_models"], &hub["info_id"]),
+        (&json!(true), &json!(false), &json!("alice/mlx-audit"))
+    );
+    // A model of the same name is another repo: none exists.
+    let model = format!("{endpoint}/api/models/alice/mlx-audit");
+    let asked = reqwest::Client::new().get(&model).bearer_auth(crate::sim::world::ALICE);
+    let status = world.runtime.block_on(async { asked.send().await.unwrap().status() });
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+
+    // What the Hub serves reads as what was written, with each reader; datasets reads it from the Hub itself.
+    let here = read(data.path());
+    let there = read(Path::new(hub["copy"].as_str().unwrap()));
+    assert_eq!(there["pyarrow"], here["pyarrow"]);
+    assert_eq!(there["duckdb"], here["duckdb"]);
+    for table in ["repos", "shards", "publishers"] {
+        let rows = here["pyarrow"][table].as_array().unwrap().len();
+        assert!(rows > 0, "{table}");
+        assert_eq!(hub["rows"][table], json!(rows), "datasets.load_dataset of {table} from the Hub");
+    }
+}

@@ -19,6 +19,7 @@ const COMMITS_PER_PAGE: usize = 50;
 /// `GET /api/models/{ns}/{name}/commits/{*rev}`.
 pub(crate) async fn list_commits(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
     RawQuery(raw): RawQuery,
@@ -26,7 +27,7 @@ pub(crate) async fn list_commits(
     let params = Params::parse(raw.as_deref().unwrap_or(""));
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let mut at = Some(repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?);
     let mut chain = Vec::new();
@@ -58,6 +59,7 @@ pub(crate) async fn list_commits(
 /// `GET /api/models/{ns}/{name}/refs`.
 pub(crate) async fn list_refs(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
     RawQuery(raw): RawQuery,
@@ -65,7 +67,7 @@ pub(crate) async fn list_refs(
     let params = Params::parse(raw.as_deref().unwrap_or(""));
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let mut branches = Vec::new();
     let mut pull_requests = Vec::new();

@@ -19,6 +19,7 @@ pub mod faults;
 mod history;
 pub mod ingest;
 pub mod io_error;
+pub mod kind;
 pub mod model;
 pub mod moves;
 pub mod population;
@@ -129,6 +130,8 @@ pub struct Sim {
     /// Accepted tokens.
     pub accounts: Accounts,
     repos: RwLock<RepoMap>,
+    /// Dataset repositories, kept apart from the models as on the Hub.
+    datasets: RwLock<RepoMap>,
     /// sha256 → file holding that content (source files in place, uploads in the store).
     blobs: RwLock<HashMap<String, PathBuf>>,
     /// Where uploads go.
@@ -163,6 +166,22 @@ impl Sim {
     /// Write access to the repositories; hold it only for in-memory changes.
     pub fn repos_mut(&self) -> RwLockWriteGuard<'_, RepoMap> {
         self.repos.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Read access to the repositories of `kind`.
+    pub fn repos_of(&self, kind: kind::RepoKind) -> RwLockReadGuard<'_, RepoMap> {
+        match kind {
+            kind::RepoKind::Model => self.repos(),
+            kind::RepoKind::Dataset => self.datasets.read().unwrap_or_else(std::sync::PoisonError::into_inner),
+        }
+    }
+
+    /// Write access to the repositories of `kind`; hold it only for in-memory changes.
+    pub fn repos_of_mut(&self, kind: kind::RepoKind) -> RwLockWriteGuard<'_, RepoMap> {
+        match kind {
+            kind::RepoKind::Model => self.repos_mut(),
+            kind::RepoKind::Dataset => self.datasets.write().unwrap_or_else(std::sync::PoisonError::into_inner),
+        }
     }
 
     /// Records that `path` holds the content with this sha256.
@@ -342,6 +361,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         storage_url: storage_url.clone(),
         accounts: Accounts::new(&config.tokens),
         repos: RwLock::new(RepoMap::default()),
+        datasets: RwLock::new(RepoMap::default()),
         blobs: RwLock::new(HashMap::new()),
         store: store.clone(),
         counters: Counters::default(),

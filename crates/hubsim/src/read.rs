@@ -100,6 +100,7 @@ fn pick(all: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
 /// `GET /api/models`: search, author, repeated filter, sort, limit, full, expand; cursor pagination via `Link`.
 pub(super) async fn list_models(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, HubError> {
@@ -110,7 +111,7 @@ pub(super) async fn list_models(
     let filters = params.all("filter");
     let expand = params.all("expand");
     let full = params.flag("full");
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let wanted = |r: &&Repo| {
         can_see(r, caller).is_ok()
             && author.is_none_or(|a| r.namespace().eq_ignore_ascii_case(a))
@@ -217,6 +218,7 @@ fn route_target(segments: &[(String, String)]) -> (String, String, String) {
 /// `GET /api/models/{ns}/{name}` and `…/revision/{rev}` (`blobs=true` adds sizes and LFS data).
 pub(super) async fn model_info(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path(segments): Path<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
@@ -224,7 +226,7 @@ pub(super) async fn model_info(
     let params = Params::parse(raw.as_deref().unwrap_or(""));
     let (id, revision, _) = route_target(&segments);
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
     let all = properties(repo, commit, params.flag("blobs"));
@@ -273,6 +275,7 @@ fn tree_items(commit: &Commit, prefix: &str, recursive: bool) -> Vec<Value> {
 /// `GET /api/models/{ns}/{name}/tree/{rev}[/{path}]`, paginated by `Link`.
 pub(super) async fn tree(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path(segments): Path<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
@@ -280,7 +283,7 @@ pub(super) async fn tree(
     let params = Params::parse(raw.as_deref().unwrap_or(""));
     let (id, revision, prefix) = route_target(&segments);
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
     let items = tree_items(commit, &prefix, params.flag("recursive"));
@@ -314,6 +317,7 @@ pub(super) async fn tree(
 /// `POST /api/models/{ns}/{name}/paths-info/{rev}` with a form body of `paths=…`.
 pub(super) async fn paths_info(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
     body: String,
@@ -328,7 +332,7 @@ pub(super) async fn paths_info(
         };
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;
     let items: Vec<Value> = paths
@@ -372,12 +376,13 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
 /// Seen with the caller's rights, so a private repo is a 404 to others as on the Hub.
 pub(super) async fn repo_page(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, HubError> {
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = visible_repo(&repos, &id, caller)?;
     let commit = repo.resolve("main").ok_or_else(|| HubError::revision_not_found("main"))?;
     let escape = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");

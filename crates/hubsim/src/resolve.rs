@@ -72,6 +72,7 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl AsRef<str>) {
 /// `GET|HEAD /{ns}/{name}/resolve/{rev}/{*path}`.
 pub(super) async fn resolve(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     method: Method,
     headers: HeaderMap,
     Path((ns, name, revision, path)): Path<(String, String, String, String)>,
@@ -79,7 +80,7 @@ pub(super) async fn resolve(
     let id = format!("{ns}/{name}");
     let caller = sim.accounts.caller(&headers)?;
     let (entry, commit_sha) = {
-        let repos = sim.repos();
+        let repos = sim.repos_of(kind);
         let repo = visible_repo(&repos, &id, caller)?;
         can_download(repo, caller)?;
         let commit = repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?;

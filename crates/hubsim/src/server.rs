@@ -40,6 +40,23 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .route("/api/models/{ns}/{name}/discussions/{num}/merge", post(write::merge_pull_request))
         .route("/api/models/{ns}/{name}/xet-read-token/{*rev}", get(xet_api::read_token))
         .route("/api/models/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
+        // Dataset repositories: the same handlers, which tell the kind from the path (`kind::RepoKind`).
+        .route("/api/datasets", get(read::list_models))
+        .route("/api/datasets/{ns}/{name}", get(read::model_info))
+        .route("/api/datasets/{ns}/{name}/revision/{*rev}", get(read::model_info))
+        .route("/api/datasets/{ns}/{name}/tree/{rev}", get(read::tree))
+        .route("/api/datasets/{ns}/{name}/tree/{rev}/{*path}", get(read::tree))
+        .route("/api/datasets/{ns}/{name}/paths-info/{rev}", post(read::paths_info))
+        .route("/api/datasets/{ns}/{name}/commits/{*rev}", get(history::list_commits))
+        .route("/api/datasets/{ns}/{name}/refs", get(history::list_refs))
+        .route("/api/datasets/{ns}/{name}/settings", put(write::settings))
+        .route("/api/datasets/{ns}/{name}/preupload/{rev}", post(write::preupload))
+        .route("/api/datasets/{ns}/{name}/commit/{rev}", post(write::commit))
+        .route("/api/datasets/{ns}/{name}/xet-read-token/{*rev}", get(xet_api::read_token))
+        .route("/api/datasets/{ns}/{name}/xet-write-token/{*rev}", get(xet_api::write_token))
+        .route("/datasets/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
+        .route("/datasets/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
+        .route("/datasets/{ns}/{name}", get(read::repo_page))
         .route("/{ns}/{name_git}/info/lfs/objects/batch", post(write::lfs_batch))
         .route("/{ns}/{name}/resolve/{rev}/{*path}", get(resolve::resolve).head(resolve::resolve))
         .route("/{ns}/{name}", get(read::repo_page))
@@ -151,6 +168,12 @@ fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api", "models"] => "models_list",
+        ["api", "datasets"] => "datasets_list",
+        ["api", "datasets", _, _] | ["api", "datasets", _, _, "revision", ..] => "dataset_info",
+        ["api", "datasets", _, _, "tree" | "paths-info", ..] => "tree",
+        ["api", "datasets", _, _, "preupload", ..] => "preupload",
+        ["api", "datasets", _, _, "commit", ..] => "commit",
+        ["api", "datasets", _, _, t, ..] if t.starts_with("xet-") => "xet_token",
         ["api", "models", _, _] => "model_info",
         ["api", "models", _, _, "revision", ..] => "model_info",
         ["api", "models", _, _, "tree", ..] => "tree",
@@ -165,6 +188,8 @@ fn endpoint_class(method: &axum::http::Method, path: &str) -> &'static str {
         ["api", "repos", "delete"] => "repo_delete",
         ["api", "repos", "move"] => "repo_move",
         ["api", ..] => "api_other",
+        ["datasets", _, _, "resolve", ..] if *method == axum::http::Method::HEAD => "resolve_head",
+        ["datasets", _, _, "resolve", ..] => "resolve",
         [_, _, "resolve", ..] if *method == axum::http::Method::HEAD => "resolve_head",
         [_, _, "resolve", ..] => "resolve",
         ["_storage", ..] => "storage",

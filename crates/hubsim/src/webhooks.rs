@@ -83,9 +83,22 @@ impl Webhooks {
         Webhooks { targets, ..Webhooks::default() }
     }
 
+    /// [`send_for`](Self::send_for) a model repository.
+    pub fn send(&self, scope: &str, action: &str, repo: &str, private: bool, head: Option<&str>, extra: Value) {
+        self.send_for(crate::kind::RepoKind::Model, (scope, action), repo, private, head, extra);
+    }
+
     /// Sends the Hub's payload for `action` on `scope` of model repo `repo` (whose `main` is at `head`), with
     /// `extra` top-level properties; in the background, after the change it reports is visible.
-    pub fn send(&self, scope: &str, action: &str, repo: &str, private: bool, head: Option<&str>, extra: Value) {
+    pub fn send_for(
+        &self,
+        kind: crate::kind::RepoKind,
+        (scope, action): (&str, &str),
+        repo: &str,
+        private: bool,
+        head: Option<&str>,
+        extra: Value,
+    ) {
         let namespace = crate::digests::namespace_of(repo);
         let watching: Vec<WebhookTarget> = self
             .registered
@@ -100,7 +113,7 @@ impl Webhooks {
         }
         let mut payload = json!({
             "event": {"action": action, "scope": scope},
-            "repo": {"type": "model", "name": repo, "id": &crate::digests::sha256_hex(repo.as_bytes())[..24], "private": private,
+            "repo": {"type": kind.noun(), "name": repo, "id": &crate::digests::sha256_hex(repo.as_bytes())[..24], "private": private,
                      "url": {"web": format!("/{repo}"), "api": format!("/api/models/{repo}")}, "owner": {"id": "0"}},
             "webhook": {"id": "0", "version": 3},
         });

@@ -41,13 +41,14 @@ fn xet_enabled(sim: &Shared) -> Result<(), HubError> {
 /// `GET /api/models/{ns}/{name}/xet-read-token/{rev}`: for anyone who may download the repo.
 pub(super) async fn read_token(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, _rev)): Path<(String, String, String)>,
 ) -> Result<Response, HubError> {
     xet_enabled(&sim)?;
     let caller = sim.accounts.caller(&headers)?;
     {
-        let repos = sim.repos();
+        let repos = sim.repos_of(kind);
         let repo = visible_repo(&repos, &format!("{ns}/{name}"), caller)?;
         can_download(repo, caller)?;
     }
@@ -57,12 +58,13 @@ pub(super) async fn read_token(
 /// `GET /api/models/{ns}/{name}/xet-write-token/{rev}` (the revision may be `None` for a new PR).
 pub(super) async fn write_token(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, _rev)): Path<(String, String, String)>,
 ) -> Result<Response, HubError> {
     xet_enabled(&sim)?;
     let caller = sim.accounts.caller(&headers)?;
-    visible_repo(&sim.repos(), &format!("{ns}/{name}"), caller)?;
+    visible_repo(&sim.repos_of(kind), &format!("{ns}/{name}"), caller)?;
     // Any signed-in user may upload for a pull request, and clients do not say which this is for.
     caller.ok_or_else(HubError::auth_required)?;
     Ok(token_response(&sim, "write"))

@@ -19,13 +19,14 @@ use crate::model::{Commit, FileEntry, PullRequest, Storage};
 /// `POST /api/models/{ns}/{name}/preupload/{rev}`: which files go to LFS, and which are already there.
 pub(crate) async fn preupload(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
     Json(body): Json<Value>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = proposable_repo(&repos, &id, caller)?;
     let head = head_for(repo, &revision).or_else(|_| head_for(repo, "main"))?;
     let files = body["files"].as_array().cloned().unwrap_or_default();
@@ -63,6 +64,7 @@ enum Op {
 /// `deletedFile`, `deletedFolder`) or the legacy JSON form; `parentCommit` is checked (412).
 pub(crate) async fn commit(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
     Query(query): Query<CommitQuery>,
@@ -73,9 +75,9 @@ pub(crate) async fn commit(
     let create_pr = query.create_pr.as_deref().is_some_and(|v| matches!(v, "1" | "true" | "True"));
     // Anyone signed in may open or add to a pull request; branches are the owner's.
     if create_pr || revision.starts_with("refs/pr/") {
-        proposable_repo(&sim.repos(), &id, caller)?;
+        proposable_repo(&sim.repos_of(kind), &id, caller)?;
     } else {
-        writable_repo(&sim.repos(), &id, caller)?;
+        writable_repo(&sim.repos_of(kind), &id, caller)?;
     }
     let lines = parse_commit_body(&body)?;
     let mut summary = String::from("Upload files");
@@ -127,7 +129,7 @@ pub(crate) async fn commit(
             other => return Err(HubError::bad_request(format!("unknown commit operation `{other}`"))),
         }
     }
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
     let target = if create_pr { "main" } else { revision.as_str() };
     let head = head_for(repo, target)?;
@@ -176,7 +178,7 @@ pub(crate) async fn commit(
         if create_pr { format!("refs/pr/{}", repo.pull_requests.len()) } else { format!("refs/heads/{revision}") };
     drop(repos);
     let refs = crate::json_ref(&moved, (!create_pr).then_some(head_sha.as_str()), &sha);
-    sim.webhooks.send("repo.content", "update", &id, private, main.as_deref(), refs);
+    sim.webhooks.send_for(kind, ("repo.content", "update"), &id, private, main.as_deref(), refs);
     tracing::info!(repo.id = %id, commit = %sha, create_pr, "commit");
     Ok(Json(body).into_response())
 }

@@ -23,6 +23,7 @@ use crate::{Shared, Sim};
 /// (see [`super::xet`]); others get `basic` (or `multipart` above one part) actions on the simulator's storage.
 pub(crate) async fn lfs_batch(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name_git)): Path<(String, String)>,
     Json(body): Json<Value>,
@@ -30,7 +31,7 @@ pub(crate) async fn lfs_batch(
     let caller = caller(&sim, &headers)?;
     let name = name_git.strip_suffix(".git").unwrap_or(&name_git);
     let id = format!("{ns}/{name}");
-    proposable_repo(&sim.repos(), &id, caller)?;
+    proposable_repo(&sim.repos_of(kind), &id, caller)?;
     let transfers: Vec<&str> =
         body["transfers"].as_array().map_or_else(|| vec!["basic"], |a| a.iter().filter_map(Value::as_str).collect());
     let multipart = transfers.contains(&"multipart");

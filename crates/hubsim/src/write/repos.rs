@@ -1,5 +1,6 @@
 //! Repositories: create, delete, settings, card validation, and pull requests opened as discussions.
 
+use crate::kind::RepoKind;
 use std::collections::BTreeMap;
 
 use axum::Json;
@@ -45,14 +46,13 @@ pub(crate) async fn create_repo(
     Json(req): Json<CreateRepo>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
-    if req.repo_type.as_deref().is_some_and(|t| t != "model") {
-        return Err(HubError::bad_request("the simulator serves model repositories only"));
-    }
+    let kind = RepoKind::of_type(req.repo_type.as_deref())?;
     let namespace = writable_namespace(req.organization.as_deref(), caller)?;
     let id = format!("{namespace}/{}", req.name);
-    let url = format!("{}/{id}", sim.base_url);
-    if sim.repos().contains_key(&id) {
-        let body = json!({ "error": "You already created this model repo", "url": url });
+    let url = kind.url(&sim.base_url, &id);
+    let exists = format!("You already created this {} repo", kind.noun());
+    if sim.repos_of(kind).contains_key(&id) {
+        let body = json!({ "error": exists, "url": url });
         return Ok((StatusCode::CONFLICT, Json(body)).into_response());
     }
     let sha256 = store_bytes(&sim, GITATTRIBUTES.as_bytes()).await?;
@@ -62,14 +62,14 @@ pub(crate) async fn create_repo(
     let private = req.private.unwrap_or(false) || req.visibility.as_deref() == Some("private");
     let meta = RepoMeta { private, ..RepoMeta::default() };
     let first = Commit::new(None, files, "initial commit".into(), now());
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     if repos.contains_key(&id) {
-        return Err(HubError::conflict("You already created this model repo"));
+        return Err(HubError::conflict(exists));
     }
     let head = first.sha.clone();
     repos.insert(id.clone(), Repo::new(id.clone(), meta, first));
     drop(repos);
-    sim.webhooks.send("repo", "create", &id, private, Some(&head), json!({}));
+    sim.webhooks.send_for(kind, ("repo", "create"), &id, private, Some(&head), json!({}));
     tracing::info!(repo.id = %id, private, "repository created");
     Ok(Json(json!({ "id": id, "name": id, "url": url })).into_response())
 }
@@ -78,6 +78,8 @@ pub(crate) async fn create_repo(
 pub(crate) struct DeleteRepo {
     name: String,
     organization: Option<String>,
+    #[serde(rename = "type")]
+    repo_type: Option<String>,
 }
 
 /// `DELETE /api/repos/delete`.
@@ -89,10 +91,11 @@ pub(crate) async fn delete_repo(
     let caller = caller(&sim, &headers)?;
     let namespace = writable_namespace(req.organization.as_deref(), caller)?;
     let id = format!("{namespace}/{}", req.name);
-    let removed = sim.repos_mut().remove(&id);
+    let kind = RepoKind::of_type(req.repo_type.as_deref())?;
+    let removed = sim.repos_of_mut(kind).remove(&id);
     match removed {
         Some(repo) => {
-            sim.webhooks.send("repo", "delete", &id, repo.meta.private, None, json!({}));
+            sim.webhooks.send_for(kind, ("repo", "delete"), &id, repo.meta.private, None, json!({}));
             Ok(StatusCode::OK.into_response())
         }
         None => Err(HubError::repo_not_found(&id, true)),
@@ -145,6 +148,7 @@ pub(crate) async fn move_repo(
 /// `PUT /api/models/{ns}/{name}/settings`: `private`/`visibility`, `gated`.
 pub(crate) async fn settings(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
     Json(body): Json<Value>,
@@ -152,7 +156,7 @@ pub(crate) async fn settings(
     let caller = caller(&sim, &headers)?;
     can_write(&ns, caller)?;
     let id = format!("{ns}/{name}");
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
     if let Some(p) = body.get("private").and_then(Value::as_bool) {
         repo.meta.private = p;
@@ -169,7 +173,7 @@ pub(crate) async fn settings(
     let (private, head) = (repo.meta.private, repo.head().map(|c| c.sha.clone()));
     drop(repos);
     let config = json!({"updatedConfig": {"private": private}});
-    sim.webhooks.send("repo.config", "update", &id, private, head.as_deref(), config);
+    sim.webhooks.send_for(kind, ("repo.config", "update"), &id, private, head.as_deref(), config);
     Ok(Json(answer).into_response())
 }
 
@@ -182,18 +186,19 @@ pub(crate) async fn validate_yaml(Json(_body): Json<Value>) -> Response {
 /// (what `upload_folder(create_pr=True)` does before committing to that ref).
 pub(crate) async fn create_discussion(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    proposable_repo(&sim.repos(), &id, caller)?;
+    proposable_repo(&sim.repos_of(kind), &id, caller)?;
     if !body["pullRequest"].as_bool().unwrap_or(false) {
         return Err(HubError::bad_request("the simulator only opens pull requests"));
     }
     let title = body["title"].as_str().unwrap_or("Pull request").to_owned();
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
     let head = head_for(repo, "main")?.sha.clone();
     let num = repo.pull_requests.len() as u64 + 1;
@@ -206,12 +211,13 @@ pub(crate) async fn create_discussion(
 /// `GET /api/models/{ns}/{name}/discussions/{num}`.
 pub(crate) async fn get_discussion(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = crate::read::visible_repo(&repos, &id, caller)?;
     if !repo.pull_requests.iter().any(|p| p.num == num) {
         return Err(HubError::not_found(format!("no discussion #{num}")));
@@ -242,11 +248,12 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
 /// `GET /api/models/{ns}/{name}/discussions`: pull requests, newest first (the simulator has no other kind).
 pub(crate) async fn list_discussions(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
-    let repos = sim.repos();
+    let repos = sim.repos_of(kind);
     let repo = crate::read::visible_repo(&repos, &format!("{ns}/{name}"), caller)?;
     let items: Vec<Value> = repo.pull_requests.iter().rev().map(|p| discussion_json(&sim, repo, p.num)).collect();
     let closed = repo.pull_requests.iter().filter(|p| !p.open).count();
@@ -258,6 +265,7 @@ pub(crate) async fn list_discussions(
 /// closes or reopens a pull request.
 pub(crate) async fn set_discussion_status(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
     Json(body): Json<Value>,
@@ -265,7 +273,7 @@ pub(crate) async fn set_discussion_status(
     let caller = caller(&sim, &headers)?;
     can_write(&ns, caller)?;
     let id = format!("{ns}/{name}");
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
     let pr = repo
         .pull_requests
@@ -298,13 +306,14 @@ fn discussion_payload(id: &str, pr: &PullRequest) -> Value {
 /// gets a merge commit: its files with what the pull request changed from its base.
 pub(crate) async fn merge_pull_request(
     State(sim): State<Shared>,
+    kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, num)): Path<(String, String, u64)>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     can_write(&ns, caller)?;
     let id = format!("{ns}/{name}");
-    let mut repos = sim.repos_mut();
+    let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
     let Some(at) = repo.pull_requests.iter().position(|p| p.num == num && p.open) else {
         return Err(HubError::not_found(format!("no open pull request #{num}")));
