@@ -24,6 +24,30 @@ enum DatasetCommand {
     /// <table>/<date>/part-NN.parquet for the tables repos, shards, mirrors and publishers, and README.md (the
     /// dataset card), over what the directory held for that date.
     Write(WriteArgs),
+    /// Publish today's snapshot to a dataset repo on the Hub: only the files that changed, in one commit.
+    ///
+    /// Creates the repo (public) if it does not exist. A file whose bytes the repo already holds (the same
+    /// LFS oid, or the same git blob for the card) is not sent; a part of the same day the snapshot no longer
+    /// has is deleted; other days are kept. A snapshot that changed nothing commits nothing.
+    Push(PushArgs),
+}
+
+#[derive(Args)]
+struct PushArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The dataset repo, NAMESPACE/NAME (the token must be able to write there).
+    #[arg(long, value_name = "REPO")]
+    repo: String,
+    /// The snapshot's date, YYYY-MM-DD (default: today, UTC).
+    #[arg(long, value_name = "DATE")]
+    date: Option<String>,
+    /// Hub endpoint [default: HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Hub token [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
+    #[arg(long, value_name = "TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Args)]
@@ -42,9 +66,51 @@ struct WriteArgs {
 }
 
 pub(super) fn run(args: &DatasetArgs) -> anyhow::Result<Exit> {
-    let DatasetCommand::Write(args) = &args.command;
+    match &args.command {
+        DatasetCommand::Write(args) => write(args),
+        DatasetCommand::Push(args) => push(args),
+    }
+}
+
+/// The date asked for, or today (UTC).
+fn day(date: Option<&String>) -> String {
+    date.cloned().unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string())
+}
+
+fn push(args: &PushArgs) -> anyhow::Result<Exit> {
     hubalign::gate::check_repo_id(&args.repo).map_err(|e| anyhow::anyhow!("--repo {}: {e}", args.repo))?;
-    let date = args.date.clone().unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string());
+    let date = day(args.date.as_ref());
+    let config = hubalign::hub::HubConfig::resolve(args.endpoint.clone(), args.token.clone())?;
+    let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
+    let scratch = tempfile::tempdir().context("making a scratch directory")?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let (snapshot, pushed) = runtime.block_on(async {
+        let store = args.store.open_existing().await?;
+        let snapshot = Snapshot::of(&store, &date).await?;
+        let files = snapshot.files(&args.repo)?;
+        let pushed = hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, &files), scratch.path()).await?;
+        anyhow::Ok((snapshot, pushed))
+    })?;
+    match &pushed.commit {
+        None => eprintln!("{}: unchanged ({} files); nothing committed", args.repo, pushed.unchanged),
+        Some(commit) => eprintln!(
+            "{}: commit {commit}: {} files written ({} bytes), {} deleted, {} unchanged; {} bytes sent ({} repos, {} shards)",
+            args.repo,
+            pushed.written.len(),
+            pushed.bytes_written,
+            pushed.deleted.len(),
+            pushed.unchanged,
+            pushed.bytes_sent,
+            snapshot.repos.len(),
+            snapshot.shards.len()
+        ),
+    }
+    Ok(Exit::Clean)
+}
+
+fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
+    hubalign::gate::check_repo_id(&args.repo).map_err(|e| anyhow::anyhow!("--repo {}: {e}", args.repo))?;
+    let date = day(args.date.as_ref());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let snapshot = runtime.block_on(async {
         let store = args.store.open_existing().await?;

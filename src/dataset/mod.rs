@@ -9,6 +9,7 @@
 
 pub mod card;
 pub mod encode;
+pub mod push;
 pub mod tables;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,7 @@
 //! needs every file before it sends any; these steps stand on their own, so a shard goes up as soon as it is
 //! written and is read once.
 
+use super::repo_ref::RepoRef;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -164,6 +165,11 @@ pub enum Change<'a> {
         /// Its bytes.
         content: Vec<u8>,
     },
+    /// A file removed.
+    Delete {
+        /// Path in the repo.
+        path: &'a str,
+    },
 }
 
 /// The NDJSON commit's lines: `{"key": …, "value": …}`.
@@ -185,6 +191,9 @@ enum CommitLine<'a> {
         path: &'a str,
         content: String,
         encoding: &'static str,
+    },
+    DeletedFile {
+        path: &'a str,
     },
 }
 
@@ -215,8 +224,8 @@ impl HubClient {
     /// takes them); the others travel inline in the commit. An empty file is never LFS. Returns the LFS paths
     /// and the bytes sent.
     #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, files = files.len()))]
-    pub async fn preupload(&self, repo: &str, files: &[PreuploadFile]) -> Result<(Vec<String>, u64), HubError> {
-        let url = self.model_api(repo, "preupload/main");
+    pub async fn preupload(&self, repo: RepoRef<'_>, files: &[PreuploadFile]) -> Result<(Vec<String>, u64), HubError> {
+        let url = self.repo_api(repo, "preupload/main");
         let b64 = base64::engine::general_purpose::STANDARD;
         let ask = PreuploadAsk {
             files: files
@@ -241,8 +250,8 @@ impl HubClient {
     /// Git LFS's batch negotiation for uploading `objects` to `repo` by the basic transfer: the server's
     /// answer for each, and the bytes sent.
     #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, objects = objects.len()))]
-    pub async fn lfs_batch(&self, repo: &str, objects: &[&Stored]) -> Result<(Vec<BatchObject>, u64), HubError> {
-        let url = format!("{}/{}.git/info/lfs/objects/batch", self.endpoint(), crate::gate::encode_path(repo));
+    pub async fn lfs_batch(&self, repo: RepoRef<'_>, objects: &[&Stored]) -> Result<(Vec<BatchObject>, u64), HubError> {
+        let url = format!("{}/{}.git/info/lfs/objects/batch", self.endpoint(), repo.git_path());
         let ask = BatchAsk {
             operation: "upload",
             transfers: ["basic"],
@@ -267,12 +276,12 @@ impl HubClient {
     }
 
     /// Where `repo`'s CAS write token comes from (and is refreshed).
-    pub fn xet_write_token_url(&self, repo: &str) -> String {
-        self.model_api(repo, "xet-write-token/main")
+    pub fn xet_write_token_url(&self, repo: RepoRef<'_>) -> String {
+        self.repo_api(repo, "xet-write-token/main")
     }
 
     /// A CAS write token for `repo`, or `None` where the Hub offers no Xet storage (a 404).
-    pub async fn xet_write_token(&self, repo: &str) -> Result<Option<XetToken>, HubError> {
+    pub async fn xet_write_token(&self, repo: RepoRef<'_>) -> Result<Option<XetToken>, HubError> {
         let url = self.xet_write_token_url(repo);
         match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await {
             Ok(answer) => {
@@ -291,12 +300,12 @@ impl HubClient {
     #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %repo, parent = %parent))]
     pub async fn commit(
         &self,
-        repo: &str,
+        repo: RepoRef<'_>,
         parent: &str,
         summary: &str,
         changes: &[Change<'_>],
     ) -> Result<(String, u64), CommitRefused> {
-        let url = self.model_api(repo, "commit/main");
+        let url = self.repo_api(repo, "commit/main");
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut lines = vec![CommitLine::Header { summary, parent_commit: parent }];
         lines.extend(changes.iter().map(|c| match c {
@@ -306,6 +315,7 @@ impl HubClient {
             Change::Inline { path, content } => {
                 CommitLine::File { path, content: b64.encode(content), encoding: "base64" }
             }
+            Change::Delete { path } => CommitLine::DeletedFile { path },
         }));
         let mut body = Vec::new();
         for line in &lines {
@@ -336,11 +346,13 @@ mod tests {
             CommitLine::Header { summary: "s", parent_commit: "p" },
             CommitLine::LfsFile { path: "m.safetensors", algo: "sha256", oid: &stored.sha256, size: stored.size },
             CommitLine::File { path: "c.json", content: "e30=".into(), encoding: "base64" },
+            CommitLine::DeletedFile { path: "old/part-03.parquet" },
         ];
         let text: Vec<String> = lines.iter().map(|l| serde_json::to_string(l).unwrap()).collect();
         assert_eq!(text[0], r#"{"key":"header","value":{"summary":"s","parentCommit":"p"}}"#);
         assert!(text[1].starts_with(r#"{"key":"lfsFile","value":{"path":"m.safetensors","algo":"sha256","oid":"abab"#));
         assert_eq!(text[2], r#"{"key":"file","value":{"path":"c.json","content":"e30=","encoding":"base64"}}"#);
+        assert_eq!(text[3], r#"{"key":"deletedFile","value":{"path":"old/part-03.parquet"}}"#);
     }
 
     #[test]

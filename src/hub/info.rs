@@ -62,6 +62,24 @@ pub enum Entry {
 }
 
 impl HubClient {
+    /// The commit `repo`'s main branch is at, or `None` if the repo does not exist (a 404).
+    pub async fn head_of(&self, repo: super::repo_ref::RepoRef<'_>) -> Result<Option<String>, HubError> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            sha: String,
+        }
+        let url = self.repo_api(repo, "revision/main");
+        let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await {
+            Ok(fetched) => fetched,
+            Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let head: Head = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("repo info: {e}") })?;
+        gate::check_revision(&head.sha).map_err(|e| HubError::Malformed { url, detail: format!("its commit: {e}") })?;
+        Ok(Some(head.sha))
+    }
+
     /// The repo's current state, read with the token (so a private repo it may see is seen as private).
     pub async fn model_info(&self, repo: &str) -> Result<ModelInfo, HubError> {
         let url = self.model_api(repo, "");

@@ -22,6 +22,7 @@ pub mod pacing;
 pub mod pages;
 pub mod post;
 pub mod probe;
+pub mod repo_ref;
 pub mod repos;
 pub mod retry;
 pub mod tree;
@@ -216,10 +217,15 @@ impl HubClient {
         self
     }
 
-    /// `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty: the one place a model's API URL is
-    /// made, with the id percent-encoded.
+    /// `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty: a model's API URL.
     pub(crate) fn model_api(&self, repo: &str, rest: &str) -> String {
-        let base = format!("{}/api/models/{}", self.endpoint(), gate::encode_path(repo));
+        self.repo_api(repo_ref::RepoRef::model(repo), rest)
+    }
+
+    /// `{endpoint}/api/{models|datasets}/{id}`, then `/{rest}` unless it is empty: the one place a repo's API
+    /// URL is made, with the id percent-encoded.
+    pub(crate) fn repo_api(&self, repo: repo_ref::RepoRef<'_>, rest: &str) -> String {
+        let base = format!("{}/api/{}/{}", self.endpoint(), repo.api_segment(), gate::encode_path(repo.id));
         if rest.is_empty() { base } else { format!("{base}/{rest}") }
     }
 

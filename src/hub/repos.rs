@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use hf_hub::repository::CommitOperation;
-use hf_hub::{HFError, RepoTypeModel};
+use hf_hub::{HFError, RepoTypeDataset, RepoTypeModel};
 use reqwest::StatusCode;
 
 use super::{HubClient, HubError};
@@ -79,7 +79,18 @@ impl HubClient {
     /// Creates `repo` (`namespace/name`), private; a 409 is [`Created::Existed`], not an error.
     pub async fn create_private_repo(&self, repo: &str) -> Result<Created, HubError> {
         let request = self.hf()?.create_repository().repo_id(repo).repo_type(RepoTypeModel).private(true);
-        match request.send().await.map_err(|e| from_hf(repo, e)) {
+        Self::created(request.send().await.map_err(|e| from_hf(repo, e)))
+    }
+
+    /// Creates the dataset repo `repo` (`namespace/name`), public or private; a 409 is
+    /// [`Created::Existed`], not an error.
+    pub async fn create_dataset_repo(&self, repo: &str, private: bool) -> Result<Created, HubError> {
+        let request = self.hf()?.create_repository().repo_id(repo).repo_type(RepoTypeDataset).private(private);
+        Self::created(request.send().await.map_err(|e| from_hf(repo, e)))
+    }
+
+    fn created<T>(sent: Result<T, HubError>) -> Result<Created, HubError> {
+        match sent {
             Ok(_) => Ok(Created::New),
             Err(HubError::Status { status: StatusCode::CONFLICT, .. }) => Ok(Created::Existed),
             Err(e) => Err(e),

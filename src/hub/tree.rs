@@ -42,12 +42,13 @@ impl HubClient {
     /// Every file of `repo` at `revision`, following the tree's pagination (each page at most
     /// [`TREE_PAGE_CAP`] bytes, never a page twice). Paths are returned as listed: the caller checks them.
     pub async fn tree(&self, repo: &str, revision: &str) -> Result<Vec<TreeFile>, HubError> {
-        let first = format!(
-            "{}/api/models/{}/tree/{}?recursive=true&expand=false",
-            self.endpoint(),
-            gate::encode_path(repo),
-            gate::encode_segment(revision)
-        );
+        self.tree_of(repo.into(), revision).await
+    }
+
+    /// [`tree`](Self::tree) of a repository of any kind.
+    pub async fn tree_of(&self, repo: super::repo_ref::RepoRef<'_>, revision: &str) -> Result<Vec<TreeFile>, HubError> {
+        let rest = format!("tree/{}?recursive=true&expand=false", gate::encode_segment(revision));
+        let first = self.repo_api(repo, &rest);
         let mut pages = Pagination::new(self.endpoint(), &first);
         let mut next = Some(first);
         let mut files = Vec::new();

@@ -185,7 +185,7 @@ impl Uploader<'_> {
         // A reordered shard was hashed whole as it was written; a header-padded one was not.
         let known: HashMap<String, String> =
             StreamedRecord::file_sha256(self.repaired, &rel).map(|sha| (rel.clone(), sha)).into_iter().collect();
-        match upload::to_xet(self.hub, self.target, &[(rel.clone(), file.clone())], (&sources, &known)).await {
+        match upload::to_xet(self.hub, self.target.into(), &[(rel.clone(), file.clone())], (&sources, &known)).await {
             Ok((mut stored, bytes)) => {
                 let unchanged = FileId::of(&file) == Some(id);
                 let stored = stored.remove(&rel).filter(|_| unchanged);

@@ -14,7 +14,7 @@ use crate::hub::commit::Stored;
 /// and the bytes sent.
 pub async fn upload(
     hub: &HubClient,
-    target: &str,
+    target: crate::hub::repo_ref::RepoRef<'_>,
     files: &[(String, PathBuf)],
 ) -> Result<(HashMap<String, Stored>, u64), RepackError> {
     let mut stored = HashMap::new();

@@ -29,7 +29,10 @@ use crate::hub::{HubClient, read_capped};
 const DEDUP_SHARD_CAP: usize = 64 << 20;
 
 /// A CAS write token for `target`, or `None` where the Hub offers no Xet storage (a 404).
-pub(super) async fn write_token(hub: &HubClient, target: &str) -> Result<Option<XetToken>, RepackError> {
+pub(super) async fn write_token(
+    hub: &HubClient,
+    target: crate::hub::repo_ref::RepoRef<'_>,
+) -> Result<Option<XetToken>, RepackError> {
     hub.xet_write_token(target).await.map_err(|e| RepackError::hub(format_args!("{target}: Xet write token"), e))
 }
 
@@ -46,7 +49,7 @@ pub struct Primed {
 /// write token first. A failure only costs deduplication, so it is logged, never raised into the job.
 #[tracing::instrument(skip_all, fields(mirror.id = %target))]
 pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
-    match write_token(hub, target).await {
+    match write_token(hub, target.into()).await {
         Ok(Some(token)) => prime_with(&token, target, sources).await,
         Ok(None) => log_outcome(target, sources.len(), Err(failed("the write token")("no Xet storage on this Hub"))),
         Err(e) => log_outcome(target, sources.len(), Err(failed("the write token")(e))),

@@ -265,7 +265,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     create_private(hub, target).await?;
     // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
     let files = upload::files_of(dir);
-    let (lfs, asked) = upload::preupload(mirror.hub, target, &files).await?;
+    let (lfs, asked) = upload::preupload(mirror.hub, target.into(), &files).await?;
     let (to_store, inline): (Vec<_>, Vec<_>) =
         files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
     let order: Vec<String> = to_store.iter().map(|(rel, _)| rel.clone()).collect();
@@ -274,7 +274,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     let sources: Vec<PathBuf> =
         mirror.sources.iter().filter(|p| to_send.iter().any(|(rel, _)| p.ends_with(rel))).cloned().collect();
     let (mut stored, through_xet) =
-        upload::to_xet(mirror.hub, target, &to_send, (&sources, &std::collections::HashMap::new())).await?;
+        upload::to_xet(mirror.hub, target.into(), &to_send, (&sources, &std::collections::HashMap::new())).await?;
     stored.extend(sent_ahead);
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
@@ -285,7 +285,8 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     check_holder(mirror, &parent).await?;
     let stored: Vec<_> = order.into_iter().filter_map(|rel| Some((rel.clone(), stored.remove(&rel)?))).collect();
     let summary = format!("Aligned safetensors from source commit {source_sha}");
-    let (commit, committed) = match upload::commit(mirror.hub, target, &parent, &summary, &stored, &inline).await {
+    let (commit, committed) = match upload::commit(mirror.hub, target.into(), &parent, &summary, &stored, &inline).await
+    {
         Ok(made) => made,
         // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
         Err(CommitError::Moved) => match check_holder(mirror, "main").await? {

@@ -25,7 +25,7 @@ const SAMPLE: u64 = 512;
 /// the commit. An empty file is never LFS. Returns the LFS paths and the bytes sent.
 pub async fn preupload(
     hub: &HubClient,
-    target: &str,
+    target: crate::hub::repo_ref::RepoRef<'_>,
     files: &[(String, PathBuf, u64)],
 ) -> Result<(Vec<String>, u64), RepackError> {
     let (mut lfs, mut sent) = (Vec::new(), 0u64);
@@ -53,7 +53,7 @@ pub async fn preupload(
 /// need not take again. Returns each file's oid and size, and the bytes sent.
 pub async fn to_xet(
     hub: &HubClient,
-    target: &str,
+    target: crate::hub::repo_ref::RepoRef<'_>,
     files: &[(String, PathBuf)],
     (sources, known): (&[PathBuf], &HashMap<String, String>),
 ) -> Result<(HashMap<String, Stored>, u64), RepackError> {
@@ -64,7 +64,7 @@ pub async fn to_xet(
         // A Hub without Xet storage takes Git LFS's basic transfer.
         return super::lfs::upload(hub, target, files).await;
     };
-    prime_with(&token, target, sources).await;
+    prime_with(&token, &target.to_string(), sources).await;
     let xet_error = |e: &dyn std::fmt::Display| RepackError::transient(format!("Xet upload to {target}: {e}"));
     let config = xet_config().map_err(|e| xet_error(&e))?;
     let session = XetSessionBuilder::new_with_config(config).build().map_err(|e| xet_error(&e))?;
@@ -118,7 +118,7 @@ pub(super) fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError
 /// first one landed, the Hub refuses the second with 412 ([`CommitError::Moved`]).
 pub async fn commit(
     hub: &HubClient,
-    target: &str,
+    target: crate::hub::repo_ref::RepoRef<'_>,
     parent: &str,
     summary: &str,
     stored: &[(String, Stored)],

@@ -112,9 +112,9 @@ pub async fn follow(
     // Opened first, by the name the writer gave: once kept, the file is renamed (the open one stays the same).
     let opened = crate::blocking::run("opening a new file", move || crate::safe_fs::open_regular(&path));
     let opened = Arc::new(opened.await?.map_err(FollowError::Open)?);
-    let token = prime::write_token(hub, target).await.map_err(FollowError::Token)?;
+    let token = prime::write_token(hub, target.into()).await.map_err(FollowError::Token)?;
     let token = token.ok_or(FollowError::NoXet)?;
-    let refresh_url = hub.xet_write_token_url(target);
+    let refresh_url = hub.xet_write_token_url(target.into());
     let cas = || Cas { token: &token, refresh_url: &refresh_url, refresh_headers: hub.auth_headers(&refresh_url) };
     let mut stream = None;
     let mut upto = 0;

@@ -233,3 +233,89 @@ fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_f
         assert_eq!(hub["rows"][table], json!(rows), "datasets.load_dataset of {table} from the Hub");
     }
 }
+
+/// `dataset push` of `db`'s snapshot of 2026-12-04 to `alice/mlx-audit`; its printed line.
+fn push(world: &crate::sim::world::World, db: &Path) -> String {
+    let endpoint = world.endpoint();
+    let out = hubalign()
+        .args(["dataset", "push", "--db", db.to_str().unwrap(), "--repo", "alice/mlx-audit", "--date", "2026-12-04"])
+        .args(["--endpoint", endpoint.as_str(), "--token", crate::sim::world::ALICE])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    said
+}
+
+#[test]
+fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let sim = &world.hub.as_ref().unwrap().sim;
+
+    // The first push creates the dataset repo and writes every file.
+    let first = push(&world, &db);
+    assert!(first.contains("deleted, 0 unchanged"), "{first}");
+    // Again, with nothing changed: no commit.
+    sim.counters.reset();
+    let again = push(&world, &db);
+    assert!(again.contains("unchanged") && again.contains("nothing committed"), "{again}");
+    assert_eq!(sim.counters.snapshot().requests.get("commit"), None, "no commit request");
+
+    // One repo changes (its shard repaired, as a new commit): only its publisher's parts and the card go.
+    let repo = sim.config.root.join("models/mlx-community/tiny-q4");
+    let fixed = tempfile::tempdir().unwrap();
+    let out = run(&["fix", repo.join("model.safetensors").to_str().unwrap(), "--out", fixed.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    std::fs::copy(fixed.path().join("model.safetensors"), repo.join("model.safetensors")).unwrap();
+    assert_eq!(world.runtime.block_on(sim.rescan()).unwrap(), ["mlx-community/tiny-q4"]);
+    assert_ok(&audit(&world, &db, &[]));
+    let before = tree(&world);
+    let third = push(&world, &db);
+    let after = tree(&world);
+    let changed: Vec<&String> = after.keys().filter(|p| before.get(*p) != after.get(*p)).collect();
+    let part =
+        |table: &str| hubalign::dataset::part_path(table, "2026-12-04", hubalign::dataset::bucket("mlx-community"));
+    let allowed = [part("repos"), part("shards"), part("publishers"), "README.md".to_owned()];
+    assert!(changed.contains(&&part("repos")) && changed.contains(&&part("shards")), "{changed:?}");
+    assert!(changed.iter().all(|p| allowed.contains(p)), "only mlx-community's parts and the card: {changed:?}");
+    assert!(third.contains("commit ") && third.contains(&format!("{} files written", changed.len())), "{third}");
+
+    // What the Hub serves is, file for file, what `dataset write` writes of the same store.
+    let data = tempfile::tempdir().unwrap();
+    let out = hubalign()
+        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
+        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let endpoint = world.endpoint();
+    let client = reqwest::Client::new();
+    for path in walk(data.path()) {
+        let rel = path.strip_prefix(data.path()).unwrap().to_string_lossy().into_owned();
+        let url = format!("{endpoint}/datasets/alice/mlx-audit/resolve/main/{rel}");
+        let asked = client.get(&url).bearer_auth(crate::sim::world::ALICE);
+        let served = world.runtime.block_on(async { asked.send().await.unwrap().bytes().await.unwrap() });
+        assert_eq!(served.as_ref(), std::fs::read(&path).unwrap().as_slice(), "{rel}");
+    }
+    // The commit touched the changed publisher's parts and the card, and no other publisher's part.
+    let commits = format!("{endpoint}/api/datasets/alice/mlx-audit/commits/main");
+    let asked = client.get(&commits).bearer_auth(crate::sim::world::ALICE);
+    let listed: Value = world.runtime.block_on(async { asked.send().await.unwrap().json().await.unwrap() });
+    assert_eq!(listed.as_array().unwrap().len(), 3, "the repo's creation and two pushes: {listed}");
+}
+
+/// The dataset repo's files on the Hub: path → the oid its tree names (the LFS oid where there is one).
+fn tree(world: &crate::sim::world::World) -> BTreeMap<String, String> {
+    let url = format!("{}/api/datasets/alice/mlx-audit/tree/main?recursive=true", world.endpoint());
+    let asked = reqwest::Client::new().get(&url).bearer_auth(crate::sim::world::ALICE);
+    let listed: Value = world.runtime.block_on(async { asked.send().await.unwrap().json().await.unwrap() });
+    let files = listed.as_array().unwrap().iter().filter(|e| e["type"] == "file");
+    files
+        .map(|e| {
+            let oid = e["lfs"]["oid"].as_str().or(e["oid"].as_str()).unwrap_or_default();
+            (e["path"].as_str().unwrap().to_owned(), oid.to_owned())
+        })
+        .collect()
+}

@@ -1,0 +1,167 @@
+//! Publishing a snapshot to its dataset repo: only the files whose bytes differ from what the repo holds, in
+//! one commit on the head they were compared against; nothing at all when nothing changed.
+//!
+//! A file is unchanged when the repo's tree names the same content: the SHA-256 as the LFS oid of a file in
+//! LFS or the CAS, or the git blob id of a small one (the card). A part the repo holds for the snapshot's day
+//! that the snapshot no longer has (a bucket whose publishers all went private) is deleted; other days are
+//! history and never touched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::Snapshot;
+use super::tables::COLUMNS;
+use crate::hub::commit::{Change, CommitRefused, Stored};
+use crate::hub::repo_ref::RepoRef;
+use crate::hub::{HubClient, HubError};
+use crate::repack::RepackError;
+use crate::repack::upload;
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pushed {
+    /// The commit made; `None` when nothing had changed.
+    pub commit: Option<String>,
+    /// Files written by the commit (new or changed), by path.
+    pub written: Vec<String>,
+    /// Files it deleted.
+    pub deleted: Vec<String>,
+    /// Files already as they are.
+    pub unchanged: usize,
+    /// Bytes of the files written.
+    pub bytes_written: u64,
+    /// Bytes sent to the Hub: the preupload question, the upload, the commit.
+    pub bytes_sent: u64,
+}
+
+/// Why a push failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The Hub refused or failed a request.
+    #[error("{what} of {repo}: {source}")]
+    Hub {
+        /// The request.
+        what: &'static str,
+        /// The dataset repo.
+        repo: String,
+        /// Why.
+        #[source]
+        source: Box<HubError>,
+    },
+    /// Uploading the files failed.
+    #[error(transparent)]
+    Upload(#[from] RepackError),
+    /// The branch moved between the comparison and the commit (another writer): the next push compares again.
+    #[error("{0}: the branch moved during the push; nothing was committed")]
+    Moved(String),
+    /// A batch thread for the work could not run it.
+    #[error(transparent)]
+    Blocking(#[from] crate::blocking::BlockingError),
+    /// A file could not be staged for the upload.
+    #[error("staging {path}: {source}")]
+    Stage {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Pushes `files` (the snapshot's, by path) to the public dataset repo `repo`, creating it if it does not
+/// exist; files to upload are staged in `scratch` first.
+pub async fn push(
+    hub: &HubClient,
+    repo: &str,
+    (snapshot, files): (&Snapshot, &BTreeMap<String, Vec<u8>>),
+    scratch: &Path,
+) -> Result<Pushed, PushError> {
+    let target = RepoRef::dataset(repo);
+    let failed =
+        |what: &'static str| move |source| PushError::Hub { what, repo: repo.to_owned(), source: Box::new(source) };
+    let head = match hub.head_of(target).await.map_err(failed("reading the head"))? {
+        Some(head) => head,
+        None => {
+            hub.create_dataset_repo(repo, false).await.map_err(failed("creating"))?;
+            hub.head_of(target).await.map_err(failed("reading the head"))?.ok_or_else(|| PushError::Hub {
+                what: "reading the head",
+                repo: repo.to_owned(),
+                source: Box::new(HubError::Malformed { url: repo.to_owned(), detail: "created, yet not found".into() }),
+            })?
+        }
+    };
+    let tree = hub.tree_of(target, &head).await.map_err(failed("listing the files"))?;
+    let held: HashMap<&str, &crate::hub::tree::TreeFile> = tree.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut pushed = Pushed::default();
+    let mut sha256 = HashMap::new();
+    // Both ids of each file, in the one pass over its bytes: the LFS oid and the git blob id.
+    let all = files.clone();
+    let digests = crate::blocking::run("hashing a dataset's files", move || -> HashMap<String, (String, String)> {
+        all.iter().map(|(p, b)| (p.clone(), (crate::hashing::sha256_hex(b), crate::hashing::git_blob_oid(b)))).collect()
+    });
+    let mut digests = digests.await?;
+    for (path, bytes) in files {
+        let (digest, blob) = digests.remove(path).unwrap_or_default();
+        let same = held.get(path.as_str()).is_some_and(|f| match &f.lfs {
+            Some(lfs) => lfs.oid == digest,
+            None => f.oid == blob,
+        });
+        if same {
+            pushed.unchanged += 1;
+        } else {
+            pushed.written.push(path.clone());
+            pushed.bytes_written += bytes.len() as u64;
+            sha256.insert(path.clone(), digest);
+        }
+    }
+    let day = |path: &str| COLUMNS.iter().any(|(table, _)| path.starts_with(&format!("{table}/{}/", snapshot.date)));
+    pushed.deleted = tree.iter().map(|f| f.path.clone()).filter(|p| day(p) && !files.contains_key(p)).collect();
+    if pushed.written.is_empty() && pushed.deleted.is_empty() {
+        return Ok(pushed);
+    }
+
+    let written: Vec<(String, Vec<u8>)> = pushed.written.iter().map(|rel| (rel.clone(), files[rel].clone())).collect();
+    let dir = scratch.to_owned();
+    let staged = crate::blocking::run("staging a dataset's files", move || stage(&dir, &written)).await??;
+    let sizes: Vec<(String, PathBuf, u64)> =
+        staged.iter().map(|(rel, path)| (rel.clone(), path.clone(), files[rel].len() as u64)).collect();
+    let (lfs, asked) = upload::preupload(hub, target, &sizes).await?;
+    let to_send: Vec<(String, PathBuf)> = staged.iter().filter(|(rel, _)| lfs.contains(rel)).cloned().collect();
+    let (stored, sent) = upload::to_xet(hub, target, &to_send, (&[], &sha256)).await?;
+    let stored: Vec<(String, Stored)> = stored.into_iter().collect();
+    let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
+    for rel in pushed.written.iter().filter(|rel| !lfs.contains(rel)) {
+        changes.push(Change::Inline { path: rel, content: files[rel].clone() });
+    }
+    changes.extend(pushed.deleted.iter().map(|path| Change::Delete { path }));
+    let summary = format!(
+        "Snapshot of {}: {} files written, {} deleted",
+        snapshot.date,
+        pushed.written.len(),
+        pushed.deleted.len()
+    );
+    let (commit, committed) = match hub.commit(target, &head, &summary, &changes).await {
+        Ok(done) => done,
+        Err(CommitRefused::Moved) => return Err(PushError::Moved(repo.to_owned())),
+        Err(CommitRefused::Hub(e)) => return Err(failed("committing")(e)),
+    };
+    pushed.commit = Some(commit);
+    pushed.bytes_sent = asked + sent + committed;
+    Ok(pushed)
+}
+
+/// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and
+/// part names only); their paths here.
+fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<(String, PathBuf)>, PushError> {
+    let mut staged = Vec::with_capacity(files.len());
+    for (rel, bytes) in files {
+        let path = scratch.join(rel);
+        let failed = |source| PushError::Stage { path: path.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(failed)?;
+        }
+        crate::safe_fs::write_atomic(&path, bytes).map_err(failed)?;
+        staged.push((rel.clone(), path));
+    }
+    Ok(staged)
+}
