@@ -9,10 +9,13 @@ Serves `hubsim --population N` (seed 1, the rehearsal's population; no quotas: t
 timed), crawls it into a fresh SQLite store, then:
 1. `hubalign dataset write` of the snapshot, timed, against `report --shards --format csv` of the same store
    (reading every shard row out of it once, the least any export of them costs);
-2. --pushes updates to population repos (`/_sim/population/push?kind=update`), a crawl that audits them, and
-   `dataset write` again: the files whose bytes changed are what an incremental commit carries. Its bound is
-   the parts holding a publisher a push touched (the least an export cut by publisher can rewrite), and the
-   whole snapshot is the size of a commit that rewrote everything.
+2. `hubalign dataset push` of it to a dataset repo on the simulator (created by the push), timed, with the
+   bytes the simulator received (its counters: request bodies, Xet included);
+3. --pushes updates to population repos (`/_sim/population/push?kind=update`), a crawl that audits them,
+   `dataset write` again (the files whose bytes changed are what an incremental commit carries; bound: the
+   parts of the buckets a push touched, at most), and `dataset push` again, with the bytes it sent against the
+   first push's;
+4. `dataset push` once more with nothing changed: no commit.
 """
 
 import argparse
@@ -44,6 +47,23 @@ def write(bin_, store, out):
     return time.perf_counter() - started, run.stderr.strip()
 
 
+def counters(hub):
+    with urllib.request.urlopen(f"{hub}/_sim/counters", timeout=60) as r:
+        return json.load(r)
+
+
+def push(bin_, store, hub):
+    """`dataset push` to bench/mlx-audit; (seconds, its line, bytes the simulator received, commit requests)."""
+    before = counters(hub)
+    started = time.perf_counter()
+    run = subprocess.run([bin_, "dataset", "push", "--db", store, "--repo", "bench/mlx-audit", "--date", DATE,
+                          "--endpoint", hub, "--token", TOKEN], check=True, capture_output=True, text=True)
+    took = time.perf_counter() - started
+    after = counters(hub)
+    commits = after["requests"].get("commit", 0) - before["requests"].get("commit", 0)
+    return took, run.stderr.strip().splitlines()[-1], after["bytes_received"] - before["bytes_received"], commits
+
+
 def bucket(namespace):
     return hashlib.sha256(namespace.encode()).digest()[0] % 16
 
@@ -56,7 +76,7 @@ def main():
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hubalign-dataset-bench-"))
     sim, hub = start_hubsim(ROOT / "target/release/hubsim", work / "hub", "--token", f"{TOKEN}:bench",
-                            "--population", str(args.repos), "--sample", "0", "--seed", "1", "--no-xet")
+                            "--population", str(args.repos), "--sample", "0", "--seed", "1")
     try:
         store = str(work / "store.db")
         audit = [args.bin, "audit", "--endpoint", hub, "--token", TOKEN, "--db", store, "--concurrency", "8", "-q"]
@@ -72,6 +92,7 @@ def main():
         report_s = time.perf_counter() - started
         before = files_of(first)
         total = sum(len(b) for b in before.values())
+        first_push = push(args.bin, store, hub)
 
         touched = set()
         for _ in range(args.pushes):
@@ -83,6 +104,8 @@ def main():
         second = work / "second"
         write2_s, _ = write(args.bin, store, second)
         after = files_of(second)
+        second_push = push(args.bin, store, hub)
+        third_push = push(args.bin, store, hub)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         changed_bytes = sum(len(after.get(p, b"")) for p in changed)
         parts = [p for p in changed if p.endswith(".parquet")]
@@ -101,6 +124,14 @@ def main():
     print(f"| incremental update after {args.pushes} pushes ({len(touched)} publishers) | {len(changed)} files, "
           f"{changed_bytes:,} bytes (`dataset write` {write2_s:.1f} s) | the whole snapshot: {total:,} bytes | "
           f"{changed_bytes / total:.3f}x |")
+    print(f"| first `dataset push` (creates the repo) | {first_push[0]:.1f} s, {first_push[2]:,} bytes received by "
+          f"the simulator, {first_push[3]} commit | the snapshot's files: {total:,} bytes | "
+          f"{first_push[2] / total:.3f}x |")
+    print(f"| `dataset push` after the {args.pushes} pushes | {second_push[0]:.1f} s, {second_push[2]:,} bytes received, "
+          f"{second_push[3]} commit | the first push: {first_push[2]:,} bytes | {second_push[2] / first_push[2]:.3f}x |")
+    print(f"| `dataset push` with nothing changed | {third_push[0]:.1f} s, {third_push[2]:,} bytes received, "
+          f"{third_push[3]} commits | | |")
+    print(f"\npushes said:\n  {first_push[1]}\n  {second_push[1]}\n  {third_push[1]}")
     print(f"| parts rewritten | {len(parts)} | parts of the touched publishers' buckets "
           f"({len(buckets)} buckets x 4 tables): {4 * len(buckets)} | {len(parts) / max(1, 4 * len(buckets)):.2f}x |")
     print(f"\nchanged: {sorted(changed)}")

@@ -84,13 +84,14 @@ fn push(args: &PushArgs) -> anyhow::Result<Exit> {
     let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
     let scratch = tempfile::tempdir().context("making a scratch directory")?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (snapshot, pushed) = runtime.block_on(async {
+    let snapshot = runtime.block_on(async {
         let store = args.store.open_existing().await?;
-        let snapshot = Snapshot::of(&store, &date).await?;
-        let files = snapshot.files(&args.repo)?;
-        let pushed = hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, &files), scratch.path()).await?;
-        anyhow::Ok((snapshot, pushed))
+        anyhow::Ok(Snapshot::of(&store, &date).await?)
     })?;
+    // Encoding is CPU work: done here, not on the runtime.
+    let files = snapshot.files(&args.repo)?;
+    let pushed =
+        runtime.block_on(hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, &files), scratch.path()))?;
     match &pushed.commit {
         None => eprintln!("{}: unchanged ({} files); nothing committed", args.repo, pushed.unchanged),
         Some(commit) => eprintln!(
@@ -123,6 +124,17 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
             std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
         hubalign::safe_fs::write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
+    // A part of that day the snapshot no longer has (its publishers' repos all went private, say) goes, so
+    // that the directory holds the snapshot and nothing of an older one.
+    for rel in hubalign::dataset::day_parts(&date).into_iter().filter(|rel| !files.contains_key(rel)) {
+        let path = args.out.join(&rel);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
+        }
     }
     let bytes: usize = files.values().map(Vec::len).sum();
     eprintln!(

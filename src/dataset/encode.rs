@@ -9,7 +9,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::record::RecordWriter;
 
 /// `rows` as one Parquet file of one row group, Snappy-compressed (what the Hub's own conversions use, and
-/// every reader of `hf://` reads), naming hubalign as its writer.
+/// every reader of `hf://` reads), naming hubalign (without its version) as its writer.
 pub fn parquet<R>(rows: &[R]) -> Result<Vec<u8>, ParquetError>
 where
     for<'a> &'a [R]: RecordWriter<R>,
@@ -17,7 +17,8 @@ where
     let schema = rows.schema()?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_created_by(format!("hubalign {}", env!("CARGO_PKG_VERSION")))
+        // No version: an upgrade that writes the same rows writes the same bytes, and rewrites nothing.
+        .set_created_by("hubalign".to_owned())
         .build();
     let mut bytes = Vec::new();
     let mut writer = SerializedFileWriter::new(&mut bytes, schema, Arc::new(properties))?;

@@ -26,10 +26,10 @@ pub const BUCKETS: u8 = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
     /// The store could not be read.
-    #[error("reading the store: {0}")]
+    #[error("reading the store")]
     Store(#[from] StoreError),
     /// A table could not be encoded.
-    #[error("encoding {table}: {source}")]
+    #[error("encoding {table}")]
     Encode {
         /// The table.
         table: &'static str,
@@ -38,7 +38,7 @@ pub enum DatasetError {
         source: parquet::errors::ParquetError,
     },
     /// The card could not be rendered.
-    #[error("rendering the dataset card: {0}")]
+    #[error("rendering the dataset card")]
     Card(#[from] minijinja::Error),
     /// The snapshot's date is not a `YYYY-MM-DD` date.
     #[error("not a date (YYYY-MM-DD): {0:?}")]
@@ -63,13 +63,22 @@ pub struct Snapshot {
 impl Snapshot {
     /// The store's public rows, dated `date` (`YYYY-MM-DD`).
     pub async fn of(store: &Store, date: &str) -> Result<Snapshot, DatasetError> {
-        if chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_err() || date.len() != 10 {
+        // Exactly `YYYY-MM-DD`: the date names directories and fills a column, so only its one spelling.
+        let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok();
+        if day.is_none_or(|d| d.format("%Y-%m-%d").to_string() != date) {
             return Err(DatasetError::Date(date.to_owned()));
         }
-        let repos = store.public_repos().await?.into_iter().map(|r| RepoRecord::of(r, date)).collect();
-        let shards = store.public_shards().await?.into_iter().map(|s| ShardRecord::of(s, date)).collect();
-        let mirrors = store.public_mirrors().await?.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
-        let publishers = store.public_publishers().await?.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
+        let mut repos: Vec<_> = store.public_repos().await?.into_iter().map(|r| RepoRecord::of(r, date)).collect();
+        let mut shards: Vec<_> = store.public_shards().await?.into_iter().map(|s| ShardRecord::of(s, date)).collect();
+        let mut mirrors: Vec<_> =
+            store.public_mirrors().await?.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
+        let mut publishers: Vec<_> =
+            store.public_publishers().await?.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
+        // In byte order, whatever the database's collation: the same rows give the same bytes on every backend.
+        repos.sort_by(|a, b| a.repo_id.cmp(&b.repo_id));
+        shards.sort_by(|a, b| (&a.repo_id, &a.file).cmp(&(&b.repo_id, &b.file)));
+        mirrors.sort_by(|a, b| a.source.cmp(&b.source));
+        publishers.sort_by(|a, b| a.namespace.cmp(&b.namespace));
         Ok(Snapshot { date: date.to_owned(), repos, shards, mirrors, publishers })
     }
 
@@ -78,6 +87,7 @@ impl Snapshot {
     pub fn files(&self, repo: &str) -> Result<BTreeMap<String, Vec<u8>>, DatasetError> {
         let mut files = BTreeMap::new();
         let date = &self.date;
+        // A shard's or a mirror's namespace is its repo's (ids are checked `namespace/name` by the crawl).
         let namespace_of = |repo: &str| repo.split_once('/').map_or(repo, |(ns, _)| ns).to_owned();
         parts(&mut files, ("repos", date), &self.repos, |r| r.namespace.clone())?;
         parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
@@ -97,6 +107,11 @@ pub fn bucket(namespace: &str) -> u8 {
 /// The path of a table's part for one day.
 pub fn part_path(table: &str, date: &str, bucket: u8) -> String {
     format!("{table}/{date}/part-{bucket:02}.parquet")
+}
+
+/// Every part a snapshot of `date` may write, by path (whether it has rows or not).
+pub fn day_parts(date: &str) -> std::collections::BTreeSet<String> {
+    tables::COLUMNS.iter().flat_map(|(table, _)| (0..BUCKETS).map(move |b| part_path(table, date, b))).collect()
 }
 
 /// Adds `rows` of `table` to `files`, one part per bucket that has rows, keeping their order.
@@ -173,7 +188,8 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let store = rt.block_on(Store::open(&dir.path().join("s.db"))).unwrap();
-        for bad in ["2026-13-01", "yesterday", "2026-12-04/../x", "2026-1-4"] {
+        for bad in ["2026-13-01", "yesterday", "2026-12-04/../x", "2026-1-4", " 2026-12-4", "+2026-1-04", "2026-12-4 "]
+        {
             assert!(matches!(rt.block_on(Snapshot::of(&store, bad)), Err(DatasetError::Date(_))), "{bad}");
         }
     }

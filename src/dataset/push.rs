@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::Snapshot;
-use super::tables::COLUMNS;
 use crate::hub::commit::{Change, CommitRefused, Stored};
 use crate::hub::repo_ref::RepoRef;
 use crate::hub::{HubClient, HubError};
@@ -51,9 +50,16 @@ pub enum PushError {
     /// Uploading the files failed.
     #[error(transparent)]
     Upload(#[from] RepackError),
-    /// The branch moved between the comparison and the commit (another writer): the next push compares again.
-    #[error("{0}: the branch moved during the push; nothing was committed")]
+    /// The branch moved between the comparison and the commit: another writer, or this very commit sent
+    /// before and its answer lost. The next push compares again (and finds nothing to do in the second case).
+    #[error(
+        "{0}: the branch moved during the push (another writer, or this commit landed and its answer was lost); the next push compares again"
+    )]
     Moved(String),
+    /// The dataset repo exists and is private: the dataset is published public, and a private repo of that
+    /// name is not written into.
+    #[error("{0} exists and is private; give a public dataset repo, or make it public")]
+    Private(String),
     /// A batch thread for the work could not run it.
     #[error(transparent)]
     Blocking(#[from] crate::blocking::BlockingError),
@@ -80,13 +86,20 @@ pub async fn push(
     let failed =
         |what: &'static str| move |source| PushError::Hub { what, repo: repo.to_owned(), source: Box::new(source) };
     let head = match hub.head_of(target).await.map_err(failed("reading the head"))? {
-        Some(head) => head,
+        // The card names a public dataset; a private repo of that name is the operator's, not this one's.
+        Some((_, true)) => return Err(PushError::Private(repo.to_owned())),
+        Some((head, false)) => head,
         None => {
             hub.create_dataset_repo(repo, false).await.map_err(failed("creating"))?;
-            hub.head_of(target).await.map_err(failed("reading the head"))?.ok_or_else(|| PushError::Hub {
-                what: "reading the head",
-                repo: repo.to_owned(),
-                source: Box::new(HubError::Malformed { url: repo.to_owned(), detail: "created, yet not found".into() }),
+            hub.head_of(target).await.map_err(failed("reading the head"))?.map(|(head, _)| head).ok_or_else(|| {
+                PushError::Hub {
+                    what: "reading the head",
+                    repo: repo.to_owned(),
+                    source: Box::new(HubError::Malformed {
+                        url: repo.to_owned(),
+                        detail: "created, yet not found".into(),
+                    }),
+                }
             })?
         }
     };
@@ -114,8 +127,12 @@ pub async fn push(
             sha256.insert(path.clone(), digest);
         }
     }
-    let day = |path: &str| COLUMNS.iter().any(|(table, _)| path.starts_with(&format!("{table}/{}/", snapshot.date)));
-    pushed.deleted = tree.iter().map(|f| f.path.clone()).filter(|p| day(p) && !files.contains_key(p)).collect();
+    // Only a part this snapshot could have written, by its exact name: whatever else the tree lists (another
+    // day, a file someone added, a path the Hub should not have answered) is left alone.
+    pushed.deleted = super::day_parts(&snapshot.date)
+        .into_iter()
+        .filter(|p| held.contains_key(p.as_str()) && !files.contains_key(p))
+        .collect();
     if pushed.written.is_empty() && pushed.deleted.is_empty() {
         return Ok(pushed);
     }

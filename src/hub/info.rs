@@ -62,11 +62,14 @@ pub enum Entry {
 }
 
 impl HubClient {
-    /// The commit `repo`'s main branch is at, or `None` if the repo does not exist (a 404).
-    pub async fn head_of(&self, repo: super::repo_ref::RepoRef<'_>) -> Result<Option<String>, HubError> {
+    /// The commit `repo`'s main branch is at and whether the repo is private, or `None` if the repo does not
+    /// exist (a 404).
+    pub async fn head_of(&self, repo: super::repo_ref::RepoRef<'_>) -> Result<Option<(String, bool)>, HubError> {
         #[derive(serde::Deserialize)]
         struct Head {
             sha: String,
+            #[serde(default)]
+            private: bool,
         }
         let url = self.repo_api(repo, "revision/main");
         let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await {
@@ -77,7 +80,7 @@ impl HubClient {
         let head: Head = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("repo info: {e}") })?;
         gate::check_revision(&head.sha).map_err(|e| HubError::Malformed { url, detail: format!("its commit: {e}") })?;
-        Ok(Some(head.sha))
+        Ok(Some((head.sha, head.private)))
     }
 
     /// The repo's current state, read with the token (so a private repo it may see is seen as private).

@@ -122,7 +122,8 @@ impl Store {
                 (SELECT w.writer FROM shards w WHERE w.repo_id = r.id AND w.writer IS NOT NULL
                  GROUP BY w.writer ORDER BY COUNT(*) DESC, w.writer LIMIT 1) AS writer,
                 (SELECT m.target_repo FROM mirrors m WHERE m.source_repo = r.id AND NOT m.private
-                 AND EXISTS (SELECT 1 FROM jobs j WHERE j.target_repo = m.target_repo AND j.state = 'published')) AS mirror
+                 AND EXISTS (SELECT 1 FROM jobs j WHERE j.repo_id = m.source_repo AND j.target_repo = m.target_repo
+                             AND j.state = 'published')) AS mirror
              FROM repos r JOIN repo_sums s ON s.repo = r.id
              WHERE ",
             public!(),
@@ -151,7 +152,8 @@ impl Store {
                 j.published_commit AS mirror_commit, COALESCE(j.finished_at, j.updated_at) AS published_at,
                 CAST(j.verification AS TEXT) AS verification
              FROM mirrors m JOIN repos r ON r.id = m.source_repo
-             JOIN jobs j ON j.id = (SELECT MAX(k.id) FROM jobs k WHERE k.target_repo = m.target_repo AND k.state = 'published')
+             JOIN jobs j ON j.id = (SELECT MAX(k.id) FROM jobs k WHERE k.repo_id = m.source_repo
+                                    AND k.target_repo = m.target_repo AND k.state = 'published')
              WHERE NOT m.private AND ",
             public!(),
             " ORDER BY m.source_repo"

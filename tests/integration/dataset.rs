@@ -304,6 +304,28 @@ fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
     let asked = client.get(&commits).bearer_auth(crate::sim::world::ALICE);
     let listed: Value = world.runtime.block_on(async { asked.send().await.unwrap().json().await.unwrap() });
     assert_eq!(listed.as_array().unwrap().len(), 3, "the repo's creation and two pushes: {listed}");
+    assert!(sim.counters.snapshot().xet_bytes_received > 0, "the parts went up through Xet");
+
+    // Every lmstudio repo turns private (its namespace alone in its bucket): the day's parts of that bucket
+    // go, and the repo then holds exactly what `dataset write` writes.
+    for id in ["lmstudio/tiny-q8", "lmstudio/tiny-mixed"] {
+        sim.repos_mut().get_mut(id).unwrap().meta.private = true;
+    }
+    assert_ok(&audit(&world, &db, &[]));
+    let fourth = push(&world, &db);
+    assert!(fourth.contains(", 3 deleted,"), "{fourth}");
+    let out = hubalign()
+        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
+        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let mut written: Vec<String> =
+        walk(data.path()).iter().map(|p| p.strip_prefix(data.path()).unwrap().to_string_lossy().into_owned()).collect();
+    written.push(".gitattributes".to_owned());
+    written.sort();
+    assert_eq!(tree(&world).into_keys().collect::<Vec<_>>(), written, "the write removed the same parts");
+    assert!(!written.iter().any(|p| p.ends_with("part-08.parquet")), "{written:?}");
 }
 
 /// The dataset repo's files on the Hub: path → the oid its tree names (the LFS oid where there is one).

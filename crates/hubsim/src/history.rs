@@ -48,7 +48,7 @@ pub(crate) async fn list_commits(
     let mut response = Json(items).into_response();
     if start.saturating_add(COMMITS_PER_PAGE) < chain.len() {
         let rev = form_urlencoded::byte_serialize(revision.as_bytes()).collect::<String>();
-        let next = format!("<{}/api/models/{id}/commits/{rev}?p={}>; rel=\"next\"", sim.base_url, page + 1);
+        let next = format!("<{}{}/commits/{rev}?p={}>; rel=\"next\"", sim.base_url, kind.api_path(&id), page + 1);
         if let Ok(v) = HeaderValue::from_str(&next) {
             response.headers_mut().insert(header::LINK, v);
         }

@@ -17,8 +17,24 @@ pub const SIDECAR: &str = ".hubsim.json";
 /// Files at least this large are LFS even without a matching extension (the Hub's 10 MB rule).
 const LFS_MIN_SIZE: u64 = 10 * 1024 * 1024;
 /// Extensions the Hub's default `.gitattributes` sends to LFS.
-const LFS_EXTENSIONS: [&str; 14] =
-    ["safetensors", "bin", "pt", "pth", "ckpt", "gguf", "npz", "npy", "h5", "onnx", "msgpack", "zip", "tar", "model"];
+const LFS_EXTENSIONS: [&str; 16] = [
+    "safetensors",
+    "bin",
+    "pt",
+    "pth",
+    "ckpt",
+    "gguf",
+    "npz",
+    "npy",
+    "h5",
+    "onnx",
+    "msgpack",
+    "zip",
+    "tar",
+    "model",
+    "parquet",
+    "arrow",
+];
 
 /// Whether a file of this path and size is stored in LFS (and so, on today's Hub, in Xet).
 pub fn is_lfs_path(path: &str, size: u64) -> bool {

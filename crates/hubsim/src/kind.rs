@@ -45,6 +45,30 @@ impl RepoKind {
         }
     }
 
+    /// The API's path of `id`: `/api/models/{id}` or `/api/datasets/{id}`.
+    pub fn api_path(self, id: &str) -> String {
+        match self {
+            RepoKind::Model => format!("/api/models/{id}"),
+            RepoKind::Dataset => format!("/api/datasets/{id}"),
+        }
+    }
+
+    /// `id` as the storage redirect carries it: `{id}` or `datasets/{id}`.
+    pub fn tagged(self, id: &str) -> String {
+        match self {
+            RepoKind::Model => id.to_owned(),
+            RepoKind::Dataset => format!("datasets/{id}"),
+        }
+    }
+
+    /// The kind and id of a [`tagged`](Self::tagged) id.
+    pub fn untag(tagged: &str) -> (RepoKind, &str) {
+        match tagged.strip_prefix("datasets/") {
+            Some(id) => (RepoKind::Dataset, id),
+            None => (RepoKind::Model, tagged),
+        }
+    }
+
     /// The word the Hub's messages use.
     pub fn noun(self) -> &'static str {
         match self {

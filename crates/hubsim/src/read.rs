@@ -189,7 +189,8 @@ pub(super) async fn list_models(
             }
             _ => (offset + page_size).to_string(),
         };
-        let next = format!("<{}/api/models?{query}cursor={cursor}>; rel=\"next\"", sim.base_url);
+        let list = if kind == crate::kind::RepoKind::Dataset { "datasets" } else { "models" };
+        let next = format!("<{}/api/{list}?{query}cursor={cursor}>; rel=\"next\"", sim.base_url);
         if let Ok(v) = HeaderValue::from_str(&next) {
             response.headers_mut().insert(header::LINK, v);
         }
@@ -303,8 +304,9 @@ pub(super) async fn tree(
         let path_part = if prefix.is_empty() { String::new() } else { format!("/{prefix}") };
         let rev = form_urlencoded::byte_serialize(revision.as_bytes()).collect::<String>();
         let next = format!(
-            "<{}/api/models/{id}/tree/{rev}{path_part}?{query}cursor={}>; rel=\"next\"",
+            "<{}{}/tree/{rev}{path_part}?{query}cursor={}>; rel=\"next\"",
             sim.base_url,
+            kind.api_path(&id),
             offset + page_size
         );
         if let Ok(v) = HeaderValue::from_str(&next) {

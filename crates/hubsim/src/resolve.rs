@@ -95,11 +95,12 @@ pub(super) async fn resolve(
         return serve_content(&sim, &method, &headers, &entry.sha256, entry.size, out).await;
     }
     out.insert(header::ETAG, quoted(&entry.git_oid));
-    link_headers(&sim, &mut out, &id, &commit_sha, &entry.sha256, entry.size, entry.xet_hash());
+    link_headers(&sim, &mut out, &kind.api_path(&id), &commit_sha, &entry.sha256, entry.size, entry.xet_hash());
     // An absolute redirect to another origin, as to the Hub's CDN: clients read the file's metadata from this
     // response and drop their token on the way. The query lets storage echo that metadata on a HEAD, for
     // clients that follow the redirect before reading it (hf-hub's range reads).
-    let mut location = format!("{}/_storage/{}?repo={id}&commit={commit_sha}", sim.storage_url, entry.sha256);
+    let tagged = kind.tagged(&id);
+    let mut location = format!("{}/_storage/{}?repo={tagged}&commit={commit_sha}", sim.storage_url, entry.sha256);
     if let Some(xet_hash) = entry.xet_hash() {
         location.push_str(&format!("&xet={xet_hash}"));
     }
@@ -108,11 +109,12 @@ pub(super) async fn resolve(
     Ok((StatusCode::FOUND, out).into_response())
 }
 
-/// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route.
+/// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route (under the
+/// repo's API path `api`).
 fn link_headers(
     sim: &Shared,
     out: &mut HeaderMap,
-    id: &str,
+    api: &str,
     commit: &str,
     sha256: &str,
     size: u64,
@@ -123,7 +125,7 @@ fn link_headers(
     set(out, "x-linked-size", size.to_string());
     if let Some(xet_hash) = xet_hash {
         set(out, "x-xet-hash", xet_hash);
-        let route = format!("/api/models/{id}/xet-read-token/{commit}");
+        let route = format!("{api}/xet-read-token/{commit}");
         set(out, "x-xet-refresh-route", &route);
         set(out, "link", format!("<{}{route}>; rel=\"xet-auth\"", sim.base_url));
     }
@@ -153,7 +155,8 @@ pub(super) async fn storage(
     if method == Method::HEAD
         && let (Some(repo), Some(commit)) = (&origin.repo, &origin.commit)
     {
-        link_headers(&sim, &mut out, repo, commit, &sha256, size, origin.xet.as_deref());
+        let (kind, id) = crate::kind::RepoKind::untag(repo);
+        link_headers(&sim, &mut out, &kind.api_path(id), commit, &sha256, size, origin.xet.as_deref());
     }
     serve_content(&sim, &method, &headers, &sha256, size, out).await
 }

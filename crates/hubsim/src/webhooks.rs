@@ -114,7 +114,7 @@ impl Webhooks {
         let mut payload = json!({
             "event": {"action": action, "scope": scope},
             "repo": {"type": kind.noun(), "name": repo, "id": &crate::digests::sha256_hex(repo.as_bytes())[..24], "private": private,
-                     "url": {"web": format!("/{repo}"), "api": format!("/api/models/{repo}")}, "owner": {"id": "0"}},
+                     "url": {"web": kind.url("", repo), "api": kind.api_path(repo)}, "owner": {"id": "0"}},
             "webhook": {"id": "0", "version": 3},
         });
         if let Some(head) = head {

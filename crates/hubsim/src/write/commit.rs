@@ -158,13 +158,13 @@ pub(crate) async fn commit(
         crate::card::apply(&mut repo.meta, card, false);
     }
     repo.commits.insert(sha.clone(), commit);
-    let mut body = json!({ "success": true, "commitOid": sha, "commitUrl": format!("{}/{id}/commit/{sha}", sim.base_url), "hookOutput": "" });
+    let mut body = json!({ "success": true, "commitOid": sha, "commitUrl": format!("{}/commit/{sha}", kind.url(&sim.base_url, &id)), "hookOutput": "" });
     if create_pr {
         let num = repo.pull_requests.len() as u64 + 1;
         let author = caller.map(|a| a.user.clone()).unwrap_or_default();
         repo.pull_requests.push(PullRequest::opened(num, summary, author, head_sha.clone()));
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
-        let pr_url = format!("{}/{id}/discussions/{num}", sim.base_url);
+        let pr_url = format!("{}/discussions/{num}", kind.url(&sim.base_url, &id));
         // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.
         body["pullRequestUrl"] = pr_url.clone().into();
         body["prUrl"] = pr_url.into();
