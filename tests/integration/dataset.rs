@@ -35,12 +35,7 @@ fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 
     let data = tempfile::tempdir().unwrap();
-    let out = hubalign()
-        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
-        .args(["--date", "2026-12-04", "--repo", "ops/mlx-audit"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    write(&db, data.path(), "ops/mlx-audit");
     let seen = read(data.path());
     // Every reader reads the same rows: datasets through the card's configs.
     assert_eq!(seen["pyarrow"], seen["duckdb"], "pyarrow and DuckDB disagree");
@@ -145,6 +140,26 @@ fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
     assert!(card.contains("hf://datasets/ops/mlx-audit/publishers/*/*.parquet"), "{card}");
 }
 
+/// `hubalign dataset write` of `db`'s snapshot of 2026-12-04 into `out`, its card naming `repo`.
+fn write(db: &Path, out: &Path, repo: &str) {
+    let done = hubalign()
+        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(["--date", "2026-12-04", "--repo", repo])
+        .output()
+        .unwrap();
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+}
+
+/// The files of the dataset written in `dir`, by path, as a repo holding them lists them (with the
+/// `.gitattributes` its creation wrote), sorted.
+fn as_on_the_hub(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> =
+        walk(dir).iter().map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned()).collect();
+    files.push(".gitattributes".to_owned());
+    files.sort();
+    files
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -183,12 +198,7 @@ fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_f
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let data = tempfile::tempdir().unwrap();
-    let out = hubalign()
-        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
-        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    write(&db, data.path(), "alice/mlx-audit");
 
     let (scratch, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let endpoint = world.endpoint();
@@ -206,10 +216,7 @@ fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_f
     let hub: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // The Hub holds the dataset as written, lists it among datasets and not among models.
-    let mut written: Vec<String> =
-        walk(data.path()).iter().map(|p| p.strip_prefix(data.path()).unwrap().to_string_lossy().into_owned()).collect();
-    written.push(".gitattributes".to_owned());
-    written.sort();
+    let written = as_on_the_hub(data.path());
     let files: Vec<String> = serde_json::from_value(hub["files"].clone()).unwrap();
     assert_eq!(files, written);
     assert_eq!(
@@ -284,12 +291,7 @@ fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
 
     // What the Hub serves is, file for file, what `dataset write` writes of the same store.
     let data = tempfile::tempdir().unwrap();
-    let out = hubalign()
-        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
-        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    write(&db, data.path(), "alice/mlx-audit");
     let endpoint = world.endpoint();
     let client = reqwest::Client::new();
     for path in walk(data.path()) {
@@ -314,16 +316,8 @@ fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
     assert_ok(&audit(&world, &db, &[]));
     let fourth = push(&world, &db);
     assert!(fourth.contains(", 3 deleted,"), "{fourth}");
-    let out = hubalign()
-        .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
-        .args(["--date", "2026-12-04", "--repo", "alice/mlx-audit"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let mut written: Vec<String> =
-        walk(data.path()).iter().map(|p| p.strip_prefix(data.path()).unwrap().to_string_lossy().into_owned()).collect();
-    written.push(".gitattributes".to_owned());
-    written.sort();
+    write(&db, data.path(), "alice/mlx-audit");
+    let written = as_on_the_hub(data.path());
     assert_eq!(tree(&world).into_keys().collect::<Vec<_>>(), written, "the write removed the same parts");
     assert!(!written.iter().any(|p| p.ends_with("part-08.parquet")), "{written:?}");
 }
