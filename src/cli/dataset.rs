@@ -1,5 +1,6 @@
 //! `hubalign dataset`: the audit as a public dataset of Parquet tables with a card.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -77,19 +78,30 @@ fn day(date: Option<&String>) -> String {
     date.cloned().unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string())
 }
 
+/// The store's snapshot of `date` (today if none) and its files as the dataset repo `repo` holds them, once
+/// `repo` is checked. Encoding is CPU work: done here, not on the runtime.
+fn snapshot(
+    runtime: &tokio::runtime::Runtime,
+    store: &StoreArgs,
+    repo: &str,
+    date: Option<&String>,
+) -> anyhow::Result<(Snapshot, BTreeMap<String, Vec<u8>>)> {
+    hubalign::gate::check_repo_id(repo).map_err(|e| anyhow::anyhow!("--repo {repo}: {e}"))?;
+    let date = day(date);
+    let snapshot = runtime.block_on(async {
+        let store = store.open_existing().await?;
+        anyhow::Ok(Snapshot::of(&store, &date).await?)
+    })?;
+    let files = snapshot.files(repo)?;
+    Ok((snapshot, files))
+}
+
 fn push(args: &PushArgs) -> anyhow::Result<Exit> {
-    hubalign::gate::check_repo_id(&args.repo).map_err(|e| anyhow::anyhow!("--repo {}: {e}", args.repo))?;
-    let date = day(args.date.as_ref());
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let (snapshot, files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
     let config = hubalign::hub::HubConfig::resolve(args.endpoint.clone(), args.token.clone())?;
     let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
     let scratch = tempfile::tempdir().context("making a scratch directory")?;
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let snapshot = runtime.block_on(async {
-        let store = args.store.open_existing().await?;
-        anyhow::Ok(Snapshot::of(&store, &date).await?)
-    })?;
-    // Encoding is CPU work: done here, not on the runtime.
-    let files = snapshot.files(&args.repo)?;
     let pushed =
         runtime.block_on(hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, &files), scratch.path()))?;
     match &pushed.commit {
@@ -110,14 +122,9 @@ fn push(args: &PushArgs) -> anyhow::Result<Exit> {
 }
 
 fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
-    hubalign::gate::check_repo_id(&args.repo).map_err(|e| anyhow::anyhow!("--repo {}: {e}", args.repo))?;
-    let date = day(args.date.as_ref());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let snapshot = runtime.block_on(async {
-        let store = args.store.open_existing().await?;
-        anyhow::Ok(Snapshot::of(&store, &date).await?)
-    })?;
-    let files = snapshot.files(&args.repo)?;
+    let (snapshot, files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
+    let date = &snapshot.date;
     for (rel, bytes) in &files {
         let path = args.out.join(rel);
         if let Some(parent) = path.parent() {
@@ -127,7 +134,7 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
     }
     // A part of that day the snapshot no longer has (its publishers' repos all went private, say) goes, so
     // that the directory holds the snapshot and nothing of an older one.
-    for rel in hubalign::dataset::day_parts(&date).into_iter().filter(|rel| !files.contains_key(rel)) {
+    for rel in hubalign::dataset::day_parts(date).into_iter().filter(|rel| !files.contains_key(rel)) {
         let path = args.out.join(&rel);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
