@@ -80,6 +80,21 @@ pub(super) struct ServeArgs {
     /// (the scheduled audit stays the backstop). Not served without it.
     #[arg(long, env = "HUBALIGN_WEBHOOK_SECRET", value_name = "SECRET", hide_env_values = true)]
     webhook_secret: Option<String>,
+    /// After each audit, publish its public results to this dataset repo (NAMESPACE/NAME) as Parquet tables,
+    /// as `hubalign dataset push` does: only the files that changed, in one commit; none if nothing did.
+    #[arg(long, env = "HUBALIGN_PUBLISH_DATASET", value_name = "REPO")]
+    publish_dataset: Option<String>,
+    /// After each audit, keep the mirror namespace's Collections in step with the public mirrors: one per
+    /// source namespace ("Aligned MLX: NAMESPACE") and one for all ("Aligned MLX mirrors").
+    #[arg(long, env = "HUBALIGN_COLLECTIONS")]
+    collections: bool,
+    /// After each audit, post one short note on each mirrored source's discussion tab linking its public
+    /// mirror: never twice on a repo, and none on any repo of a namespace that closed one.
+    #[arg(long, env = "HUBALIGN_NOTE_SOURCES")]
+    note_sources: bool,
+    /// Notes on sources posted per audit at most (--note-sources); the rest wait for the next audit.
+    #[arg(long, env = "HUBALIGN_MAX_NOTES", default_value_t = 20, value_name = "N")]
+    max_notes: usize,
 }
 
 pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
@@ -93,7 +108,17 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
         let listener = std::net::TcpListener::bind(args.listen.as_str())
             .with_context(|| format!("cannot listen on {} (--listen, or HUBALIGN_LISTEN)", args.listen))?;
         let url = format!("http://{}/", listener.local_addr()?);
+        if let Some(repo) = &args.publish_dataset {
+            hubalign::gate::check_repo_id(repo)
+                .map_err(|e| anyhow::anyhow!("--publish-dataset {repo}: {e}; give the dataset repo as NAMESPACE/NAME"))?;
+        }
         let s = setup(&args.worker).await?;
+        let publishing = args.publish_dataset.is_some() || args.collections || args.note_sources;
+        if publishing && !s.hub.has_token() {
+            anyhow::bail!(
+                "--publish-dataset, --collections and --note-sources write to the Hub: give a token with write access (--token, HF_TOKEN)"
+            );
+        }
         let config = ServeConfig {
             listener,
             limits: Limits {
@@ -116,6 +141,18 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             admin_token: args.admin_token.clone(),
             scheduler_lease: Duration::from_secs(args.scheduler_lease.max(1)),
             schedules: !args.no_scheduler,
+            publish: hubalign::serve::publish::PublishConfig {
+                dataset: args.publish_dataset.clone(),
+                findable: (args.collections || args.note_sources).then(|| hubalign::findable::FindablePolicy {
+                    owner: s.opts.target_namespace.clone(),
+                    collections: args.collections,
+                    notes: args.note_sources.then(|| hubalign::findable::notes::NotePolicy {
+                        author: s.opts.bot_user.clone(),
+                        max_per_pass: args.max_notes,
+                    }),
+                }),
+                scratch: s.opts.work_dir.join("dataset"),
+            },
             webhook: match args.webhook_secret.clone().filter(|s| !s.is_empty()) {
                 Some(secret) => Some(WebhookConfig { secret, hub: args.worker.hub_client()? }),
                 None => None,

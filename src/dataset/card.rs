@@ -16,6 +16,9 @@ pub const LICENSE: &str = "cc-by-4.0";
 struct Table {
     name: &'static str,
     columns: &'static [Column],
+    /// Whether the snapshot has rows of it: a config whose files match nothing breaks the viewer and
+    /// `load_dataset` (and an empty Parquet file breaks `datasets`' reader), so a table with none gets none.
+    rows: bool,
 }
 
 #[derive(Serialize)]
@@ -39,7 +42,18 @@ pub fn render(snapshot: &Snapshot, repo: &str) -> Result<String, minijinja::Erro
         license: LICENSE,
         repo,
         date: &snapshot.date,
-        tables: COLUMNS.iter().map(|&(name, columns)| Table { name, columns }).collect(),
+        tables: COLUMNS
+            .iter()
+            .map(|&(name, columns)| {
+                let rows = match name {
+                    "repos" => snapshot.repos.len(),
+                    "shards" => snapshot.shards.len(),
+                    "mirrors" => snapshot.mirrors.len(),
+                    _ => snapshot.publishers.len(),
+                };
+                Table { name, columns, rows: rows > 0 }
+            })
+            .collect(),
         repos: snapshot.repos.len(),
         shards: snapshot.shards.len(),
         mirrors: snapshot.mirrors.len(),
@@ -50,4 +64,36 @@ pub fn render(snapshot: &Snapshot, repo: &str) -> Result<String, minijinja::Erro
     let mut env = minijinja::Environment::new();
     env.add_template("dataset_card", TEMPLATE)?;
     env.get_template("dataset_card")?.render(minijinja::value::Serde(&data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_with_no_rows_gets_no_config_that_would_match_no_file() {
+        let mut snapshot = Snapshot { date: "2026-12-04".into(), ..Snapshot::default() };
+        snapshot.publishers.push(super::super::tables::PublisherRecord {
+            snapshot_date: "2026-12-04".into(),
+            namespace: "alice".into(),
+            repos_audited: 1,
+            repos_affected: 0,
+            share_affected: 0.0,
+            shards_aligned: 1,
+            shards_header_pad: 0,
+            shards_relayout: 0,
+            shards_invalid: 0,
+            misaligned_tensors: 0,
+            misaligned_bytes: 0,
+        });
+        let card = render(&snapshot, "ops/audit").unwrap();
+        let front = card.split("---").nth(1).unwrap();
+        assert!(front.contains("config_name: publishers"), "{front}");
+        for table in ["repos", "shards", "mirrors"] {
+            assert!(!front.contains(&format!("config_name: {table}")), "{table}: {front}");
+        }
+        assert_eq!(front.matches("default: true").count(), 1, "{front}");
+        // Every column is still described below, whether the table has rows yet or not.
+        assert!(card.contains("check_mlx_version"));
+    }
 }

@@ -68,12 +68,11 @@ impl Snapshot {
         if day.is_none_or(|d| d.format("%Y-%m-%d").to_string() != date) {
             return Err(DatasetError::Date(date.to_owned()));
         }
-        let mut repos: Vec<_> = store.public_repos().await?.into_iter().map(|r| RepoRecord::of(r, date)).collect();
-        let mut shards: Vec<_> = store.public_shards().await?.into_iter().map(|s| ShardRecord::of(s, date)).collect();
-        let mut mirrors: Vec<_> =
-            store.public_mirrors().await?.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
-        let mut publishers: Vec<_> =
-            store.public_publishers().await?.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
+        let rows = store.public_rows().await?;
+        let mut repos: Vec<_> = rows.repos.into_iter().map(|r| RepoRecord::of(r, date)).collect();
+        let mut shards: Vec<_> = rows.shards.into_iter().map(|s| ShardRecord::of(s, date)).collect();
+        let mut mirrors: Vec<_> = rows.mirrors.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
+        let mut publishers: Vec<_> = rows.publishers.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
         // In byte order, whatever the database's collation: the same rows give the same bytes on every backend.
         repos.sort_by(|a, b| a.repo_id.cmp(&b.repo_id));
         shards.sort_by(|a, b| (&a.repo_id, &a.file).cmp(&(&b.repo_id, &b.file)));

@@ -103,36 +103,22 @@ pub async fn push(
             })?
         }
     };
-    let tree = hub.tree_of(target, &head).await.map_err(failed("listing the files"))?;
-    let held: HashMap<&str, &crate::hub::tree::TreeFile> = tree.iter().map(|f| (f.path.as_str(), f)).collect();
-    let mut pushed = Pushed::default();
-    let mut sha256 = HashMap::new();
+    // Only the paths this snapshot may write or delete: the card and the day's parts, in one request, however
+    // many days the repo holds.
+    let asked: Vec<String> = std::iter::once("README.md".to_owned())
+        .chain(super::day_parts(&snapshot.date))
+        .chain(files.keys().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let tree = hub.paths_info_of(target, &head, &asked).await.map_err(failed("reading the files' ids"))?;
     // Both ids of each file, in the one pass over its bytes: the LFS oid and the git blob id.
     let all = files.clone();
     let digests = crate::blocking::run("hashing a dataset's files", move || -> HashMap<String, (String, String)> {
         all.iter().map(|(p, b)| (p.clone(), (crate::hashing::sha256_hex(b), crate::hashing::git_blob_oid(b)))).collect()
     });
-    let mut digests = digests.await?;
-    for (path, bytes) in files {
-        let (digest, blob) = digests.remove(path).unwrap_or_default();
-        let same = held.get(path.as_str()).is_some_and(|f| match &f.lfs {
-            Some(lfs) => lfs.oid == digest,
-            None => f.oid == blob,
-        });
-        if same {
-            pushed.unchanged += 1;
-        } else {
-            pushed.written.push(path.clone());
-            pushed.bytes_written += bytes.len() as u64;
-            sha256.insert(path.clone(), digest);
-        }
-    }
-    // Only a part this snapshot could have written, by its exact name: whatever else the tree lists (another
-    // day, a file someone added, a path the Hub should not have answered) is left alone.
-    pushed.deleted = super::day_parts(&snapshot.date)
-        .into_iter()
-        .filter(|p| held.contains_key(p.as_str()) && !files.contains_key(p))
-        .collect();
+    let digests = digests.await?;
+    let (mut pushed, sha256) = compare(files, &digests, &tree, &snapshot.date);
     if pushed.written.is_empty() && pushed.deleted.is_empty() {
         return Ok(pushed);
     }
@@ -167,6 +153,41 @@ pub async fn push(
     Ok(pushed)
 }
 
+/// What a push must do: each of `files` (with its `digests`, SHA-256 and git blob id) written unless `held`
+/// (what the Hub answered for the asked paths) names the same content; each part of `date` the repo holds and
+/// the snapshot no longer has, deleted. Only names this snapshot builds are looked up, so whatever else the
+/// Hub answered (another day, a path never asked for, `../x`) is neither written nor deleted. Also returns
+/// the SHA-256 of each file to write.
+fn compare(
+    files: &BTreeMap<String, Vec<u8>>,
+    digests: &HashMap<String, (String, String)>,
+    held: &[crate::hub::tree::TreeFile],
+    date: &str,
+) -> (Pushed, HashMap<String, String>) {
+    let held: HashMap<&str, &crate::hub::tree::TreeFile> = held.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut pushed = Pushed::default();
+    let mut sha256 = HashMap::new();
+    for (path, bytes) in files {
+        let (digest, blob) = digests.get(path).cloned().unwrap_or_default();
+        let same = held.get(path.as_str()).is_some_and(|f| match &f.lfs {
+            Some(lfs) => lfs.oid == digest,
+            None => f.oid == blob,
+        });
+        if same {
+            pushed.unchanged += 1;
+        } else {
+            pushed.written.push(path.clone());
+            pushed.bytes_written += bytes.len() as u64;
+            sha256.insert(path.clone(), digest);
+        }
+    }
+    pushed.deleted = super::day_parts(date)
+        .into_iter()
+        .filter(|p| held.contains_key(p.as_str()) && !files.contains_key(p))
+        .collect();
+    (pushed, sha256)
+}
+
 /// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and
 /// part names only); their paths here.
 fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<(String, PathBuf)>, PushError> {
@@ -181,4 +202,47 @@ fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<(String, Pat
         staged.push((rel.clone(), path));
     }
     Ok(staged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::tree::{LfsInfo, TreeFile};
+
+    fn entry(path: &str, lfs: Option<&str>, oid: &str) -> TreeFile {
+        TreeFile { path: path.into(), size: 1, oid: oid.into(), lfs: lfs.map(|o| LfsInfo { oid: o.into() }) }
+    }
+
+    #[test]
+    fn only_the_snapshot_s_own_names_are_written_or_deleted_whatever_the_hub_answers() {
+        let date = "2026-12-04";
+        let kept = crate::dataset::part_path("repos", date, 1);
+        let changed = crate::dataset::part_path("shards", date, 2);
+        let gone = crate::dataset::part_path("mirrors", date, 3);
+        let files: BTreeMap<String, Vec<u8>> =
+            [(kept.clone(), b"a".to_vec()), (changed.clone(), b"b".to_vec()), ("README.md".to_owned(), b"c".to_vec())]
+                .into_iter()
+                .collect();
+        let digests: HashMap<String, (String, String)> = files
+            .iter()
+            .map(|(p, b)| (p.clone(), (crate::hashing::sha256_hex(b), crate::hashing::git_blob_oid(b))))
+            .collect();
+        let held = vec![
+            entry(&kept, Some(&digests[&kept].0), "x"),
+            entry(&changed, Some("0".repeat(64).as_str()), "x"),
+            entry(&gone, Some("1".repeat(64).as_str()), "x"),
+            // The card as a small file with its git blob id.
+            entry("README.md", None, &digests["README.md"].1),
+            // What a hostile or careless answer may add: never touched.
+            entry("../outside", None, "x"),
+            entry("repos/2026-12-03/part-01.parquet", Some("2".repeat(64).as_str()), "x"),
+            entry("repos/2026-12-04/part-99.parquet", Some("3".repeat(64).as_str()), "x"),
+            entry("repos/2026-12-04/../../x", None, "x"),
+        ];
+        let (pushed, sha256) = compare(&files, &digests, &held, date);
+        assert_eq!(pushed.written, std::slice::from_ref(&changed));
+        assert_eq!(pushed.deleted, [gone]);
+        assert_eq!(pushed.unchanged, 2);
+        assert_eq!(sha256.keys().collect::<Vec<_>>(), [&changed]);
+    }
 }

@@ -1,5 +1,5 @@
-//! A repo's pull requests, for the repack worker's de-duplication and the `--pr` bookkeeping (hf-hub 1.0 has
-//! no discussions API).
+//! A repo's pull requests, for the repack worker's de-duplication and the `--pr` bookkeeping, and its
+//! discussions, for the one note on a mirrored source (hf-hub 1.0 has no discussions API).
 
 use serde::Deserialize;
 
@@ -20,6 +20,22 @@ pub struct PullRequestInfo {
     pub author: String,
     /// The commit it was built on.
     pub base: Option<String>,
+}
+
+/// A discussion (not a pull request) as the notes on sources need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscussionInfo {
+    /// Its number.
+    pub num: u64,
+    /// Its title.
+    pub title: String,
+    /// `open` or `closed`.
+    pub status: String,
+}
+
+#[derive(Deserialize)]
+struct Opened {
+    num: u64,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +100,48 @@ impl HubClient {
             });
         }
         Ok(out)
+    }
+
+    /// The repo's discussions (not pull requests) opened by `author`, as its first page of discussions lists
+    /// them (newest first).
+    pub async fn discussions_by(&self, repo: &str, author: &str) -> Result<Vec<DiscussionInfo>, HubError> {
+        let url = format!(
+            "{}/api/models/{}/discussions?type=discussion&status=all&author={}",
+            self.endpoint(),
+            gate::encode_path(repo),
+            gate::encode_segment(author)
+        );
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        let listing: Listing = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussions: {e}") })?;
+        Ok(listing
+            .discussions
+            .into_iter()
+            .filter(|d| !d.is_pull_request && d.author.as_ref().is_some_and(|a| a.name == author))
+            .map(|d| DiscussionInfo { num: d.num, title: d.title, status: d.status })
+            .collect())
+    }
+
+    /// One discussion's status now (`open`, `closed`).
+    pub async fn discussion_status(&self, repo: &str, num: u64) -> Result<String, HubError> {
+        let url = self.model_api(repo, &format!("discussions/{num}"));
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        let item: Item = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
+        if item.num != num {
+            return Err(HubError::Malformed { url, detail: format!("not discussion #{num}") });
+        }
+        Ok(item.status)
+    }
+
+    /// Opens a discussion on `repo` titled `title` with `description`; its number.
+    pub async fn open_discussion(&self, repo: &str, title: &str, description: &str) -> Result<u64, HubError> {
+        let url = self.model_api(repo, "discussions");
+        let body = serde_json::json!({ "title": title, "description": description, "pullRequest": false });
+        let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
+        let opened: Opened = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
+        Ok(opened.num)
     }
 
     /// One pull request, as its page describes it now.

@@ -10,6 +10,7 @@
 //! Xet reconstruction (several requests where the audit's budget is one), and its snapshot download lists the
 //! tree again and writes wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
+pub mod collections;
 pub mod commit;
 pub mod config;
 pub mod discussions;

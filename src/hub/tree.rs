@@ -61,4 +61,21 @@ impl HubClient {
         }
         Ok(files)
     }
+
+    /// Of `paths` in `repo` at `revision`, the files that exist, in one request (`paths-info`): what a writer
+    /// that knows which paths it may touch needs, whatever else the repo has accumulated. Paths are returned
+    /// as the Hub answered them: the caller compares them with its own.
+    pub async fn paths_info_of(
+        &self,
+        repo: super::repo_ref::RepoRef<'_>,
+        revision: &str,
+        paths: &[String],
+    ) -> Result<Vec<TreeFile>, HubError> {
+        let url = self.repo_api(repo, &format!("paths-info/{}", gate::encode_segment(revision)));
+        let body = serde_json::json!({ "paths": paths, "expand": false });
+        let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
+        let entries: Vec<Entry> = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("paths-info: {e}") })?;
+        Ok(entries.into_iter().filter(|e| e.kind == "file").filter_map(|e| e.file).collect())
+    }
 }

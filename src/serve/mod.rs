@@ -12,6 +12,7 @@ mod metrics;
 mod overview;
 mod pages;
 mod process;
+pub mod publish;
 pub mod runner_api;
 pub mod schedule;
 mod scheduler;
@@ -112,6 +113,8 @@ pub struct ServeConfig {
     pub schedules: bool,
     /// The Hub webhooks' endpoint and what acts on them; not served without it.
     pub webhook: Option<WebhookConfig>,
+    /// What is published after each audit this replica runs.
+    pub publish: publish::PublishConfig,
 }
 
 /// `POST /api/hub/webhook`'s configuration.
@@ -259,6 +262,11 @@ pub async fn serve(
     let shared = Arc::new(Shared { hub, store, health: health.clone() });
     let mut service = service::Service::new(health.clone());
     service.http(listener, app, config.limits);
+    let published = Arc::new(tokio::sync::Notify::new());
+    if config.publish.any() && config.schedules {
+        let task = publish::publisher(shared.clone(), config.publish.clone(), published.clone(), service.stop_signal());
+        service.spawn("the publisher", task);
+    }
     let scheduling = scheduler::SchedulerConfig {
         opts: config.audit.clone(),
         policy: config.policy.clone(),
@@ -267,6 +275,7 @@ pub async fn serve(
         me: config.repack.worker.clone(),
         next_run,
         audit_now,
+        published,
     };
     if config.schedules {
         service.spawn("the scheduler", scheduler::scheduler(shared.clone(), service.stop_signal(), scheduling));

@@ -26,6 +26,8 @@ pub(super) struct SchedulerConfig {
     pub(super) next_run: Arc<Mutex<String>>,
     /// Woken by an administrator's "audit now" on this replica (the request is in the store for any other).
     pub(super) audit_now: Arc<Notify>,
+    /// Told when an audit and its pass over the mirrors end, for the publisher (`super::publish`), if any.
+    pub(super) published: Arc<Notify>,
 }
 
 /// Runs the scheduler until `stop`, then gives the lease up so another replica takes over at once.
@@ -193,6 +195,8 @@ async fn run_audit(
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
     crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
+    // After the mirrors' pass, so a mirror it made private leaves the collections in the same round.
+    config.published.notify_one();
 }
 
 #[cfg(test)]

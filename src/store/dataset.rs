@@ -110,10 +110,21 @@ pub struct PublicPublisher {
     pub misaligned_bytes: i64,
 }
 
-impl Store {
-    /// Every public repo, by id.
-    pub async fn public_repos(&self) -> Result<Vec<PublicRepo>, StoreError> {
-        let query = concat!(
+/// The four tables' rows, read together.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PublicRows {
+    /// Public repos, by id.
+    pub repos: Vec<PublicRepo>,
+    /// Their shards, by repo and path.
+    pub shards: Vec<PublicShard>,
+    /// Their public mirrors, by source.
+    pub mirrors: Vec<PublicMirror>,
+    /// Publishers' sums over them, by namespace.
+    pub publishers: Vec<PublicPublisher>,
+}
+
+/// Every public repo, by id.
+const REPOS: &str = concat!(
             "SELECT r.id AS repo_id, r.namespace, r.audited_sha AS sha,
                 CAST(s.shards_aligned + s.shards_header_pad + s.shards_relayout + s.shards_invalid AS BIGINT) AS shards,
                 CAST(s.shards_aligned AS BIGINT) AS shards_aligned, CAST(s.shards_header_pad AS BIGINT) AS shards_header_pad,
@@ -129,42 +140,33 @@ impl Store {
             public!(),
             " ORDER BY r.id"
         );
-        on_pool!(self, |pool| sqlx::query_as(query).fetch_all(pool).await).map_err(sql("public repos"))
-    }
 
-    /// Every shard of a public repo, by repo and path.
-    pub async fn public_shards(&self) -> Result<Vec<PublicShard>, StoreError> {
-        let query = concat!(
-            "SELECT s.repo_id, r.namespace, s.path, s.size, s.verdict, s.tensors, s.misaligned_tensors,
+/// Every shard of a public repo, by repo and path.
+const SHARDS: &str = concat!(
+    "SELECT s.repo_id, r.namespace, s.path, s.size, s.verdict, s.tensors, s.misaligned_tensors,
                 s.misaligned_bytes, s.data_start, s.writer
              FROM shards s JOIN repos r ON r.id = s.repo_id
              WHERE ",
-            public!(),
-            " ORDER BY s.repo_id, s.path"
-        );
-        on_pool!(self, |pool| sqlx::query_as(query).fetch_all(pool).await).map_err(sql("public shards"))
-    }
+    public!(),
+    " ORDER BY s.repo_id, s.path"
+);
 
-    /// Every public mirror of a public source, with its newest published job, by source.
-    pub async fn public_mirrors(&self) -> Result<Vec<PublicMirror>, StoreError> {
-        let query = concat!(
-            "SELECT m.source_repo AS source, r.namespace, m.target_repo AS mirror, j.source_sha,
+/// Every public mirror of a public source, with its newest published job, by source.
+const MIRRORS: &str = concat!(
+    "SELECT m.source_repo AS source, r.namespace, m.target_repo AS mirror, j.source_sha,
                 j.published_commit AS mirror_commit, COALESCE(j.finished_at, j.updated_at) AS published_at,
                 CAST(j.verification AS TEXT) AS verification
              FROM mirrors m JOIN repos r ON r.id = m.source_repo
              JOIN jobs j ON j.id = (SELECT MAX(k.id) FROM jobs k WHERE k.repo_id = m.source_repo
                                     AND k.target_repo = m.target_repo AND k.state = 'published')
              WHERE NOT m.private AND ",
-            public!(),
-            " ORDER BY m.source_repo"
-        );
-        on_pool!(self, |pool| sqlx::query_as(query).fetch_all(pool).await).map_err(sql("public mirrors"))
-    }
+    public!(),
+    " ORDER BY m.source_repo"
+);
 
-    /// Each publisher's sums over its public repos, by namespace.
-    pub async fn public_publishers(&self) -> Result<Vec<PublicPublisher>, StoreError> {
-        let query = concat!(
-            "SELECT r.namespace, COUNT(*) AS repos_audited,
+/// Each publisher's sums over its public repos, by namespace.
+const PUBLISHERS: &str = concat!(
+    "SELECT r.namespace, COUNT(*) AS repos_audited,
                 COUNT(*) FILTER (WHERE s.misaligned_bytes > 0) AS repos_affected,
                 CAST(SUM(s.shards_aligned) AS BIGINT) AS shards_aligned,
                 CAST(SUM(s.shards_header_pad) AS BIGINT) AS shards_header_pad,
@@ -174,9 +176,30 @@ impl Store {
                 CAST(SUM(s.misaligned_bytes) AS BIGINT) AS misaligned_bytes
              FROM repos r JOIN repo_sums s ON s.repo = r.id
              WHERE ",
-            public!(),
-            " GROUP BY r.namespace ORDER BY r.namespace"
-        );
-        on_pool!(self, |pool| sqlx::query_as(query).fetch_all(pool).await).map_err(sql("public publishers"))
+    public!(),
+    " GROUP BY r.namespace ORDER BY r.namespace"
+);
+
+impl Store {
+    /// Every public mirror of a public source, by source (the collections and the notes on sources need no
+    /// other table).
+    pub async fn public_mirrors(&self) -> Result<Vec<PublicMirror>, StoreError> {
+        on_pool!(self, |pool| sqlx::query_as(MIRRORS).fetch_all(pool).await).map_err(sql("public mirrors"))
+    }
+
+    /// Every public row, the four tables read in one read-only transaction on one snapshot of the database,
+    /// so that a crawl writing meanwhile cannot make them disagree (a repo's sums in `repos` and its rows in
+    /// `shards` from two different audits). SQLite's deferred transaction keeps the WAL snapshot its first
+    /// read took; PostgreSQL's is asked for repeatable read.
+    pub async fn public_rows(&self) -> Result<PublicRows, StoreError> {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_snapshot()).await.map_err(sql("begin"))?;
+            let repos = sqlx::query_as(REPOS).fetch_all(&mut *tx).await.map_err(sql("public repos"))?;
+            let shards = sqlx::query_as(SHARDS).fetch_all(&mut *tx).await.map_err(sql("public shards"))?;
+            let mirrors = sqlx::query_as(MIRRORS).fetch_all(&mut *tx).await.map_err(sql("public mirrors"))?;
+            let publishers = sqlx::query_as(PUBLISHERS).fetch_all(&mut *tx).await.map_err(sql("public publishers"))?;
+            tx.commit().await.map_err(sql("commit"))?;
+            Ok(PublicRows { repos, shards, mirrors, publishers })
+        })
     }
 }

@@ -14,6 +14,7 @@ pub mod leases;
 pub mod location;
 pub mod metal;
 pub mod mirrors;
+pub mod notes;
 mod outcomes;
 pub mod pull_requests;
 pub mod queries;
@@ -249,6 +250,15 @@ impl Store {
         match self.pool {
             Pool::Sqlite(_) => "BEGIN IMMEDIATE",
             Pool::Postgres(_) => "BEGIN",
+        }
+    }
+
+    /// How a read-only transaction that must see one snapshot begins. SQLite's deferred one keeps the snapshot
+    /// its first read takes (WAL); PostgreSQL's default, read committed, gives each statement its own.
+    pub(crate) fn begin_snapshot(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "BEGIN",
+            Pool::Postgres(_) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         }
     }
 

@@ -239,6 +239,13 @@ fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_f
         assert!(rows > 0, "{table}");
         assert_eq!(hub["rows"][table], json!(rows), "datasets.load_dataset of {table} from the Hub");
     }
+    // No mirror yet: the card has no config for the empty table (one matching no file breaks the viewer), and
+    // asking for it says that config does not exist rather than failing on a file.
+    assert!(here["pyarrow"]["mirrors"].as_array().unwrap().is_empty());
+    let card = std::fs::read_to_string(data.path().join("README.md")).unwrap();
+    assert!(!card.contains("config_name: mirrors") && card.contains("config_name: repos"), "{card}");
+    let said = hub["rows"]["mirrors"].as_str().unwrap_or_default();
+    assert!(said.contains("mirrors") && said.contains("not found"), "{said}");
 }
 
 /// `dataset push` of `db`'s snapshot of 2026-12-04 to `alice/mlx-audit`; its printed line.

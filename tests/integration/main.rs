@@ -9,6 +9,7 @@ mod cli_scan;
 mod dataset;
 mod deploy;
 mod docs;
+mod findable;
 mod fixtures;
 mod hashing_aarch64;
 mod hostile;

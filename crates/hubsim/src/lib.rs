@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod card;
 pub mod clock;
+pub mod collections;
 pub mod counters;
 pub mod digests;
 pub mod error;
@@ -148,6 +149,8 @@ pub struct Sim {
     pub webhooks: webhooks::Webhooks,
     /// Repos renamed, whose old names redirect.
     pub moves: moves::Moves,
+    /// Collections, by id.
+    pub collections: collections::Collections,
     /// Files of the synthetic population, by oid, generated when read.
     synthetic: RwLock<HashMap<String, Arc<population::content::SyntheticFile>>>,
     /// The synthetic population, when there is one.
@@ -370,6 +373,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         webhooks: webhooks::Webhooks::new(config.webhooks.clone()),
         moves: moves::Moves::default(),
+        collections: collections::Collections::default(),
         synthetic: RwLock::default(),
         population,
         config,

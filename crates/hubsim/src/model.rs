@@ -166,12 +166,19 @@ pub struct PullRequest {
     pub base: String,
     /// Whether it was merged (and so is no longer open).
     pub merged: bool,
+    /// A pull request (with `refs/pr/{num}`), or a discussion only.
+    pub is_pull_request: bool,
 }
 
 impl PullRequest {
     /// An open pull request.
     pub fn opened(num: u64, title: String, author: String, base: String) -> PullRequest {
-        PullRequest { num, title, open: true, author, base, merged: false }
+        PullRequest { num, title, open: true, author, base, merged: false, is_pull_request: true }
+    }
+
+    /// An open discussion, with no changes of its own.
+    pub fn discussion(num: u64, title: String, author: String) -> PullRequest {
+        PullRequest { num, title, open: true, author, base: String::new(), merged: false, is_pull_request: false }
     }
 
     /// `open`, `closed` or `merged`, as the Hub says.

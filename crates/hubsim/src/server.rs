@@ -14,7 +14,7 @@ use axum::routing::{any, get, post, put};
 
 use super::counters::CounterSnapshot;
 use super::faults::{Bucket, Caller, Fault};
-use super::{Shared, history, read, resolve, write, xet_api};
+use super::{Shared, collections, history, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
 pub(crate) fn hub_router(sim: Shared) -> Router {
@@ -70,6 +70,13 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .route("/_sim/population", get(population))
         .route("/_sim/population/push", post(push))
         .route("/api/repos/move", post(write::move_repo))
+        .route("/api/collections", get(collections::list).post(collections::create))
+        .route(
+            "/api/collections/{ns}/{rest}",
+            get(collections::get).patch(collections::update).delete(collections::delete),
+        )
+        .route("/api/collections/{ns}/{rest}/items", post(collections::add_item))
+        .route("/api/collections/{ns}/{rest}/items/{object_id}", axum::routing::delete(collections::delete_item))
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(sim.clone(), super::moves::follow_moves))
         .layer(middleware::from_fn_with_state(sim.clone(), admit))

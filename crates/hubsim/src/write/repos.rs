@@ -194,17 +194,18 @@ pub(crate) async fn create_discussion(
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
     proposable_repo(&sim.repos_of(kind), &id, caller)?;
-    if !body["pullRequest"].as_bool().unwrap_or(false) {
-        return Err(HubError::bad_request("the simulator only opens pull requests"));
-    }
     let title = body["title"].as_str().unwrap_or("Pull request").to_owned();
     let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
-    let head = head_for(repo, "main")?.sha.clone();
     let num = repo.pull_requests.len() as u64 + 1;
     let author = caller.map(|a| a.user.clone()).unwrap_or_default();
-    repo.pull_requests.push(PullRequest::opened(num, title, author, head.clone()));
-    repo.refs.insert(format!("refs/pr/{num}"), head);
+    if body["pullRequest"].as_bool().unwrap_or(false) {
+        let head = head_for(repo, "main")?.sha.clone();
+        repo.pull_requests.push(PullRequest::opened(num, title, author, head.clone()));
+        repo.refs.insert(format!("refs/pr/{num}"), head);
+    } else {
+        repo.pull_requests.push(PullRequest::discussion(num, title, author));
+    }
     Ok(Json(discussion_json(&sim, repo, num)).into_response())
 }
 
@@ -233,7 +234,7 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
         "num": num,
         "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
         "status": pr.map_or("closed", PullRequest::status),
-        "isPullRequest": true,
+        "isPullRequest": pr.is_some_and(|p| p.is_pull_request),
         "createdAt": now(),
         "author": { "name": pr.map(|p| p.author.clone()).unwrap_or_default() },
         "repo": { "name": repo.id, "type": "model" },
@@ -245,7 +246,7 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
     })
 }
 
-/// `GET /api/models/{ns}/{name}/discussions`: pull requests, newest first (the simulator has no other kind).
+/// `GET /api/models/{ns}/{name}/discussions`: discussions and pull requests, newest first.
 pub(crate) async fn list_discussions(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
@@ -298,7 +299,7 @@ pub(crate) async fn set_discussion_status(
 
 /// The `discussion` part of a community payload.
 fn discussion_payload(id: &str, pr: &PullRequest) -> Value {
-    json!({"discussion": {"num": pr.num, "status": pr.status(), "isPullRequest": true, "title": pr.title,
+    json!({"discussion": {"num": pr.num, "status": pr.status(), "isPullRequest": pr.is_pull_request, "title": pr.title,
         "author": {"id": "0"}, "url": {"web": format!("/{id}/discussions/{}", pr.num)}}})
 }
 
@@ -315,7 +316,7 @@ pub(crate) async fn merge_pull_request(
     let id = format!("{ns}/{name}");
     let mut repos = sim.repos_of_mut(kind);
     let repo = repo_mut(&mut repos, &id)?;
-    let Some(at) = repo.pull_requests.iter().position(|p| p.num == num && p.open) else {
+    let Some(at) = repo.pull_requests.iter().position(|p| p.num == num && p.open && p.is_pull_request) else {
         return Err(HubError::not_found(format!("no open pull request #{num}")));
     };
     let main = head_for(repo, "main")?;

@@ -1,0 +1,13 @@
+-- The one note a mirrored source gets on its discussion tab (serve --note-sources), and who said no: a note
+-- closed by anyone but hubalign opts its whole namespace out of further notes.
+CREATE TABLE source_notes (
+    source_repo  TEXT PRIMARY KEY,
+    namespace    TEXT NOT NULL,
+    mirror_repo  TEXT NOT NULL,
+    -- The discussion's number on the source.
+    num          BIGINT NOT NULL,
+    posted_at    TEXT NOT NULL,
+    -- TRUE once the note was seen closed: the namespace said no.
+    declined     BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE INDEX source_notes_namespace ON source_notes (namespace);

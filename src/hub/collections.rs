@@ -1,0 +1,191 @@
+//! The Hub's Collections API, as far as keeping the mirrors' collections needs it (hf-hub 1.0 has none): a
+//! namespace's collections, one collection's items, creating one, adding and removing a model.
+//!
+//! Slugs and item ids come from the Hub and go back into URLs: each is checked for its shape before use.
+
+use serde::Deserialize;
+
+use super::pacing::Bucket;
+use super::{BodyLimit, Exchange, HubClient, HubError, INFO_CAP, SMALL_CAP};
+use crate::gate;
+
+/// A collection as listed: its slug and title.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectionRef {
+    /// `namespace/title-words-id`.
+    pub slug: String,
+    /// Its title.
+    pub title: String,
+}
+
+/// One item of a collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectionItem {
+    /// The item's own id in the collection, which removing it names.
+    pub object_id: String,
+    /// The repo (`namespace/name`) or paper it shows.
+    pub id: String,
+    /// `model`, `dataset`, `space`, `paper`, `collection`.
+    pub kind: String,
+}
+
+#[derive(Deserialize)]
+struct Listed {
+    slug: String,
+    #[serde(default)]
+    title: String,
+}
+
+#[derive(Deserialize)]
+struct Full {
+    #[serde(default)]
+    items: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    #[serde(rename = "_id")]
+    object_id: String,
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+fn malformed(url: &str, detail: impl Into<String>) -> HubError {
+    HubError::Malformed { url: url.to_owned(), detail: detail.into() }
+}
+
+/// Whether `slug` has the Hub's shape: a valid namespace, `/`, then letters, digits, `-`, `_` and `.`.
+fn check_slug(slug: &str) -> bool {
+    slug.split_once('/').is_some_and(|(ns, rest)| {
+        gate::check_namespace(ns).is_ok()
+            && !rest.is_empty()
+            && rest.len() <= 200
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    })
+}
+
+/// Whether `id` looks like an object id (hex, at most 64 digits).
+fn check_object_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl HubClient {
+    fn collections_url(&self) -> String {
+        format!("{}/api/collections", self.endpoint())
+    }
+
+    /// Every collection `owner` has that this token can see, following the listing's pages.
+    pub async fn collections_of(&self, owner: &str) -> Result<Vec<CollectionRef>, HubError> {
+        let first = format!("{}?owner={}&limit=100", self.collections_url(), gate::encode_segment(owner));
+        let mut pages = super::pages::Pagination::new(self.endpoint(), &first);
+        let mut url = first;
+        let mut out = Vec::new();
+        loop {
+            let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+            let listed: Vec<Listed> =
+                serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collections: {e}")))?;
+            for c in listed {
+                if !check_slug(&c.slug) {
+                    return Err(malformed(&url, format!("not a collection slug: {}", gate::quote(&c.slug))));
+                }
+                out.push(CollectionRef { slug: c.slug, title: c.title });
+            }
+            match pages.next(&url, &fetched.headers)? {
+                Some(next) => url = next,
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every item of the collection `slug` this token can see.
+    pub async fn collection_items(&self, slug: &str) -> Result<Vec<CollectionItem>, HubError> {
+        let url = self.collection_url(slug)?;
+        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
+        let full: Full =
+            serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
+        full.items
+            .into_iter()
+            .map(|i| {
+                if !check_object_id(&i.object_id) {
+                    return Err(malformed(&url, format!("not an item id: {}", gate::quote(&i.object_id))));
+                }
+                Ok(CollectionItem { object_id: i.object_id, id: i.id, kind: i.kind })
+            })
+            .collect()
+    }
+
+    /// Creates a public collection `title` in `namespace` and returns its slug; `None` if one of that title
+    /// exists already (the Hub's 409), which the caller finds by listing.
+    pub async fn create_collection(
+        &self,
+        namespace: &str,
+        title: &str,
+        description: &str,
+    ) -> Result<Option<String>, HubError> {
+        let url = self.collections_url();
+        let body = serde_json::json!({
+            "title": title, "namespace": namespace, "description": description, "private": false,
+        });
+        match self.post(&url, "application/json", body.to_string().into_bytes()).await {
+            Ok(fetched) => {
+                let made: Listed =
+                    serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
+                if !check_slug(&made.slug) {
+                    return Err(malformed(&url, format!("not a collection slug: {}", gate::quote(&made.slug))));
+                }
+                Ok(Some(made.slug))
+            }
+            Err(HubError::Status { status: reqwest::StatusCode::CONFLICT, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Adds the model `repo` to the collection `slug` with `note`; one already there is not an error.
+    pub async fn add_to_collection(&self, slug: &str, repo: &str, note: &str) -> Result<(), HubError> {
+        gate::check_repo_id(repo).map_err(|e| malformed(repo, e.to_string()))?;
+        let url = format!("{}/items", self.collection_url(slug)?);
+        let body = serde_json::json!({ "item": { "type": "model", "id": repo }, "note": note });
+        match self.post(&url, "application/json", body.to_string().into_bytes()).await {
+            Ok(_) | Err(HubError::Status { status: reqwest::StatusCode::CONFLICT, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the item `object_id` from the collection `slug`; one already gone is not an error.
+    pub async fn remove_from_collection(&self, slug: &str, object_id: &str) -> Result<(), HubError> {
+        if !check_object_id(object_id) {
+            return Err(malformed(slug, format!("not an item id: {}", gate::quote(object_id))));
+        }
+        let url = format!("{}/items/{object_id}", self.collection_url(slug)?);
+        match self.exchange(Bucket::Api, &url, &super::Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await {
+            Ok(Exchange::Read(_) | Exchange::Open(_))
+            | Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn collection_url(&self, slug: &str) -> Result<String, HubError> {
+        if !check_slug(slug) {
+            return Err(malformed(slug, format!("not a collection slug: {}", gate::quote(slug))));
+        }
+        Ok(format!("{}/{}", self.collections_url(), gate::encode_path(slug)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_and_item_ids_from_the_hub_are_checked_before_they_go_into_a_url() {
+        assert!(check_slug("hubalign/aligned-mlx-mlx-community-6000000000000000000000001"));
+        for bad in ["", "ns", "ns/", "../x/y", "ns/a/b", "ns/a?b", "ns/a%2F..", "ns/a b", "ns/\u{1b}[31m"] {
+            assert!(!check_slug(bad), "{bad:?}");
+        }
+        assert!(check_object_id("6000000000000000000000001"));
+        for bad in ["", "../x", "zz", &"a".repeat(65)] {
+            assert!(!check_object_id(bad), "{bad:?}");
+        }
+    }
+}

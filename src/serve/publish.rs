@@ -1,0 +1,145 @@
+//! What follows each audit on the replica that ran it, in a task of its own so the scheduler never waits for
+//! the Hub's writes: the public dataset pushed (`--publish-dataset`), then the mirrors' Collections kept in
+//! step (`--collections`) and the notes on sources posted (`--note-sources`).
+//!
+//! An audit that ends while a pass runs wakes one more pass after it (wakes are not queued beyond one), so a
+//! burst of audits costs at most two passes. Encoding the tables is CPU work and runs on a blocking thread;
+//! each part's failure is logged and leaves the others, and the next audit tries again.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+
+use super::Shared;
+use crate::dataset::push::{PushError, Pushed};
+use crate::dataset::{DatasetError, Snapshot};
+use crate::findable::{FindablePolicy, collections, notes};
+
+/// What the pass after each audit publishes; nothing by default.
+#[derive(Debug, Clone, Default)]
+pub struct PublishConfig {
+    /// The dataset repo the audit's public results go to.
+    pub dataset: Option<String>,
+    /// The collections and notes to keep.
+    pub findable: Option<FindablePolicy>,
+    /// Where the dataset's files are staged for upload.
+    pub scratch: PathBuf,
+}
+
+impl PublishConfig {
+    /// Whether there is anything to publish.
+    pub fn any(&self) -> bool {
+        self.dataset.is_some() || self.findable.is_some()
+    }
+}
+
+/// Runs a pass each time `wake` is notified, until `stop`.
+pub(super) async fn publisher(
+    shared: Arc<Shared>,
+    config: PublishConfig,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = wake.notified() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        pass(&shared, &config).await;
+    }
+}
+
+/// One pass: the dataset, then the collections, then the notes.
+#[tracing::instrument(skip_all)]
+async fn pass(shared: &Shared, config: &PublishConfig) {
+    if let Some(repo) = &config.dataset {
+        match push_dataset(shared, repo, &config.scratch).await {
+            Ok(pushed) => match &pushed.commit {
+                None => {
+                    tracing::info!(dataset = %repo, unchanged = pushed.unchanged, "dataset unchanged; nothing committed");
+                }
+                Some(commit) => tracing::info!(
+                    dataset = %repo, commit = %commit, files = pushed.written.len(), deleted = pushed.deleted.len(),
+                    bytes = pushed.bytes_sent, "dataset published"
+                ),
+            },
+            Err(e) => {
+                tracing::warn!(dataset = %repo, error = %with_sources(&e), "publishing the dataset failed; the next audit tries again");
+            }
+        }
+    }
+    let Some(findable) = &config.findable else { return };
+    if findable.collections {
+        match collections::sync(&shared.hub, &shared.store, &findable.owner).await {
+            Ok(done) => tracing::info!(
+                created = done.created,
+                added = done.added,
+                removed = done.removed,
+                failed = done.failed.len(),
+                "collections kept"
+            ),
+            Err(e) => tracing::warn!(error = %e, "keeping the collections failed; the next audit tries again"),
+        }
+    }
+    if let Some(policy) = &findable.notes {
+        match notes::post(&shared.hub, &shared.store, policy).await {
+            Ok(done) => tracing::info!(
+                posted = done.posted.len(),
+                found = done.found,
+                declined = done.declined.len(),
+                failed = done.failed.len(),
+                "notes on sources"
+            ),
+            Err(e) => tracing::warn!(error = %e, "posting notes on sources failed; the next audit tries again"),
+        }
+    }
+}
+
+/// Why the dataset was not pushed.
+#[derive(Debug, thiserror::Error)]
+enum PublishError {
+    /// The snapshot could not be read or encoded.
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// The push failed.
+    #[error(transparent)]
+    Push(#[from] PushError),
+    /// The encoding's thread failed.
+    #[error(transparent)]
+    Blocking(#[from] crate::blocking::BlockingError),
+    /// The staging directory could not be made.
+    #[error("making the staging directory {path}: {source}")]
+    Scratch {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Today's snapshot pushed to `repo`.
+async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) -> Result<Pushed, PublishError> {
+    let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let snapshot = Snapshot::of(&shared.store, &date).await?;
+    let (owned, name) = (snapshot.clone(), repo.to_owned());
+    let files = crate::blocking::run("encoding the dataset", move || owned.files(&name)).await??;
+    let failed = |source| PublishError::Scratch { path: scratch.to_owned(), source };
+    std::fs::create_dir_all(scratch).map_err(failed)?;
+    let staging = tempfile::tempdir_in(scratch).map_err(failed)?;
+    Ok(crate::dataset::push::push(&shared.hub, repo, (&snapshot, &files), staging.path()).await?)
+}
+
+/// An error with each of its sources, for the log line (the dataset's errors name the step, their sources
+/// the cause).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        out.push_str(": ");
+        out.push_str(&source.to_string());
+        next = source.source();
+    }
+    out
+}
