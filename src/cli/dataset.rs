@@ -123,8 +123,11 @@ fn push(args: &PushArgs) -> anyhow::Result<Exit> {
 
 fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (snapshot, files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
+    let (snapshot, mut files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
     let date = &snapshot.date;
+    // A table with no rows today keeps its config while the directory holds its parts of other days.
+    let earlier = hubalign::dataset::tables_with_other_days(&args.out, date);
+    files.insert("README.md".to_owned(), snapshot.card(&args.repo, &earlier)?.into_bytes());
     for (rel, bytes) in &files {
         let path = args.out.join(rel);
         if let Some(parent) = path.parent() {

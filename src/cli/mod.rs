@@ -5,6 +5,7 @@ mod config_file;
 mod dataset;
 #[cfg(feature = "demo")]
 mod demo;
+mod findable;
 mod fix;
 mod healthcheck;
 mod jobs;
@@ -119,6 +120,12 @@ enum Command {
     /// Only what the Hub shows anyone goes in: a private, gated or disabled repo never appears, nor counts in
     /// its publisher's sums. `dataset write --out DIR` writes a day's snapshot as the dataset repo holds it.
     Dataset(dataset::DatasetArgs),
+    /// Make the public mirrors findable now, as `serve` does after each audit: `--collections` keeps the
+    /// target namespace's Collections (one per source namespace, one for all) holding exactly the public
+    /// mirrors of public sources; `--note-sources` posts the notes on sources that are due.
+    ///
+    /// Exits 4 if a collection or a note failed (the others were done; the next pass tries it again).
+    Findable(findable::FindableArgs),
     /// Repair one repository by hand and publish its `-aligned` mirror: the worker's pipeline for one job.
     ///
     /// Downloads the bundle at the commit (checking every file against the Hub's hash), re-lays every shard,
@@ -246,6 +253,7 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Report(args) => report::run(args),
         Command::Dataset(args) => dataset::run(args),
+        Command::Findable(args) => findable::run(args),
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),

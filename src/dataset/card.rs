@@ -2,6 +2,8 @@
 //! then what the data is, how its figures are computed, every column, and a query to start from. Every figure
 //! in it is a count of the snapshot's own rows; nothing from a source repo is written into it.
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 
 use super::Snapshot;
@@ -16,9 +18,10 @@ pub const LICENSE: &str = "cc-by-4.0";
 struct Table {
     name: &'static str,
     columns: &'static [Column],
-    /// Whether the snapshot has rows of it: a config whose files match nothing breaks the viewer and
-    /// `load_dataset` (and an empty Parquet file breaks `datasets`' reader), so a table with none gets none.
-    rows: bool,
+    /// Whether it gets a config: the snapshot has rows of it, or the repo holds its parts of other days. A
+    /// config whose files match nothing breaks the viewer and `load_dataset` (and an empty Parquet file
+    /// breaks `datasets`' reader), so a table with neither gets none.
+    listed: bool,
 }
 
 #[derive(Serialize)]
@@ -27,6 +30,8 @@ struct CardData<'a> {
     repo: &'a str,
     date: &'a str,
     tables: Vec<Table>,
+    /// Whether any table gets a config (an empty `configs:` is not valid front matter for the Hub).
+    any_listed: bool,
     repos: usize,
     shards: usize,
     mirrors: usize,
@@ -35,25 +40,28 @@ struct CardData<'a> {
     gb: String,
 }
 
-/// The card of `snapshot`, published as the dataset repo `repo`.
-pub fn render(snapshot: &Snapshot, repo: &str) -> Result<String, minijinja::Error> {
+/// The card of `snapshot`, published as the dataset repo `repo` whose `earlier` tables have parts of other
+/// days.
+pub fn render(snapshot: &Snapshot, repo: &str, earlier: &BTreeSet<String>) -> Result<String, minijinja::Error> {
     let copied: i64 = snapshot.repos.iter().map(|r| r.misaligned_bytes).sum();
+    let tables: Vec<Table> = COLUMNS
+        .iter()
+        .map(|&(name, columns)| {
+            let rows = match name {
+                "repos" => snapshot.repos.len(),
+                "shards" => snapshot.shards.len(),
+                "mirrors" => snapshot.mirrors.len(),
+                _ => snapshot.publishers.len(),
+            };
+            Table { name, columns, listed: rows > 0 || earlier.contains(name) }
+        })
+        .collect();
     let data = CardData {
+        any_listed: tables.iter().any(|t| t.listed),
         license: LICENSE,
         repo,
         date: &snapshot.date,
-        tables: COLUMNS
-            .iter()
-            .map(|&(name, columns)| {
-                let rows = match name {
-                    "repos" => snapshot.repos.len(),
-                    "shards" => snapshot.shards.len(),
-                    "mirrors" => snapshot.mirrors.len(),
-                    _ => snapshot.publishers.len(),
-                };
-                Table { name, columns, rows: rows > 0 }
-            })
-            .collect(),
+        tables,
         repos: snapshot.repos.len(),
         shards: snapshot.shards.len(),
         mirrors: snapshot.mirrors.len(),
@@ -86,7 +94,7 @@ mod tests {
             misaligned_tensors: 0,
             misaligned_bytes: 0,
         });
-        let card = render(&snapshot, "ops/audit").unwrap();
+        let card = render(&snapshot, "ops/audit", &BTreeSet::new()).unwrap();
         let front = card.split("---").nth(1).unwrap();
         assert!(front.contains("config_name: publishers"), "{front}");
         for table in ["repos", "shards", "mirrors"] {
@@ -95,5 +103,12 @@ mod tests {
         assert_eq!(front.matches("default: true").count(), 1, "{front}");
         // Every column is still described below, whether the table has rows yet or not.
         assert!(card.contains("check_mlx_version"));
+        // A table with no rows today whose parts of other days the repo holds keeps its config.
+        let kept = render(&snapshot, "ops/audit", &BTreeSet::from(["mirrors".to_owned()])).unwrap();
+        assert!(kept.split("---").nth(1).unwrap().contains("config_name: mirrors"));
+        // With no table to list, no `configs` key at all.
+        let empty =
+            render(&Snapshot { date: "2026-12-04".into(), ..Snapshot::default() }, "ops/audit", &BTreeSet::new());
+        assert!(!empty.unwrap().split("---").nth(1).unwrap().contains("configs"));
     }
 }

@@ -92,9 +92,30 @@ impl Snapshot {
         parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
         parts(&mut files, ("mirrors", date), &self.mirrors, |m| namespace_of(&m.source))?;
         parts(&mut files, ("publishers", date), &self.publishers, |p| p.namespace.clone())?;
-        files.insert("README.md".to_owned(), card::render(self, repo)?.into_bytes());
+        files.insert("README.md".to_owned(), self.card(repo, &std::collections::BTreeSet::new())?.into_bytes());
         Ok(files)
     }
+
+    /// The dataset card, for the repo `repo` whose tables `earlier` have parts of other days (each such
+    /// table keeps its config even with no rows today).
+    pub fn card(&self, repo: &str, earlier: &std::collections::BTreeSet<String>) -> Result<String, DatasetError> {
+        Ok(card::render(self, repo, earlier)?)
+    }
+}
+
+/// The tables of which the directory `root` holds a part of a day other than `date`.
+pub fn tables_with_other_days(root: &std::path::Path, date: &str) -> std::collections::BTreeSet<String> {
+    tables::COLUMNS
+        .iter()
+        .filter(|(table, _)| {
+            let days = std::fs::read_dir(root.join(table)).into_iter().flatten().flatten();
+            days.filter(|day| day.file_name().to_str() != Some(date)).any(|day| {
+                let parts = std::fs::read_dir(day.path()).into_iter().flatten().flatten();
+                parts.into_iter().any(|p| p.file_name().to_str().is_some_and(|n| n.ends_with(".parquet")))
+            })
+        })
+        .map(|(table, _)| (*table).to_owned())
+        .collect()
 }
 
 /// The bucket of `namespace`: the first byte of its SHA-256, modulo [`BUCKETS`] (the same on every machine

@@ -60,6 +60,9 @@ pub enum PushError {
     /// name is not written into.
     #[error("{0} exists and is private; give a public dataset repo, or make it public")]
     Private(String),
+    /// The card could not be rendered.
+    #[error("rendering the dataset card")]
+    Card(#[source] Box<super::DatasetError>),
     /// A batch thread for the work could not run it.
     #[error(transparent)]
     Blocking(#[from] crate::blocking::BlockingError),
@@ -103,6 +106,19 @@ pub async fn push(
             })?
         }
     };
+    // A table with no rows today keeps its config while the repo holds its parts of other days.
+    let mut earlier = std::collections::BTreeSet::new();
+    for (table, _) in super::tables::COLUMNS {
+        let days = hub.dirs_of(target, &head, table).await.map_err(failed("listing a table's days"))?;
+        let today = format!("{table}/{}", snapshot.date);
+        if days.iter().any(|d| *d != today) {
+            earlier.insert((*table).to_owned());
+        }
+    }
+    let mut files = files.clone();
+    let card = snapshot.card(repo, &earlier).map_err(|e| PushError::Card(Box::new(e)))?;
+    files.insert("README.md".to_owned(), card.into_bytes());
+    let files = &files;
     // Only the paths this snapshot may write or delete: the card and the day's parts, in one request, however
     // many days the repo holds.
     let asked: Vec<String> = std::iter::once("README.md".to_owned())

@@ -31,7 +31,7 @@ pub struct CollectionsSynced {
     pub added: usize,
     /// Items removed.
     pub removed: usize,
-    /// Collections that failed this pass, with why (the next pass tries again).
+    /// Collections or items that failed this pass, with why (the next pass tries again).
     pub failed: Vec<(String, String)>,
 }
 
@@ -97,8 +97,9 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
     for title in titles {
         let want = wanted.get(&title).cloned().unwrap_or_default();
         if let Err(e) = keep(hub, owner, &title, slugs.get(&title), &want, &mut done).await {
-            tracing::warn!(collection = %title, error = %e, "keeping the collection failed; the next pass tries again");
-            done.failed.push((title, e.to_string()));
+            let shown = crate::gate::escape_control(&title).into_owned();
+            tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
+            done.failed.push((shown, e.to_string()));
         }
     }
     Ok(done)
@@ -137,15 +138,25 @@ async fn keep(
     let items = hub.collection_items(&slug).await?;
     let held: BTreeSet<String> =
         items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
+    // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.
     for item in items.iter().filter(|i| i.kind == "model" && !want.contains(&i.id.to_ascii_lowercase())) {
-        hub.remove_from_collection(&slug, &item.object_id).await?;
-        tracing::info!(collection = %slug, repo.id = %item.id, "removed from the collection");
-        done.removed += 1;
+        let shown = crate::gate::escape_control(&item.id).into_owned();
+        match hub.remove_from_collection(&slug, &item.object_id).await {
+            Ok(()) => {
+                tracing::info!(collection = %slug, repo.id = %shown, "removed from the collection");
+                done.removed += 1;
+            }
+            Err(e) => done.failed.push((format!("{slug}: {shown}"), e.to_string())),
+        }
     }
     for mirror in want.iter().filter(|m| !held.contains(*m)) {
-        hub.add_to_collection(&slug, mirror, ITEM_NOTE).await?;
-        tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
-        done.added += 1;
+        match hub.add_to_collection(&slug, mirror, ITEM_NOTE).await {
+            Ok(()) => {
+                tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
+                done.added += 1;
+            }
+            Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+        }
     }
     Ok(())
 }

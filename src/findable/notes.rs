@@ -1,24 +1,33 @@
 //! One short note on a mirrored source's discussion tab (`serve --note-sources`), linking its public mirror.
 //!
-//! At most one per source, ever: the store records each note, and before posting the source's own
-//! discussions are read for one by this account with the note's title, so a lost store does not post twice.
-//! Opting out is closing the note: a namespace that closed any note gets no further one on any of its repos.
-//! How many go out per pass is the operator's cap. One source's failure is logged and the others go on.
+//! At most one per source, ever: the store records each note, the post is sent once (a lost answer is not
+//! retried into a second discussion), and before posting the source's own discussions are read for one by
+//! this account with the note's title, so a lost store does not post twice. Opting out is closing the note:
+//! a namespace that closed any note gets no further one on any of its repos. A store that knows no note in a
+//! namespace reads the discussions of the namespace's mirrored sources first (at most [`SCAN`]), so a closed
+//! note is found wherever it sorts. How many sources a pass tries is the operator's cap, and the Hub is asked
+//! about at most [`STATUS_CHECKS`] notes per namespace per pass. One source's failure is logged and the others
+//! go on.
 
 use std::collections::BTreeMap;
 
-use crate::hub::HubClient;
+use crate::gate;
+use crate::hub::{HubClient, HubError};
 use crate::store::{Store, StoreError};
 
 /// The note's title, which also finds it again among the source's discussions.
 pub const NOTE_TITLE: &str = "An aligned copy of this model for memory-mapping loaders";
+/// A namespace's open notes whose status a pass asks the Hub for, the newest first.
+pub const STATUS_CHECKS: i64 = 10;
+/// A namespace's mirrored sources whose discussions are read for an earlier note when the store knows none.
+pub const SCAN: usize = 20;
 
-/// Who posts the notes and how many a pass may post.
+/// Who posts the notes and how many a pass may try.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotePolicy {
     /// The account the token posts as (its notes are found again by it).
     pub author: String,
-    /// Notes a pass posts at most; the rest wait for the next.
+    /// Sources a pass tries at most (posted, found already there, or failed); the rest wait for the next.
     pub max_per_pass: usize,
 }
 
@@ -27,17 +36,31 @@ pub struct NotePolicy {
 pub struct NotesPosted {
     /// Sources that got their note, by id.
     pub posted: Vec<String>,
-    /// Sources whose note was already on the Hub (recorded, not posted again).
+    /// Notes already on the Hub (recorded, not posted again).
     pub found: usize,
     /// Namespaces seen to have closed a note this pass.
     pub declined: Vec<String>,
-    /// Sources that failed, with why (the next pass tries again).
+    /// Sources that failed, with why, for the log and the command's summary (the next pass tries again).
     pub failed: Vec<(String, String)>,
+}
+
+/// Why a note could not be posted or recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum NoteError {
+    /// The Hub refused or failed.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    /// The store could not record it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The Hub answered a discussion number out of range.
+    #[error("discussion number {0} out of range")]
+    Number(u64),
 }
 
 /// The note's text: the operator's words and two repo ids, each checked for its shape.
 pub fn note_text(endpoint: &str, source: &str, mirror: &str) -> String {
-    let namespace = crate::gate::namespace_of(source);
+    let namespace = gate::namespace_of(source);
     format!(
         "The safetensors of this model are laid out so that memory-mapping loaders copy tensors they could map. \
          An aligned copy, byte-identical tensors in a loader-friendly layout, is published at \
@@ -50,29 +73,37 @@ pub fn note_text(endpoint: &str, source: &str, mirror: &str) -> String {
 /// Posts the due notes: one per public mirror's source that has none, outside the namespaces that said no.
 #[tracing::instrument(skip_all)]
 pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result<NotesPosted, StoreError> {
-    let noted = store.noted_sources().await?;
+    let mut noted = store.noted_sources().await?;
     let mut declined = store.declined_namespaces().await?;
-    let due: Vec<(String, String)> = store
+    let mirrored: Vec<(String, String)> = store
         .public_mirrors()
         .await?
         .into_iter()
-        .filter(|m| crate::gate::check_repo_id(&m.source).is_ok() && crate::gate::check_repo_id(&m.mirror).is_ok())
-        .filter(|m| !noted.contains(&m.source.to_ascii_lowercase()))
+        .filter(|m| gate::check_repo_id(&m.source).is_ok() && gate::check_repo_id(&m.mirror).is_ok())
         .map(|m| (m.source, m.mirror))
         .collect();
+    let mut by_namespace: BTreeMap<String, Vec<&(String, String)>> = BTreeMap::new();
+    for pair in &mirrored {
+        by_namespace.entry(gate::namespace_of(&pair.0).to_ascii_lowercase()).or_default().push(pair);
+    }
     let mut done = NotesPosted::default();
+    let mut tried = 0;
     // Whether each namespace with something due has closed a note, asked of the Hub once a pass.
     let mut checked: BTreeMap<String, bool> = BTreeMap::new();
-    for (source, mirror) in due {
-        if done.posted.len() >= policy.max_per_pass {
+    for (source, mirror) in &mirrored {
+        if noted.contains(&source.to_ascii_lowercase()) {
+            continue; // noted before, or found by its namespace's scan this pass
+        }
+        if tried >= policy.max_per_pass {
             break;
         }
-        let namespace = crate::gate::namespace_of(&source).to_ascii_lowercase();
+        let namespace = gate::namespace_of(source).to_ascii_lowercase();
         if declined.contains(&namespace) {
             continue;
         }
         if !checked.contains_key(&namespace) {
-            let said_no = closed_any(hub, store, &namespace).await?;
+            let sources = by_namespace.get(&namespace).map(Vec::as_slice).unwrap_or_default();
+            let said_no = closed_any(hub, store, policy, (&namespace, sources), (&mut done, &mut noted)).await?;
             checked.insert(namespace.clone(), said_no);
             if said_no {
                 tracing::info!(namespace = %namespace, "a note was closed: no further notes to this namespace");
@@ -81,8 +112,12 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
                 continue;
             }
         }
-        match one(hub, store, policy, &source, &mirror).await {
-            Ok(Posted::New) => done.posted.push(source),
+        if noted.contains(&source.to_ascii_lowercase()) {
+            continue; // found by the namespace's scan just now
+        }
+        tried += 1;
+        match one(hub, store, policy, source, mirror).await {
+            Ok(Posted::New) => done.posted.push(source.clone()),
             Ok(Posted::Found { closed }) => {
                 done.found += 1;
                 if closed {
@@ -92,7 +127,7 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
             }
             Err(e) => {
                 tracing::warn!(repo.id = %source, error = %e, "the note on the source failed; the next pass tries again");
-                done.failed.push((source, e));
+                done.failed.push((source.clone(), e.to_string()));
             }
         }
     }
@@ -104,12 +139,40 @@ enum Posted {
     Found { closed: bool },
 }
 
-/// Whether any of the namespace's open notes has been closed on the Hub since (each one found so is recorded).
-/// A note the Hub cannot answer for now counts as open.
-async fn closed_any(hub: &HubClient, store: &Store, namespace: &str) -> Result<bool, StoreError> {
+/// Whether the namespace has closed a note: the newest of its open notes the store knows are asked of the
+/// Hub (each found closed is recorded); if the store knows none, its mirrored sources' discussions are read
+/// for notes of this account (each found is recorded). A source the Hub cannot answer for now counts as open.
+async fn closed_any(
+    hub: &HubClient,
+    store: &Store,
+    policy: &NotePolicy,
+    (namespace, sources): (&str, &[&(String, String)]),
+    (done, noted): (&mut NotesPosted, &mut std::collections::BTreeSet<String>),
+) -> Result<bool, StoreError> {
+    let open = store.open_notes_in(namespace, STATUS_CHECKS).await?;
     let mut closed = false;
-    for note in store.open_notes_in(namespace).await? {
-        match hub.discussion_status(&note.source_repo, note.num.max(0) as u64).await {
+    if open.is_empty() {
+        for (source, mirror) in sources.iter().take(SCAN).map(|p| (&p.0, &p.1)) {
+            match hub.discussions_by(source, &policy.author).await {
+                Ok(there) => {
+                    if let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) {
+                        let num = i64::try_from(note.num).unwrap_or(i64::MAX);
+                        store.record_note(source, mirror, num).await?;
+                        noted.insert(source.to_ascii_lowercase());
+                        done.found += 1;
+                        if note.status == "closed" {
+                            store.decline_note(source).await?;
+                            closed = true;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(repo.id = %source, error = %e, "reading the source's discussions failed"),
+            }
+        }
+        return Ok(closed);
+    }
+    for note in open {
+        match hub.discussion_status(&note.source_repo, u64::try_from(note.num).unwrap_or(0)).await {
             Ok(status) if status == "closed" => {
                 store.decline_note(&note.source_repo).await?;
                 closed = true;
@@ -128,21 +191,19 @@ async fn one(
     policy: &NotePolicy,
     source: &str,
     mirror: &str,
-) -> Result<Posted, String> {
-    let there = hub.discussions_by(source, &policy.author).await.map_err(|e| e.to_string())?;
+) -> Result<Posted, NoteError> {
+    let there = hub.discussions_by(source, &policy.author).await?;
     if let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) {
-        let num = i64::try_from(note.num).map_err(|e| e.to_string())?;
-        store.record_note(source, mirror, num).await.map_err(|e| e.to_string())?;
+        store.record_note(source, mirror, i64::try_from(note.num).map_err(|_| NoteError::Number(note.num))?).await?;
         let closed = note.status == "closed";
         if closed {
-            store.decline_note(source).await.map_err(|e| e.to_string())?;
+            store.decline_note(source).await?;
         }
         return Ok(Posted::Found { closed });
     }
     let text = note_text(hub.endpoint(), source, mirror);
-    let num = hub.open_discussion(source, NOTE_TITLE, &text).await.map_err(|e| e.to_string())?;
-    let num = i64::try_from(num).map_err(|e| e.to_string())?;
-    store.record_note(source, mirror, num).await.map_err(|e| e.to_string())?;
+    let num = hub.open_discussion(source, NOTE_TITLE, &text).await?;
+    store.record_note(source, mirror, i64::try_from(num).map_err(|_| NoteError::Number(num))?).await?;
     tracing::info!(repo.id = %source, mirror = %mirror, num, "note posted on the source");
     Ok(Posted::New)
 }

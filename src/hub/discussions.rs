@@ -138,7 +138,8 @@ impl HubClient {
     pub async fn open_discussion(&self, repo: &str, title: &str, description: &str) -> Result<u64, HubError> {
         let url = self.model_api(repo, "discussions");
         let body = serde_json::json!({ "title": title, "description": description, "pullRequest": false });
-        let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
+        // Once: a retry after a lost answer would open a second discussion.
+        let fetched = self.post_once(&url, "application/json", body.to_string().into_bytes()).await?;
         let opened: Opened = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
         Ok(opened.num)

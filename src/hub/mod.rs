@@ -361,7 +361,7 @@ impl HubClient {
                     e
                 }
             };
-            if attempts >= self.retry.max_attempts {
+            if attempts >= self.retry.max_attempts || ask.once {
                 return Err(HubError::Exhausted { url: url.to_owned(), attempts, last: failure });
             }
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -498,19 +498,26 @@ pub(super) struct Ask<'a> {
     body: Option<(&'a str, Bytes)>,
     /// A DELETE rather than a GET.
     delete: bool,
+    /// Sent at most once past the rate limiter: a request the Hub may have carried out though its answer was
+    /// lost (a 5xx, a timeout) is not sent again, for one the Hub would carry out twice.
+    once: bool,
 }
 
 impl<'a> Ask<'a> {
     fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
-        Ask { extra, body: None, delete: false }
+        Ask { extra, body: None, delete: false, once: false }
     }
 
     pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], body: Some((content_type, body)), delete: false }
+        Ask { extra: &[], body: Some((content_type, body)), delete: false, once: false }
+    }
+
+    pub(super) fn post_once(content_type: &'a str, body: Bytes) -> Ask<'a> {
+        Ask { extra: &[], body: Some((content_type, body)), delete: false, once: true }
     }
 
     pub(super) fn delete() -> Ask<'a> {
-        Ask { extra: &[], body: None, delete: true }
+        Ask { extra: &[], body: None, delete: true, once: false }
     }
 }
 

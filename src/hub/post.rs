@@ -17,6 +17,17 @@ impl HubClient {
         }
     }
 
+    /// Like [`HubClient::post`], but sent once: a failure that leaves it unknown whether the Hub carried it
+    /// out (a 5xx, a timeout, a cut connection) is returned, not retried. For a request the Hub would carry
+    /// out twice (opening a discussion); only a 429, which the Hub did not act on, is waited out and sent again.
+    pub async fn post_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
+        let ask = Ask::post_once(content_type, body.into());
+        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
+            Exchange::Read(fetched) => Ok(fetched),
+            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
+        }
+    }
+
     /// The token as an `Authorization` header, for a request to `url` on the Hub (none for another origin).
     pub fn auth_headers(&self, url: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -38,6 +38,13 @@ struct Entry {
     file: Option<TreeFile>,
 }
 
+#[derive(Deserialize)]
+struct DirEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    path: String,
+}
+
 impl HubClient {
     /// Every file of `repo` at `revision`, following the tree's pagination (each page at most
     /// [`TREE_PAGE_CAP`] bytes, never a page twice). Paths are returned as listed: the caller checks them.
@@ -77,5 +84,26 @@ impl HubClient {
         let entries: Vec<Entry> = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("paths-info: {e}") })?;
         Ok(entries.into_iter().filter(|e| e.kind == "file").filter_map(|e| e.file).collect())
+    }
+
+    /// The directories directly under `path` in `repo` at `revision`, as the first page of its tree lists
+    /// them (paths as the Hub answered them: the caller compares them with its own).
+    pub async fn dirs_of(
+        &self,
+        repo: super::repo_ref::RepoRef<'_>,
+        revision: &str,
+        path: &str,
+    ) -> Result<Vec<String>, HubError> {
+        let rest = format!("tree/{}/{}?expand=false", gate::encode_segment(revision), gate::encode_path(path));
+        let url = self.repo_api(repo, &rest);
+        let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(TREE_PAGE_CAP)).await {
+            Ok(fetched) => fetched,
+            // A path the revision does not have: no directories under it.
+            Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let entries: Vec<DirEntry> = serde_json::from_slice(&fetched.body)
+            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("tree: {e}") })?;
+        Ok(entries.into_iter().filter(|e| e.kind == "directory").map(|e| e.path).collect())
     }
 }

@@ -125,10 +125,16 @@ async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) ->
     let snapshot = Snapshot::of(&shared.store, &date).await?;
     let (owned, name) = (snapshot.clone(), repo.to_owned());
     let files = crate::blocking::run("encoding the dataset", move || owned.files(&name)).await??;
-    let failed = |source| PublishError::Scratch { path: scratch.to_owned(), source };
-    std::fs::create_dir_all(scratch).map_err(failed)?;
-    let staging = tempfile::tempdir_in(scratch).map_err(failed)?;
-    Ok(crate::dataset::push::push(&shared.hub, repo, (&snapshot, &files), staging.path()).await?)
+    let dir = scratch.to_owned();
+    let made = crate::blocking::run("making the dataset's staging directory", move || {
+        std::fs::create_dir_all(&dir)?;
+        tempfile::tempdir_in(&dir)
+    });
+    let staging = made.await?.map_err(|source| PublishError::Scratch { path: scratch.to_owned(), source })?;
+    let pushed = crate::dataset::push::push(&shared.hub, repo, (&snapshot, &files), staging.path()).await;
+    // Removing the staged files is disk work too.
+    crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await?;
+    Ok(pushed?)
 }
 
 /// An error with each of its sources, for the log line (the dataset's errors name the step, their sources

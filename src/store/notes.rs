@@ -35,13 +35,14 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.to_ascii_lowercase()).collect())
     }
 
-    /// The notes in `namespace` not yet seen closed, to ask the Hub whether one was.
-    pub async fn open_notes_in(&self, namespace: &str) -> Result<Vec<SourceNote>, StoreError> {
+    /// The newest `limit` notes in `namespace` not yet seen closed, to ask the Hub whether one was.
+    pub async fn open_notes_in(&self, namespace: &str, limit: i64) -> Result<Vec<SourceNote>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT source_repo, num FROM source_notes WHERE lower(namespace) = lower($1) AND declined = FALSE
-             ORDER BY source_repo"
+             ORDER BY posted_at DESC, source_repo LIMIT $2"
         )
         .bind(namespace)
+        .bind(limit)
         .fetch_all(pool)
         .await)
         .map_err(sql("open notes"))

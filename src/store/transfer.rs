@@ -193,6 +193,19 @@ const TABLES: &[Table] = &[
             ("moved_from", Text),
         ],
     },
+    Table {
+        name: "source_notes",
+        order_by: "source_repo",
+        serial: false,
+        columns: &[
+            ("source_repo", Text),
+            ("namespace", Text),
+            ("mirror_repo", Text),
+            ("num", Int),
+            ("posted_at", Text),
+            ("declined", Flag),
+        ],
+    },
 ];
 
 /// The export's first line names its format, so an import can refuse anything else.
@@ -465,6 +478,8 @@ mod tests {
         store.finish_job(job.id, "w", &published).await.unwrap();
         store.claim_mirror("me/a-aligned", "ns/a", false).await.unwrap();
         store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
+        store.record_note("ns/a", "me/a-aligned", 7).await.unwrap();
+        store.decline_note("ns/a").await.unwrap();
         let waiting = store.job_for("ns/b", "1", crate::job::VerifyDevice::Metal).await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(waiting.id)).await.unwrap();
         let staged = crate::job::payload::Staged {
@@ -496,6 +511,7 @@ mod tests {
         fill(sqlite).await;
         let original = exported(sqlite).await;
         assert!(original.iter().any(|l| l.contains("\"table\":\"mirrors\"")), "every table has rows");
+        assert!(original.iter().any(|l| l.contains("\"table\":\"source_notes\"")), "a namespace's no is kept");
         assert!(original.iter().any(|l| l.contains(r#"\"commit\":\"5eed\""#)), "with the jobs' payloads");
         let mut export = Vec::new();
         sqlite.export(&mut export).await.unwrap();

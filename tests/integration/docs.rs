@@ -18,6 +18,7 @@ fn the_command_reference_documents_every_flag() {
         "demo",
         "doctor",
         "healthcheck",
+        "findable",
     ];
     for sub in subs.iter().map(|s| vec![*s]).chain([
         vec!["store", "export"],
@@ -28,6 +29,8 @@ fn the_command_reference_documents_every_flag() {
         vec!["webhook", "delete"],
         vec!["jobs", "list"],
         vec!["jobs", "retry"],
+        vec!["dataset", "write"],
+        vec!["dataset", "push"],
     ]) {
         let sub = sub.join(" ");
         let args: Vec<&str> = sub.split(' ').chain(["--help"]).collect();

@@ -23,13 +23,28 @@ use crate::support::{mirror, python, root, run, stdout};
 const MIRRORED: [&str; 4] =
     ["lmstudio/tiny-mixed", "lmstudio/tiny-q8", "mlx-community/tiny-q4", "mlx-community/tiny-sharded"];
 
-/// The items of the collection titled `title` under `alice`, as anyone reads them over HTTP; `None` if none.
-fn items(endpoint: &str, title: &str) -> Option<BTreeSet<String>> {
-    let listed: Vec<Value> =
-        serde_json::from_str(&try_get(&format!("{endpoint}/api/collections?owner=alice"))?).ok()?;
-    let slug = listed.iter().find(|c| c["title"] == title)?["slug"].as_str()?.to_owned();
-    let full: Value = serde_json::from_str(&try_get(&format!("{endpoint}/api/collections/{slug}"))?).ok()?;
+/// The items of the collection titled `title` under `alice`, as alice reads them (she sees private repos
+/// too, so an item only hidden from others still counts); `None` if there is no such collection.
+fn items(world: &World, title: &str) -> Option<BTreeSet<String>> {
+    let endpoint = world.endpoint();
+    let get = |url: String| {
+        world.runtime.block_on(async {
+            let sent = reqwest::Client::new().get(url).bearer_auth(ALICE).send().await.ok()?;
+            sent.status().is_success().then_some(())?;
+            sent.json::<Value>().await.ok()
+        })
+    };
+    let listed = get(format!("{endpoint}/api/collections?owner=alice"))?;
+    let slug = listed.as_array()?.iter().find(|c| c["title"] == title)?["slug"].as_str()?.to_owned();
+    let full = get(format!("{endpoint}/api/collections/{slug}"))?;
     Some(full["items"].as_array()?.iter().filter_map(|i| i["id"].as_str().map(str::to_owned)).collect())
+}
+
+/// The dataset repo's head on the simulator, if it exists.
+fn dataset_head(world: &World) -> Option<String> {
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let datasets = sim.repos_of(hubsim::kind::RepoKind::Dataset);
+    datasets.get("alice/mlx-audit").and_then(|r| r.refs.get("main").cloned())
 }
 
 fn set(ids: &[&str]) -> BTreeSet<String> {
@@ -78,7 +93,7 @@ fn serve_publishes_the_dataset_and_keeps_public_mirrors_in_collections_and_notes
     let names: Vec<String> = MIRRORED.iter().map(|s| mirror(s)).collect();
     let mirrors: Vec<&str> = names.iter().map(String::as_str).collect();
     let deadline = Instant::now() + Duration::from_secs(240);
-    while items(&endpoint, ALL_TITLE) != Some(set(&mirrors)) {
+    while items(&world, ALL_TITLE) != Some(set(&mirrors)) {
         assert!(
             Instant::now() < deadline,
             "the collection never held the mirrors: {}",
@@ -86,35 +101,38 @@ fn serve_publishes_the_dataset_and_keeps_public_mirrors_in_collections_and_notes
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert_eq!(items(&endpoint, "Aligned MLX: lmstudio"), Some(set(&mirrors[..2])));
-    assert_eq!(items(&endpoint, "Aligned MLX: mlx-community"), Some(set(&mirrors[2..])));
+    assert_eq!(items(&world, "Aligned MLX: lmstudio"), Some(set(&mirrors[..2])));
+    assert_eq!(items(&world, "Aligned MLX: mlx-community"), Some(set(&mirrors[2..])));
     // alice's own private repo got a private mirror: in no collection, and no collection of its namespace.
-    assert_eq!(items(&endpoint, "Aligned MLX: alice"), None);
+    assert_eq!(items(&world, "Aligned MLX: alice"), None);
 
-    // The dataset the service pushed is today's snapshot exactly: a push of it now finds nothing to commit.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The service created the dataset repo and pushed to it (this test has pushed nothing). Once its head
+    // holds still for a few audits, it is today's snapshot exactly: a push of the snapshot commits nothing.
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let out = run(&[
-            "dataset",
-            "push",
-            "--repo",
-            "alice/mlx-audit",
-            "--endpoint",
-            &endpoint,
-            "--token",
-            ALICE,
-            "--db",
-            db.to_str().unwrap(),
-        ]);
-        let said = String::from_utf8_lossy(&out.stderr).to_string();
-        assert_eq!(out.status.code(), Some(0), "{said}");
-        if said.contains("unchanged") {
+        let head = dataset_head(&world);
+        std::thread::sleep(Duration::from_secs(5));
+        if head.is_some() && head == dataset_head(&world) {
             break;
         }
-        // Only a push racing the service's own (the mirror's job finishing between two audits) commits here.
-        assert!(Instant::now() < deadline, "the service never published the snapshot: {said}");
-        std::thread::sleep(Duration::from_secs(1));
+        assert!(Instant::now() < deadline, "the service never settled the dataset: {head:?}");
     }
+    let db_path = db.to_str().unwrap();
+    let pushed = run(&[
+        "dataset",
+        "push",
+        "--repo",
+        "alice/mlx-audit",
+        "--endpoint",
+        &endpoint,
+        "--token",
+        ALICE,
+        "--db",
+        db_path,
+    ]);
+    let said = String::from_utf8_lossy(&pushed.stderr).to_string();
+    assert_eq!(pushed.status.code(), Some(0), "{said}");
+    assert!(said.contains("unchanged"), "the service's dataset is not today's snapshot: {said}");
 
     // Each source has exactly one note, by alice, and the official client reads the collections as kept.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -146,17 +164,19 @@ fn serve_publishes_the_dataset_and_keeps_public_mirrors_in_collections_and_notes
     assert_eq!(scratch["item"], "lmstudio/tiny-mixed");
     assert!(scratch["url"].as_str().unwrap().starts_with(&format!("{endpoint}/collections/alice/")), "{scratch}");
 
-    // A source turning private: the next audit makes its mirror private, and it leaves every collection.
+    // A source turning private: the next audit makes its mirror private, and it leaves every collection, as
+    // its owner reads them too.
     world.hub.as_ref().unwrap().sim.repos_mut().get_mut("mlx-community/tiny-sharded").unwrap().meta.private = true;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while items(&endpoint, ALL_TITLE) != Some(set(&mirrors[..3])) {
-        assert!(Instant::now() < deadline, "the private mirror stayed in the collection");
+    while items(&world, ALL_TITLE) != Some(set(&mirrors[..3]))
+        || items(&world, "Aligned MLX: mlx-community") != Some(set(&mirrors[2..3]))
+    {
+        assert!(Instant::now() < deadline, "the private mirror stayed in a collection");
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert_eq!(items(&endpoint, "Aligned MLX: mlx-community"), Some(set(&mirrors[2..3])));
-    // Its owner still reads it out of the collections, not merely hidden from the others.
     let seen = read_with_the_official_client(&world, &[]);
     assert_eq!(seen["collections"]["Aligned MLX: mlx-community"]["items"], serde_json::json!([mirrors[2]]));
+    assert_eq!(seen["collections"][ALL_TITLE]["items"], serde_json::json!(mirrors[..3]));
 }
 
 #[test]
