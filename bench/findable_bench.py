@@ -108,18 +108,30 @@ def main():
         db.executemany("UPDATE repos SET private = 1 WHERE id = ?", [(s,) for s in hidden])
         db.commit()
         after_hide = findable(args.bin, store, hub, "--collections")
+        settled = findable(args.bin, store, hub, "--collections")
         notes1 = findable(args.bin, store, hub, "--note-sources", "--max-notes", "20")
         notes2 = findable(args.bin, store, hub, "--note-sources", "--max-notes", "20")
     finally:
         sim.terminate()
 
     collections = len(namespaces) + 1
-    # The least requests a pass that reads the Hub back makes: the listing (100 a page), one read per
-    # collection, and each change once (a create, an add, a remove).
+    # The least requests a pass that reads the Hub back makes: the listing (100 a page, each collection's
+    # first four items in it), one read of each collection the listing may have cut (four items or more),
+    # and each change once (a create, an add, a remove). A new collection is not read: it holds nothing.
     pages = -(-collections // 100)
-    least_fill = 1 + collections * 2 + 2 * len(sources)
-    least_again = pages + collections
-    least_hide = pages + collections + 2 * len(hidden)
+    per_namespace = {}
+    for source in sources:
+        per_namespace[source.split("/")[0]] = per_namespace.get(source.split("/")[0], 0) + 1
+    kept = [s for s in sources if s not in set(hidden)]
+    kept_per_namespace = {}
+    for source in kept:
+        kept_per_namespace[source.split("/")[0]] = kept_per_namespace.get(source.split("/")[0], 0) + 1
+    cut = sum(1 for n in per_namespace.values() if n >= 4) + 1
+    cut_after = sum(1 for n in kept_per_namespace.values() if n >= 4) + 1
+    least_fill = 1 + collections + 2 * len(sources)
+    least_again = pages + cut
+    least_hide = pages + cut + 2 * len(hidden)
+    least_again_after = pages + cut_after
     print(f"population: {args.repos:,} repos; {len(sources):,} mirrors of {len(namespaces):,} source namespaces; "
           f"{collections:,} collections\n")
     print("| pass | time | requests (simulator) | least such a pass makes | ratio | share of a free token's 5-min API quota |")
@@ -128,6 +140,7 @@ def main():
         ("first fill (`--collections`)", fill, least_fill),
         ("nothing changed", again, least_again),
         (f"{len(hidden)} sources turned private", after_hide, least_hide),
+        ("nothing changed, after that", settled, least_again_after),
     ]:
         print(f"| {label} | {took:.1f} s | {total:,} | {least:,} | {total / least:.2f}x | {total / FREE_API_QUOTA:.2f} |")
     for label, (took, _, _, total) in [("notes, first pass (`--max-notes 20`)", notes1),

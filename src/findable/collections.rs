@@ -1,14 +1,15 @@
 //! The operator's Collections of mirrors, made to hold exactly the public mirrors of public sources: one per
 //! source namespace ("Aligned MLX: {namespace}") and one for all ("Aligned MLX mirrors").
 //!
-//! The Hub is read each pass (the collections of the owner, then the items of each managed one), so nothing
-//! is kept here that could drift from it: a lost store, a removed item or a collection deleted by hand is
+//! The Hub is read each pass (the collections of the owner, then the items of each managed one the listing
+//! may have cut), so nothing is kept here that could drift from it: a lost store, a removed item or a collection deleted by hand is
 //! mended by the next pass. A collection is managed when its title is one of those names; in it, a model the
 //! store does not list as a public mirror is removed, and any other kind of item (a paper the operator
 //! added) is left alone. One collection's failure is logged and the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::hub::collections::CollectionRef;
 use crate::hub::{HubClient, HubError};
 use crate::store::{Store, StoreError};
 
@@ -87,10 +88,10 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
     let listed =
         hub.collections_of(owner).await.map_err(|source| CollectionsError::Hub { owner: owner.to_owned(), source })?;
     let managed = |title: &str| title == ALL_TITLE || title.starts_with(NAMESPACE_PREFIX);
-    let mut slugs: BTreeMap<String, String> = BTreeMap::new();
+    let mut slugs: BTreeMap<String, CollectionRef> = BTreeMap::new();
     for c in listed.into_iter().filter(|c| managed(&c.title)) {
         // Two of one title cannot exist on the Hub; the first listed is kept if it answers so.
-        slugs.entry(c.title).or_insert(c.slug);
+        slugs.entry(c.title.clone()).or_insert(c);
     }
     let mut done = CollectionsSynced::default();
     let titles: BTreeSet<String> = wanted.keys().chain(slugs.keys()).cloned().collect();
@@ -110,12 +111,13 @@ async fn keep(
     hub: &HubClient,
     owner: &str,
     title: &str,
-    slug: Option<&String>,
+    listed: Option<&CollectionRef>,
     want: &BTreeSet<String>,
     done: &mut CollectionsSynced,
 ) -> Result<(), HubError> {
-    let slug = match slug {
-        Some(slug) => slug.clone(),
+    let mut fresh = false;
+    let slug = match listed {
+        Some(listed) => listed.slug.clone(),
         // An empty collection is not worth making.
         None if want.is_empty() => return Ok(()),
         None => {
@@ -124,6 +126,7 @@ async fn keep(
             match hub.create_collection(owner, title, description).await? {
                 Some(slug) => {
                     done.created += 1;
+                    fresh = true;
                     slug
                 }
                 // Made meanwhile (another replica, or an answer lost): found by its title.
@@ -135,7 +138,13 @@ async fn keep(
             }
         }
     };
-    let items = hub.collection_items(&slug).await?;
+    // The listing showed every item of a small collection: it is not read again.
+    let items = match listed.and_then(|l| l.items.clone()) {
+        Some(items) => items,
+        // Nor is one just made, which holds nothing yet.
+        None if fresh => Vec::new(),
+        None => hub.collection_items(&slug).await?,
+    };
     let held: BTreeSet<String> =
         items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
     // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.

@@ -9,7 +9,7 @@
 //! about at most [`STATUS_CHECKS`] notes per namespace per pass. One source's failure is logged and the others
 //! go on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gate;
 use crate::hub::{HubClient, HubError};
@@ -90,6 +90,8 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
     let mut tried = 0;
     // Whether each namespace with something due has closed a note, asked of the Hub once a pass.
     let mut checked: BTreeMap<String, bool> = BTreeMap::new();
+    // Sources whose discussions this pass read and found no note of this account in: not read again.
+    let mut clean: BTreeSet<String> = BTreeSet::new();
     for (source, mirror) in &mirrored {
         if noted.contains(&source.to_ascii_lowercase()) {
             continue; // noted before, or found by its namespace's scan this pass
@@ -103,7 +105,8 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
         }
         if !checked.contains_key(&namespace) {
             let sources = by_namespace.get(&namespace).map(Vec::as_slice).unwrap_or_default();
-            let said_no = closed_any(hub, store, policy, (&namespace, sources), (&mut done, &mut noted)).await?;
+            let said_no =
+                closed_any(hub, store, policy, (&namespace, sources), (&mut done, &mut noted, &mut clean)).await?;
             checked.insert(namespace.clone(), said_no);
             if said_no {
                 tracing::info!(namespace = %namespace, "a note was closed: no further notes to this namespace");
@@ -116,7 +119,8 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
             continue; // found by the namespace's scan just now
         }
         tried += 1;
-        match one(hub, store, policy, source, mirror).await {
+        let read = clean.contains(&source.to_ascii_lowercase());
+        match one(hub, store, policy, (source, mirror), read).await {
             Ok(Posted::New) => done.posted.push(source.clone()),
             Ok(Posted::Found { closed }) => {
                 done.found += 1;
@@ -147,7 +151,7 @@ async fn closed_any(
     store: &Store,
     policy: &NotePolicy,
     (namespace, sources): (&str, &[&(String, String)]),
-    (done, noted): (&mut NotesPosted, &mut std::collections::BTreeSet<String>),
+    (done, noted, clean): (&mut NotesPosted, &mut BTreeSet<String>, &mut BTreeSet<String>),
 ) -> Result<bool, StoreError> {
     let open = store.open_notes_in(namespace, STATUS_CHECKS).await?;
     let mut closed = false;
@@ -155,15 +159,17 @@ async fn closed_any(
         for (source, mirror) in sources.iter().take(SCAN).map(|p| (&p.0, &p.1)) {
             match hub.discussions_by(source, &policy.author).await {
                 Ok(there) => {
-                    if let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) {
-                        let num = i64::try_from(note.num).unwrap_or(i64::MAX);
-                        store.record_note(source, mirror, num).await?;
-                        noted.insert(source.to_ascii_lowercase());
-                        done.found += 1;
-                        if note.status == "closed" {
-                            store.decline_note(source).await?;
-                            closed = true;
-                        }
+                    let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) else {
+                        clean.insert(source.to_ascii_lowercase());
+                        continue;
+                    };
+                    let num = i64::try_from(note.num).unwrap_or(i64::MAX);
+                    store.record_note(source, mirror, num).await?;
+                    noted.insert(source.to_ascii_lowercase());
+                    done.found += 1;
+                    if note.status == "closed" {
+                        store.decline_note(source).await?;
+                        closed = true;
                     }
                 }
                 Err(e) => tracing::warn!(repo.id = %source, error = %e, "reading the source's discussions failed"),
@@ -184,15 +190,16 @@ async fn closed_any(
     Ok(closed)
 }
 
-/// The note on `source`: found among its discussions if one is there already, else posted; recorded either way.
+/// The note on `source`: found among its discussions if one is there already, else posted; recorded either
+/// way. `read` says this pass already read them and found none.
 async fn one(
     hub: &HubClient,
     store: &Store,
     policy: &NotePolicy,
-    source: &str,
-    mirror: &str,
+    (source, mirror): (&str, &str),
+    read: bool,
 ) -> Result<Posted, NoteError> {
-    let there = hub.discussions_by(source, &policy.author).await?;
+    let there = if read { Vec::new() } else { hub.discussions_by(source, &policy.author).await? };
     if let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) {
         store.record_note(source, mirror, i64::try_from(note.num).map_err(|_| NoteError::Number(note.num))?).await?;
         let closed = note.status == "closed";

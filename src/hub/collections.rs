@@ -9,13 +9,19 @@ use super::pacing::Bucket;
 use super::{BodyLimit, Exchange, HubClient, HubError, INFO_CAP, SMALL_CAP};
 use crate::gate;
 
-/// A collection as listed: its slug and title.
+/// Items a listing shows of each collection: a collection listed with fewer shows them all.
+pub const LISTED_ITEMS: usize = 4;
+
+/// A collection as listed: its slug, title, and its items when the listing shows them all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectionRef {
     /// `namespace/title-words-id`.
     pub slug: String,
     /// Its title.
     pub title: String,
+    /// Every item, when the listing showed fewer than [`LISTED_ITEMS`] (and so all of them); `None` when it
+    /// may have cut them, and the collection must be read.
+    pub items: Option<Vec<CollectionItem>>,
 }
 
 /// One item of a collection.
@@ -34,6 +40,8 @@ struct Listed {
     slug: String,
     #[serde(default)]
     title: String,
+    #[serde(default)]
+    items: Vec<Item>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +57,19 @@ struct Item {
     id: String,
     #[serde(rename = "type")]
     kind: String,
+}
+
+/// Items with their ids checked, as read from `url`.
+fn checked(url: &str, items: Vec<Item>) -> Result<Vec<CollectionItem>, HubError> {
+    items
+        .into_iter()
+        .map(|i| {
+            if !check_object_id(&i.object_id) {
+                return Err(malformed(url, format!("not an item id: {}", gate::quote(&i.object_id))));
+            }
+            Ok(CollectionItem { object_id: i.object_id, id: i.id, kind: i.kind })
+        })
+        .collect()
 }
 
 fn malformed(url: &str, detail: impl Into<String>) -> HubError {
@@ -95,7 +116,8 @@ impl HubClient {
                     tracing::warn!(slug = %gate::quote(&c.slug), "the Hub listed a collection whose slug is not one; left out");
                     continue;
                 }
-                out.push(CollectionRef { slug: c.slug, title: c.title });
+                let items = (c.items.len() < LISTED_ITEMS).then(|| checked(&url, c.items)).transpose()?;
+                out.push(CollectionRef { slug: c.slug, title: c.title, items });
             }
             match pages.next(&url, &fetched.headers)? {
                 Some(next) => url = next,
@@ -110,15 +132,7 @@ impl HubClient {
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let full: Full =
             serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
-        full.items
-            .into_iter()
-            .map(|i| {
-                if !check_object_id(&i.object_id) {
-                    return Err(malformed(&url, format!("not an item id: {}", gate::quote(&i.object_id))));
-                }
-                Ok(CollectionItem { object_id: i.object_id, id: i.id, kind: i.kind })
-            })
-            .collect()
+        checked(&url, full.items)
     }
 
     /// Creates a public collection `title` in `namespace` and returns its slug; `None` if one of that title
