@@ -52,11 +52,12 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
         if args.collections {
             let done = collections::sync(&hub, &store, &args.target_namespace).await?;
             eprintln!(
-                "collections of {}: {} created, {} items added, {} removed, {} failed",
+                "collections of {}: {} created, {} items added, {} removed, {} mirrors gone from the Hub, {} failed",
                 args.target_namespace,
                 done.created,
                 done.added,
                 done.removed,
+                done.gone.len(),
                 done.failed.len()
             );
             failed += done.failed.len();

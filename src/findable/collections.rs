@@ -20,6 +20,8 @@ pub const NAMESPACE_PREFIX: &str = "Aligned MLX: ";
 /// The Hub's longest title: a namespace too long for it gets no collection of its own (it is in the one
 /// for all).
 pub const MAX_TITLE: usize = 60;
+/// Why a mirror deleted on the Hub is no longer public, as the store records it.
+pub const GONE: &str = "the mirror was deleted on the Hub";
 /// The note each item carries: the operator's words, none of the source's.
 pub const ITEM_NOTE: &str = "Re-laid so memory-mapping loaders copy no tensor; its card names the source.";
 
@@ -32,6 +34,8 @@ pub struct CollectionsSynced {
     pub added: usize,
     /// Items removed.
     pub removed: usize,
+    /// Mirrors the Hub no longer has (deleted by hand): recorded as no longer public.
+    pub gone: BTreeSet<String>,
     /// Collections or items that failed this pass, with why (the next pass tries again).
     pub failed: Vec<(String, String)>,
 }
@@ -97,7 +101,7 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
     let titles: BTreeSet<String> = wanted.keys().chain(slugs.keys()).cloned().collect();
     for title in titles {
         let want = wanted.get(&title).cloned().unwrap_or_default();
-        if let Err(e) = keep(hub, owner, &title, slugs.get(&title), &want, &mut done).await {
+        if let Err(e) = keep((hub, store), owner, &title, slugs.get(&title), &want, &mut done).await {
             let shown = crate::gate::escape_control(&title).into_owned();
             tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
             done.failed.push((shown, e.to_string()));
@@ -108,7 +112,7 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
 
 /// Makes the collection `title` (at `slug` if it exists) hold `want`.
 async fn keep(
-    hub: &HubClient,
+    (hub, store): (&HubClient, &Store),
     owner: &str,
     title: &str,
     listed: Option<&CollectionRef>,
@@ -158,11 +162,21 @@ async fn keep(
             Err(e) => done.failed.push((format!("{slug}: {shown}"), e.to_string())),
         }
     }
-    for mirror in want.iter().filter(|m| !held.contains(*m)) {
+    let missing: Vec<&String> = want.iter().filter(|m| !held.contains(*m) && !done.gone.contains(*m)).collect();
+    for mirror in missing {
         match hub.add_to_collection(&slug, mirror, ITEM_NOTE).await {
             Ok(()) => {
                 tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
                 done.added += 1;
+            }
+            // The mirror was deleted on the Hub: the store stops calling it public, so that neither the
+            // collections nor the dataset list it again.
+            Err(e) if e.error_code() == Some("RepoNotFound") => {
+                tracing::warn!(repo.id = %mirror, "the mirror is gone from the Hub; recorded as no longer public");
+                if let Err(e) = store.hide_mirror(mirror, GONE).await {
+                    done.failed.push((format!("{slug}: {mirror}"), e.to_string()));
+                }
+                done.gone.insert(mirror.clone());
             }
             Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
         }

@@ -177,6 +177,23 @@ fn serve_publishes_the_dataset_and_keeps_public_mirrors_in_collections_and_notes
     let seen = read_with_the_official_client(&world, &[]);
     assert_eq!(seen["collections"]["Aligned MLX: mlx-community"]["items"], serde_json::json!([mirrors[2]]));
     assert_eq!(seen["collections"][ALL_TITLE]["items"], serde_json::json!(mirrors[..3]));
+
+    // A mirror deleted on the Hub by hand: the store stops calling it public, so the collections keep without
+    // it and the next dataset has no row of it.
+    let gone = mirrors[1];
+    let deleted = world.hub.as_ref().unwrap().sim.repos_mut().remove(gone);
+    assert!(deleted.is_some());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let store = || world.runtime.block_on(hubalign::store::Store::open(&db)).unwrap();
+    loop {
+        let public = world.runtime.block_on(store().public_mirrors()).unwrap();
+        if public.iter().all(|m| m.mirror != gone) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the deleted mirror is still public in the store");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(items(&world, "Aligned MLX: lmstudio"), Some(set(&mirrors[..1])));
 }
 
 #[test]
