@@ -73,10 +73,11 @@ struct Changes {
 }
 
 impl HubClient {
-    /// The repo's pull requests titled `title` by `author`, with the commit each was built on.
-    pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
+    /// The first page of the repo's discussions of `kind` (`pull_request`, `discussion`) by `author`, as the
+    /// Hub lists them; the callers filter again, as a Hub that ignores a filter must not widen what they see.
+    async fn discussions_listed(&self, repo: &str, kind: &str, author: &str) -> Result<Vec<Item>, HubError> {
         let url = format!(
-            "{}/api/models/{}/discussions?type=pull_request&status=all&author={}",
+            "{}/api/models/{}/discussions?type={kind}&status=all&author={}",
             self.endpoint(),
             gate::encode_path(repo),
             gate::encode_segment(author)
@@ -84,8 +85,14 @@ impl HubClient {
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let listing: Listing = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussions: {e}") })?;
+        Ok(listing.discussions)
+    }
+
+    /// The repo's pull requests titled `title` by `author`, with the commit each was built on.
+    pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
+        let listing = self.discussions_listed(repo, "pull_request", author).await?;
         let mut out = Vec::new();
-        for item in listing.discussions.into_iter().filter(|d| d.is_pull_request && d.title == title) {
+        for item in listing.into_iter().filter(|d| d.is_pull_request && d.title == title) {
             if item.author.as_ref().is_none_or(|a| a.name != author) {
                 continue;
             }
@@ -105,17 +112,8 @@ impl HubClient {
     /// The repo's discussions (not pull requests) opened by `author`, as its first page of discussions lists
     /// them (newest first).
     pub async fn discussions_by(&self, repo: &str, author: &str) -> Result<Vec<DiscussionInfo>, HubError> {
-        let url = format!(
-            "{}/api/models/{}/discussions?type=discussion&status=all&author={}",
-            self.endpoint(),
-            gate::encode_path(repo),
-            gate::encode_segment(author)
-        );
-        let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
-        let listing: Listing = serde_json::from_slice(&fetched.body)
-            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussions: {e}") })?;
+        let listing = self.discussions_listed(repo, "discussion", author).await?;
         Ok(listing
-            .discussions
             .into_iter()
             .filter(|d| !d.is_pull_request && d.author.as_ref().is_some_and(|a| a.name == author))
             .map(|d| DiscussionInfo { num: d.num, title: d.title, status: d.status })

@@ -161,6 +161,15 @@ fn html_escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// A title as the Hub takes it: trimmed, 1 to [`MAX_TITLE`] characters.
+fn checked_title(title: &str) -> Result<&str, HubError> {
+    let title = title.trim();
+    if title.is_empty() || title.chars().count() > MAX_TITLE {
+        return Err(HubError::bad_request(format!("title must be 1 to {MAX_TITLE} characters")));
+    }
+    Ok(title)
+}
+
 fn caller<'a>(sim: &'a Shared, headers: &HeaderMap) -> Result<Option<&'a Account>, HubError> {
     sim.accounts.caller(headers)
 }
@@ -241,10 +250,7 @@ pub(crate) async fn create(
     let caller = caller(&sim, &headers)?;
     let namespace = body["namespace"].as_str().ok_or_else(|| HubError::bad_request("namespace is required"))?;
     can_write(namespace, caller)?;
-    let title = body["title"].as_str().map(str::trim).unwrap_or_default();
-    if title.is_empty() || title.chars().count() > MAX_TITLE {
-        return Err(HubError::bad_request(format!("title must be 1 to {MAX_TITLE} characters")));
-    }
+    let title = checked_title(body["title"].as_str().unwrap_or_default())?;
     let mut inner = sim.collections.lock();
     if let Some(existing) =
         inner.by_id.values().find(|c| c.namespace.eq_ignore_ascii_case(namespace) && c.title == title)
@@ -299,10 +305,7 @@ pub(crate) async fn update(
     let mut inner = sim.collections.lock();
     let c = writable(&mut inner, caller, &namespace, &rest)?;
     if let Some(title) = body["title"].as_str() {
-        if title.trim().is_empty() || title.chars().count() > MAX_TITLE {
-            return Err(HubError::bad_request(format!("title must be 1 to {MAX_TITLE} characters")));
-        }
-        c.title = title.trim().to_owned();
+        c.title = checked_title(title)?.to_owned();
     }
     if let Some(description) = body["description"].as_str() {
         c.description = Some(description.to_owned());
