@@ -119,6 +119,15 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 "--publish-dataset, --collections and --note-sources write to the Hub: give a token with write access (--token, HF_TOKEN)"
             );
         }
+        // The dataset's namespace may not be the mirrors' (whose access the checks at start judged): a token
+        // that may not write there is said now, not after the first audit.
+        if let Some(repo) = &args.publish_dataset {
+            let namespace = hubalign::gate::namespace_of(repo);
+            let who = s.hub.identity().await.context("asking the Hub who the token is")?;
+            if let hubalign::hub::identity::WriteAccess::Refused(why) = who.may_write(namespace) {
+                anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
+            }
+        }
         let config = ServeConfig {
             listener,
             limits: Limits {

@@ -2,10 +2,11 @@
 //! source namespace ("Aligned MLX: {namespace}") and one for all ("Aligned MLX mirrors").
 //!
 //! The Hub is read each pass (the collections of the owner, then the items of each managed one the listing
-//! may have cut), so nothing is kept here that could drift from it: a lost store, a removed item or a collection deleted by hand is
-//! mended by the next pass. A collection is managed when its title is one of those names; in it, a model the
-//! store does not list as a public mirror is removed, and any other kind of item (a paper the operator
-//! added) is left alone. One collection's failure is logged and the others go on.
+//! may have cut), so nothing is kept here that could drift from it: a lost store, a removed item or a
+//! collection deleted by hand is mended by the next pass. A collection is managed when its title is one of
+//! those names; in it, a model the store does not list as a public mirror is removed, and any other kind of
+//! item (a paper the operator added) is left alone. One collection's or item's failure is logged and the
+//! others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -256,3 +256,36 @@ fn a_source_gets_one_note_ever_and_a_namespace_that_closed_one_gets_no_more() {
     }
     assert!(notes_on(&world, "lmstudio/tiny-q8").is_empty());
 }
+
+/// The operator's mistakes in the publishing flags are said at start, naming the fix, before any audit.
+#[test]
+fn serve_refuses_at_start_a_dataset_repo_the_token_may_not_write_or_that_is_not_a_repo_id() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    let endpoint = world.endpoint();
+    let serve = |extra: &[&str]| {
+        let mut cmd = crate::support::hubalign();
+        cmd.args(["serve", "--endpoint", endpoint.as_str(), "--db", db.to_str().unwrap(), "--workers", "0"])
+            .args(["--listen", "127.0.0.1:0", "--target-namespace", "alice", "--verify-device", "cpu"])
+            .arg("--python")
+            .arg(python())
+            .args(["--token", ALICE])
+            .args(extra);
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, said) = serve(&["--publish-dataset", "bob/audit"]);
+    assert_ne!(code, Some(0));
+    assert!(said.contains("--publish-dataset bob/audit") && said.contains("may not write to bob"), "{said}");
+    let (code, said) = serve(&["--publish-dataset", "no-slash"]);
+    assert_ne!(code, Some(0));
+    assert!(said.contains("--publish-dataset no-slash") && said.contains("NAMESPACE/NAME"), "{said}");
+    // Nothing was audited: the store has no run.
+    let runs = world.runtime.block_on(async {
+        match hubalign::store::Store::open(&db).await {
+            Ok(store) => store.runs(10).await.map(|r| r.len()).unwrap_or(0),
+            Err(_) => 0,
+        }
+    });
+    assert_eq!(runs, 0);
+}
