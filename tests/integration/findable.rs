@@ -283,7 +283,7 @@ fn serve_refuses_at_start_a_dataset_repo_the_token_may_not_write_or_that_is_not_
     // Nothing was audited: the store has no run.
     let runs = world.runtime.block_on(async {
         match hubalign::store::Store::open(&db).await {
-            Ok(store) => store.runs(10).await.map(|r| r.len()).unwrap_or(0),
+            Ok(store) => store.runs(10).await.map_or(0, |r| r.len()),
             Err(_) => 0,
         }
     });
