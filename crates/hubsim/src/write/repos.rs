@@ -121,7 +121,7 @@ pub(crate) async fn move_repo(
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     if req.repo_type.as_deref().is_some_and(|t| t != "model") {
-        return Err(HubError::bad_request("the simulator serves model repositories only"));
+        return Err(HubError::bad_request("the simulator moves model repositories only"));
     }
     let namespace = |id: &str| id.split_once('/').map(|(ns, _)| ns.to_owned());
     let (Some(from_ns), Some(to_ns)) = (namespace(&req.from_repo), namespace(&req.to_repo)) else {
