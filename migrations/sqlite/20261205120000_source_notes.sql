@@ -4,7 +4,8 @@ CREATE TABLE source_notes (
     source_repo  TEXT PRIMARY KEY,
     namespace    TEXT NOT NULL,
     mirror_repo  TEXT NOT NULL,
-    -- The discussion's number on the source.
+    -- The discussion's number on the source; -1 when the source refused the note for good (discussions
+    -- disabled, the repo forbidden or gone): it is never asked again.
     num          INTEGER NOT NULL,
     posted_at    TEXT NOT NULL,
     -- 1 once the note was seen closed: the namespace said no.

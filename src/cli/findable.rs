@@ -67,9 +67,10 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
             let policy = notes::NotePolicy { author, max_per_pass: args.max_notes };
             let done = notes::post(&hub, &store, &policy).await?;
             eprintln!(
-                "notes on sources: {} posted, {} found already there, {} namespaces closed one, {} failed",
+                "notes on sources: {} posted, {} found already there, {} refused for good, {} namespaces closed one, {} failed",
                 done.posted.len(),
                 done.found,
+                done.refused.len(),
                 done.declined.len(),
                 done.failed.len()
             );

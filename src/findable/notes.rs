@@ -38,6 +38,9 @@ pub struct NotesPosted {
     pub posted: Vec<String>,
     /// Notes already on the Hub (recorded, not posted again).
     pub found: usize,
+    /// Sources whose discussions refused the note for good (disabled, forbidden, gone): recorded, never tried
+    /// again, so they cannot take the cap of every pass.
+    pub refused: Vec<String>,
     /// Namespaces seen to have closed a note this pass.
     pub declined: Vec<String>,
     /// Sources that failed, with why, for the log and the command's summary (the next pass tries again).
@@ -122,6 +125,7 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
         let read = clean.contains(&source.to_ascii_lowercase());
         match one(hub, store, policy, (source, mirror), read).await {
             Ok(Posted::New) => done.posted.push(source.clone()),
+            Ok(Posted::Refused) => done.refused.push(source.clone()),
             Ok(Posted::Found { closed }) => {
                 done.found += 1;
                 if closed {
@@ -141,7 +145,11 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
 enum Posted {
     New,
     Found { closed: bool },
+    Refused,
 }
+
+/// What the store records for a source whose discussions refused the note for good: no discussion number.
+pub const REFUSED: i64 = -1;
 
 /// Whether the namespace has closed a note: the newest of its open notes the store knows are asked of the
 /// Hub (each found closed is recorded); if the store knows none, its mirrored sources' discussions are read
@@ -199,7 +207,14 @@ async fn one(
     (source, mirror): (&str, &str),
     read: bool,
 ) -> Result<Posted, NoteError> {
-    let there = if read { Vec::new() } else { hub.discussions_by(source, &policy.author).await? };
+    let there = match read {
+        true => Vec::new(),
+        false => match hub.discussions_by(source, &policy.author).await {
+            Ok(there) => there,
+            Err(e) if for_good(&e) => return refused(store, (source, mirror), &e).await,
+            Err(e) => return Err(e.into()),
+        },
+    };
     if let Some(note) = there.iter().find(|d| d.title == NOTE_TITLE) {
         store.record_note(source, mirror, i64::try_from(note.num).map_err(|_| NoteError::Number(note.num))?).await?;
         let closed = note.status == "closed";
@@ -209,8 +224,25 @@ async fn one(
         return Ok(Posted::Found { closed });
     }
     let text = note_text(hub.endpoint(), source, mirror);
-    let num = hub.open_discussion(source, NOTE_TITLE, &text).await?;
+    let num = match hub.open_discussion(source, NOTE_TITLE, &text).await {
+        Ok(num) => num,
+        Err(e) if for_good(&e) => return refused(store, (source, mirror), &e).await,
+        Err(e) => return Err(e.into()),
+    };
     store.record_note(source, mirror, i64::try_from(num).map_err(|_| NoteError::Number(num))?).await?;
     tracing::info!(repo.id = %source, mirror = %mirror, num, "note posted on the source");
     Ok(Posted::New)
+}
+
+/// Whether the Hub's answer refuses a note for good: discussions disabled, the repo forbidden or gone. Asking
+/// again each pass would change nothing and take the cap from the sources that can take one.
+fn for_good(e: &HubError) -> bool {
+    matches!(e, HubError::Status { status, .. } if matches!(status.as_u16(), 400 | 403 | 404 | 422))
+}
+
+/// Records that `source` takes no note, so it is never asked again.
+async fn refused(store: &Store, (source, mirror): (&str, &str), e: &HubError) -> Result<Posted, NoteError> {
+    tracing::info!(repo.id = %source, error = %e, "the source takes no note; it is not asked again");
+    store.record_note(source, mirror, REFUSED).await?;
+    Ok(Posted::Refused)
 }

@@ -35,11 +35,12 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.to_ascii_lowercase()).collect())
     }
 
-    /// The newest `limit` notes in `namespace` not yet seen closed, to ask the Hub whether one was.
+    /// The newest `limit` notes in `namespace` not yet seen closed, to ask the Hub whether one was (a source
+    /// that refused its note, recorded with no number, has none to ask about).
     pub async fn open_notes_in(&self, namespace: &str, limit: i64) -> Result<Vec<SourceNote>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT source_repo, num FROM source_notes WHERE lower(namespace) = lower($1) AND declined = FALSE
-             ORDER BY posted_at DESC, source_repo LIMIT $2"
+             AND num > 0 ORDER BY posted_at DESC, source_repo LIMIT $2"
         )
         .bind(namespace)
         .bind(limit)
