@@ -50,7 +50,14 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
         let store = args.store.open_existing().await?;
         let mut failed = 0;
         if args.collections {
-            let done = collections::sync(&hub, &store, &args.target_namespace).await?;
+            // A failure of the collections is said and counted; the notes are still tried, as `serve` does.
+            let done = match collections::sync(&hub, &store, &args.target_namespace).await {
+                Ok(done) => done,
+                Err(e) => {
+                    eprintln!("collections of {}: {:#}", args.target_namespace, anyhow::Error::from(e));
+                    collections::CollectionsSynced { failed: vec![(args.target_namespace.clone(), String::new())], ..Default::default() }
+                }
+            };
             eprintln!(
                 "collections of {}: {} created, {} items added, {} removed, {} mirrors gone from the Hub, {} failed",
                 args.target_namespace,

@@ -90,6 +90,8 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
         .map(|m| (m.source, m.mirror))
         .collect();
     let wanted = wanted(&mirrors);
+    // The store's own spelling of each mirror, for recording one gone (the collections compare lower-cased).
+    let spelled: BTreeMap<String, String> = mirrors.iter().map(|(_, m)| (m.to_ascii_lowercase(), m.clone())).collect();
     let listed =
         hub.collections_of(owner).await.map_err(|source| CollectionsError::Hub { owner: owner.to_owned(), source })?;
     let managed = |title: &str| title == ALL_TITLE || title.starts_with(NAMESPACE_PREFIX);
@@ -102,7 +104,7 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
     let titles: BTreeSet<String> = wanted.keys().chain(slugs.keys()).cloned().collect();
     for title in titles {
         let want = wanted.get(&title).cloned().unwrap_or_default();
-        if let Err(e) = keep((hub, store), owner, &title, slugs.get(&title), &want, &mut done).await {
+        if let Err(e) = keep((hub, store, &spelled), owner, &title, slugs.get(&title), &want, &mut done).await {
             let shown = crate::gate::escape_control(&title).into_owned();
             tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
             done.failed.push((shown, e.to_string()));
@@ -113,7 +115,7 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
 
 /// Makes the collection `title` (at `slug` if it exists) hold `want`.
 async fn keep(
-    (hub, store): (&HubClient, &Store),
+    (hub, store, spelled): (&HubClient, &Store, &BTreeMap<String, String>),
     owner: &str,
     title: &str,
     listed: Option<&CollectionRef>,
@@ -170,14 +172,21 @@ async fn keep(
                 tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
                 done.added += 1;
             }
-            // The mirror was deleted on the Hub: the store stops calling it public, so that neither the
-            // collections nor the dataset list it again.
+            // The Hub says the mirror does not exist. Once its info says so too (not a mirror the Hub is still
+            // creating), the store stops calling it public, so neither the collections nor the dataset list it.
             Err(e) if e.error_code() == Some("RepoNotFound") => {
-                tracing::warn!(repo.id = %mirror, "the mirror is gone from the Hub; recorded as no longer public");
-                if let Err(e) = store.hide_mirror(mirror, GONE).await {
-                    done.failed.push((format!("{slug}: {mirror}"), e.to_string()));
+                let own = spelled.get(mirror).map_or(mirror.as_str(), String::as_str);
+                match hub.head_of(crate::hub::repo_ref::RepoRef::model(own)).await {
+                    Ok(None) => match store.hide_mirror(own, GONE).await {
+                        Ok(()) => {
+                            tracing::warn!(repo.id = %own, "the mirror is gone from the Hub; recorded as no longer public");
+                            done.gone.insert(mirror.clone());
+                        }
+                        Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+                    },
+                    Ok(Some(_)) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+                    Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
                 }
-                done.gone.insert(mirror.clone());
             }
             Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
         }

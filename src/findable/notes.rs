@@ -1,13 +1,19 @@
 //! One short note on a mirrored source's discussion tab (`serve --note-sources`), linking its public mirror.
 //!
-//! At most one per source, ever: the store records each note, the post is sent once (a lost answer is not
-//! retried into a second discussion), and before posting the source's own discussions are read for one by
-//! this account with the note's title, so a lost store does not post twice. Opting out is closing the note:
-//! a namespace that closed any note gets no further one on any of its repos. A store that knows no note in a
-//! namespace reads the discussions of the namespace's mirrored sources first (at most [`SCAN`]), so a closed
-//! note is found wherever it sorts. How many sources a pass tries is the operator's cap, and the Hub is asked
-//! about at most [`STATUS_CHECKS`] notes per namespace per pass. One source's failure is logged and the others
-//! go on.
+//! At most one per source, ever: the store records each note, a source is claimed in the store before its
+//! note is posted (so two processes never both post), the post is sent once (a lost answer is not retried into
+//! a second discussion), and before posting the source's own discussions are read for one by this account with
+//! the note's title, so a lost store does not post twice. A process that dies between its claim and its post
+//! leaves the source without a note rather than risk a second.
+//!
+//! Opting out is closing the note: a namespace that closed any note gets no further one on any of its repos.
+//! Each pass asks the Hub about [`STATUS_CHECKS`] of a namespace's open notes, those asked about longest ago
+//! first, so every note's turn comes. A store that knows no note in a namespace (a new namespace, or a lost
+//! store) reads the discussions of the first [`SCAN`] of its mirrored sources for one first.
+//!
+//! How many sources a pass tries is the operator's cap. A source that refuses a note for good (gone, or its
+//! discussions disabled) is recorded and never tried again; a token the Hub refuses stops the pass. One
+//! source's failure is logged and the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -126,6 +132,14 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
         match one(hub, store, policy, (source, mirror), read).await {
             Ok(Posted::New) => done.posted.push(source.clone()),
             Ok(Posted::Refused) => done.refused.push(source.clone()),
+            Ok(Posted::Held) => {}
+            // The token may not post discussions (a 401, or a 403 that is not the repo's): every other
+            // source would fail alike, so the pass stops here and says why.
+            Err(NoteError::Hub(e)) if token_refused(&e) => {
+                tracing::warn!(error = %e, "the Hub refuses this token's discussions; no note is posted this pass");
+                done.failed.push((source.clone(), e.to_string()));
+                break;
+            }
             Ok(Posted::Found { closed }) => {
                 done.found += 1;
                 if closed {
@@ -144,8 +158,12 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
 
 enum Posted {
     New,
-    Found { closed: bool },
+    Found {
+        closed: bool,
+    },
     Refused,
+    /// Another process holds the source's claim.
+    Held,
 }
 
 /// What the store records for a source whose discussions refused the note for good: no discussion number.
@@ -171,7 +189,10 @@ async fn closed_any(
                         clean.insert(source.to_ascii_lowercase());
                         continue;
                     };
-                    let num = i64::try_from(note.num).unwrap_or(i64::MAX);
+                    let Ok(num) = i64::try_from(note.num) else {
+                        tracing::warn!(repo.id = %source, num = note.num, "a discussion number out of range; left alone");
+                        continue;
+                    };
                     store.record_note(source, mirror, num).await?;
                     noted.insert(source.to_ascii_lowercase());
                     done.found += 1;
@@ -191,7 +212,7 @@ async fn closed_any(
                 store.decline_note(&note.source_repo).await?;
                 closed = true;
             }
-            Ok(_) => {}
+            Ok(_) => store.note_checked(&note.source_repo).await?,
             Err(e) => tracing::warn!(repo.id = %note.source_repo, error = %e, "reading the note's status failed"),
         }
     }
@@ -223,21 +244,42 @@ async fn one(
         }
         return Ok(Posted::Found { closed });
     }
+    // Claimed first, so that another process (a replica that took the lease over, `hubalign findable` beside
+    // `serve`) that read the same discussions does not post a second note.
+    if !store.claim_note(source, mirror).await? {
+        return Ok(Posted::Held);
+    }
     let text = note_text(hub.endpoint(), source, mirror);
     let num = match hub.open_discussion(source, NOTE_TITLE, &text).await {
         Ok(num) => num,
         Err(e) if for_good(&e) => return refused(store, (source, mirror), &e).await,
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            store.release_note(source).await?;
+            return Err(e.into());
+        }
     };
     store.record_note(source, mirror, i64::try_from(num).map_err(|_| NoteError::Number(num))?).await?;
     tracing::info!(repo.id = %source, mirror = %mirror, num, "note posted on the source");
     Ok(Posted::New)
 }
 
-/// Whether the Hub's answer refuses a note for good: discussions disabled, the repo forbidden or gone. Asking
-/// again each pass would change nothing and take the cap from the sources that can take one.
+/// Whether the Hub's answer refuses a note for good: the repo is gone (404), or its discussions are disabled
+/// (a 403 saying so). Asking again each pass would change nothing and take the cap from the sources that can
+/// take one. Any other refusal may be the token's or the request's, and is not recorded.
 fn for_good(e: &HubError) -> bool {
-    matches!(e, HubError::Status { status, .. } if matches!(status.as_u16(), 400 | 403 | 404 | 422))
+    match e {
+        HubError::Status { status, .. } if status.as_u16() == 404 => true,
+        HubError::Status { status, message, .. } if status.as_u16() == 403 => {
+            let message = message.to_ascii_lowercase();
+            message.contains("discussion") && message.contains("disabled")
+        }
+        _ => false,
+    }
+}
+
+/// Whether the Hub refuses the token itself: a 401, or a 403 that is not about the repo's discussions.
+fn token_refused(e: &HubError) -> bool {
+    matches!(e, HubError::Status { status, .. } if matches!(status.as_u16(), 401 | 403)) && !for_good(e)
 }
 
 /// Records that `source` takes no note, so it is never asked again.
@@ -245,4 +287,36 @@ async fn refused(store: &Store, (source, mirror): (&str, &str), e: &HubError) ->
     tracing::info!(repo.id = %source, error = %e, "the source takes no note; it is not asked again");
     store.record_note(source, mirror, REFUSED).await?;
     Ok(Posted::Refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, message: &str) -> HubError {
+        HubError::Status {
+            url: "http://hub/api/models/a/b/discussions".into(),
+            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            code: None,
+            message: message.into(),
+            request_id: None,
+        }
+    }
+
+    /// Found by review: any 400, 403 or 422 recorded the source as refusing for good, so a token without the
+    /// discussions scope used every source up in one pass. Only a repo gone or its discussions disabled are.
+    #[test]
+    fn only_a_repo_gone_or_its_discussions_disabled_refuse_a_note_for_good() {
+        assert!(for_good(&status(404, "Repository not found")));
+        assert!(for_good(&status(403, "Discussions are disabled for this repo")));
+        for (code, message) in
+            [(403, "You don't have the rights"), (401, "Invalid token"), (400, "Bad request"), (422, "")]
+        {
+            assert!(!for_good(&status(code, message)), "{code} {message}");
+        }
+        assert!(token_refused(&status(403, "You don't have the rights")));
+        assert!(token_refused(&status(401, "Invalid token")));
+        assert!(!token_refused(&status(403, "Discussions are disabled for this repo")));
+        assert!(!token_refused(&status(500, "")));
+    }
 }

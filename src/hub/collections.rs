@@ -116,7 +116,9 @@ impl HubClient {
                     tracing::warn!(slug = %gate::quote(&c.slug), "the Hub listed a collection whose slug is not one; left out");
                     continue;
                 }
-                let items = (c.items.len() < LISTED_ITEMS).then(|| checked(&url, c.items)).transpose()?;
+                // Items that fail their check are read again with the collection, where a failure is that
+                // collection's alone.
+                let items = (c.items.len() < LISTED_ITEMS).then(|| checked(&url, c.items).ok()).flatten();
                 out.push(CollectionRef { slug: c.slug, title: c.title, items });
             }
             match pages.next(&url, &fetched.headers)? {

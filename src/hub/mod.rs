@@ -595,12 +595,14 @@ fn status_error(url: &str, fetched: &Fetched) -> HubError {
     let body_message = serde_json::from_slice::<serde_json::Value>(&fetched.body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned));
+    // The Hub's own words go into logs and terminals: control characters escaped here, once.
+    let escaped = |s: String| gate::escape_control(&s).into_owned();
     HubError::Status {
         url: url.to_owned(),
         status: fetched.status,
-        code: header("x-error-code"),
-        message: header("x-error-message").or(body_message).unwrap_or_default(),
-        request_id: header("x-request-id"),
+        code: header("x-error-code").map(escaped),
+        message: escaped(header("x-error-message").or(body_message).unwrap_or_default()),
+        request_id: header("x-request-id").map(escaped),
     }
 }
 

@@ -132,8 +132,10 @@ async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) ->
     });
     let staging = made.await?.map_err(|source| PublishError::Scratch { path: scratch.to_owned(), source })?;
     let pushed = crate::dataset::push::push(&shared.hub, repo, (&snapshot, &files), staging.path()).await;
-    // Removing the staged files is disk work too.
-    crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await?;
+    // Removing the staged files is disk work too; its failure does not undo the push.
+    if let Err(e) = crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await {
+        tracing::warn!(error = %e, "removing the dataset's staged files failed");
+    }
     Ok(pushed?)
 }
 

@@ -1,5 +1,5 @@
-//! The notes on mirrored sources (`serve --note-sources`): which source got its one note, and which
-//! namespaces said no by closing one.
+//! The notes on mirrored sources (`serve --note-sources`): which source got its one note (or is being given
+//! it, or refused it), and which namespaces said no by closing one.
 
 use std::collections::BTreeSet;
 
@@ -15,7 +15,7 @@ pub struct SourceNote {
 }
 
 impl Store {
-    /// Sources that got their note already (whatever became of it), lower-cased: repo names are
+    /// Sources that got their note, are being given it, or refused it, lower-cased: repo names are
     /// case-insensitive on the Hub.
     pub async fn noted_sources(&self) -> Result<BTreeSet<String>, StoreError> {
         let rows: Vec<String> =
@@ -35,12 +35,12 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.to_ascii_lowercase()).collect())
     }
 
-    /// The newest `limit` notes in `namespace` not yet seen closed, to ask the Hub whether one was (a source
-    /// that refused its note, recorded with no number, has none to ask about).
+    /// `limit` of the notes in `namespace` not yet seen closed, those the Hub was asked about longest ago (or
+    /// never) first, to ask it again: each pass asks about a few, and every note's turn comes.
     pub async fn open_notes_in(&self, namespace: &str, limit: i64) -> Result<Vec<SourceNote>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT source_repo, num FROM source_notes WHERE lower(namespace) = lower($1) AND declined = FALSE
-             AND num > 0 ORDER BY posted_at DESC, source_repo LIMIT $2"
+             AND num > 0 ORDER BY checked_at IS NOT NULL, checked_at, source_repo LIMIT $2"
         )
         .bind(namespace)
         .bind(limit)
@@ -49,12 +49,54 @@ impl Store {
         .map_err(sql("open notes"))
     }
 
-    /// Records the note `num` posted (or found) on `source`, linking `mirror`.
+    /// Records that the Hub was just asked whether the note on `source` is open.
+    pub async fn note_checked(&self, source: &str) -> Result<(), StoreError> {
+        on_pool!(self, |pool| sqlx::query("UPDATE source_notes SET checked_at = $1 WHERE source_repo = $2")
+            .bind(crate::time::now_utc())
+            .bind(source)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(sql("note checked"))
+    }
+
+    /// Claims `source` for a note (number 0 until posted): `false` if another process holds it or it has a
+    /// note, so two processes never both post one.
+    pub async fn claim_note(&self, source: &str, mirror: &str) -> Result<bool, StoreError> {
+        let now = crate::time::now_utc();
+        let inserted = on_pool!(self, |pool| {
+            sqlx::query(
+            "INSERT INTO source_notes (source_repo, namespace, mirror_repo, num, posted_at) VALUES ($1, $2, $3, 0, $4)
+             ON CONFLICT (source_repo) DO NOTHING"
+        )
+        .bind(source)
+        .bind(crate::gate::namespace_of(source))
+        .bind(mirror)
+        .bind(&now)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+        })
+        .map_err(sql("claim note"))?;
+        Ok(inserted == 1)
+    }
+
+    /// Gives a claim up (the post failed and may be tried again by the next pass).
+    pub async fn release_note(&self, source: &str) -> Result<(), StoreError> {
+        on_pool!(self, |pool| sqlx::query("DELETE FROM source_notes WHERE source_repo = $1 AND num = 0")
+            .bind(source)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(sql("release note"))
+    }
+
+    /// Records the note `num` posted (or found) on `source`, linking `mirror`, over a claim if there is one.
     pub async fn record_note(&self, source: &str, mirror: &str, num: i64) -> Result<(), StoreError> {
         let now = crate::time::now_utc();
         on_pool!(self, |pool| sqlx::query(
             "INSERT INTO source_notes (source_repo, namespace, mirror_repo, num, posted_at) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (source_repo) DO NOTHING"
+             ON CONFLICT (source_repo) DO UPDATE SET num = excluded.num, posted_at = excluded.posted_at"
         )
         .bind(source)
         .bind(crate::gate::namespace_of(source))
@@ -64,8 +106,7 @@ impl Store {
         .execute(pool)
         .await
         .map(|_| ()))
-        .map_err(sql("record note"))?;
-        Ok(())
+        .map_err(sql("record note"))
     }
 
     /// Records that the note on `source` was closed: its namespace said no.
@@ -75,7 +116,40 @@ impl Store {
             .execute(pool)
             .await
             .map(|_| ()))
-        .map_err(sql("decline note"))?;
-        Ok(())
+        .map_err(sql("decline note"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by review: only the newest notes of a namespace were asked about, so a closed older one went
+    /// unseen for ever. Every note now gets its turn, the ones asked about longest ago first.
+    #[tokio::test]
+    async fn every_note_of_a_namespace_gets_its_turn_to_be_checked_and_a_claim_is_held_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).await.unwrap();
+        for n in 1..=12 {
+            store.record_note(&format!("ns/r{n:02}"), "me/m", n).await.unwrap();
+        }
+        let first: Vec<String> =
+            store.open_notes_in("NS", 10).await.unwrap().into_iter().map(|n| n.source_repo).collect();
+        assert_eq!(first.len(), 10);
+        for source in &first {
+            store.note_checked(source).await.unwrap();
+        }
+        let next: Vec<String> =
+            store.open_notes_in("ns", 10).await.unwrap().into_iter().map(|n| n.source_repo).collect();
+        assert_eq!(&next[..2], ["ns/r11", "ns/r12"], "the two never asked about come first");
+
+        assert!(store.claim_note("ns/new", "me/new").await.unwrap());
+        assert!(!store.claim_note("ns/new", "me/new").await.unwrap(), "a second process does not get it");
+        assert!(!store.open_notes_in("ns", 20).await.unwrap().iter().any(|n| n.source_repo == "ns/new"));
+        store.release_note("ns/new").await.unwrap();
+        assert!(store.claim_note("ns/new", "me/new").await.unwrap(), "released, it can be claimed again");
+        store.record_note("ns/new", "me/new", 40).await.unwrap();
+        store.release_note("ns/new").await.unwrap();
+        assert!(store.noted_sources().await.unwrap().contains("ns/new"), "a posted note is not released");
     }
 }

@@ -203,6 +203,7 @@ const TABLES: &[Table] = &[
             ("mirror_repo", Text),
             ("num", Int),
             ("posted_at", Text),
+            ("checked_at", Text),
             ("declined", Flag),
         ],
     },

@@ -141,7 +141,7 @@ fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
 }
 
 /// `hubalign dataset write` of `db`'s snapshot of 2026-12-04 into `out`, its card naming `repo`.
-fn write(db: &Path, out: &Path, repo: &str) {
+pub(crate) fn write(db: &Path, out: &Path, repo: &str) {
     let done = hubalign()
         .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", out.to_str().unwrap()])
         .args(["--date", "2026-12-04", "--repo", repo])

@@ -193,7 +193,16 @@ fn serve_publishes_the_dataset_and_keeps_public_mirrors_in_collections_and_notes
         assert!(Instant::now() < deadline, "the deleted mirror is still public in the store");
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert_eq!(items(&world, "Aligned MLX: lmstudio"), Some(set(&mirrors[..1])));
+    // Recorded with the reason the dashboard shows, and in no table of the next snapshot.
+    let mirror_row = world.runtime.block_on(store().mirror_of(MIRRORED[1])).unwrap().unwrap();
+    assert!(mirror_row.private, "{mirror_row:?}");
+    assert_eq!(mirror_row.hidden_reason.as_deref(), Some(hubalign::findable::collections::GONE));
+    let data = tempfile::tempdir().unwrap();
+    crate::dataset::write(&db, data.path(), "alice/mlx-audit");
+    let tables = crate::dataset::read(data.path());
+    let listed: Vec<&str> =
+        tables["pyarrow"]["mirrors"].as_array().unwrap().iter().map(|m| m["mirror"].as_str().unwrap()).collect();
+    assert!(!listed.contains(&gone) && listed.contains(&mirrors[0]), "{listed:?}");
 }
 
 #[test]

@@ -303,7 +303,18 @@ pub(crate) async fn update(
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let mut inner = sim.collections.lock();
-    let c = writable(&mut inner, caller, &namespace, &rest)?;
+    let id = writable(&mut inner, caller, &namespace, &rest)?.id.clone();
+    // A title stays unique in its namespace, renamed or not.
+    if let Some(title) = body["title"].as_str().map(checked_title).transpose()? {
+        let taken = inner
+            .by_id
+            .values()
+            .any(|o| o.id != id && o.namespace.eq_ignore_ascii_case(&namespace) && o.title == title);
+        if taken {
+            return Err(HubError::conflict("You already have a collection with this title"));
+        }
+    }
+    let c = inner.by_id.get_mut(&id).ok_or_else(|| no_such(&namespace, &rest))?;
     if let Some(title) = body["title"].as_str() {
         c.title = checked_title(title)?.to_owned();
     }
