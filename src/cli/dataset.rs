@@ -75,11 +75,11 @@ pub(super) fn run(args: &DatasetArgs) -> anyhow::Result<Exit> {
 
 /// The date asked for, or today (UTC).
 fn day(date: Option<&String>) -> String {
-    date.cloned().unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string())
+    date.cloned().unwrap_or_else(hubalign::dataset::today)
 }
 
-/// The store's snapshot of `date` (today if none) and its files as the dataset repo `repo` holds them, once
-/// `repo` is checked. Encoding is CPU work: done here, not on the runtime.
+/// The store's snapshot of `date` (today if none) and its tables' parts, once `repo` is checked. Encoding is
+/// CPU work: done here, not on the runtime.
 fn snapshot(
     runtime: &tokio::runtime::Runtime,
     store: &StoreArgs,
@@ -92,18 +92,18 @@ fn snapshot(
         let store = store.open_existing().await?;
         anyhow::Ok(Snapshot::of(&store, &date).await?)
     })?;
-    let files = snapshot.files(repo)?;
-    Ok((snapshot, files))
+    let parts = snapshot.parts()?;
+    Ok((snapshot, parts))
 }
 
 fn push(args: &PushArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (snapshot, files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
-    let config = hubalign::hub::HubConfig::resolve(args.endpoint.clone(), args.token.clone())?;
+    let (snapshot, parts) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
+    let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
     let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
     let scratch = tempfile::tempdir().context("making a scratch directory")?;
     let pushed =
-        runtime.block_on(hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, &files), scratch.path()))?;
+        runtime.block_on(hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, parts), scratch.path()))?;
     match &pushed.commit {
         None => eprintln!("{}: unchanged ({} files); nothing committed", args.repo, pushed.unchanged),
         Some(commit) => eprintln!(

@@ -39,7 +39,7 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Usage);
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let config = hubalign::hub::HubConfig::resolve(args.endpoint.clone(), args.token.clone())?;
+    let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
     let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
     if !hub.has_token() {
         anyhow::bail!(

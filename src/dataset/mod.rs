@@ -19,6 +19,11 @@ use sha2::Digest as _;
 use self::tables::{MirrorRecord, PublisherRecord, RepoRecord, ShardRecord};
 use crate::store::{Store, StoreError};
 
+/// Today's date (UTC) as a snapshot names it, `YYYY-MM-DD`.
+pub fn today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}
+
 /// Files per table and day: namespaces are spread over this many by a hash of the name.
 pub const BUCKETS: u8 = 16;
 
@@ -81,18 +86,18 @@ impl Snapshot {
         Ok(Snapshot { date: date.to_owned(), repos, shards, mirrors, publishers })
     }
 
-    /// Every file of the snapshot, by its path in the dataset repo `repo`: each table's parts, then the card
-    /// (`README.md`). A part with no rows is not written.
-    pub fn files(&self, repo: &str) -> Result<BTreeMap<String, Vec<u8>>, DatasetError> {
+    /// Every table's parts, by their path in the dataset repo. A part with no rows is not written. The card
+    /// (`README.md`, [`Snapshot::card`]) is not among them: which tables it lists depends on what the
+    /// destination already holds, which only the writer can see.
+    pub fn parts(&self) -> Result<BTreeMap<String, Vec<u8>>, DatasetError> {
         let mut files = BTreeMap::new();
         let date = &self.date;
         // A shard's or a mirror's namespace is its repo's (ids are checked `namespace/name` by the crawl).
-        let namespace_of = |repo: &str| repo.split_once('/').map_or(repo, |(ns, _)| ns).to_owned();
+        let namespace_of = |repo: &str| crate::gate::namespace_of(repo).to_owned();
         parts(&mut files, ("repos", date), &self.repos, |r| r.namespace.clone())?;
         parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
         parts(&mut files, ("mirrors", date), &self.mirrors, |m| namespace_of(&m.source))?;
         parts(&mut files, ("publishers", date), &self.publishers, |p| p.namespace.clone())?;
-        files.insert("README.md".to_owned(), self.card(repo, &std::collections::BTreeSet::new())?.into_bytes());
         Ok(files)
     }
 
@@ -182,15 +187,18 @@ mod tests {
     #[test]
     fn the_same_rows_give_the_same_files_and_a_changed_publisher_changes_only_its_part() {
         let namespaces = ["mlx-community", "lmstudio", "alice", "bob", "carol"];
-        let before = snapshot(&namespaces).files("ops/audit").unwrap();
-        assert_eq!(before, snapshot(&namespaces).files("ops/audit").unwrap(), "written the same way each time");
+        let before = snapshot(&namespaces).parts().unwrap();
+        assert_eq!(before, snapshot(&namespaces).parts().unwrap(), "written the same way each time");
         let mut changed = snapshot(&namespaces);
         changed.publishers[1].misaligned_bytes = 13;
-        let after = changed.files("ops/audit").unwrap();
+        let after = changed.parts().unwrap();
         let differ: Vec<&String> = before.keys().filter(|k| before[*k] != after[*k]).collect();
         let part = part_path("publishers", "2026-12-04", bucket("lmstudio"));
-        // The card's totals count repos, which did not change.
         assert_eq!(differ, [&part], "only lmstudio's part");
+        // The card's totals count repos, which did not change.
+        let none = std::collections::BTreeSet::new();
+        let card = |s: &Snapshot| s.card("ops/audit", &none).unwrap();
+        assert_eq!(card(&snapshot(&namespaces)), card(&changed));
     }
 
     #[test]

@@ -77,12 +77,12 @@ pub enum PushError {
     },
 }
 
-/// Pushes `files` (the snapshot's, by path) to the public dataset repo `repo`, creating it if it does not
-/// exist; files to upload are staged in `scratch` first.
+/// Pushes the snapshot's `parts` (by path) and its card to the public dataset repo `repo`, creating it if it
+/// does not exist; files to upload are staged in `scratch` first.
 pub async fn push(
     hub: &HubClient,
     repo: &str,
-    (snapshot, files): (&Snapshot, &BTreeMap<String, Vec<u8>>),
+    (snapshot, mut files): (&Snapshot, BTreeMap<String, Vec<u8>>),
     scratch: &Path,
 ) -> Result<Pushed, PushError> {
     let target = RepoRef::dataset(repo);
@@ -115,7 +115,6 @@ pub async fn push(
             earlier.insert((*table).to_owned());
         }
     }
-    let mut files = files.clone();
     let card = snapshot.card(repo, &earlier).map_err(|e| PushError::Card(Box::new(e)))?;
     files.insert("README.md".to_owned(), card.into_bytes());
     let files = &files;

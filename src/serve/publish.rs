@@ -121,17 +121,16 @@ enum PublishError {
 
 /// Today's snapshot pushed to `repo`.
 async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) -> Result<Pushed, PublishError> {
-    let date = chrono::Utc::now().format("%Y-%m-%d").to_string();
-    let snapshot = Snapshot::of(&shared.store, &date).await?;
-    let (owned, name) = (snapshot.clone(), repo.to_owned());
-    let files = crate::blocking::run("encoding the dataset", move || owned.files(&name)).await??;
+    let snapshot = Snapshot::of(&shared.store, &crate::dataset::today()).await?;
+    let owned = snapshot.clone();
+    let parts = crate::blocking::run("encoding the dataset", move || owned.parts()).await??;
     let dir = scratch.to_owned();
     let made = crate::blocking::run("making the dataset's staging directory", move || {
         std::fs::create_dir_all(&dir)?;
         tempfile::tempdir_in(&dir)
     });
     let staging = made.await?.map_err(|source| PublishError::Scratch { path: scratch.to_owned(), source })?;
-    let pushed = crate::dataset::push::push(&shared.hub, repo, (&snapshot, &files), staging.path()).await;
+    let pushed = crate::dataset::push::push(&shared.hub, repo, (&snapshot, parts), staging.path()).await;
     // Removing the staged files is disk work too; its failure does not undo the push.
     if let Err(e) = crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await {
         tracing::warn!(error = %e, "removing the dataset's staged files failed");
