@@ -32,10 +32,16 @@ pub struct Publisher {
     pub gb_duplicated: f64,
 }
 
+/// The share of a publisher's repos that are affected: `affected / audited`, 0 when none was audited. The
+/// report and the public dataset both say it, and must say the same.
+pub fn share_affected(affected: i64, audited: i64) -> f64 {
+    if audited > 0 { affected as f64 / audited as f64 } else { 0.0 }
+}
+
 impl From<PublisherRow> for Publisher {
     fn from(r: PublisherRow) -> Publisher {
         Publisher {
-            share_affected: if r.repos_audited > 0 { r.repos_affected as f64 / r.repos_audited as f64 } else { 0.0 },
+            share_affected: share_affected(r.repos_affected, r.repos_audited),
             gb_duplicated: r.misaligned_bytes as f64 / 1e9,
             namespace: r.namespace,
             repos_audited: r.repos_audited,

@@ -275,13 +275,12 @@ impl MirrorRecord {
 impl PublisherRecord {
     /// The row of `publisher` in the snapshot of `date`.
     pub fn of(p: PublicPublisher, date: &str) -> PublisherRecord {
-        let share = if p.repos_audited > 0 { p.repos_affected as f64 / p.repos_audited as f64 } else { 0.0 };
         PublisherRecord {
             snapshot_date: date.to_owned(),
             namespace: p.namespace,
             repos_audited: p.repos_audited,
             repos_affected: p.repos_affected,
-            share_affected: share,
+            share_affected: crate::report::share_affected(p.repos_affected, p.repos_audited),
             shards_aligned: p.shards_aligned,
             shards_header_pad: p.shards_header_pad,
             shards_relayout: p.shards_relayout,
