@@ -5,7 +5,7 @@ against the simulator's raw transfer of the same bytes at the same parallelism, 
     cargo build --release --workspace --bins && bash tests/python/setup-venv.sh && \\
         python3 bench/backfill_bench.py [--workers 1,2,4] [--sample 64 --sample-hidden 1024] [--report FILE]
 
-For each worker count: a fresh `hubsim --population` (Git LFS only, no quotas, no faults), a fresh
+For each worker count: a fresh `hubsim --population` (Xet on as on the Hub, no quotas, no faults), a fresh
 PostgreSQL database, `hubalign audit` of the sample's namespaces, then N `hubalign worker` processes (the CPU
 MLX check) started together and timed until every job is published, failed or skipped. The bound, in the same
 run: every file of the affected sample repos fetched through the resolver and written to disk with fsync, N
@@ -54,7 +54,7 @@ def psql(url, sql):
 def start_sim(args, root):
     return start_hubsim(args.bin_dir / "hubsim", root / "hub", "--token", f"{TOKEN}:{USER}",
                         "--population", str(args.population), "--sample", str(args.sample),
-                        "--sample-hidden", str(args.sample_hidden), "--seed", str(args.seed), "--no-xet")
+                        "--sample-hidden", str(args.sample_hidden), "--seed", str(args.seed))
 
 
 def affected(hub):

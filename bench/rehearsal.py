@@ -205,7 +205,7 @@ class Rehearsal:
         argv = [self.bins / "hubsim", "--root", self.tmp / "hub", "--port", "0", "--token", f"{TOKEN}:{USER}",
                 "--population", a.repos, "--sample", a.sample, "--seed", a.seed,
                 "--rate-limit-api", a.api_quota, "--rate-limit-resolvers", a.resolver_quota, "--rate-window", window,
-                "--error-rate", a.error_rate, "--truncate-rate", a.truncate_rate, "--no-xet"]
+                "--error-rate", a.error_rate, "--truncate-rate", a.truncate_rate]
         for port in self.ports:
             argv += ["--webhook", f"http://127.0.0.1:{port}/api/hub/webhook#{SECRET}"]
         (self.tmp / "hub/models").mkdir(parents=True)

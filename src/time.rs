@@ -40,6 +40,12 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     NaiveDateTime::parse_from_str(s, STORED).ok().map(|t| t.and_utc().timestamp())
 }
 
+/// Seconds since the Unix epoch at `t`, rounded up (so a time to wait for is never early); 0 before it.
+pub fn unix_seconds_after(t: SystemTime) -> i64 {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_secs() + u64::from(d.subsec_nanos() > 0)).unwrap_or(i64::MAX)
+}
+
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn now_utc() -> String {
     Utc::now().format(STORED).to_string()

@@ -17,6 +17,12 @@ pub trait JobRunner: Send + Sync + 'static {
     /// Runs `job` (claimed by this worker) to its end and records its outcome with
     /// [`Store::finish_job`]; `None` if the job was lost to another worker meanwhile.
     fn run(&self, job: Job) -> impl Future<Output = Result<Option<JobState>, StoreError>> + Send;
+
+    /// Until when no job should be claimed, because every job would stop at the same wall (the Hub's quota
+    /// on actions pausing all writes); `None` by default.
+    fn paused_until(&self) -> Option<std::time::SystemTime> {
+        None
+    }
 }
 
 /// When the queue has nothing to claim.
@@ -73,6 +79,18 @@ impl<R: JobRunner> WorkerLoop<R> {
         loop {
             if *stop.borrow() {
                 return summary;
+            }
+            if let Some(until) = self.runner.paused_until() {
+                if when_idle == WhenIdle::Stop {
+                    return summary;
+                }
+                let wait = until.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+                tracing::warn!(worker = %self.worker, pause_s = wait.as_secs(), "the Hub's quota on actions pauses writes; claiming nothing until it ends");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = stop.wait_for(|s| *s) => return summary,
+                }
+                continue;
             }
             match self.store.claim_job(&self.worker, self.lease, None).await {
                 Ok(Some(job)) => {

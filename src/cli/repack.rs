@@ -306,7 +306,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         let s = setup(&args.worker).await?;
         let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
         // `serve`'s service with the audit, the pages and the webhooks off.
-        let health = Arc::new(Health::default());
+        let (store, hub) = (s.store.clone(), Arc::new(s.hub));
+        let health = Arc::new(Health::of(hub.clone()));
         let mut service = Service::new(health.clone());
         if let (Some(addr), Some(token)) = (args.runner_listen.as_deref(), args.runner_token.clone()) {
             let api = Arc::new(RunnerApi {
@@ -331,7 +332,6 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         }
         // Queue the audit's affected repos and check the mirrors' sources now (a failure here is the
         // operator's to mend, said at once), then every 30 s beside the loop.
-        let (store, hub) = (s.store.clone(), Arc::new(s.hub));
         if !args.drain_only {
             queue_and_reconcile(&store, &hub, &policy).await?;
         }

@@ -143,9 +143,9 @@ pub async fn push(
     let staged = crate::blocking::run("staging a dataset's files", move || stage(&dir, &written)).await??;
     let sizes: Vec<(String, PathBuf, u64)> =
         staged.iter().map(|(rel, path)| (rel.clone(), path.clone(), files[rel].len() as u64)).collect();
-    let (lfs, asked) = upload::preupload(hub, target, &sizes).await?;
+    let (lfs, asked) = upload::preupload(hub, target.into(), &sizes).await?;
     let to_send: Vec<(String, PathBuf)> = staged.iter().filter(|(rel, _)| lfs.contains(rel)).cloned().collect();
-    let (stored, sent) = upload::to_xet(hub, target, &to_send, (&[], &sha256)).await?;
+    let (stored, sent) = upload::to_xet(hub, target.into(), &to_send, (&[], &sha256)).await?;
     let stored: Vec<(String, Stored)> = stored.into_iter().collect();
     let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
     for rel in pushed.written.iter().filter(|rel| !lfs.contains(rel)) {
@@ -158,13 +158,13 @@ pub async fn push(
         pushed.written.len(),
         pushed.deleted.len()
     );
-    let (commit, committed) = match hub.commit(target, &head, &summary, &changes).await {
+    let committed = match hub.commit(target.into(), &head, summary.as_str().into(), &changes).await {
         Ok(done) => done,
         Err(CommitRefused::Moved) => return Err(PushError::Moved(repo.to_owned())),
         Err(CommitRefused::Hub(e)) => return Err(failed("committing")(e)),
     };
-    pushed.commit = Some(commit);
-    pushed.bytes_sent = asked + sent + committed;
+    pushed.commit = Some(committed.commit);
+    pushed.bytes_sent = asked + sent + committed.sent;
     Ok(pushed)
 }
 

@@ -18,8 +18,6 @@ pub struct PullRequestInfo {
     pub status: String,
     /// Who opened it.
     pub author: String,
-    /// The commit it was built on.
-    pub base: Option<String>,
 }
 
 /// A discussion (not a pull request) as the notes on sources need it.
@@ -56,20 +54,12 @@ struct Item {
     is_pull_request: bool,
     #[serde(default)]
     author: Option<Author>,
-    #[serde(default)]
-    changes: Option<Changes>,
 }
 
 #[derive(Deserialize)]
 struct Author {
     #[serde(default)]
     name: String,
-}
-
-#[derive(Deserialize)]
-struct Changes {
-    #[serde(default)]
-    base: Option<String>,
 }
 
 impl HubClient {
@@ -88,25 +78,14 @@ impl HubClient {
         Ok(listing.discussions)
     }
 
-    /// The repo's pull requests titled `title` by `author`, with the commit each was built on.
+    /// The repo's pull requests titled `title` by `author`, as its first page of discussions lists them.
     pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
         let listing = self.discussions_listed(repo, "pull_request", author).await?;
-        let mut out = Vec::new();
-        for item in listing.into_iter().filter(|d| d.is_pull_request && d.title == title) {
-            if item.author.as_ref().is_none_or(|a| a.name != author) {
-                continue;
-            }
-            // The listing does not say what a PR was built on; its page does.
-            let full = self.pull_request(repo, item.num).await?;
-            out.push(PullRequestInfo {
-                num: item.num,
-                title: item.title,
-                status: item.status,
-                author: author.to_owned(),
-                base: full.base,
-            });
-        }
-        Ok(out)
+        Ok(listing
+            .into_iter()
+            .filter(|d| d.is_pull_request && d.title == title && d.author.as_ref().is_some_and(|a| a.name == author))
+            .map(|d| PullRequestInfo { num: d.num, title: d.title, status: d.status, author: author.to_owned() })
+            .collect())
     }
 
     /// The repo's discussions (not pull requests) opened by `author`, as its first page of discussions lists
@@ -157,7 +136,6 @@ impl HubClient {
             title: item.title,
             status: item.status,
             author: item.author.map(|a| a.name).unwrap_or_default(),
-            base: item.changes.and_then(|c| c.base),
         })
     }
 }

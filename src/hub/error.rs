@@ -51,6 +51,17 @@ pub enum HubError {
         /// The most this client waits.
         max_seconds: u64,
     },
+    /// A write refused by the Hub's hourly quota on an action (commits, repo creations, discussions), a 429
+    /// that names no wait: this client sends no write until `until`.
+    #[error("{url}: the Hub's hourly quota on this action is spent ({message}); writes pause until {}", crate::time::format_utc(u64::try_from(*until).unwrap_or(0)))]
+    ActionQuota {
+        /// The URL.
+        url: String,
+        /// The Hub's words.
+        message: String,
+        /// When writes may start again, in Unix seconds.
+        until: i64,
+    },
     /// The answer was not what the protocol promises.
     #[error("{url}: {detail}")]
     Malformed {

@@ -10,6 +10,7 @@
 //! Xet reconstruction (several requests where the audit's budget is one), and its snapshot download lists the
 //! tree again and writes wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
+pub mod action_pause;
 pub mod collections;
 pub mod commit;
 pub mod config;
@@ -153,6 +154,10 @@ const MAX_RATE_LIMITED: u32 = 50;
 /// own: a little more than the Hub's five-minute windows.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(360);
 
+/// The first wait after a read refused with a 429 that names no wait (the CDN's edge); it doubles with each
+/// such refusal of the same request, within the longest wait allowed.
+pub const DEFAULT_EDGE_WAIT: Duration = Duration::from_secs(30);
+
 /// The Hub client.
 #[derive(Debug)]
 pub struct HubClient {
@@ -164,6 +169,9 @@ pub struct HubClient {
     resolvers: Pacer,
     retry: RetryPolicy,
     max_wait: Duration,
+    edge_wait: Duration,
+    /// Until when the Hub's quota on actions pauses this client's writes.
+    action_pause: action_pause::ActionPause,
     /// What was sent and received.
     pub stats: RequestStats,
     /// hf-hub's client, for the requests it serves well (see `repos`), made at first use.
@@ -207,6 +215,8 @@ impl HubClient {
             resolvers: Pacer::default(),
             retry,
             max_wait: DEFAULT_MAX_WAIT,
+            edge_wait: DEFAULT_EDGE_WAIT,
+            action_pause: action_pause::ActionPause::default(),
             stats: RequestStats::default(),
             hf: std::sync::OnceLock::new(),
         })
@@ -216,6 +226,17 @@ impl HubClient {
     pub fn with_max_wait(mut self, max_wait: Duration) -> HubClient {
         self.max_wait = max_wait;
         self
+    }
+
+    /// The first wait after a read refused with a 429 that names no wait ([`DEFAULT_EDGE_WAIT`] unless set).
+    pub fn with_edge_wait(mut self, edge_wait: Duration) -> HubClient {
+        self.edge_wait = edge_wait;
+        self
+    }
+
+    /// Until when the Hub's hourly quota on actions pauses this client's writes, if it does now.
+    pub fn writes_paused_until(&self) -> Option<std::time::SystemTime> {
+        self.action_pause.until(std::time::SystemTime::now())
     }
 
     /// `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty: a model's API URL.
@@ -290,6 +311,21 @@ impl HubClient {
         }
     }
 
+    /// The error for a write refused by the Hub's quota on actions, with the pause it starts for every write.
+    fn action_refused(&self, url: &str, exchange: Exchange) -> HubError {
+        let message = match &exchange {
+            Exchange::Read(fetched) => match status_error(url, fetched) {
+                HubError::Status { message, .. } => message,
+                other => other.to_string(),
+            },
+            Exchange::Open(_) => String::new(),
+        };
+        let until = self.action_pause.refused(std::time::SystemTime::now());
+        let seconds = until.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_secs();
+        tracing::warn!(url, pause_s = seconds, message = %message, "the Hub's hourly quota on actions refused a write; pausing writes");
+        HubError::ActionQuota { url: url.to_owned(), message, until: crate::time::unix_seconds_after(until) }
+    }
+
     fn refuse_long_wait(&self, url: &str, wait: Duration) -> Result<(), HubError> {
         if wait > self.max_wait {
             return Err(self.wait_too_long(url, wait.as_secs()));
@@ -310,6 +346,15 @@ impl HubClient {
     ) -> Result<Exchange, HubError> {
         let mut attempts = 0;
         let mut refusals = 0;
+        let write = ask.method != reqwest::Method::GET;
+        if write && let Some(until) = self.writes_paused_until() {
+            let until = crate::time::unix_seconds_after(until);
+            return Err(HubError::ActionQuota {
+                url: url.to_owned(),
+                message: "not sent: writes are paused".into(),
+                until,
+            });
+        }
         loop {
             self.paced(bucket, url).await?;
             attempts += 1;
@@ -329,7 +374,17 @@ impl HubClient {
                         self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
                         refusals += 1;
                         attempts -= 1;
-                        let wait = rate_limit_wait(hub_headers);
+                        let wait = match announced_wait(hub_headers) {
+                            Some(wait) => wait,
+                            // A write refused without a wait: the user's hourly quota on the action. Sending it
+                            // again in seconds only spends more of it, so every write pauses.
+                            None if write => {
+                                self.pacer(bucket).release();
+                                return Err(self.action_refused(url, exchange));
+                            }
+                            // A read refused without a wait: the CDN's edge. Waits double from the edge wait.
+                            None => self.edge_wait.saturating_mul(1 << (refusals - 1).min(10)),
+                        };
                         // A wait too long ends this run without closing the bucket for the next one.
                         self.refuse_long_wait(url, wait)?;
                         self.pacer(bucket).refused(wait, Instant::now());
@@ -342,6 +397,9 @@ impl HubClient {
                             });
                         }
                         continue;
+                    }
+                    if write && status.is_success() {
+                        self.action_pause.succeeded();
                     }
                     match exchange {
                         Exchange::Read(fetched) if fetched.status.is_success() => return Ok(Exchange::Read(fetched)),
@@ -381,11 +439,10 @@ impl HubClient {
 
     fn build(&self, url: &str, ask: &Ask<'_>, streaming: bool) -> RequestBuilder {
         let http = if streaming { &self.stream_http } else { &self.http };
-        let mut req = match &ask.body {
-            Some((content_type, body)) => http.post(url).header(CONTENT_TYPE, *content_type).body(body.clone()),
-            None if ask.delete => http.delete(url),
-            None => http.get(url),
-        };
+        let mut req = http.request(ask.method.clone(), url);
+        if let Some((content_type, body)) = &ask.body {
+            req = req.header(CONTENT_TYPE, *content_type).body(body.clone());
+        }
         if let Some(token) = self.config.token.as_ref().filter(|_| same_origin(url, &self.config.endpoint)) {
             req = req.bearer_auth(token.expose());
         }
@@ -408,7 +465,7 @@ impl HubClient {
             let r = self.build(&target, ask, limit.is_none()).send().await.map_err(|e| describe(&e))?;
             let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
             // A body is never sent on to another place: a redirected POST is the Hub's answer.
-            match location.filter(|_| r.status().is_redirection() && ask.body.is_none() && !ask.delete) {
+            match location.filter(|_| r.status().is_redirection() && ask.method == reqwest::Method::GET) {
                 Some(location) => {
                     hub_headers.get_or_insert_with(|| r.headers().clone());
                     let next = r.url().join(&location).map_err(|e| {
@@ -490,14 +547,13 @@ impl HubClient {
     }
 }
 
-/// What one exchange sends: a GET with extra headers, or a POST of a body (sent again after a failure like
-/// a GET, so only a request that a second send cannot make twice is POSTed this way).
+/// What one exchange sends: a GET with extra headers, a DELETE, or a POST or PUT of a body (sent again after
+/// a failure like a GET, so only a request that a second send cannot make twice is sent this way).
 pub(super) struct Ask<'a> {
     extra: &'a [(&'static str, String)],
-    /// The content type and the body of a POST.
+    method: reqwest::Method,
+    /// The content type and the body of a POST or PUT.
     body: Option<(&'a str, Bytes)>,
-    /// A DELETE rather than a GET.
-    delete: bool,
     /// Sent at most once past the rate limiter: a request the Hub may have carried out though its answer was
     /// lost (a 5xx, a timeout) is not sent again, for one the Hub would carry out twice.
     once: bool,
@@ -505,19 +561,23 @@ pub(super) struct Ask<'a> {
 
 impl<'a> Ask<'a> {
     fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
-        Ask { extra, body: None, delete: false, once: false }
+        Ask { extra, method: reqwest::Method::GET, body: None, once: false }
     }
 
     pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], body: Some((content_type, body)), delete: false, once: false }
+        Ask { extra: &[], method: reqwest::Method::POST, body: Some((content_type, body)), once: false }
     }
 
     pub(super) fn post_once(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], body: Some((content_type, body)), delete: false, once: true }
+        Ask { once: true, ..Ask::post(content_type, body) }
+    }
+
+    pub(super) fn put(content_type: &'a str, body: Bytes) -> Ask<'a> {
+        Ask { method: reqwest::Method::PUT, ..Ask::post(content_type, body) }
     }
 
     pub(super) fn delete() -> Ask<'a> {
-        Ask { extra: &[], body: None, delete: true, once: false }
+        Ask { extra: &[], method: reqwest::Method::DELETE, body: None, once: false }
     }
 }
 
@@ -580,14 +640,14 @@ pub fn describe(e: &reqwest::Error) -> String {
     msg
 }
 
-/// How long a 429 says to wait: the window's reset when `RateLimit` says nothing is left, else `Retry-After`,
-/// else a second.
-fn rate_limit_wait(headers: &HeaderMap) -> Duration {
+/// How long a 429 says to wait: the window's reset when `RateLimit` says nothing is left, else `Retry-After`
+/// (at least a second); `None` when it names no wait.
+fn announced_wait(headers: &HeaderMap) -> Option<Duration> {
     let seconds = match parse_rate_limit(headers) {
         Some(l) if l.remaining == 0 => Some(l.reset_seconds),
         _ => parse_retry_after(headers),
     };
-    Duration::from_secs(seconds.unwrap_or(1).max(1))
+    seconds.map(|s| Duration::from_secs(s.max(1)))
 }
 
 fn status_error(url: &str, fetched: &Fetched) -> HubError {
@@ -623,9 +683,11 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("ratelimit", HeaderValue::from_static("\"api\";r=0;t=7"));
         h.insert("retry-after", HeaderValue::from_static("3"));
-        assert_eq!(rate_limit_wait(&h), Duration::from_secs(7), "the window's reset when nothing is left");
+        assert_eq!(announced_wait(&h), Some(Duration::from_secs(7)), "the window's reset when nothing is left");
         h.insert("ratelimit", HeaderValue::from_static("\"api\";r=5;t=7"));
-        assert_eq!(rate_limit_wait(&h), Duration::from_secs(3));
-        assert_eq!(rate_limit_wait(&HeaderMap::new()), Duration::from_secs(1));
+        assert_eq!(announced_wait(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after", HeaderValue::from_static("0"));
+        assert_eq!(announced_wait(&h), Some(Duration::from_secs(1)), "at least a second");
+        assert_eq!(announced_wait(&HeaderMap::new()), None, "an action quota or the edge: no wait named");
     }
 }

@@ -1,13 +1,11 @@
-//! Repos as the worker manages them: created private, deleted, made public or private, and a pull request's
-//! commit. hf-hub does these requests well; it is wrapped here so that the rest of hubalign has one Hub client
-//! and one error type, [`HubError`], whose statuses decide what a failure means for a job.
+//! Repos as the worker manages them: created, deleted, made public or private.
+//! Creation and settings are sent as huggingface_hub sends them (`visibility`, not `private`).
+//! Deletion goes through hf-hub, whose errors become [`HubError`]s, so the rest of hubalign has one error type.
 
-use std::path::PathBuf;
-
-use hf_hub::repository::CommitOperation;
-use hf_hub::{HFError, RepoTypeDataset, RepoTypeModel};
+use hf_hub::{HFError, RepoTypeModel};
 use reqwest::StatusCode;
 
+use super::repo_ref::{RepoKind, RepoRef};
 use super::{HubClient, HubError};
 
 /// What creating a repo found.
@@ -19,14 +17,12 @@ pub enum Created {
     Existed,
 }
 
-/// A pull request opened with its commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenedPullRequest {
-    /// Its number.
-    pub num: u64,
-    /// Its commit.
-    pub commit: String,
-}
+/// The Hub's 409 to a creation while another by the same user is in progress (huggingface_hub's
+/// `create_repo` sends it again on this text).
+const CREATE_IN_PROGRESS: &str = "another conflicting operation is in progress";
+
+/// Creation requests sent at most while the Hub answers [`CREATE_IN_PROGRESS`].
+const CREATE_ATTEMPTS: u32 = 8;
 
 /// `namespace/name` as its two parts, as hf-hub's model handle takes them.
 fn parts(repo: &str) -> Result<(&str, &str), HubError> {
@@ -76,24 +72,51 @@ impl HubClient {
         Ok(self.hf.get_or_init(|| built))
     }
 
-    /// Creates `repo` (`namespace/name`), private; a 409 is [`Created::Existed`], not an error.
+    /// Creates the model repo `repo` (`namespace/name`), private; one that exists is [`Created::Existed`].
     pub async fn create_private_repo(&self, repo: &str) -> Result<Created, HubError> {
-        let request = self.hf()?.create_repository().repo_id(repo).repo_type(RepoTypeModel).private(true);
-        Self::created(request.send().await.map_err(|e| from_hf(repo, e)))
+        self.create_repo(RepoRef::model(repo), true).await
     }
 
-    /// Creates the dataset repo `repo` (`namespace/name`), public or private; a 409 is
-    /// [`Created::Existed`], not an error.
+    /// Creates the dataset repo `repo` (`namespace/name`), public or private; one that exists is
+    /// [`Created::Existed`].
     pub async fn create_dataset_repo(&self, repo: &str, private: bool) -> Result<Created, HubError> {
-        let request = self.hf()?.create_repository().repo_id(repo).repo_type(RepoTypeDataset).private(private);
-        Self::created(request.send().await.map_err(|e| from_hf(repo, e)))
+        self.create_repo(RepoRef::dataset(repo), private).await
     }
 
-    fn created<T>(sent: Result<T, HubError>) -> Result<Created, HubError> {
-        match sent {
-            Ok(_) => Ok(Created::New),
-            Err(HubError::Status { status: StatusCode::CONFLICT, .. }) => Ok(Created::Existed),
-            Err(e) => Err(e),
+    /// `POST /api/repos/create` as huggingface_hub sends it (`name`, `organization`, `visibility`, and `type`
+    /// for a dataset). A 409 that says another creation by this user is in progress is sent again after a
+    /// wait, as huggingface_hub does, at most [`CREATE_ATTEMPTS`] times in all; any other 409 means the repo
+    /// exists.
+    async fn create_repo(&self, repo: RepoRef<'_>, private: bool) -> Result<Created, HubError> {
+        let (organization, name) = parts(repo.id)?;
+        let mut ask = serde_json::json!({
+            "name": name,
+            "organization": organization,
+            "visibility": if private { "private" } else { "public" },
+        });
+        if repo.kind == RepoKind::Dataset {
+            ask["type"] = "dataset".into();
+        }
+        let url = format!("{}/api/repos/create", self.endpoint());
+        let mut attempt = 1;
+        loop {
+            match self.post(&url, "application/json", ask.to_string().into_bytes()).await {
+                Ok(_) => return Ok(Created::New),
+                Err(HubError::Status { status: StatusCode::CONFLICT, message, .. })
+                    if message.contains(CREATE_IN_PROGRESS) && attempt < CREATE_ATTEMPTS =>
+                {
+                    let delay = self.retry.delay(attempt, super::retry::jitter_unit());
+                    tracing::info!(repo.id = %repo, attempt, delay_ms = delay.as_millis() as u64, "another creation is in progress; trying again");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(HubError::Status { status: StatusCode::CONFLICT, message, .. })
+                    if !message.contains(CREATE_IN_PROGRESS) =>
+                {
+                    return Ok(Created::Existed);
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -103,35 +126,12 @@ impl HubClient {
         request.send().await.map_err(|e| from_hf(repo, e))
     }
 
-    /// Makes `repo` private or public.
+    /// Makes the model repo `repo` private or public: `PUT …/settings` with `visibility`, as huggingface_hub's
+    /// `update_repo_settings` sends it.
     pub async fn set_private(&self, repo: &str, private: bool) -> Result<(), HubError> {
-        let (ns, name) = parts(repo)?;
-        self.hf()?.model(ns, name).update_settings().private(private).send().await.map_err(|e| from_hf(repo, e))
-    }
-
-    /// Opens a pull request on `repo` on top of `parent`, adding each of `files` (path in the repo, path here).
-    pub async fn open_pull_request(
-        &self,
-        repo: &str,
-        parent: &str,
-        (title, description): (&str, &str),
-        files: Vec<(String, PathBuf)>,
-    ) -> Result<OpenedPullRequest, HubError> {
-        let (ns, name) = parts(repo)?;
-        let operations = files.into_iter().map(|(path, file)| CommitOperation::add_file(path, file)).collect();
-        let info = self
-            .hf()?
-            .model(ns, name)
-            .create_commit()
-            .operations(operations)
-            .commit_message(title)
-            .commit_description(description)
-            .parent_commit(parent)
-            .create_pr(true)
-            .send()
-            .await
-            .map_err(|e| from_hf(repo, e))?;
-        Ok(OpenedPullRequest { num: info.pr_num.unwrap_or(0), commit: info.commit_oid.unwrap_or_default() })
+        let url = self.model_api(repo, "settings");
+        let body = serde_json::json!({ "visibility": if private { "private" } else { "public" } });
+        self.put_json(&url, body.to_string().into_bytes()).await.map(drop)
     }
 }
 

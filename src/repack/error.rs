@@ -80,8 +80,15 @@ impl RepackError {
     }
 
     /// A Hub request's failure, `what` saying which: a refused token or a missing permission needs the
-    /// operator, anything else is tried again.
+    /// operator, the Hub's quota on actions defers the job until its pause ends, anything else is tried again.
     pub fn hub(what: impl std::fmt::Display, e: HubError) -> RepackError {
+        if let HubError::ActionQuota { until, .. } = e {
+            // The user's quota, not the job's: it waits without spending an attempt.
+            return RepackError {
+                deferred_until: Some(until),
+                ..RepackError::new(FailureKind::Transient, what.to_string(), Some(Arc::new(e)))
+            };
+        }
         let kind = match &e {
             // The repo's own state (gated, gone, disabled), not the token's.
             _ if e.access().is_some() => FailureKind::Transient,

@@ -13,7 +13,6 @@ pub mod download;
 pub mod error;
 mod finish;
 pub mod follow;
-pub mod lfs;
 pub mod lifecycle;
 pub mod metal_check;
 pub mod mlx;
@@ -135,6 +134,10 @@ impl crate::worker::JobRunner for RepackRunner {
     async fn run(&self, job: Job) -> Result<Option<JobState>, StoreError> {
         let repacker = Repacker { hub: &self.hub, store: &self.store, opts: &self.opts };
         repacker.run(&job).await
+    }
+
+    fn paused_until(&self) -> Option<std::time::SystemTime> {
+        self.hub.writes_paused_until()
     }
 }
 

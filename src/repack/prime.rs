@@ -22,18 +22,15 @@ use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_runtime::core::XetContext;
 
 use super::error::RepackError;
-use crate::hub::commit::XetToken;
+use crate::hub::commit::{WriteTo, XetToken};
 use crate::hub::{HubClient, read_capped};
 
 /// Largest global-dedup answer read: a shard's chunk list is a few MB even for the largest files.
 const DEDUP_SHARD_CAP: usize = 64 << 20;
 
-/// A CAS write token for `target`, or `None` where the Hub offers no Xet storage (a 404).
-pub(super) async fn write_token(
-    hub: &HubClient,
-    target: crate::hub::repo_ref::RepoRef<'_>,
-) -> Result<Option<XetToken>, RepackError> {
-    hub.xet_write_token(target).await.map_err(|e| RepackError::hub(format_args!("{target}: Xet write token"), e))
+/// A CAS write token for a write `to` a repo.
+pub(super) async fn write_token(hub: &HubClient, to: WriteTo<'_>) -> Result<XetToken, RepackError> {
+    hub.xet_write_token(to).await.map_err(|e| RepackError::hub(format_args!("{to}: Xet write token"), e))
 }
 
 /// What priming found.
@@ -45,18 +42,9 @@ pub struct Primed {
     pub found: usize,
 }
 
-/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, fetching `target`'s
-/// write token first. A failure only costs deduplication, so it is logged, never raised into the job.
-#[tracing::instrument(skip_all, fields(mirror.id = %target))]
-pub async fn prime(hub: &HubClient, target: &str, sources: &[PathBuf]) -> Primed {
-    match write_token(hub, target.into()).await {
-        Ok(Some(token)) => prime_with(&token, target, sources).await,
-        Ok(None) => log_outcome(target, sources.len(), Err(failed("the write token")("no Xet storage on this Hub"))),
-        Err(e) => log_outcome(target, sources.len(), Err(failed("the write token")(e))),
-    }
-}
-
-/// [`prime`] with the write token the upload already holds, so priming costs no request to the Hub's API.
+/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, with the write token the
+/// upload already holds, so priming costs no request to the Hub's API. A failure only costs deduplication,
+/// so it is logged, never raised into the job.
 pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
     let heads = sources.iter().map(|p| Head::File(p.clone())).collect();
     let outcome = try_prime(token, heads).await;

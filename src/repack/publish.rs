@@ -285,9 +285,9 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     check_holder(mirror, &parent).await?;
     let stored: Vec<_> = order.into_iter().filter_map(|rel| Some((rel.clone(), stored.remove(&rel)?))).collect();
     let summary = format!("Aligned safetensors from source commit {source_sha}");
-    let (commit, committed) = match upload::commit(mirror.hub, target.into(), &parent, &summary, &stored, &inline).await
-    {
-        Ok(made) => made,
+    let committed = upload::commit(mirror.hub, target.into(), &parent, summary.as_str().into(), &stored, &inline).await;
+    let (commit, committed) = match committed {
+        Ok(made) => (made.commit, made.sent),
         // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
         Err(CommitError::Moved) => match check_holder(mirror, "main").await? {
             Holder::Source { repo, revision: Some(rev) } if rev == source_sha && same_name(&repo, mirror.source) => {

@@ -1,11 +1,12 @@
 //! `--pr` mode: propose the repaired files to the source repo as a pull request instead of a mirror, the
-//! way the Hub's safetensors conversion bot does: a fixed title, one bot account, never two PRs for the same
-//! head commit, and a closed PR taken as the owner's "no".
+//! way the Hub's safetensors conversion bot does: a fixed title, one bot account, one open PR at a time, and
+//! a closed PR taken as the owner's "no".
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::error::RepackError;
-use super::prime::prime;
+use super::upload::{self, CommitError, Message, WriteTo};
 use crate::hub::HubClient;
 
 /// The title, which is also the de-duplication key.
@@ -34,14 +35,18 @@ pub enum Proposal {
     Declined(String),
 }
 
-async fn previous(hub: &HubClient, repo: &str, bot: &str, head: &str) -> Result<Option<String>, RepackError> {
+/// Why not to open a pull request on `repo`: the bot has one open there already, or the owner closed one.
+///
+/// The Hub does not say which commit a pull request was built on (`changes.base` is the target branch), so
+/// any open one by the bot stands for the repair; it is proposed again only once that one is closed or
+/// merged, and never after a "no".
+async fn previous(hub: &HubClient, repo: &str, bot: &str) -> Result<Option<String>, RepackError> {
     let prs =
         hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", e))?;
-    Ok(prs.into_iter().find(|p| p.base.as_deref() == Some(head) || p.status == "closed").map(|p| {
-        match p.status.as_str() {
-            "closed" => format!("the owner closed #{}: not proposing again", p.num),
-            status => format!("#{} is already {status} for this commit", p.num),
-        }
+    let declined = |status: &str| matches!(status, "open" | "draft" | "closed");
+    Ok(prs.into_iter().find(|p| declined(&p.status)).map(|p| match p.status.as_str() {
+        "closed" => format!("the owner closed #{}: not proposing again", p.num),
+        status => format!("#{} is already {status}", p.num),
     }))
 }
 
@@ -57,36 +62,46 @@ pub struct Target<'a> {
     pub sources: &'a [PathBuf],
 }
 
-/// Opens the pull request on the source repo with the shards and the manifest of `dir`, unless one by the
-/// bot for this head exists, or the owner closed one. Checked again just before committing, for concurrent
-/// workers.
+/// Opens the pull request on the source repo with the shards and the manifest of `dir`, unless the bot has
+/// one open there, or the owner closed one. Checked again just before committing, for concurrent workers.
+///
+/// The upload is the mirrors' own (preupload, Xet, one commit), each request saying it is for a pull request
+/// (`create_pr=1`), as the Hub wants of a token that may not write to the repo.
 #[tracing::instrument(name = "propose", skip_all, fields(repo.id = %target.repo))]
 pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
-    if let Some(why) = previous(hub, repo, bot, head).await? {
+    if let Some(why) = previous(hub, repo, bot).await? {
         return Ok(Proposal::Declined(why));
     }
-    let mut operations = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| RepackError::io(dir.display(), e))?
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     // Only the repair: the shards and the manifest. The owner's other files stay theirs, as they are (the
     // carried configs of a mirror lose their pointers to code; a pull request proposes no such change).
-    let repair = |n: &String| n.ends_with(crate::bundle::SHARD_SUFFIX) || n == crate::manifest::MANIFEST_FILE;
-    for name in names.into_iter().filter(repair) {
-        operations.push((name.clone(), dir.join(&name)));
-    }
-    prime(hub, repo, sources).await;
-    // Again after priming, the last step before the commit, for a worker that opened one meanwhile.
-    if let Some(why) = previous(hub, repo, bot, head).await? {
+    let repair = |rel: &String| rel.ends_with(crate::bundle::SHARD_SUFFIX) || rel == crate::manifest::MANIFEST_FILE;
+    let files: Vec<_> =
+        upload::files_of(dir).into_iter().filter(|(rel, _, _)| !rel.contains('/') && repair(rel)).collect();
+    let to = WriteTo::pull_request(repo.into());
+    let (lfs, _) = upload::preupload(hub, to, &files).await?;
+    let (to_store, inline): (Vec<_>, Vec<_>) =
+        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
+    let (mut stored, _) = upload::to_xet(hub, to, &to_store, (sources, &HashMap::new())).await?;
+    let stored: Vec<_> = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    // Again after the upload, the last step before the commit, for a worker that opened one meanwhile.
+    if let Some(why) = previous(hub, repo, bot).await? {
         return Ok(Proposal::Declined(why));
     }
-    let opened = hub
-        .open_pull_request(repo, head, (PR_TITLE, DESCRIPTION), operations)
-        .await
-        .map_err(|e| RepackError::hub(format_args!("opening a pull request on {repo}"), e))?;
-    Ok(Proposal::Opened { num: opened.num, commit: opened.commit })
+    let message = Message { summary: PR_TITLE, description: &description(head) };
+    let committed = match upload::commit(hub, to, head, message, &stored, &inline).await {
+        Ok(committed) => committed,
+        Err(CommitError::Moved) => {
+            return Err(RepackError::transient(format!("{repo} moved since its audit at {head}")));
+        }
+        Err(CommitError::Failed(e)) => return Err(e),
+    };
+    // `commit` refuses an answer without the pull request's number, so this is the Hub's number.
+    let num = committed.pull_request.ok_or_else(|| RepackError::transient(format!("{to}: no pull request number")))?;
+    Ok(Proposal::Opened { num, commit: committed.commit })
+}
+
+/// The pull request's description: what it changes, and the source commit it was made from.
+fn description(head: &str) -> String {
+    format!("{DESCRIPTION}\n\nMade from commit {head}.")
 }

@@ -145,8 +145,10 @@ impl Repacker<'_> {
         let published = if head == staged.commit {
             let card = [("README.md".to_owned(), card_path)];
             let summary = format!("Model card: the Metal check passed for source commit {}", job.source_sha);
-            match upload::commit(self.hub, target.as_str().into(), &staged.commit, &summary, &[], &card).await {
-                Ok((commit, bytes_uploaded)) => publish::Published::Committed { commit, bytes_uploaded },
+            match upload::commit(self.hub, target.as_str().into(), &staged.commit, summary.as_str().into(), &[], &card)
+                .await
+            {
+                Ok(made) => publish::Published::Committed { commit: made.commit, bytes_uploaded: made.sent },
                 Err(CommitError::Moved) => {
                     return Err(RepackError::transient(format!("{target} moved during the commit")));
                 }

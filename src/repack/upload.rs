@@ -13,8 +13,8 @@ use xet_runtime::config::XetConfig;
 use super::error::RepackError;
 use super::prime::{prime_with, write_token};
 use crate::hub::HubClient;
-pub use crate::hub::commit::Stored;
 use crate::hub::commit::{Change, CommitRefused, PreuploadFile};
+pub use crate::hub::commit::{Committed, Message, Stored, WriteTo};
 
 /// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
@@ -25,7 +25,7 @@ const SAMPLE: u64 = 512;
 /// the commit. An empty file is never LFS. Returns the LFS paths and the bytes sent.
 pub async fn preupload(
     hub: &HubClient,
-    target: crate::hub::repo_ref::RepoRef<'_>,
+    target: WriteTo<'_>,
     files: &[(String, PathBuf, u64)],
 ) -> Result<(Vec<String>, u64), RepackError> {
     let (mut lfs, mut sent) = (Vec::new(), 0u64);
@@ -48,23 +48,20 @@ pub async fn preupload(
 }
 
 /// Uploads `files` (path in the repo, path here) to `target`'s CAS in one Xet upload, after priming its
-/// deduplication with the source shards `sources` (or, where the Hub has no Xet, through Git LFS). `known`
-/// gives the SHA-256 of those files already hashed as they were written (by path in the repo), which Xet then
-/// need not take again. Returns each file's oid and size, and the bytes sent.
+/// deduplication with the source shards `sources`. `known` gives the SHA-256 of those files already hashed
+/// as they were written (by path in the repo), which Xet then need not take again. Returns each file's oid
+/// and size, and the bytes sent.
 pub async fn to_xet(
     hub: &HubClient,
-    target: crate::hub::repo_ref::RepoRef<'_>,
+    target: WriteTo<'_>,
     files: &[(String, PathBuf)],
     (sources, known): (&[PathBuf], &HashMap<String, String>),
 ) -> Result<(HashMap<String, Stored>, u64), RepackError> {
     if files.is_empty() {
         return Ok((HashMap::new(), 0));
     }
-    let Some(token) = write_token(hub, target).await? else {
-        // A Hub without Xet storage takes Git LFS's basic transfer.
-        return super::lfs::upload(hub, target, files).await;
-    };
-    prime_with(&token, &target.to_string(), sources).await;
+    let token = write_token(hub, target).await?;
+    prime_with(&token, &target.repo.to_string(), sources).await;
     let xet_error = |e: &dyn std::fmt::Display| RepackError::transient(format!("Xet upload to {target}: {e}"));
     let config = xet_config().map_err(|e| xet_error(&e))?;
     let session = XetSessionBuilder::new_with_config(config).build().map_err(|e| xet_error(&e))?;
@@ -111,26 +108,27 @@ pub(super) fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError
         .with_config("data.ingestion_block_size", super::blocks::BLOCK)
 }
 
-/// Commits to `target`'s main branch on top of `parent` (its head, read right before): each of `stored`
-/// as an LFS pointer, each of `inline` with its content. Returns the commit and the bytes sent.
+/// Commits to `target` on top of `parent` (the head of `main`, read right before): each of `stored` as an
+/// LFS pointer, each of `inline` with its content. Returns the commit, the pull request it opened if it was
+/// one, and the bytes sent.
 ///
 /// The commit names its parent, so sending it again after a lost answer cannot make a second commit: if the
 /// first one landed, the Hub refuses the second with 412 ([`CommitError::Moved`]).
 pub async fn commit(
     hub: &HubClient,
-    target: crate::hub::repo_ref::RepoRef<'_>,
+    target: WriteTo<'_>,
     parent: &str,
-    summary: &str,
+    message: Message<'_>,
     stored: &[(String, Stored)],
     inline: &[(String, PathBuf)],
-) -> Result<(String, u64), CommitError> {
+) -> Result<Committed, CommitError> {
     let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
     for (path, file) in inline {
         let content =
             tokio::fs::read(file).await.map_err(|e| CommitError::Failed(RepackError::io(file.display(), e)))?;
         changes.push(Change::Inline { path, content });
     }
-    match hub.commit(target, parent, summary, &changes).await {
+    match hub.commit(target, parent, message, &changes).await {
         Ok(done) => Ok(done),
         Err(CommitRefused::Moved) => Err(CommitError::Moved),
         Err(CommitRefused::Hub(e)) => {

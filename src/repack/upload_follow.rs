@@ -82,9 +82,6 @@ pub type Followed = (FileId, Stored, u64);
 /// Why an upload that followed the writes ended without the shard.
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
-    /// The Hub offers no Xet storage for the mirror.
-    #[error("no Xet storage on this Hub")]
-    NoXet,
     /// The new file could not be opened.
     #[error("opening the new file: {0}")]
     Open(#[source] std::io::Error),
@@ -113,7 +110,6 @@ pub async fn follow(
     let opened = crate::blocking::run("opening a new file", move || crate::safe_fs::open_regular(&path));
     let opened = Arc::new(opened.await?.map_err(FollowError::Open)?);
     let token = prime::write_token(hub, target.into()).await.map_err(FollowError::Token)?;
-    let token = token.ok_or(FollowError::NoXet)?;
     let refresh_url = hub.xet_write_token_url(target.into());
     let cas = || Cas { token: &token, refresh_url: &refresh_url, refresh_headers: hub.auth_headers(&refresh_url) };
     let mut stream = None;

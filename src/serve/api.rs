@@ -15,8 +15,8 @@ use crate::store::queries::RepoFilter;
 
 /// `GET /healthz`: 503 unless the store answers and every scheduler and worker loop is running (what a
 /// restart may mend); then `degraded` with each alarm on a line of its own while the work keeps failing
-/// (jobs held for the operator, the newest jobs all failed, the newest audit failed: 200, as a restart mends
-/// none of them), else `ok`.
+/// (jobs held for the operator, the newest jobs all failed, the newest audit failed) or the Hub's quota on
+/// actions pauses every write (200, as a restart mends none of them), else `ok`.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     health(&state.store, &state.health).await
 }
@@ -37,10 +37,13 @@ async fn health(store: &crate::store::Store, health: &super::Health) -> Response
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response();
     }
     match super::alarms::read(store).await {
-        Ok(reading) if reading.alarms.is_empty() => "ok\n".into_response(),
         Ok(reading) => {
-            let lines: Vec<String> = reading.alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
-            format!("degraded\n{}\n", lines.join("\n")).into_response()
+            let mut lines: Vec<String> = reading.alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
+            lines.extend(health.notices());
+            match lines.is_empty() {
+                true => "ok\n".into_response(),
+                false => format!("degraded\n{}\n", lines.join("\n")).into_response(),
+            }
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }

@@ -56,9 +56,28 @@ pub struct AppState {
 pub struct Health {
     stopped: Mutex<std::collections::BTreeMap<String, String>>,
     panics: std::sync::atomic::AtomicU64,
+    /// The client the service writes through, whose pause the health reports.
+    hub: Option<Arc<HubClient>>,
 }
 
 impl Health {
+    /// The health of a service that writes to the Hub through `hub`.
+    pub fn of(hub: Arc<HubClient>) -> Health {
+        Health { hub: Some(hub), ..Health::default() }
+    }
+
+    /// What slows the service without stopping it: the Hub's quota on actions pausing every write.
+    pub fn notices(&self) -> Vec<String> {
+        let until = self.hub.as_ref().and_then(|hub| hub.writes_paused_until());
+        until
+            .map(|until| {
+                let at = crate::time::format_utc(u64::try_from(crate::time::unix_seconds_after(until)).unwrap_or(0));
+                format!("hub_action_quota: the Hub's hourly quota on actions pauses writes and claims until {at}")
+            })
+            .into_iter()
+            .collect()
+    }
+
     /// Loops that stopped while the service runs, with why; `/healthz` fails while there is any.
     pub fn problems(&self) -> Vec<String> {
         let stopped = self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -230,7 +249,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let next_run = Arc::new(Mutex::new(String::new()));
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::of(hub.clone()));
     let runner = config.runner_token.clone().map(|token| {
         Arc::new(RunnerApi {
             store: store.clone(),

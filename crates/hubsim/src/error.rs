@@ -74,6 +74,12 @@ impl HubError {
         HubError::new(StatusCode::FORBIDDEN, None, message)
     }
 
+    /// 403 when a signed-in user who may not write to a repo uploads or commits to it without asking for a
+    /// pull request, in the Hub's words (huggingface_hub issue 1182, huggingface.js PR 1746).
+    pub fn pass_create_pr() -> HubError {
+        HubError::forbidden("Forbidden: pass `create_pr=1` as a query parameter to create a Pull Request")
+    }
+
     /// 400 for a malformed request.
     pub fn bad_request(message: impl Into<String>) -> HubError {
         HubError::new(StatusCode::BAD_REQUEST, None, message)
@@ -82,6 +88,11 @@ impl HubError {
     /// 409 when a repository already exists.
     pub fn conflict(message: impl Into<String>) -> HubError {
         HubError::new(StatusCode::CONFLICT, None, message)
+    }
+
+    /// 429 for a quota the Hub does not announce in headers (an action quota): the message only.
+    pub fn too_many_requests(message: impl Into<String>) -> HubError {
+        HubError::new(StatusCode::TOO_MANY_REQUESTS, None, message)
     }
 
     /// 412 when `parentCommit` is not the head.

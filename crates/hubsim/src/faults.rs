@@ -136,6 +136,12 @@ pub struct FaultConfig {
     /// The first this many successful commit answers are cut short after the commit is made, as an answer
     /// lost on its way back: the client cannot tell whether its commit landed.
     pub lost_commit_answers: u32,
+    /// The first this many repo creations are refused with the Hub's 409 "another conflicting operation is
+    /// in progress", which it sends to concurrent creations by one user.
+    pub create_conflicts: u32,
+    /// The first this many API requests are refused with a 429 that carries no `RateLimit` and no
+    /// `Retry-After`, as the CDN's edge refuses a burst before the Hub counts it.
+    pub edge_429s: u32,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -151,12 +157,33 @@ pub enum Fault {
     Truncate,
 }
 
+/// A fault that hits the first `limit` times it is asked about, then never.
+#[derive(Debug, Default)]
+struct FirstN {
+    limit: u32,
+    hit: std::sync::atomic::AtomicU32,
+}
+
+impl FirstN {
+    fn new(limit: u32) -> FirstN {
+        FirstN { limit, hit: Default::default() }
+    }
+
+    /// Whether this time is one of the first `limit`.
+    fn hits(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.hit.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.limit).then_some(n + 1)).is_ok()
+    }
+}
+
 /// The seeded fault generator.
 #[derive(Debug)]
 pub struct Faults {
     config: FaultConfig,
     state: Mutex<u64>,
-    commit_answers_lost: std::sync::atomic::AtomicU32,
+    commit_answers_lost: FirstN,
+    create_conflicts: FirstN,
+    edge_429s: FirstN,
 }
 
 impl Faults {
@@ -165,18 +192,25 @@ impl Faults {
         Faults {
             config,
             state: Mutex::new(config.seed ^ 0x9E37_79B9_7F4A_7C15),
-            commit_answers_lost: Default::default(),
+            commit_answers_lost: FirstN::new(config.lost_commit_answers),
+            create_conflicts: FirstN::new(config.create_conflicts),
+            edge_429s: FirstN::new(config.edge_429s),
         }
     }
 
     /// Whether this successful commit's answer is to be lost.
     pub fn lose_commit_answer(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        let lost = &self.commit_answers_lost;
-        lost.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < self.config.lost_commit_answers).then_some(n + 1)
-        })
-        .is_ok()
+        self.commit_answers_lost.hits()
+    }
+
+    /// Whether this repo creation is refused as conflicting with another in progress.
+    pub fn conflict_on_create(&self) -> bool {
+        self.create_conflicts.hits()
+    }
+
+    /// Whether this API request is refused at the edge, without rate headers.
+    pub fn edge_refuses(&self) -> bool {
+        self.edge_429s.hits()
     }
 
     /// Added latency.

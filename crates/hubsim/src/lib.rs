@@ -9,6 +9,7 @@
 //! - [`faults`], [`counters`]: rate limits, injected faults, and what was served.
 //! - [`population`]: a synthetic Hub of any size generated from a seed, with pushes during a run.
 
+pub mod actions;
 pub mod auth;
 pub mod card;
 pub mod clock;
@@ -66,6 +67,8 @@ pub struct SimConfig {
     pub tree_page_size: usize,
     /// Fixed-window quotas per bucket; none by default.
     pub quotas: Vec<(Bucket, Quota)>,
+    /// Quotas per user on commits, repo creations and discussions; none by default.
+    pub action_quotas: actions::ActionQuotas,
     /// Injected faults; none by default.
     pub faults: FaultConfig,
     /// Run the embedded Xet CAS: large files become Xet-backed and Xet-aware clients upload through it.
@@ -89,6 +92,7 @@ impl SimConfig {
             page_size: 1000,
             tree_page_size: 1000,
             quotas: Vec::new(),
+            action_quotas: actions::ActionQuotas::default(),
             faults: FaultConfig::default(),
             xet: true,
             lfs_part_size: 16 << 20,
@@ -141,6 +145,8 @@ pub struct Sim {
     pub counters: Counters,
     /// Rate limits.
     pub limiter: RateLimiter,
+    /// Quotas on actions per user.
+    pub actions: actions::ActionLimiter,
     /// Injected faults.
     pub faults: Faults,
     /// The embedded Xet CAS, when enabled.
@@ -369,6 +375,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         store: store.clone(),
         counters: Counters::default(),
         limiter: RateLimiter::new(config.quotas.clone()),
+        actions: actions::ActionLimiter::new(config.action_quotas.clone()),
         faults: Faults::new(config.faults),
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         webhooks: webhooks::Webhooks::new(config.webhooks.clone()),

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use hubsim::actions::{Action, ActionQuotas};
 use hubsim::auth::TokenSpec;
 use hubsim::faults::{Bucket, FaultConfig, Quota};
 use hubsim::{SimConfig, start};
@@ -52,6 +53,25 @@ struct SimArgs {
     /// Length of the fixed rate-limit window in seconds (the Hub's is 300).
     #[arg(long, default_value_t = 300, value_name = "SECS")]
     rate_window: u64,
+    /// Commits per user and action window (off by default); more are refused with the Hub's 429 for an
+    /// action quota, which carries no rate headers.
+    #[arg(long, value_name = "N")]
+    commits_per_window: Option<u32>,
+    /// Repo creations per user and action window (off by default).
+    #[arg(long, value_name = "N")]
+    repo_creations_per_window: Option<u32>,
+    /// Discussions and pull requests opened per user and action window (off by default).
+    #[arg(long, value_name = "N")]
+    discussions_per_window: Option<u32>,
+    /// Length of the action window in seconds (the Hub's is an hour).
+    #[arg(long, default_value_t = 3600, value_name = "SECS")]
+    action_window: u64,
+    /// Refuse the first N repo creations with the Hub's 409 "another conflicting operation is in progress".
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    create_conflicts: u32,
+    /// Refuse the first N API requests with a 429 that carries no rate headers, as the CDN's edge does.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    edge_429s: u32,
     /// Latency added to every response, in milliseconds.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     latency_ms: u64,
@@ -115,6 +135,15 @@ impl SimArgs {
                 config.quotas.push((bucket, Quota { requests, window }));
             }
         }
+        let actions = [
+            (Action::Commit, self.commits_per_window),
+            (Action::RepoCreate, self.repo_creations_per_window),
+            (Action::Discussion, self.discussions_per_window),
+        ];
+        config.action_quotas = ActionQuotas {
+            limits: actions.into_iter().filter_map(|(action, n)| Some((action, n?))).collect(),
+            window: Duration::from_secs(self.action_window.max(1)),
+        };
         config.lfs_part_size = self.lfs_part_size.max(1);
         config.xet = !self.no_xet;
         config.webhooks = self.webhooks.clone();
@@ -130,6 +159,8 @@ impl SimArgs {
             storage_cut: self.storage_cut,
             range_skew: self.range_skew,
             storage_rate: (self.storage_mbps.max(0.0) * 1e6) as u64,
+            create_conflicts: self.create_conflicts,
+            edge_429s: self.edge_429s,
             seed: self.seed,
             ..FaultConfig::default()
         };

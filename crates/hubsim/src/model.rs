@@ -162,7 +162,8 @@ pub struct PullRequest {
     pub open: bool,
     /// Who opened it.
     pub author: String,
-    /// The `main` commit it was built on.
+    /// The `main` commit it was built on (what a merge compares with). The Hub's answers name the target
+    /// branch instead (`changes.base`), never this commit.
     pub base: String,
     /// Whether it was merged (and so is no longer open).
     pub merged: bool,

@@ -12,9 +12,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 
+use super::actions::Action;
 use super::counters::CounterSnapshot;
+use super::error::HubError;
 use super::faults::{Bucket, Caller, Fault};
-use super::{Shared, collections, history, read, resolve, write, xet_api};
+use super::{Shared, Sim, collections, history, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
 pub(crate) fn hub_router(sim: Shared) -> Router {
@@ -252,6 +254,11 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         Some(token) => Caller::Token(token.to_owned()),
         None => Caller::Anonymous,
     };
+    if bucket == Some(Bucket::Api) && sim.faults.edge_refuses() {
+        sim.counters.update(|c| c.rate_limited += 1);
+        // The edge's refusal: no `RateLimit`, no `Retry-After`, and not the Hub's JSON.
+        return (StatusCode::TOO_MANY_REQUESTS, "429 Too Many Requests").into_response();
+    }
     let admission = bucket.and_then(|b| sim.limiter.admit(b, caller, Instant::now()));
     if let Some(a) = admission.as_ref().filter(|a| !a.allowed) {
         sim.counters.update(|c| c.rate_limited += 1);
@@ -262,6 +269,9 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         h.insert(header::RETRY_AFTER, HeaderValue::from(a.reset_seconds));
         insert_limits(h, a);
         return response;
+    }
+    if let Some(refused) = refused_action(&sim, &request, class, &path) {
+        return refused;
     }
     let fault = sim.faults.decide();
     if let Fault::ServerError(status) = fault {
@@ -301,6 +311,26 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
     let (parts, body) = response.into_parts();
     Response::from_parts(parts, Body::new(Metered::new(body, sim, served_bytes, cut_at, pace)))
 }
+
+/// The Hub's refusal of a write that its user's quota for the action, or a creation in progress, stops:
+/// a 429 without rate headers naming the action, or the 409 that concurrent creations by one user get.
+fn refused_action(sim: &Sim, request: &Request, class: &str, path: &str) -> Option<Response> {
+    let action = Action::of(request.method(), class, path)?;
+    if action == Action::RepoCreate && sim.faults.conflict_on_create() {
+        sim.counters.update(|c| c.faults_injected += 1);
+        return Some(HubError::conflict(CREATE_IN_PROGRESS).into_response());
+    }
+    let user = sim.accounts.caller(request.headers()).ok().flatten()?.user.as_str();
+    if sim.actions.admit(user, action, Instant::now()) {
+        return None;
+    }
+    sim.counters.update(|c| c.rate_limited += 1);
+    Some(HubError::too_many_requests(action.refusal()).into_response())
+}
+
+/// The Hub's 409 to a repo creation while another by the same user is in progress (huggingface_hub's
+/// `create_repo` retries on this text).
+const CREATE_IN_PROGRESS: &str = "Cannot create repo: another conflicting operation is in progress";
 
 fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admission) {
     if let Ok(v) = HeaderValue::from_str(&a.rate_limit) {

@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -55,18 +55,19 @@ pub(super) async fn read_token(
     Ok(token_response(&sim, "read"))
 }
 
-/// `GET /api/models/{ns}/{name}/xet-write-token/{rev}` (the revision may be `None` for a new PR).
+/// `GET /api/models/{ns}/{name}/xet-write-token/{rev}[?create_pr=1]`: for the repo's writers, and for anyone
+/// signed in who asks for a pull request (or uploads to one, `refs/pr/N`).
 pub(super) async fn write_token(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
     headers: HeaderMap,
-    Path((ns, name, _rev)): Path<(String, String, String)>,
+    Path((ns, name, rev)): Path<(String, String, String)>,
+    Query(query): Query<crate::write::ForPullRequest>,
 ) -> Result<Response, HubError> {
     xet_enabled(&sim)?;
     let caller = sim.accounts.caller(&headers)?;
-    visible_repo(&sim.repos_of(kind), &format!("{ns}/{name}"), caller)?;
-    // Any signed-in user may upload for a pull request, and clients do not say which this is for.
-    caller.ok_or_else(HubError::auth_required)?;
+    let for_pull_request = query.asked() || rev.starts_with("refs/pr/");
+    crate::write::uploadable_repo(&sim.repos_of(kind), &format!("{ns}/{name}"), caller, for_pull_request)?;
     Ok(token_response(&sim, "write"))
 }
 

@@ -1,7 +1,9 @@
 //! The Hub simulator, judged by the official clients and by direct HTTP checks.
 
 mod http;
+mod hub_writes;
 mod pacing;
 mod python_client;
 mod rust_client;
+mod strict;
 pub(crate) mod world;

@@ -7,27 +7,32 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{caller, head_for, now, proposable_repo, repo_mut, store_bytes, writable_repo};
+use super::{ForPullRequest, caller, head_for, now, proposable_repo, repo_mut, store_bytes, uploadable_repo};
 use crate::Shared;
 use crate::error::HubError;
 use crate::ingest::is_lfs_path;
 use crate::model::{Commit, FileEntry, PullRequest, Storage};
 
-/// `POST /api/models/{ns}/{name}/preupload/{rev}`: which files go to LFS, and which are already there.
+/// `POST /api/models/{ns}/{name}/preupload/{rev}[?create_pr=1]`: which files go to LFS, and which are already
+/// there. A non-writer must ask for a pull request.
 pub(crate) async fn preupload(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
+    Query(query): Query<ForPullRequest>,
     Json(body): Json<Value>,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
     let repos = sim.repos_of(kind);
-    let repo = proposable_repo(&repos, &id, caller)?;
+    let repo = if revision.starts_with("refs/pr/") {
+        proposable_repo(&repos, &id, caller)?
+    } else {
+        uploadable_repo(&repos, &id, caller, query.asked())?
+    };
     let head = head_for(repo, &revision).or_else(|_| head_for(repo, "main"))?;
     let files = body["files"].as_array().cloned().unwrap_or_default();
     let answers: Vec<Value> = files
@@ -48,11 +53,6 @@ pub(crate) async fn preupload(
     Ok(Json(json!({ "files": answers, "commitOid": head.sha })).into_response())
 }
 
-#[derive(Deserialize, Default)]
-pub(crate) struct CommitQuery {
-    create_pr: Option<String>,
-}
-
 /// One parsed commit operation.
 enum Op {
     Add { path: String, entry: FileEntry },
@@ -67,17 +67,17 @@ pub(crate) async fn commit(
     kind: crate::kind::RepoKind,
     headers: HeaderMap,
     Path((ns, name, revision)): Path<(String, String, String)>,
-    Query(query): Query<CommitQuery>,
+    Query(query): Query<ForPullRequest>,
     body: String,
 ) -> Result<Response, HubError> {
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
-    let create_pr = query.create_pr.as_deref().is_some_and(|v| matches!(v, "1" | "true" | "True"));
+    let create_pr = query.asked();
     // Anyone signed in may open or add to a pull request; branches are the owner's.
-    if create_pr || revision.starts_with("refs/pr/") {
+    if revision.starts_with("refs/pr/") {
         proposable_repo(&sim.repos_of(kind), &id, caller)?;
     } else {
-        writable_repo(&sim.repos_of(kind), &id, caller)?;
+        uploadable_repo(&sim.repos_of(kind), &id, caller, create_pr)?;
     }
     let lines = parse_commit_body(&body)?;
     let mut summary = String::from("Upload files");
@@ -164,11 +164,8 @@ pub(crate) async fn commit(
         let author = caller.map(|a| a.user.clone()).unwrap_or_default();
         repo.pull_requests.push(PullRequest::opened(num, summary, author, head_sha.clone()));
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
-        let pr_url = format!("{}/discussions/{num}", kind.url(&sim.base_url, &id));
-        // huggingface_hub reads `pullRequestUrl`; hf-hub reads `prUrl` and `prNum`.
-        body["pullRequestUrl"] = pr_url.clone().into();
-        body["prUrl"] = pr_url.into();
-        body["prNum"] = num.into();
+        // The Hub's keys only (huggingface_hub's `CommitInfo` reads `pullRequestUrl`): no number of its own.
+        body["pullRequestUrl"] = format!("{}/discussions/{num}", kind.url(&sim.base_url, &id)).into();
     } else {
         let branch = if repo.refs.contains_key(&revision) { revision.clone() } else { "main".to_owned() };
         repo.refs.insert(branch, sha.clone());

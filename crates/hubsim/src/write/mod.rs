@@ -52,25 +52,50 @@ pub(super) fn head_for<'a>(repo: &'a Repo, revision: &str) -> Result<&'a Commit,
     repo.resolve(revision).ok_or_else(|| HubError::revision_not_found(revision))
 }
 
-/// A repo the caller may commit to: its namespace is the caller's.
-pub(super) fn writable_repo<'a>(
-    repos: &'a crate::model::RepoMap,
-    id: &str,
-    caller: Option<&Account>,
-) -> Result<&'a Repo, HubError> {
-    let ns = crate::digests::namespace_of(id);
-    let repo = proposable_repo(repos, id, caller)?;
-    can_write(ns, caller)?;
-    Ok(repo)
-}
-
 /// A repo to change, by id, for a caller already checked to be signed in and allowed to.
 pub(super) fn repo_mut<'a>(repos: &'a mut crate::model::RepoMap, id: &str) -> Result<&'a mut Repo, HubError> {
     repos.get_mut(id).ok_or_else(|| HubError::repo_not_found(id, true))
 }
 
+/// The query that says a write is for a new pull request: `?create_pr=1`, as huggingface_hub sends it on
+/// the preupload, the Xet write token and the commit.
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct ForPullRequest {
+    create_pr: Option<String>,
+}
+
+impl ForPullRequest {
+    /// Whether the request asks for a pull request (`1`, or `true` as some clients spell it).
+    pub(crate) fn asked(&self) -> bool {
+        self.create_pr.as_deref().is_some_and(|v| matches!(v, "1" | "true" | "True"))
+    }
+}
+
+/// A repo the caller may upload to: one it may write to, or, with `create_pr=1`, any repo it can see. A
+/// signed-in user who may not write and did not ask for a pull request gets the Hub's 403 naming the
+/// parameter.
+pub(super) fn uploadable_repo<'a>(
+    repos: &'a crate::model::RepoMap,
+    id: &str,
+    caller: Option<&Account>,
+    create_pr: bool,
+) -> Result<&'a Repo, HubError> {
+    let repo = proposable_repo(repos, id, caller)?;
+    if create_pr {
+        return Ok(repo);
+    }
+    let ns = crate::digests::namespace_of(id);
+    if let Some(a) = caller
+        && !a.read_only
+        && !a.namespaces.contains(ns)
+    {
+        return Err(HubError::pass_create_pr());
+    }
+    can_write(ns, caller)?;
+    Ok(repo)
+}
+
 /// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
-/// (Clients do not say a preupload, LFS batch or Xet write token is for a PR, so those accept this too.)
 pub(super) fn proposable_repo<'a>(
     repos: &'a crate::model::RepoMap,
     id: &str,

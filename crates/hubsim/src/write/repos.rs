@@ -226,10 +226,13 @@ pub(crate) async fn get_discussion(
     Ok(Json(discussion_json(&sim, repo, num)).into_response())
 }
 
+/// What a pull request's `changes.base` names: the branch it targets, not the commit it was built on
+/// (huggingface_hub's `get_discussion_details` reads it as `target_branch`).
+const TARGET_BRANCH: &str = "refs/heads/main";
+
 fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
     let pr = repo.pull_requests.iter().find(|p| p.num == num);
     let head = repo.refs.get(&format!("refs/pr/{num}")).cloned().unwrap_or_default();
-    let base = pr.map(|p| p.base.clone()).unwrap_or_default();
     json!({
         "num": num,
         "title": pr.map(|p| p.title.clone()).unwrap_or_default(),
@@ -239,7 +242,7 @@ fn discussion_json(sim: &Sim, repo: &Repo, num: u64) -> Value {
         "author": { "name": pr.map(|p| p.author.clone()).unwrap_or_default() },
         "repo": { "name": repo.id, "type": "model" },
         "events": [],
-        "changes": { "base": base, "mergeCommitId": null },
+        "changes": { "base": TARGET_BRANCH, "mergeCommitId": null },
         "filesWithConflicts": [],
         "headRef": head,
         "url": format!("{}/{}/discussions/{num}", sim.base_url, repo.id),
