@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::hub::collections::CollectionRef;
+use crate::hub::collections::{CollectionCreated, CollectionRef};
 use crate::hub::{HubClient, HubError};
 use crate::store::{Store, StoreError};
 
@@ -131,17 +131,13 @@ async fn keep(
             let description = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
                                loader maps every tensor without copying it. Kept by hubalign.";
             match hub.create_collection(owner, title, description).await? {
-                Some(slug) => {
+                CollectionCreated::New(slug) => {
                     done.created += 1;
                     fresh = true;
                     slug
                 }
-                // Made meanwhile (another replica, or an answer lost): found by its title.
-                None => {
-                    hub.collections_of(owner).await?.into_iter().find(|c| c.title == title).map(|c| c.slug).ok_or_else(
-                        || HubError::Malformed { url: title.to_owned(), detail: "exists, yet not listed".into() },
-                    )?
-                }
+                // Made meanwhile (another replica, or an answer lost): the Hub's 409 names it.
+                CollectionCreated::Existed(slug) => slug,
             }
         }
     };

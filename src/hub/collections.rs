@@ -44,6 +44,21 @@ struct Listed {
     items: Vec<Item>,
 }
 
+/// What creating a collection found: its slug either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CollectionCreated {
+    /// Made now.
+    New(String),
+    /// One of that title exists in the namespace (the Hub's 409, which names it).
+    Existed(String),
+}
+
+/// An answer that names a collection: a creation's, or its 409's.
+#[derive(Deserialize)]
+struct Slugged {
+    slug: String,
+}
+
 #[derive(Deserialize)]
 struct Full {
     #[serde(default)]
@@ -137,30 +152,30 @@ impl HubClient {
         checked(&url, full.items)
     }
 
-    /// Creates a public collection `title` in `namespace` and returns its slug; `None` if one of that title
-    /// exists already (the Hub's 409), which the caller finds by listing.
+    /// Creates a public collection `title` in `namespace`. One of that title that exists already is the
+    /// Hub's 409, whose body carries its `slug` (huggingface_hub's `create_collection` reads it there).
     pub async fn create_collection(
         &self,
         namespace: &str,
         title: &str,
         description: &str,
-    ) -> Result<Option<String>, HubError> {
+    ) -> Result<CollectionCreated, HubError> {
         let url = self.collections_url();
         let body = serde_json::json!({
             "title": title, "namespace": namespace, "description": description, "private": false,
         });
-        match self.post(&url, "application/json", body.to_string().into_bytes()).await {
-            Ok(fetched) => {
-                let made: Listed =
-                    serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
-                if !check_slug(&made.slug) {
-                    return Err(malformed(&url, format!("not a collection slug: {}", gate::quote(&made.slug))));
-                }
-                Ok(Some(made.slug))
+        let checked_slug = |body: &[u8]| -> Result<String, HubError> {
+            let made: Slugged =
+                serde_json::from_slice(body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
+            match check_slug(&made.slug) {
+                true => Ok(made.slug),
+                false => Err(malformed(&url, format!("not a collection slug: {}", gate::quote(&made.slug)))),
             }
-            Err(HubError::Status { status: reqwest::StatusCode::CONFLICT, .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        };
+        let conflict = reqwest::StatusCode::CONFLICT;
+        let fetched = self.post_answering(&url, "application/json", body.to_string().into_bytes(), conflict).await?;
+        let slug = checked_slug(&fetched.body)?;
+        Ok(if fetched.status == conflict { CollectionCreated::Existed(slug) } else { CollectionCreated::New(slug) })
     }
 
     /// Adds the model `repo` to the collection `slug` with `note`; one already there is not an error.

@@ -402,7 +402,9 @@ impl HubClient {
                         self.action_pause.succeeded();
                     }
                     match exchange {
-                        Exchange::Read(fetched) if fetched.status.is_success() => return Ok(Exchange::Read(fetched)),
+                        Exchange::Read(fetched) if fetched.status.is_success() || ask.answered == Some(status) => {
+                            return Ok(Exchange::Read(fetched));
+                        }
                         Exchange::Open(opened) => return Ok(Exchange::Open(opened)),
                         Exchange::Read(fetched) if !is_transient_status(fetched.status) => {
                             return Err(status_error(url, &fetched));
@@ -557,15 +559,17 @@ pub(super) struct Ask<'a> {
     /// Sent at most once past the rate limiter: a request the Hub may have carried out though its answer was
     /// lost (a 5xx, a timeout) is not sent again, for one the Hub would carry out twice.
     once: bool,
+    /// An error status whose answer the caller reads (a 409 that names what exists), rather than an error.
+    answered: Option<StatusCode>,
 }
 
 impl<'a> Ask<'a> {
     fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
-        Ask { extra, method: reqwest::Method::GET, body: None, once: false }
+        Ask { extra, method: reqwest::Method::GET, body: None, once: false, answered: None }
     }
 
     pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], method: reqwest::Method::POST, body: Some((content_type, body)), once: false }
+        Ask { extra: &[], method: reqwest::Method::POST, body: Some((content_type, body)), once: false, answered: None }
     }
 
     pub(super) fn post_once(content_type: &'a str, body: Bytes) -> Ask<'a> {
@@ -577,7 +581,7 @@ impl<'a> Ask<'a> {
     }
 
     pub(super) fn delete() -> Ask<'a> {
-        Ask { extra: &[], method: reqwest::Method::DELETE, body: None, once: false }
+        Ask { method: reqwest::Method::DELETE, ..Ask::get(&[]) }
     }
 }
 

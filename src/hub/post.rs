@@ -28,6 +28,22 @@ impl HubClient {
         }
     }
 
+    /// Like [`HubClient::post`], but an answer of status `answered` is returned for the caller to read (a
+    /// 409 whose body names what exists), not made an error.
+    pub async fn post_answering(
+        &self,
+        url: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        answered: reqwest::StatusCode,
+    ) -> Result<Fetched, HubError> {
+        let ask = Ask { answered: Some(answered), ..Ask::post(content_type, body.into()) };
+        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
+            Exchange::Read(fetched) => Ok(fetched),
+            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
+        }
+    }
+
     /// PUTs a JSON `body` to `url` on the Hub, like [`HubClient::post`]: for a setting, which a second send
     /// sets to the same value.
     pub async fn put_json(&self, url: &str, body: Vec<u8>) -> Result<Fetched, HubError> {

@@ -21,6 +21,7 @@ pub mod faults;
 mod history;
 pub mod ingest;
 pub mod io_error;
+pub mod journal;
 pub mod kind;
 pub mod model;
 pub mod moves;
@@ -147,6 +148,8 @@ pub struct Sim {
     pub limiter: RateLimiter,
     /// Quotas on actions per user.
     pub actions: actions::ActionLimiter,
+    /// What clients asked of the API.
+    pub journal: journal::Journal,
     /// Injected faults.
     pub faults: Faults,
     /// The embedded Xet CAS, when enabled.
@@ -376,6 +379,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         counters: Counters::default(),
         limiter: RateLimiter::new(config.quotas.clone()),
         actions: actions::ActionLimiter::new(config.action_quotas.clone()),
+        journal: journal::Journal::default(),
         faults: Faults::new(config.faults),
         xet: if config.xet { Some(xet::XetCas::start(&store.join("xet")).await?) } else { None },
         webhooks: webhooks::Webhooks::new(config.webhooks.clone()),

@@ -347,7 +347,8 @@ pub(super) async fn paths_info(
     Ok(Json(items).into_response())
 }
 
-/// `GET /api/whoami-v2`.
+/// `GET /api/whoami-v2`, keyed as the recorded answer of a classic token (hub-ci, huggingface.js's
+/// `who-am-i.spec.ts`).
 pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Result<Response, HubError> {
     let account = sim.accounts.caller(&headers)?.ok_or_else(HubError::auth_required)?;
     let orgs: Vec<Value> = account
@@ -363,12 +364,19 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
         "fullname": account.user,
         "email": format!("{}@hubsim.invalid", account.user),
         "emailVerified": true,
-        "isPro": false,
         "canPay": false,
+        "isPro": false,
+        "periodEnd": null,
+        "avatarUrl": format!("/avatars/{:032x}.svg", fxhash(&account.user)),
+        "billingMode": "postpaid",
         "orgs": orgs,
         "auth": {
             "type": "access_token",
-            "accessToken": { "displayName": "hubsim", "role": if account.read_only { "read" } else { "write" } },
+            "accessToken": {
+                "createdAt": "2026-01-01T00:00:00.000Z",
+                "displayName": "hubsim",
+                "role": if account.read_only { "read" } else { "write" },
+            },
         },
     }))
     .into_response())

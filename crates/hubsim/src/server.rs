@@ -16,7 +16,7 @@ use super::actions::Action;
 use super::counters::CounterSnapshot;
 use super::error::HubError;
 use super::faults::{Bucket, Caller, Fault};
-use super::{Shared, Sim, collections, history, read, resolve, write, xet_api};
+use super::{Shared, Sim, collections, history, journal, read, resolve, write, xet_api};
 
 /// The Hub's own routes: API, resolve, and the `/_sim` control endpoints.
 pub(crate) fn hub_router(sim: Shared) -> Router {
@@ -66,6 +66,8 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .route("/api/settings/webhooks/{id}", axum::routing::delete(write::hooks::delete))
         .route("/_sim/counters", get(counters))
         .route("/_sim/counters/reset", post(reset_counters))
+        .route("/_sim/requests", get(requests))
+        .route("/_sim/requests/reset", post(reset_requests))
         .route("/_sim/rescan", post(rescan))
         .route("/_sim/webhooks/replay", post(replay_webhooks))
         .route("/_sim/webhooks/flood", post(flood_webhooks))
@@ -82,8 +84,50 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .fallback(|| async { super::error::HubError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(sim.clone(), super::moves::follow_moves))
         .layer(middleware::from_fn_with_state(sim.clone(), admit))
+        .layer(middleware::from_fn_with_state(sim.clone(), record_request))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(sim)
+}
+
+/// Keeps what each API request (and each LFS batch question) asked in the journal; a body of at most
+/// [`journal::BODY_READ`] bytes is read for its keys and passed on whole.
+async fn record_request(State(sim): State<Shared>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    if !path.starts_with("/api/") && !path.ends_with("/info/lfs/objects/batch") {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let header = |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let headers = (header(header::CONTENT_TYPE), header(header::ACCEPT));
+    let length = header(header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok());
+    let (method, query) = (parts.method.to_string(), parts.uri.query().map(str::to_owned));
+    let (body, read) = match length {
+        Some(n) if n <= journal::BODY_READ => {
+            let read = axum::body::to_bytes(body, journal::BODY_READ).await.unwrap_or_default();
+            (Body::from(read.clone()), Some(read))
+        }
+        _ => (body, None),
+    };
+    let asked = journal::Asked::new(
+        &method,
+        &path,
+        query.as_deref(),
+        (headers.0.as_deref(), headers.1.as_deref()),
+        read.as_deref(),
+    );
+    sim.journal.record(asked);
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// `GET /_sim/requests`: the journal, oldest first.
+async fn requests(State(sim): State<Shared>) -> Response {
+    axum::Json(sim.journal.entries()).into_response()
+}
+
+/// `POST /_sim/requests/reset`: empties the journal.
+async fn reset_requests(State(sim): State<Shared>) -> StatusCode {
+    sim.journal.clear();
+    StatusCode::NO_CONTENT
 }
 
 /// The storage side, on an origin of its own as the Hub's CDN and S3 are: clients treat a redirect to

@@ -2,8 +2,10 @@
 
 mod http;
 mod hub_writes;
+mod oracle;
 mod pacing;
 mod python_client;
+mod recorded;
 mod rust_client;
 mod strict;
 pub(crate) mod world;

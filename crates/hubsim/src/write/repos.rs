@@ -71,7 +71,9 @@ pub(crate) async fn create_repo(
     drop(repos);
     sim.webhooks.send_for(kind, ("repo", "create"), &id, private, Some(&head), json!({}));
     tracing::info!(repo.id = %id, private, "repository created");
-    Ok(Json(json!({ "id": id, "name": id, "url": url })).into_response())
+    // As the Hub answers: `id` is the repo's object id (24 hex digits), `name` the repo id.
+    let object_id = head.get(..24).unwrap_or(&head).to_owned();
+    Ok(Json(json!({ "url": url, "name": id, "id": object_id })).into_response())
 }
 
 #[derive(Deserialize)]
@@ -96,7 +98,8 @@ pub(crate) async fn delete_repo(
     match removed {
         Some(repo) => {
             sim.webhooks.send_for(kind, ("repo", "delete"), &id, repo.meta.private, None, json!({}));
-            Ok(StatusCode::OK.into_response())
+            // As the Hub answers (the recorded deletion): a plain "OK".
+            Ok((StatusCode::OK, "OK").into_response())
         }
         None => Err(HubError::repo_not_found(&id, true)),
     }
