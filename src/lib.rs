@@ -29,6 +29,7 @@ pub mod safe_fs;
 pub mod safetensors;
 pub mod scan;
 pub mod secret;
+pub mod selftest;
 pub mod serve;
 pub mod sources;
 pub mod store;

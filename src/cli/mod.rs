@@ -14,6 +14,7 @@ mod preflight;
 mod repack;
 mod report;
 mod scan;
+mod selftest;
 mod serve;
 mod store_args;
 mod store_cmd;
@@ -196,6 +197,16 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Try every write the service makes, once, against a Hub, before the first real job.
+    ///
+    /// In --namespace (the token's user, or an organisation it may write to): a private throwaway repo is
+    /// created, a small shard goes up through Xet and is committed on the head it read, a commit on a moved
+    /// branch must be refused, a pull request (create_pr=1) and a discussion are opened, a private collection
+    /// holds the repo, and its visibility is set. The repo and the collection are deleted at the end, whatever
+    /// failed. Run it against https://hub-ci.huggingface.co (the Hub's staging instance) or huggingface.co.
+    ///
+    /// Exit codes: 0 every step passed, 2 usage (no token, a bad namespace), 4 a step failed (each says why).
+    Selftest(selftest::SelftestArgs),
     /// Manage the Hub webhooks that point publishers' pushes at `serve --webhook-secret`.
     ///
     /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
@@ -254,6 +265,7 @@ pub(crate) fn run() -> std::process::ExitCode {
         Command::Report(args) => report::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::Findable(args) => findable::run(args),
+        Command::Selftest(args) => selftest::run(args),
         Command::Repack(args) => repack::run_repack(args),
         Command::Worker(args) => repack::run_worker(args),
         Command::VerifyRunner(args) => repack::run_runner(args),

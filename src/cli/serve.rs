@@ -121,11 +121,25 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
         }
         // The dataset's namespace may not be the mirrors' (whose access the checks at start judged): a token
         // that may not write there is said now, not after the first audit.
-        if let Some(repo) = &args.publish_dataset {
-            let namespace = hubalign::gate::namespace_of(repo);
+        if publishing {
+            use hubalign::hub::identity::{Permission, WriteAccess};
             let who = s.hub.identity().await.context("asking the Hub who the token is")?;
-            if let hubalign::hub::identity::WriteAccess::Refused(why) = who.may_write(namespace) {
-                anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
+            if let Some(repo) = &args.publish_dataset {
+                let namespace = hubalign::gate::namespace_of(repo);
+                if let WriteAccess::Refused(why) = who.may_write(namespace) {
+                    anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
+                }
+            }
+            // A fine-grained token holds collections and discussions apart from repos.
+            let target = s.opts.target_namespace.as_str();
+            let needs = [
+                (args.collections, "--collections", Permission::CollectionWrite, target),
+                (args.note_sources, "--note-sources", Permission::DiscussionWrite, target),
+            ];
+            for (flag, permission, namespace) in needs.iter().filter(|n| n.0).map(|n| (n.1, n.2, n.3)) {
+                if let WriteAccess::Refused(why) = who.may(permission, namespace) {
+                    anyhow::bail!("{flag}: {why}; or leave {flag} off");
+                }
             }
         }
         let config = ServeConfig {

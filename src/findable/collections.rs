@@ -130,7 +130,7 @@ async fn keep(
         None => {
             let description = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
                                loader maps every tensor without copying it. Kept by hubalign.";
-            match hub.create_collection(owner, title, description).await? {
+            match hub.create_collection(owner, (title, description), false).await? {
                 CollectionCreated::New(slug) => {
                     done.created += 1;
                     fresh = true;

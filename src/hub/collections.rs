@@ -152,17 +152,17 @@ impl HubClient {
         checked(&url, full.items)
     }
 
-    /// Creates a public collection `title` in `namespace`. One of that title that exists already is the
-    /// Hub's 409, whose body carries its `slug` (huggingface_hub's `create_collection` reads it there).
+    /// Creates a collection `title` in `namespace`, public or private. One of that title that exists already
+    /// is the Hub's 409, whose body carries its `slug` (huggingface_hub's `create_collection` reads it there).
     pub async fn create_collection(
         &self,
         namespace: &str,
-        title: &str,
-        description: &str,
+        (title, description): (&str, &str),
+        private: bool,
     ) -> Result<CollectionCreated, HubError> {
         let url = self.collections_url();
         let body = serde_json::json!({
-            "title": title, "namespace": namespace, "description": description, "private": false,
+            "title": title, "namespace": namespace, "description": description, "private": private,
         });
         let checked_slug = |body: &[u8]| -> Result<String, HubError> {
             let made: Slugged =
@@ -198,6 +198,15 @@ impl HubClient {
         match self.exchange(Bucket::Api, &url, &super::Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await {
             Ok(Exchange::Read(_) | Exchange::Open(_))
             | Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the collection `slug`; one already gone is not an error.
+    pub async fn delete_collection(&self, slug: &str) -> Result<(), HubError> {
+        let url = self.collection_url(slug)?;
+        match self.exchange(Bucket::Api, &url, &super::Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await {
+            Ok(_) | Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -51,12 +51,38 @@ pub struct AccessToken {
     pub fine_grained: Option<FineGrained>,
 }
 
-/// A fine-grained token's permissions, per namespace.
+/// A fine-grained token's permissions: on everything (`global`), and per user or organisation.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct FineGrained {
+    /// Permissions granted everywhere (`discussion.write`: discussions and pull requests on any repo).
+    #[serde(default)]
+    pub global: Vec<String>,
     /// Permissions granted on named users and organisations.
     #[serde(default)]
     pub scoped: Vec<Scoped>,
+}
+
+/// A permission a fine-grained token may hold, as the Hub names it. Neither official client reads these
+/// names; they are the token settings page's, as public projects' fixtures record them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Create repos and commit to them (`repo.write`).
+    RepoWrite,
+    /// Create collections and change them (`collection.write`).
+    CollectionWrite,
+    /// Open discussions and pull requests (`discussion.write`).
+    DiscussionWrite,
+}
+
+impl Permission {
+    /// The permission's name in a token's answer.
+    pub fn name(self) -> &'static str {
+        match self {
+            Permission::RepoWrite => "repo.write",
+            Permission::CollectionWrite => "collection.write",
+            Permission::DiscussionWrite => "discussion.write",
+        }
+    }
 }
 
 /// Permissions on one user or organisation.
@@ -95,12 +121,9 @@ impl Identity {
     /// write, with a token whose role allows writing there.
     pub fn may_write(&self, namespace: &str) -> WriteAccess {
         let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
-        let role = token.and_then(|t| t.role.as_deref());
-        if role == Some("read") {
-            return WriteAccess::Refused(format!(
-                "the token of {} is a read token; give one with the write role (huggingface.co/settings/tokens)",
-                self.name
-            ));
+        if token.and_then(|t| t.role.as_deref()) == Some("read") {
+            // Said first: no namespace helps a read token.
+            return self.may(Permission::RepoWrite, namespace);
         }
         let member = namespace == self.name || self.orgs.iter().any(|o| o.name == namespace);
         if !member {
@@ -120,19 +143,32 @@ impl Identity {
                 self.name
             ));
         }
-        match role {
+        self.may(Permission::RepoWrite, namespace)
+    }
+
+    /// Whether this token holds `permission` on `namespace`. A write token holds every one; a fine-grained
+    /// token, those it was given there or everywhere. Membership is [`Identity::may_write`]'s to judge.
+    pub fn may(&self, permission: Permission, namespace: &str) -> WriteAccess {
+        let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
+        match token.and_then(|t| t.role.as_deref()) {
             Some("write") => WriteAccess::Granted,
+            Some("read") => WriteAccess::Refused(format!(
+                "the token of {} is a read token; give one with the write role (huggingface.co/settings/tokens)",
+                self.name
+            )),
             Some("fineGrained") => {
-                let scopes = token.and_then(|t| t.fine_grained.as_ref()).map_or(&[][..], |f| &f.scoped[..]);
-                let writes = scopes
-                    .iter()
-                    .any(|s| s.entity.name == namespace && s.permissions.iter().any(|p| p == "repo.write"));
-                if writes {
+                let fine = token.and_then(|t| t.fine_grained.as_ref());
+                let name = permission.name();
+                let everywhere = fine.is_some_and(|f| f.global.iter().any(|p| p == name));
+                let there = fine.is_some_and(|f| {
+                    f.scoped.iter().any(|s| s.entity.name == namespace && s.permissions.iter().any(|p| p == name))
+                });
+                if everywhere || there {
                     WriteAccess::Granted
                 } else {
                     WriteAccess::Refused(format!(
-                        "the fine-grained token of {} has no repo.write permission on {namespace}; add it to the \
-                         token (huggingface.co/settings/tokens)",
+                        "the fine-grained token of {} has no {name} permission on {namespace}; add it to the token \
+                         (huggingface.co/settings/tokens)",
                         self.name
                     ))
                 }
@@ -203,6 +239,29 @@ mod tests {
         let who = answer("fineGrained", serde_json::json!([{ "name": "team", "roleInOrg": "admin" }]), fine);
         assert_eq!(who.may_write("bot"), WriteAccess::Granted);
         assert!(matches!(who.may_write("team"), WriteAccess::Refused(why) if why.contains("repo.write")));
+    }
+
+    #[test]
+    fn a_fine_grained_token_holds_collections_and_discussions_only_where_it_was_given_them() {
+        let fine = serde_json::json!({ "global": ["discussion.write"], "scoped": [
+            { "entity": { "type": "user", "name": "bot" }, "permissions": ["repo.write", "collection.write"] },
+            { "entity": { "type": "org", "name": "team" }, "permissions": ["repo.write"] },
+        ]});
+        let who = answer("fineGrained", serde_json::json!([{ "name": "team", "roleInOrg": "write" }]), fine);
+        assert_eq!(who.may(Permission::CollectionWrite, "bot"), WriteAccess::Granted);
+        let WriteAccess::Refused(why) = who.may(Permission::CollectionWrite, "team") else { panic!() };
+        assert!(why.contains("no collection.write permission on team"), "{why}");
+        assert_eq!(who.may(Permission::DiscussionWrite, "anyone-else"), WriteAccess::Granted, "given everywhere");
+        let none = answer("fineGrained", serde_json::json!([]), serde_json::json!({ "scoped": [] }));
+        assert!(
+            matches!(none.may(Permission::DiscussionWrite, "x"), WriteAccess::Refused(why) if why.contains("discussion.write"))
+        );
+        let write = answer("write", serde_json::json!([]), serde_json::Value::Null);
+        assert_eq!(
+            write.may(Permission::CollectionWrite, "anywhere"),
+            WriteAccess::Granted,
+            "the write role holds all"
+        );
     }
 
     #[test]

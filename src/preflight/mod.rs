@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::hub::HubClient;
 use crate::hub::HubError;
-use crate::hub::identity::WriteAccess;
+use crate::hub::identity::{Permission, WriteAccess};
 
 pub use probe::{MlxCheck, mlx};
 
@@ -150,9 +150,14 @@ pub async fn token(
         }
     };
     let namespace = target.unwrap_or(&who.name).to_owned();
-    let finding = match (publishing, who.may_write(&namespace)) {
-        (Publishing::PullRequests, WriteAccess::Refused(why)) if why.contains("read token") => {
-            Finding::fail(CHECK, why, "a pull request needs a token with the write role")
+    let access = match publishing {
+        // A pull request goes to a source of any namespace: a fine-grained token needs it everywhere.
+        Publishing::PullRequests => who.may(Permission::DiscussionWrite, &namespace),
+        Publishing::Mirrors => who.may_write(&namespace),
+    };
+    let finding = match (publishing, access) {
+        (Publishing::PullRequests, WriteAccess::Refused(why)) => {
+            Finding::fail(CHECK, why, "a pull request needs a token with the write role, or discussion.write")
         }
         (Publishing::PullRequests, _) => {
             Finding::ok(CHECK, format!("the token of {} may open pull requests", who.name))

@@ -98,7 +98,7 @@ fn ours(world: &World) -> Journal {
     });
     record("collection", &mut || {
         rt.block_on(async {
-            let slug = match hub.create_collection("alice", "Our collection", "d").await.unwrap() {
+            let slug = match hub.create_collection("alice", ("Our collection", "d"), false).await.unwrap() {
                 hubalign::hub::collections::CollectionCreated::New(slug) => slug,
                 existed => panic!("{existed:?}"),
             };
