@@ -39,7 +39,7 @@ async fn health(store: &crate::store::Store, health: &super::Health) -> Response
     match super::alarms::read(store).await {
         Ok(reading) => {
             let mut lines: Vec<String> = reading.alarms.iter().map(|a| format!("{}: {}", a.kind, a.message)).collect();
-            lines.extend(health.notices());
+            lines.extend(health.notices().into_iter().map(|n| format!("{}: {}", n.kind, n.message)));
             match lines.is_empty() {
                 true => "ok\n".into_response(),
                 false => format!("degraded\n{}\n", lines.join("\n")).into_response(),

@@ -67,12 +67,13 @@ impl Health {
     }
 
     /// What slows the service without stopping it: the Hub's quota on actions pausing every write.
-    pub fn notices(&self) -> Vec<String> {
+    pub fn notices(&self) -> Vec<Notice> {
         let until = self.hub.as_ref().and_then(|hub| hub.writes_paused_until());
         until
             .map(|until| {
                 let at = crate::time::format_utc(u64::try_from(crate::time::unix_seconds_after(until)).unwrap_or(0));
-                format!("hub_action_quota: the Hub's hourly quota on actions pauses writes and claims until {at}")
+                let message = format!("The Hub's hourly quota on actions pauses every write and claim until {at}.");
+                Notice { kind: "hub_action_quota", message }
             })
             .into_iter()
             .collect()
@@ -97,6 +98,15 @@ impl Health {
     fn panicked(&self) {
         self.panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Something that slows the service without stopping it, for `/healthz` and the overview.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Notice {
+    /// What it is: `hub_action_quota`.
+    pub kind: &'static str,
+    /// What it means, for the operator.
+    pub message: String,
 }
 
 /// A 500 that says what failed.

@@ -180,6 +180,7 @@ pub(super) async fn overview(
             last_run => runs.first().map(|r| context! { at => r.finished_at.clone().unwrap_or_else(|| r.started_at.clone()), status => r.status.clone(),
                 error => r.error.clone().filter(|_| r.status != "finished") }),
             next_run, problems => state.health.problems(), alarms => Serde(alarms), jobs => job_figures,
+            notices => Serde(state.health.notices()),
             webhooks => state.webhooks.as_deref().map(|w| webhook_summary(w, *webhook_lag)),
         },
     )

@@ -650,3 +650,37 @@ fn jobs_that_keep_failing_degrade_the_health_and_show_on_every_view() {
     let metrics = get(&format!("{base}/metrics"));
     assert!(metrics.contains("hubalign_alarms 1"), "{metrics}");
 }
+
+/// The Hub's hourly quota on commits spent: the job waits without spending an attempt, `/healthz` says
+/// `degraded` with when writes start again, the overview shows it, and the worker claims nothing meanwhile.
+#[test]
+fn a_spent_quota_on_actions_pauses_the_workers_and_says_so() {
+    let world = audit_world(0, |c| {
+        c.action_quotas = hubsim::actions::ActionQuotas {
+            limits: vec![(hubsim::actions::Action::Commit, 0)],
+            window: Duration::from_secs(3600),
+        };
+    });
+    let (_dir, db) = db();
+    let (_service, base) = start_serve(&world.endpoint(), &db, 86400, &["--workers", "1"], &[]);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let health = loop {
+        assert!(Instant::now() < deadline, "no write was refused by the quota");
+        std::thread::sleep(Duration::from_millis(300));
+        let health = get(&format!("{base}/healthz"));
+        if health.contains("hub_action_quota") {
+            break health;
+        }
+    };
+    assert!(health.starts_with("degraded\n"), "{health}");
+    assert!(health.contains("pauses every write and claim until"), "{health}");
+    let overview = get(&format!("{base}/"));
+    assert!(overview.contains("data-notice=\"hub_action_quota\""), "a banner: {overview}");
+    let jobs: Vec<serde_json::Value> = serde_json::from_str(&get(&format!("{base}/api/jobs"))).unwrap();
+    let deferred: Vec<_> =
+        jobs.iter().filter(|j| j["reason"].as_str().unwrap_or("").contains("hourly quotas")).collect();
+    assert_eq!(deferred.len(), 1, "one job met the quota, and the worker claimed no other: {jobs:#?}");
+    assert_eq!(deferred[0]["state"], "queued");
+    assert_eq!(deferred[0]["attempts"], 0, "{:#?}", deferred[0]);
+    assert_eq!(world.counters().requests["commit"], 1, "the refused commit is not sent again");
+}

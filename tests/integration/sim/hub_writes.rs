@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use hubalign::hub::collections::CollectionCreated;
 use hubalign::hub::commit::{Change, CommitRefused, Message, WriteTo};
 use hubalign::hub::repos::Created;
 use hubalign::hub::retry::RetryPolicy;
@@ -85,4 +86,17 @@ fn a_read_refused_at_the_edge_without_a_wait_backs_off_and_goes_on() {
     assert!(started.elapsed() >= Duration::from_millis(150), "waited 50 ms, then 100 ms");
     assert_eq!(hub.stats.snapshot().rate_limited, 2);
     assert!(hub.writes_paused_until().is_none(), "a read's refusal pauses no write");
+}
+
+#[test]
+fn a_collection_that_exists_is_named_by_the_hubs_409() {
+    let world = world(|_| {});
+    let hub = client(&world);
+    let (made, again) = world.runtime.block_on(async {
+        let made = hub.create_collection("alice", ("Twice", "d"), false).await.unwrap();
+        (made, hub.create_collection("alice", ("Twice", "d"), false).await.unwrap())
+    });
+    let CollectionCreated::New(slug) = made else { panic!("{made:?}") };
+    assert_eq!(again, CollectionCreated::Existed(slug), "the existing one, from the 409's body");
+    assert_eq!(world.counters().requests.get("collections_list"), None, "no listing needed to find it");
 }
