@@ -13,6 +13,7 @@ pub mod audit;
 pub mod blocking;
 pub mod bundle;
 pub mod dataset;
+pub mod error_text;
 pub mod findable;
 pub mod fix;
 pub mod gate;

@@ -9,7 +9,7 @@
 //! - a pull request is opened (`create_pr=1`) and its number is read from the Hub's answer;
 //! - a discussion is opened;
 //! - a private collection holds the repo;
-//! - the repo's visibility is set.
+//! - the repo is made public, then private again.
 //!
 //! The repo and the collection are deleted at the end, whatever failed before.
 
@@ -94,7 +94,7 @@ impl Run<'_> {
         let passed = outcome.is_ok();
         let detail = match outcome {
             Ok(detail) => detail,
-            Err(e) => crate::gate::escape_control(&with_causes(&e)).into_owned(),
+            Err(e) => crate::gate::escape_control(&crate::error_text::with_causes(&e)).into_owned(),
         };
         tracing::info!(step = name, passed, detail = %detail, "selftest");
         self.steps.push(Step { name, passed, detail });
@@ -210,12 +210,16 @@ impl Run<'_> {
         }
     }
 
+    /// Public, then private again, each read back: a setting that did nothing cannot pass.
     async fn visibility(&self) -> Result<String, StepError> {
-        self.hub.set_private(&self.repo, true).await?;
-        match self.hub.head_of(RepoRef::model(&self.repo)).await? {
-            Some((_, true)) => Ok("set private; the Hub says private".into()),
-            other => Err(StepError::Unexpected(format!("the Hub says {other:?}"))),
+        for private in [false, true] {
+            self.hub.set_private(&self.repo, private).await?;
+            match self.hub.head_of(RepoRef::model(&self.repo)).await? {
+                Some((_, now)) if now == private => {}
+                other => return Err(StepError::Unexpected(format!("set private={private}, the Hub says {other:?}"))),
+            }
         }
+        Ok("made public, then private, as the Hub then said".into())
     }
 
     async fn head(&self) -> Result<String, StepError> {
@@ -224,21 +228,6 @@ impl Run<'_> {
             None => Err(StepError::Unexpected(format!("{} is not there", self.repo))),
         }
     }
-}
-
-/// The error with its causes, as one line.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let next = s.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Runs every step against `hub` in `namespace`, then deletes what it made. `scratch` holds the shard's file
@@ -277,7 +266,7 @@ pub async fn run(hub: &HubClient, namespace: &str, scratch: &Path) -> Report {
         let outcome = run.collection(&mut slug).await;
         run.record("a private collection holds the repo", outcome);
         let outcome = run.visibility().await;
-        run.record("set the repo's visibility", outcome);
+        run.record("make the repo public, then private", outcome);
         if let Some(slug) = slug {
             let outcome = hub.delete_collection(&slug).await.map(|()| format!("{slug} deleted")).map_err(Into::into);
             run.record("delete the collection", outcome);

@@ -202,8 +202,9 @@ enum Command {
     /// In --namespace (the token's user, or an organisation it may write to): a private throwaway repo is
     /// created, a small shard goes up through Xet and is committed on the head it read, a commit on a moved
     /// branch must be refused, a pull request (create_pr=1) and a discussion are opened, a private collection
-    /// holds the repo, and its visibility is set. The repo and the collection are deleted at the end, whatever
-    /// failed. Run it against https://hub-ci.huggingface.co (the Hub's staging instance) or huggingface.co.
+    /// holds the repo, and the repo is made public, then private again. The repo and the collection are
+    /// deleted at the end, whatever failed. Run it against https://hub-ci.huggingface.co (the Hub's staging
+    /// instance) or huggingface.co.
     ///
     /// Exit codes: 0 every step passed, 2 usage (no token, a bad namespace), 4 a step failed (each says why).
     Selftest(selftest::SelftestArgs),

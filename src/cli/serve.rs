@@ -130,14 +130,14 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                     anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
                 }
             }
-            // A fine-grained token holds collections and discussions apart from repos.
-            let target = s.opts.target_namespace.as_str();
+            // A fine-grained token holds collections and discussions apart from repos; notes go to sources of
+            // any namespace.
             let needs = [
-                (args.collections, "--collections", Permission::CollectionWrite, target),
-                (args.note_sources, "--note-sources", Permission::DiscussionWrite, target),
+                (args.collections, "--collections", who.may(Permission::CollectionWrite, &s.opts.target_namespace)),
+                (args.note_sources, "--note-sources", who.may_everywhere(Permission::DiscussionWrite)),
             ];
-            for (flag, permission, namespace) in needs.iter().filter(|n| n.0).map(|n| (n.1, n.2, n.3)) {
-                if let WriteAccess::Refused(why) = who.may(permission, namespace) {
+            for (_, flag, access) in needs.iter().filter(|n| n.0) {
+                if let WriteAccess::Refused(why) = access {
                     anyhow::bail!("{flag}: {why}; or leave {flag} off");
                 }
             }

@@ -140,6 +140,12 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
                 done.failed.push((source.clone(), e.to_string()));
                 break;
             }
+            // The Hub's quota on discussions is spent: every other note would wait alike.
+            Err(NoteError::Hub(e @ HubError::ActionQuota { .. })) => {
+                tracing::warn!(error = %e, "the Hub's quota on discussions is spent; no more notes this pass");
+                done.failed.push((source.clone(), e.to_string()));
+                break;
+            }
             Ok(Posted::Found { closed }) => {
                 done.found += 1;
                 if closed {

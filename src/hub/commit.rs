@@ -209,10 +209,12 @@ pub struct Committed {
     pub sent: u64,
 }
 
-/// The number of the pull request a `…/discussions/{num}` URL names, as huggingface_hub reads it.
-fn pull_request_number(url: &str) -> Option<u64> {
-    let (_, num) = url.rsplit_once("/discussions/")?;
-    if num.is_empty() || num.len() > 19 || !num.bytes().all(|b| b.is_ascii_digit()) {
+/// The number of the pull request on `repo` that a `…/{repo}/discussions/{num}` URL names, as huggingface_hub
+/// reads it; `None` for a URL of another repo, or a number that is not one.
+fn pull_request_number(url: &str, repo: RepoRef<'_>) -> Option<u64> {
+    let (before, num) = url.rsplit_once("/discussions/")?;
+    let names_repo = before.to_ascii_lowercase().ends_with(&format!("/{}", repo.git_path()).to_ascii_lowercase());
+    if !names_repo || num.is_empty() || num.len() > 18 || !num.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     num.parse().ok()
@@ -310,8 +312,8 @@ impl HubClient {
         }
         let sent = body.len() as u64;
         let posted = match to.pull_request {
-            true => self.post_once(&url, "application/x-ndjson", body).await,
-            false => self.post(&url, "application/x-ndjson", body).await,
+            true => self.post_action_once(&url, "application/x-ndjson", body).await,
+            false => self.post_action(&url, "application/x-ndjson", body).await,
         };
         let answer = match posted {
             Ok(answer) => answer,
@@ -328,7 +330,7 @@ impl HubClient {
         crate::gate::check_revision(&answer.commit_oid).map_err(|e| Self::malformed(url, "the answer's commit", e))?;
         let pull_request = match (to.pull_request, answer.pull_request_url.as_deref()) {
             (false, _) => None,
-            (true, Some(pr_url)) => Some(pull_request_number(pr_url).ok_or_else(|| {
+            (true, Some(pr_url)) => Some(pull_request_number(pr_url, to.repo).ok_or_else(|| {
                 Self::malformed(url, "the answer's pullRequestUrl", crate::gate::escape_control(pr_url))
             })?),
             (true, None) => return Err(Self::malformed(url, "commit answer", "no pullRequestUrl for a pull request")),
@@ -340,6 +342,25 @@ impl HubClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_requests_number_is_read_from_its_url_on_the_repo_asked_only() {
+        let repo = RepoRef::model("ns/model");
+        assert_eq!(pull_request_number("https://huggingface.co/ns/model/discussions/12", repo), Some(12));
+        assert_eq!(pull_request_number("http://127.0.0.1:9/NS/Model/discussions/3", repo), Some(3), "any case");
+        let dataset = RepoRef::dataset("ns/data");
+        assert_eq!(pull_request_number("https://huggingface.co/datasets/ns/data/discussions/4", dataset), Some(4));
+        for url in [
+            "https://huggingface.co/other/model/discussions/12",
+            "https://huggingface.co/ns/model/discussions/",
+            "https://huggingface.co/ns/model/discussions/-1",
+            "https://huggingface.co/ns/model/discussions/1x",
+            "https://huggingface.co/ns/model/discussions/99999999999999999999",
+            "https://huggingface.co/ns/model/commit/abc",
+        ] {
+            assert_eq!(pull_request_number(url, repo), None, "{url}");
+        }
+    }
 
     #[test]
     fn commit_lines_are_the_hubs_ndjson() {

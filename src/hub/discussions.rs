@@ -116,7 +116,7 @@ impl HubClient {
         let url = self.model_api(repo, "discussions");
         let body = serde_json::json!({ "title": title, "description": description, "pullRequest": false });
         // Once: a retry after a lost answer would open a second discussion.
-        let fetched = self.post_once(&url, "application/json", body.to_string().into_bytes()).await?;
+        let fetched = self.post_action_once(&url, "application/json", body.to_string().into_bytes()).await?;
         let opened: Opened = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
         Ok(opened.num)

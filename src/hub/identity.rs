@@ -149,6 +149,17 @@ impl Identity {
     /// Whether this token holds `permission` on `namespace`. A write token holds every one; a fine-grained
     /// token, those it was given there or everywhere. Membership is [`Identity::may_write`]'s to judge.
     pub fn may(&self, permission: Permission, namespace: &str) -> WriteAccess {
+        self.holds(permission, Some(namespace))
+    }
+
+    /// Whether this token holds `permission` on every namespace: what a pull request or a note on anyone's
+    /// repo needs. A fine-grained token must have been given it everywhere (`global`).
+    pub fn may_everywhere(&self, permission: Permission) -> WriteAccess {
+        self.holds(permission, None)
+    }
+
+    /// [`Identity::may`] on `namespace`, or everywhere when it is `None`.
+    fn holds(&self, permission: Permission, namespace: Option<&str>) -> WriteAccess {
         let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
         match token.and_then(|t| t.role.as_deref()) {
             Some("write") => WriteAccess::Granted,
@@ -160,14 +171,17 @@ impl Identity {
                 let fine = token.and_then(|t| t.fine_grained.as_ref());
                 let name = permission.name();
                 let everywhere = fine.is_some_and(|f| f.global.iter().any(|p| p == name));
-                let there = fine.is_some_and(|f| {
-                    f.scoped.iter().any(|s| s.entity.name == namespace && s.permissions.iter().any(|p| p == name))
+                let there = namespace.is_some_and(|ns| {
+                    fine.is_some_and(|f| {
+                        f.scoped.iter().any(|s| s.entity.name == ns && s.permissions.iter().any(|p| p == name))
+                    })
                 });
                 if everywhere || there {
                     WriteAccess::Granted
                 } else {
+                    let on = namespace.unwrap_or("every repo");
                     WriteAccess::Refused(format!(
-                        "the fine-grained token of {} has no {name} permission on {namespace}; add it to the token \
+                        "the fine-grained token of {} has no {name} permission on {on}; add it to the token \
                          (huggingface.co/settings/tokens)",
                         self.name
                     ))
@@ -252,6 +266,9 @@ mod tests {
         let WriteAccess::Refused(why) = who.may(Permission::CollectionWrite, "team") else { panic!() };
         assert!(why.contains("no collection.write permission on team"), "{why}");
         assert_eq!(who.may(Permission::DiscussionWrite, "anyone-else"), WriteAccess::Granted, "given everywhere");
+        assert_eq!(who.may_everywhere(Permission::DiscussionWrite), WriteAccess::Granted);
+        let WriteAccess::Refused(why) = who.may_everywhere(Permission::CollectionWrite) else { panic!() };
+        assert!(why.contains("no collection.write permission on every repo"), "scoped is not everywhere: {why}");
         let none = answer("fineGrained", serde_json::json!([]), serde_json::json!({ "scoped": [] }));
         assert!(
             matches!(none.may(Permission::DiscussionWrite, "x"), WriteAccess::Refused(why) if why.contains("discussion.write"))

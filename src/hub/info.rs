@@ -65,13 +65,23 @@ impl HubClient {
     /// The commit `repo`'s main branch is at and whether the repo is private, or `None` if the repo does not
     /// exist (a 404).
     pub async fn head_of(&self, repo: super::repo_ref::RepoRef<'_>) -> Result<Option<(String, bool)>, HubError> {
+        self.revision_of(repo, "main").await
+    }
+
+    /// The commit `revision` (a branch, or `refs/pr/N`) of `repo` is at and whether the repo is private, or
+    /// `None` if either does not exist (a 404).
+    pub async fn revision_of(
+        &self,
+        repo: super::repo_ref::RepoRef<'_>,
+        revision: &str,
+    ) -> Result<Option<(String, bool)>, HubError> {
         #[derive(serde::Deserialize)]
         struct Head {
             sha: String,
             #[serde(default)]
             private: bool,
         }
-        let url = self.repo_api(repo, "revision/main");
+        let url = self.repo_api(repo, &format!("revision/{}", gate::encode_segment(revision)));
         let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await {
             Ok(fetched) => fetched,
             Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => return Ok(None),

@@ -1,14 +1,16 @@
-//! The Hub client: listing, single-request range probes, trees, repo info and downloads, and the commit
-//! protocol (`commit`: preupload, Git LFS, the Xet write token, the NDJSON commit), with per-bucket pacing,
-//! retries, and a cap on every body and every wait. Requests and answers are typed here; nothing outside this
-//! module builds these URLs or reads these answers.
+//! The Hub client: listing, single-request range probes, trees, repo info and downloads, and the write
+//! protocol (`commit`: preupload, the Xet write token, the NDJSON commit, to `main` or as a pull request),
+//! with per-bucket pacing, retries, a pause for the Hub's quota on actions (`action_pause`), and a cap on
+//! every body and every wait. Requests and answers are typed here; nothing outside this module builds these
+//! URLs or reads these answers.
 //!
-//! hf-hub 1.x serves repo creation, deletion, settings and pull-request commits, wrapped in `repos`,
-//! and hf-xet the CAS upload itself (`repack::upload`, with the token from `commit`). Reads go
-//! through here: hf-hub's listing sends one `filter` and no `expand`, its retries ignore
-//! `RateLimit`/`Retry-After` (so a tight quota fails the crawl), its range reads send a HEAD first or go through
-//! Xet reconstruction (several requests where the audit's budget is one), and its snapshot download lists the
-//! tree again and writes wherever that second listing says. The Hub is not trusted: see `SECURITY.md`.
+//! Requests are sent as `huggingface_hub` sends them (`docs/HUB_REQUESTS.md` lists where they differ, and
+//! why). hf-hub 1.x serves repo deletion, wrapped in `repos`, and hf-xet the CAS upload itself
+//! (`repack::upload`, with the token from `commit`). Reads go through here: hf-hub's listing sends one
+//! `filter` and no `expand`, its retries ignore `RateLimit`/`Retry-After` (so a tight quota fails the crawl),
+//! its range reads send a HEAD first or go through Xet reconstruction (several requests where the audit's
+//! budget is one), and its snapshot download lists the tree again and writes wherever that second listing
+//! says. The Hub is not trusted: see `SECURITY.md`.
 
 pub mod action_pause;
 pub mod collections;
@@ -43,6 +45,7 @@ pub use self::error::{Access, HubError};
 use self::pacing::{Bucket, Pacer, parse_rate_limit, parse_retry_after};
 use self::retry::{RetryPolicy, is_transient_error, is_transient_status, jitter_unit};
 use crate::gate;
+use crate::time::unix_seconds_after;
 
 /// Requests and bytes, counted as they happen.
 #[derive(Debug, Default)]
@@ -234,8 +237,9 @@ impl HubClient {
         self
     }
 
-    /// Until when the Hub's hourly quota on actions pauses this client's writes, if it does now.
-    pub fn writes_paused_until(&self) -> Option<std::time::SystemTime> {
+    /// Until when the Hub's hourly quota on actions pauses this client's actions (commits, repo creations,
+    /// discussions), if it does now.
+    pub fn actions_paused_until(&self) -> Option<std::time::SystemTime> {
         self.action_pause.until(std::time::SystemTime::now())
     }
 
@@ -311,19 +315,13 @@ impl HubClient {
         }
     }
 
-    /// The error for a write refused by the Hub's quota on actions, with the pause it starts for every write.
-    fn action_refused(&self, url: &str, exchange: Exchange) -> HubError {
-        let message = match &exchange {
-            Exchange::Read(fetched) => match status_error(url, fetched) {
-                HubError::Status { message, .. } => message,
-                other => other.to_string(),
-            },
-            Exchange::Open(_) => String::new(),
-        };
+    /// The error for an action refused by the Hub's quota on actions, with the pause it starts for every
+    /// action of this client.
+    fn action_refused(&self, url: &str, message: String) -> HubError {
         let until = self.action_pause.refused(std::time::SystemTime::now());
         let seconds = until.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_secs();
-        tracing::warn!(url, pause_s = seconds, message = %message, "the Hub's hourly quota on actions refused a write; pausing writes");
-        HubError::ActionQuota { url: url.to_owned(), message, until: crate::time::unix_seconds_after(until) }
+        tracing::warn!(url, pause_s = seconds, message = %message, "the Hub's hourly quota on actions refused one; pausing them");
+        HubError::ActionQuota { url: url.to_owned(), message, until: unix_seconds_after(until) }
     }
 
     fn refuse_long_wait(&self, url: &str, wait: Duration) -> Result<(), HubError> {
@@ -346,17 +344,15 @@ impl HubClient {
     ) -> Result<Exchange, HubError> {
         let mut attempts = 0;
         let mut refusals = 0;
-        let write = ask.method != reqwest::Method::GET;
-        if write && let Some(until) = self.writes_paused_until() {
-            let until = crate::time::unix_seconds_after(until);
-            return Err(HubError::ActionQuota {
-                url: url.to_owned(),
-                message: "not sent: writes are paused".into(),
-                until,
-            });
-        }
         loop {
             self.paced(bucket, url).await?;
+            // Checked before each send: another job's refusal may have started a pause during a wait.
+            if ask.action
+                && let Some(until) = self.actions_paused_until()
+            {
+                let message = "not sent: the Hub's quota on actions pauses them".to_owned();
+                return Err(HubError::ActionQuota { url: url.to_owned(), message, until: unix_seconds_after(until) });
+            }
             attempts += 1;
             match bucket {
                 Bucket::Api => self.stats.api_requests.fetch_add(1, Ordering::Relaxed),
@@ -376,13 +372,15 @@ impl HubClient {
                         attempts -= 1;
                         let wait = match announced_wait(hub_headers) {
                             Some(wait) => wait,
-                            // A write refused without a wait: the user's hourly quota on the action. Sending it
-                            // again in seconds only spends more of it, so every write pauses.
-                            None if write => {
+                            // An action refused by the user's hourly quota on it: sending it again in seconds
+                            // only spends more of it, so every action pauses.
+                            None if ask.action
+                                && let Some(message) = action_quota_message(url, &exchange) =>
+                            {
                                 self.pacer(bucket).release();
-                                return Err(self.action_refused(url, exchange));
+                                return Err(self.action_refused(url, message));
                             }
-                            // A read refused without a wait: the CDN's edge. Waits double from the edge wait.
+                            // Any other refusal without a wait is the CDN's edge: waits double from the edge wait.
                             None => self.edge_wait.saturating_mul(1 << (refusals - 1).min(10)),
                         };
                         // A wait too long ends this run without closing the bucket for the next one.
@@ -398,7 +396,7 @@ impl HubClient {
                         }
                         continue;
                     }
-                    if write && status.is_success() {
+                    if ask.action && status.is_success() {
                         self.action_pause.succeeded();
                     }
                     match exchange {
@@ -561,15 +559,19 @@ pub(super) struct Ask<'a> {
     once: bool,
     /// An error status whose answer the caller reads (a 409 that names what exists), rather than an error.
     answered: Option<StatusCode>,
+    /// One of the actions the Hub counts per user per hour (a commit, a repo's creation, a discussion): held
+    /// back while those are paused, and its refusal by that quota starts the pause.
+    action: bool,
 }
 
 impl<'a> Ask<'a> {
     fn get(extra: &'a [(&'static str, String)]) -> Ask<'a> {
-        Ask { extra, method: reqwest::Method::GET, body: None, once: false, answered: None }
+        Ask { extra, method: reqwest::Method::GET, body: None, once: false, answered: None, action: false }
     }
 
     pub(super) fn post(content_type: &'a str, body: Bytes) -> Ask<'a> {
-        Ask { extra: &[], method: reqwest::Method::POST, body: Some((content_type, body)), once: false, answered: None }
+        let body = Some((content_type, body));
+        Ask { extra: &[], method: reqwest::Method::POST, body, once: false, answered: None, action: false }
     }
 
     pub(super) fn post_once(content_type: &'a str, body: Bytes) -> Ask<'a> {
@@ -582,6 +584,11 @@ impl<'a> Ask<'a> {
 
     pub(super) fn delete() -> Ask<'a> {
         Ask { method: reqwest::Method::DELETE, ..Ask::get(&[]) }
+    }
+
+    /// This ask, as one of the actions the Hub counts per user per hour.
+    pub(super) fn action(self) -> Ask<'a> {
+        Ask { action: true, ..self }
     }
 }
 
@@ -652,6 +659,16 @@ fn announced_wait(headers: &HeaderMap) -> Option<Duration> {
         _ => parse_retry_after(headers),
     };
     seconds.map(|s| Duration::from_secs(s.max(1)))
+}
+
+/// The Hub's words when a 429 is its hourly quota on an action ("You have exceeded our hourly quotas for
+/// action: commit", as `datasets` issue 6257 recorded it), escaped; `None` for any other 429.
+fn action_quota_message(url: &str, exchange: &Exchange) -> Option<String> {
+    let Exchange::Read(fetched) = exchange else { return None };
+    match status_error(url, fetched) {
+        HubError::Status { message, .. } if message.to_ascii_lowercase().contains("quotas for action") => Some(message),
+        _ => None,
+    }
 }
 
 fn status_error(url: &str, fetched: &Fetched) -> HubError {

@@ -11,10 +11,20 @@ impl HubClient {
     /// that a second send cannot carry out twice (a question, or a commit that names its parent).
     pub async fn post(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::post(content_type, body.into());
-        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
-            Exchange::Read(fetched) => Ok(fetched),
-            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
-        }
+        self.send(url, &ask).await
+    }
+
+    /// POSTs one of the actions the Hub counts per user per hour (a commit, a repo's creation), like
+    /// [`HubClient::post`]. It is not sent while the Hub's quota on actions pauses them, and a refusal by that
+    /// quota pauses them (see [`action_pause`](super::action_pause)).
+    pub async fn post_action(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
+        self.send(url, &Ask::post(content_type, body.into()).action()).await
+    }
+
+    /// [`HubClient::post_action`] sent once: for an action the Hub would carry out twice (opening a
+    /// discussion, or a pull request by its commit).
+    pub async fn post_action_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
+        self.send(url, &Ask::post_once(content_type, body.into()).action()).await
     }
 
     /// Like [`HubClient::post`], but sent once: a failure that leaves it unknown whether the Hub carried it
@@ -22,10 +32,7 @@ impl HubClient {
     /// out twice (opening a discussion); only a 429, which the Hub did not act on, is waited out and sent again.
     pub async fn post_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::post_once(content_type, body.into());
-        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
-            Exchange::Read(fetched) => Ok(fetched),
-            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
-        }
+        self.send(url, &ask).await
     }
 
     /// Like [`HubClient::post`], but an answer of status `answered` is returned for the caller to read (a
@@ -38,17 +45,19 @@ impl HubClient {
         answered: reqwest::StatusCode,
     ) -> Result<Fetched, HubError> {
         let ask = Ask { answered: Some(answered), ..Ask::post(content_type, body.into()) };
-        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
-            Exchange::Read(fetched) => Ok(fetched),
-            Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
-        }
+        self.send(url, &ask).await
     }
 
     /// PUTs a JSON `body` to `url` on the Hub, like [`HubClient::post`]: for a setting, which a second send
     /// sets to the same value.
     pub async fn put_json(&self, url: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::put("application/json", body.into());
-        match self.exchange(Bucket::Api, url, &ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
+        self.send(url, &ask).await
+    }
+
+    /// Sends `ask` to `url` in the API bucket and reads the answer (at most 1 MiB).
+    async fn send(&self, url: &str, ask: &Ask<'_>) -> Result<Fetched, HubError> {
+        match self.exchange(Bucket::Api, url, ask, Some(BodyLimit::Whole(SMALL_CAP))).await? {
             Exchange::Read(fetched) => Ok(fetched),
             Exchange::Open(_) => Err(HubError::Malformed { url: url.to_owned(), detail: "unread body".into() }),
         }

@@ -21,6 +21,11 @@ pub enum Created {
 /// `create_repo` sends it again on this text).
 const CREATE_IN_PROGRESS: &str = "another conflicting operation is in progress";
 
+/// A repo's `visibility`, as huggingface_hub names it in a creation and in settings.
+fn visibility(private: bool) -> &'static str {
+    if private { "private" } else { "public" }
+}
+
 /// Creation requests sent at most while the Hub answers [`CREATE_IN_PROGRESS`].
 const CREATE_ATTEMPTS: u32 = 8;
 
@@ -92,7 +97,7 @@ impl HubClient {
         let mut ask = serde_json::json!({
             "name": name,
             "organization": organization,
-            "visibility": if private { "private" } else { "public" },
+            "visibility": visibility(private),
         });
         if repo.kind == RepoKind::Dataset {
             ask["type"] = "dataset".into();
@@ -100,7 +105,7 @@ impl HubClient {
         let url = format!("{}/api/repos/create", self.endpoint());
         let mut attempt = 1;
         loop {
-            match self.post(&url, "application/json", ask.to_string().into_bytes()).await {
+            match self.post_action(&url, "application/json", ask.to_string().into_bytes()).await {
                 Ok(_) => return Ok(Created::New),
                 Err(HubError::Status { status: StatusCode::CONFLICT, message, .. })
                     if message.contains(CREATE_IN_PROGRESS) && attempt < CREATE_ATTEMPTS =>
@@ -130,7 +135,7 @@ impl HubClient {
     /// `update_repo_settings` sends it.
     pub async fn set_private(&self, repo: &str, private: bool) -> Result<(), HubError> {
         let url = self.model_api(repo, "settings");
-        let body = serde_json::json!({ "visibility": if private { "private" } else { "public" } });
+        let body = serde_json::json!({ "visibility": visibility(private) });
         self.put_json(&url, body.to_string().into_bytes()).await.map(drop)
     }
 }

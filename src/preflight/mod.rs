@@ -152,15 +152,18 @@ pub async fn token(
     let namespace = target.unwrap_or(&who.name).to_owned();
     let access = match publishing {
         // A pull request goes to a source of any namespace: a fine-grained token needs it everywhere.
-        Publishing::PullRequests => who.may(Permission::DiscussionWrite, &namespace),
+        Publishing::PullRequests => who.may_everywhere(Permission::DiscussionWrite),
         Publishing::Mirrors => who.may_write(&namespace),
     };
     let finding = match (publishing, access) {
         (Publishing::PullRequests, WriteAccess::Refused(why)) => {
             Finding::fail(CHECK, why, "a pull request needs a token with the write role, or discussion.write")
         }
-        (Publishing::PullRequests, _) => {
+        (Publishing::PullRequests, WriteAccess::Granted) => {
             Finding::ok(CHECK, format!("the token of {} may open pull requests", who.name))
+        }
+        (Publishing::PullRequests, WriteAccess::Unknown(why)) => {
+            Finding::warn(CHECK, format!("whether the token of {} may open pull requests is unknown: {why}", who.name))
         }
         (Publishing::Mirrors, WriteAccess::Granted) => {
             Finding::ok(CHECK, format!("the token of {} may create and publish repos in {namespace}", who.name))

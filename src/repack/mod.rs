@@ -137,7 +137,7 @@ impl crate::worker::JobRunner for RepackRunner {
     }
 
     fn paused_until(&self) -> Option<std::time::SystemTime> {
-        self.hub.writes_paused_until()
+        self.hub.actions_paused_until()
     }
 }
 

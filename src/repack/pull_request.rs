@@ -38,8 +38,8 @@ pub enum Proposal {
 /// Why not to open a pull request on `repo`: the bot has one open there already, or the owner closed one.
 ///
 /// The Hub does not say which commit a pull request was built on (`changes.base` is the target branch), so
-/// any open one by the bot stands for the repair; it is proposed again only once that one is closed or
-/// merged, and never after a "no".
+/// any open one by the bot stands for the repair, whatever head it was made from. A closed one is the owner's
+/// "no", for good.
 async fn previous(hub: &HubClient, repo: &str, bot: &str) -> Result<Option<String>, RepackError> {
     let prs =
         hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", e))?;
@@ -76,8 +76,15 @@ pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result
     // Only the repair: the shards and the manifest. The owner's other files stay theirs, as they are (the
     // carried configs of a mirror lose their pointers to code; a pull request proposes no such change).
     let repair = |rel: &String| rel.ends_with(crate::bundle::SHARD_SUFFIX) || rel == crate::manifest::MANIFEST_FILE;
-    let files: Vec<_> =
-        upload::files_of(dir).into_iter().filter(|(rel, _, _)| !rel.contains('/') && repair(rel)).collect();
+    let listed = dir.to_owned();
+    let files = crate::blocking::run("listing the repair", move || upload::files_of(&listed))
+        .await
+        .map_err(RepackError::caused_by)?;
+    let files: Vec<_> = files.into_iter().filter(|(rel, _, _)| !rel.contains('/') && repair(rel)).collect();
+    if !files.iter().any(|(rel, _, _)| rel == crate::manifest::MANIFEST_FILE) {
+        let manifest = dir.join(crate::manifest::MANIFEST_FILE);
+        return Err(RepackError::io(manifest.display(), std::io::ErrorKind::NotFound.into()));
+    }
     let to = WriteTo::pull_request(repo.into());
     let (lfs, _) = upload::preupload(hub, to, &files).await?;
     let (to_store, inline): (Vec<_>, Vec<_>) =
@@ -89,16 +96,29 @@ pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result
         return Ok(Proposal::Declined(why));
     }
     let message = Message { summary: PR_TITLE, description: &description(head) };
-    let committed = match upload::commit(hub, to, head, message, &stored, &inline).await {
-        Ok(committed) => committed,
-        Err(CommitError::Moved) => {
-            return Err(RepackError::transient(format!("{repo} moved since its audit at {head}")));
-        }
-        Err(CommitError::Failed(e)) => return Err(e),
-    };
-    // `commit` refuses an answer without the pull request's number, so this is the Hub's number.
-    let num = committed.pull_request.ok_or_else(|| RepackError::transient(format!("{to}: no pull request number")))?;
-    Ok(Proposal::Opened { num, commit: committed.commit })
+    match upload::commit(hub, to, head, message, &stored, &inline).await {
+        // `commit` refuses an answer without the pull request's number, so this is the Hub's number.
+        Ok(committed) => match committed.pull_request {
+            Some(num) => Ok(Proposal::Opened { num, commit: committed.commit }),
+            None => Err(RepackError::transient(format!("{to}: no pull request number"))),
+        },
+        Err(CommitError::Moved) => Err(RepackError::transient(format!("{repo} moved since its audit at {head}"))),
+        // The commit is sent once: an answer lost or unreadable may hide a pull request it opened. One by the
+        // bot that is open now is that one (none was open just before), and is recorded as opened.
+        Err(CommitError::Failed(e)) => match opened_meanwhile(hub, repo, bot).await {
+            Some(proposal) => Ok(proposal),
+            None => Err(e),
+        },
+    }
+}
+
+/// The bot's pull request on `repo` that is open now, with its commit, if there is one and the Hub says so.
+async fn opened_meanwhile(hub: &HubClient, repo: &str, bot: &str) -> Option<Proposal> {
+    let prs = hub.pull_requests(repo, PR_TITLE, bot).await.ok()?;
+    let num = prs.into_iter().find(|p| p.status == "open")?.num;
+    let (commit, _) = hub.revision_of(repo.into(), &format!("refs/pr/{num}")).await.ok()??;
+    tracing::info!(repo.id = %repo, pr = num, "the pull request's commit answer was lost; found it open");
+    Some(Proposal::Opened { num, commit })
 }
 
 /// The pull request's description: what it changes, and the source commit it was made from.

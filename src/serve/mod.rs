@@ -68,7 +68,7 @@ impl Health {
 
     /// What slows the service without stopping it: the Hub's quota on actions pausing every write.
     pub fn notices(&self) -> Vec<Notice> {
-        let until = self.hub.as_ref().and_then(|hub| hub.writes_paused_until());
+        let until = self.hub.as_ref().and_then(|hub| hub.actions_paused_until());
         until
             .map(|until| {
                 let at = crate::time::format_utc(u64::try_from(crate::time::unix_seconds_after(until)).unwrap_or(0));

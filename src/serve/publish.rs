@@ -65,7 +65,7 @@ async fn pass(shared: &Shared, config: &PublishConfig) {
                 ),
             },
             Err(e) => {
-                tracing::warn!(dataset = %repo, error = %with_sources(&e), "publishing the dataset failed; the next audit tries again");
+                tracing::warn!(dataset = %repo, error = %crate::error_text::with_causes(&e), "publishing the dataset failed; the next audit tries again");
             }
         }
     }
@@ -136,17 +136,4 @@ async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) ->
         tracing::warn!(error = %e, "removing the dataset's staged files failed");
     }
     Ok(pushed?)
-}
-
-/// An error with each of its sources, for the log line (the dataset's errors name the step, their sources
-/// the cause).
-fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(source) = next {
-        out.push_str(": ");
-        out.push_str(&source.to_string());
-        next = source.source();
-    }
-    out
 }

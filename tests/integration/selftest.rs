@@ -14,7 +14,7 @@ const STEPS: [&str; 10] = [
     "open a pull request (create_pr=1)",
     "open a discussion",
     "a private collection holds the repo",
-    "set the repo's visibility",
+    "make the repo public, then private",
     "delete the collection",
     "delete the repo",
 ];

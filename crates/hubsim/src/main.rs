@@ -60,7 +60,8 @@ struct SimArgs {
     /// Repo creations per user and action window (off by default).
     #[arg(long, value_name = "N")]
     repo_creations_per_window: Option<u32>,
-    /// Discussions and pull requests opened per user and action window (off by default).
+    /// Discussions opened through `POST …/discussions` per user and action window (off by default); a pull
+    /// request opened by its commit counts as a commit.
     #[arg(long, value_name = "N")]
     discussions_per_window: Option<u32>,
     /// Length of the action window in seconds (the Hub's is an hour).

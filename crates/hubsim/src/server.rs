@@ -314,7 +314,11 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         insert_limits(h, a);
         return response;
     }
-    if let Some(refused) = refused_action(&sim, &request, class, &path) {
+    if let Some(mut refused) = refused_action(&sim, &request, class, &path) {
+        // The request quota's headers go on every API answer, this one too: they say requests are left.
+        if let Some(a) = &admission {
+            insert_limits(refused.headers_mut(), a);
+        }
         return refused;
     }
     let fault = sim.faults.decide();

@@ -51,6 +51,9 @@ fn the_quota_on_actions_pauses_every_write_in_minutes_without_resending() {
             limits: vec![(hubsim::actions::Action::Commit, 1)],
             window: Duration::from_secs(3600),
         };
+        // The request quota's `RateLimit` says requests are left: that is no wait either.
+        let window = Duration::from_secs(300);
+        c.quotas = vec![(hubsim::faults::Bucket::Api, hubsim::faults::Quota { requests: 1000, window })];
     });
     let hub = client(&world);
     let note = [Change::Inline { path: "NOTE.md", content: b"hi".to_vec() }];
@@ -68,10 +71,11 @@ fn the_quota_on_actions_pauses_every_write_in_minutes_without_resending() {
         assert!(message.contains("hourly quotas for action: commit"), "{message}");
         let now = hubalign::time::unix_seconds_after(before);
         assert!((now + 299..=now + 301).contains(&until), "a pause of five minutes: {until} from {now}");
-        assert!(hub.writes_paused_until().is_some());
-        // While paused, no write is sent at all.
+        assert!(hub.actions_paused_until().is_some());
+        // While paused, no commit is sent at all; writes the quota does not count go on.
         let unsent = commit().await;
         assert!(matches!(unsent, Err(CommitRefused::Hub(HubError::ActionQuota { .. }))), "{unsent:?}");
+        hub.set_private("alice/private-q4", true).await.unwrap();
     });
     assert_eq!(world.counters().requests["commit"], 2, "one made, one refused, none resent");
 }
@@ -85,7 +89,16 @@ fn a_read_refused_at_the_edge_without_a_wait_backs_off_and_goes_on() {
     assert_eq!(info.id.as_deref(), Some("mlx-community/tiny-q4"));
     assert!(started.elapsed() >= Duration::from_millis(150), "waited 50 ms, then 100 ms");
     assert_eq!(hub.stats.snapshot().rate_limited, 2);
-    assert!(hub.writes_paused_until().is_none(), "a read's refusal pauses no write");
+    assert!(hub.actions_paused_until().is_none(), "a read's refusal pauses no write");
+}
+
+#[test]
+fn an_action_refused_at_the_edge_is_waited_out_not_taken_for_the_quota() {
+    let world = world(|c| c.faults.edge_429s = 1);
+    let hub = client(&world).with_edge_wait(Duration::from_millis(50));
+    assert_eq!(world.runtime.block_on(hub.create_private_repo("alice/edge")).unwrap(), Created::New);
+    assert!(hub.actions_paused_until().is_none(), "only the Hub's words for its quota pause actions");
+    assert_eq!(world.counters().requests["repo_create"], 2, "refused at the edge, then made");
 }
 
 #[test]

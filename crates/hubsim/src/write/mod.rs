@@ -95,7 +95,8 @@ pub(super) fn uploadable_repo<'a>(
     Ok(repo)
 }
 
-/// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub.
+/// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub, with
+/// a token that is not read-only.
 pub(super) fn proposable_repo<'a>(
     repos: &'a crate::model::RepoMap,
     id: &str,
@@ -103,6 +104,9 @@ pub(super) fn proposable_repo<'a>(
 ) -> Result<&'a Repo, HubError> {
     let repo = repos.get(id).ok_or_else(|| HubError::repo_not_found(id, caller.is_some()))?;
     can_see(repo, caller)?;
-    caller.ok_or_else(HubError::auth_required)?;
+    let account = caller.ok_or_else(HubError::auth_required)?;
+    if account.read_only {
+        return Err(HubError::forbidden(format!("the token of {} has the read role", account.user)));
+    }
     Ok(repo)
 }
