@@ -63,6 +63,11 @@ impl Accounts {
         Accounts { by_token: specs.iter().map(|s| (s.token.clone(), s.account.clone())).collect() }
     }
 
+    /// Whether `name` is a user a token signs in as (else it is taken for an organisation).
+    pub fn is_user(&self, name: &str) -> bool {
+        self.by_token.values().any(|a| a.user == name)
+    }
+
     /// Who is calling: `None` without a token; an unknown token is refused, as on the Hub.
     pub fn caller(&self, headers: &HeaderMap) -> Result<Option<&Account>, HubError> {
         let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else { return Ok(None) };

@@ -129,20 +129,14 @@ fn view(sim: &Shared, c: &Collection, caller: Option<&Account>, listed: bool) ->
         .iter()
         .enumerate()
         .take(if listed { LISTED_ITEMS } else { usize::MAX })
-        .map(|(position, i)| {
-            let kind = match i.kind {
-                RepoKind::Model => "model",
-                RepoKind::Dataset => "dataset",
-            };
-            let note = i.note.as_ref().map(|text| json!({ "text": text, "html": html_escape(text) }));
-            json!({ "_id": i.object_id, "id": i.repo_id, "type": kind, "position": position, "note": note })
-        })
+        .map(|(position, i)| item_json(sim, i, position))
         .collect();
     let mut out = json!({
         "slug": slug_of(c),
         "title": c.title,
         "description": c.description,
-        "owner": { "name": c.namespace, "type": "user" },
+        "gating": false,
+        "owner": account_json(sim, &c.namespace),
         "items": items,
         "lastUpdated": c.last_updated,
         "private": c.private,
@@ -150,11 +144,71 @@ fn view(sim: &Shared, c: &Collection, caller: Option<&Account>, listed: bool) ->
         "upvotes": 0,
         "isUpvotedByUser": false,
     });
-    // A listing's entries carry no position (the client numbers them itself and refuses one given).
+    // A listing's entries carry no position (the client numbers them itself and refuses one given), and no
+    // share link; one collection's answer has both.
     if !listed && let Some(map) = out.as_object_mut() {
         map.insert("position".into(), json!(c.position));
+        map.insert("shareUrl".into(), json!(format!("{}/collections/{}", sim.base_url, slug_of(c))));
     }
     Some(out)
+}
+
+/// A user or organisation as a collection names its owner (and a model item its author).
+fn account_json(sim: &Shared, name: &str) -> Value {
+    let id = crate::digests::object_id(name);
+    json!({
+        "_id": format!("{id:024x}"),
+        "avatarUrl": format!("/avatars/{id:032x}.svg"),
+        "fullname": name,
+        "name": name,
+        "type": if sim.accounts.is_user(name) { "user" } else { "org" },
+        "followerCount": 0,
+        "isHf": false,
+        "isHfAdmin": false,
+        "isMod": false,
+        "isUserFollowing": false,
+    })
+}
+
+/// One item as the Hub shows it in a collection: the repo's own listing fields, its place, and its note
+/// only when it has one (keyed as the recorded answers of huggingface.js's `collection-info.spec.ts`).
+fn item_json(sim: &Shared, i: &Item, position: usize) -> Value {
+    let repos = sim.repos_of(i.kind);
+    let repo = repos.get(&i.repo_id);
+    let kind = match i.kind {
+        RepoKind::Model => "model",
+        RepoKind::Dataset => "dataset",
+    };
+    let mut out = json!({
+        "_id": i.object_id,
+        "id": i.repo_id,
+        "type": kind,
+        "repoType": kind,
+        "position": position,
+        "author": crate::digests::namespace_of(&i.repo_id),
+        "downloads": repo.map_or(0, |r| r.meta.downloads),
+        "likes": repo.map_or(0, |r| r.meta.likes),
+        "gated": repo.map_or(json!(false), |r| r.meta.gated.to_json()),
+        "private": repo.is_some_and(|r| r.meta.private),
+        "isLikedByUser": false,
+        "lastModified": repo.and_then(|r| r.head()).map(|c| c.date.clone()).unwrap_or_default(),
+    });
+    match i.kind {
+        RepoKind::Model => {
+            out["authorData"] = account_json(sim, crate::digests::namespace_of(&i.repo_id));
+            out["availableInferenceProviders"] = json!([]);
+        }
+        RepoKind::Dataset => {
+            out["isBenchmark"] = false.into();
+            out["isTraces"] = false.into();
+            out["datasetsServerInfo"] =
+                json!({ "formats": [], "libraries": [], "modalities": [], "numRows": 0, "viewer": "viewer" });
+        }
+    }
+    if let Some(text) = &i.note {
+        out["note"] = json!({ "text": text, "html": html_escape(text) });
+    }
+    out
 }
 
 fn html_escape(text: &str) -> String {

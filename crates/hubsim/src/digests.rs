@@ -21,6 +21,12 @@ pub fn git_blob_oid(content: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
+/// A stable pseudo database id of `s` (96 bits, so 24 hex digits as the Hub's object ids have).
+pub fn object_id(s: &str) -> u128 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u128, |h, b| (h ^ u128::from(b)).wrapping_mul(0x100_0000_01b3))
+        & ((1 << 96) - 1)
+}
+
 /// A repo id's namespace: the part before the `/` (the whole id when there is none).
 pub fn namespace_of(id: &str) -> &str {
     id.split_once('/').map_or(id, |(ns, _)| ns)

@@ -81,16 +81,10 @@ fn sibling(path: &str, f: &FileEntry, blobs: bool) -> Value {
 
 fn with_ids(repo: &Repo, props: Map<String, Value>) -> Value {
     let mut m = Map::new();
-    m.insert("_id".into(), format!("{:024x}", fxhash(&repo.id)).into());
+    m.insert("_id".into(), format!("{:024x}", crate::digests::object_id(&repo.id)).into());
     m.insert("id".into(), repo.id.clone().into());
     m.extend(props);
     Value::Object(m)
-}
-
-/// A stable pseudo database id.
-fn fxhash(s: &str) -> u128 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u128, |h, b| (h ^ u128::from(b)).wrapping_mul(0x100_0000_01b3))
-        & ((1 << 96) - 1)
 }
 
 fn pick(all: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
@@ -359,7 +353,7 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
         .collect();
     Ok(Json(json!({
         "type": "user",
-        "id": format!("{:024x}", fxhash(&account.user)),
+        "id": format!("{:024x}", crate::digests::object_id(&account.user)),
         "name": account.user,
         "fullname": account.user,
         "email": format!("{}@hubsim.invalid", account.user),
@@ -367,7 +361,7 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
         "canPay": false,
         "isPro": false,
         "periodEnd": null,
-        "avatarUrl": format!("/avatars/{:032x}.svg", fxhash(&account.user)),
+        "avatarUrl": format!("/avatars/{:032x}.svg", crate::digests::object_id(&account.user)),
         "billingMode": "postpaid",
         "orgs": orgs,
         "auth": {

@@ -337,6 +337,45 @@ fn the_simulator_answers_the_recorded_requests_with_the_same_status_keys_and_typ
         assert_eq!(u64::from(*status), interaction["response"]["status"].as_u64().unwrap(), "{what}: {body}");
         assert_eq!(differences(body, &interaction["response"]["body"], what), Vec::<String>::new(), "{body}");
     }
+    // A collection, read whole and listed, with a model and a dataset in it: keyed as the Hub keys them.
+    let collections = world.runtime.block_on(async {
+        let c = reqwest::Client::new();
+        let dataset = serde_json::json!({"name": "data", "organization": "alice", "type": "dataset"});
+        assert_eq!(ask(c.post(format!("{api}/repos/create")).json(&dataset)).await.0, 200);
+        let made = serde_json::json!({"title": "Recorded", "namespace": "alice", "description": "d", "private": false});
+        let (_, made) = ask(c.post(format!("{api}/collections")).json(&made)).await;
+        let slug = made["slug"].as_str().unwrap().to_owned();
+        for (kind, id) in [("dataset", "alice/data"), ("model", "mlx-community/tiny-q4")] {
+            let item = serde_json::json!({"item": {"type": kind, "id": id}});
+            assert_eq!(ask(c.post(format!("{api}/collections/{slug}/items")).json(&item)).await.0, 200);
+        }
+        (
+            ask(c.get(format!("{api}/collections/{slug}"))).await,
+            ask(c.get(format!("{api}/collections?owner=alice"))).await,
+        )
+    });
+    let ((_, whole), (_, listed)) = collections;
+    let recorded_whole = recorded("collections/GET_api_collections_slug.json")["response"]["body"].clone();
+    let recorded_listed = recorded("collections/GET_api_collections_owner.json")["response"]["body"].clone();
+    let item_of =
+        |c: &Value, kind: &str| c["items"].as_array().unwrap().iter().find(|i| i["type"] == kind).unwrap().clone();
+    let without_items = |c: &Value| {
+        let mut c = c.clone();
+        c["items"] = Value::Array(Vec::new());
+        c
+    };
+    assert_eq!(
+        differences(&without_items(&whole), &without_items(&recorded_whole), "collection"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        differences(&without_items(&listed[0]), &without_items(&recorded_listed[0]), "listed"),
+        Vec::<String>::new()
+    );
+    for kind in ["model", "dataset"] {
+        let (got, want) = (item_of(&whole, kind), item_of(&recorded_whole, kind));
+        assert_eq!(differences(&got, &want, kind), Vec::<String>::new(), "{got}");
+    }
     // A tree's entries: a regular file and an LFS (Xet-backed) one, each keyed as the Hub keys them.
     let recorded_tree = recorded("tree/GET_api_models_google-bert_bert-base-uncased_tree_dd4bc8b.json");
     let entries = recorded_tree["response"]["body"].as_array().unwrap().clone();
