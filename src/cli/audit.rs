@@ -135,15 +135,13 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             }
             bar.set_message(line);
         };
-        // Ctrl-C ends the run as interrupted, with what it did recorded; every repo recorded so far is complete
-        // (one transaction each), and the next run resumes after them.
+        // Ctrl-C or SIGTERM ends the run as interrupted, with what it did recorded; every repo recorded so far
+        // is complete (one transaction each), and the next run resumes after them.
         let pressed = std::sync::atomic::AtomicBool::new(false);
         let ctrl_c = async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
+            super::stop_signal().await;
             pressed.store(true, std::sync::atomic::Ordering::Relaxed);
-            "stopped by Ctrl-C; repos recorded so far are kept, and `hubalign audit` again continues".to_owned()
+            "stopped by a signal; repos recorded so far are kept, and `hubalign audit` again continues".to_owned()
         };
         let outcome = audit_until(&client, &store, &opts, &mut events, ctrl_c).await;
         bar.finish_and_clear();

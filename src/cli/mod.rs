@@ -29,6 +29,19 @@ use clap::{Parser, Subcommand};
 #[error("{0}")]
 pub(crate) struct UsageError(pub String);
 
+/// An error that is a list (the checks at start that failed): printed as its heading, then each line on a
+/// line of its own, each escaped. Exit code 2 when it is a mistake in the settings, else 4.
+#[derive(Debug, thiserror::Error)]
+#[error("{heading}: {}", lines.join("; "))]
+pub(crate) struct ListError {
+    /// What the list is.
+    pub heading: String,
+    /// Its items.
+    pub lines: Vec<String>,
+    /// A mistake in the settings (exit 2), not a failure (exit 4).
+    pub usage: bool,
+}
+
 /// Exit codes, shared by every subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -138,7 +151,7 @@ enum Command {
     /// Run repack jobs: queue the audit's affected repos (by policy) and work through them.
     ///
     /// With --runner-listen it also serves the macOS runners' API, through which jobs waiting for the Metal
-    /// check are handed out and their results come back.
+    /// check are handed out and their results come back. SIGTERM or Ctrl-C stops it after the job in hand.
     Worker(repack::WorkerLoopArgs),
     /// The macOS runner: claim jobs waiting for the Metal load check from the service, run it, post the result.
     ///
@@ -296,10 +309,41 @@ pub(crate) fn run() -> std::process::ExitCode {
         }
     };
     let code = result.unwrap_or_else(|e| {
+        if let Some(list) = e.downcast_ref::<ListError>() {
+            eprintln!("error: {}", hubalign::gate::escape_control(&list.heading));
+            for line in &list.lines {
+                eprintln!("  {}", hubalign::gate::escape_control(line));
+            }
+            return if list.usage { Exit::Usage } else { Exit::Failure };
+        }
         eprintln!("error: {}", describe(&e));
         if e.downcast_ref::<UsageError>().is_some() { Exit::Usage } else { Exit::Failure }
     });
     std::process::ExitCode::from(code as u8)
+}
+
+/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send to stop a service):
+/// the long-running commands finish or record the work in hand, then stop. A signal that cannot be waited
+/// for never resolves, rather than stopping at once.
+pub(crate) async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
 }
 
 /// This machine's name, for the history (`hubalign audit on HOST`, a worker's `HOST-PID`).

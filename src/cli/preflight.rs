@@ -46,6 +46,11 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
             findings.push(Finding::fail("store", super::describe(&e), "check --db (or DATABASE_URL)"));
             None
         }
+        Err(e) if matches!(e.downcast_ref(), Some(hubalign::store::StoreError::NewerSchema { .. })) => {
+            let fix = "upgrade hubalign to the release that wrote the store, or give --db another store";
+            findings.push(Finding::fail("store", super::describe(&e), fix));
+            None
+        }
         Err(e) => {
             findings.push(Finding::unreachable("store", super::describe(&e), "check that the database answers"));
             None
@@ -103,12 +108,13 @@ pub(super) fn stop_unless_passed(report: &Report) -> anyhow::Result<()> {
     if report.passed() {
         return Ok(());
     }
-    let said = format!(
-        "not started: every job would fail (`hubalign doctor` prints every check)\n  {}",
-        report.failures_said()
-    );
-    // Out of reach for now is a failure (exit 4), not a mistake in the settings (exit 2).
-    if report.only_unreachable() { Err(anyhow::anyhow!(said)) } else { Err(UsageError(said).into()) }
+    Err(super::ListError {
+        heading: "not started: every job would fail (`hubalign doctor` prints every check)".to_owned(),
+        lines: report.failures_said(),
+        // Out of reach for now is a failure (exit 4), not a mistake in the settings (exit 2).
+        usage: !report.only_unreachable(),
+    }
+    .into())
 }
 
 /// The interpreter check of `verify-runner`: its own Python and device, in a scratch directory.

@@ -348,12 +348,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         service.worker("the worker", workers.worker(""), when_idle);
-        let ctrl_c = async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        let summaries = service.run(ctrl_c, true).await;
+        // SIGTERM (systemd's and Kubernetes' stop) as Ctrl-C: the job in hand finishes, then the worker stops.
+        let summaries = service.run(super::stop_signal(), true).await;
         let summary = summaries.first().copied().unwrap_or_default();
         println!(
             "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator",

@@ -183,14 +183,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
         };
         let workers = if args.workers == 1 { "1 worker".to_owned() } else { format!("{} workers", args.workers) };
         println!("hubalign serve: {url} (audit {}, {workers})", config.schedule.describe());
-        let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            }
-        };
-        serve(config, Arc::new(s.hub), s.store, shutdown).await?;
+        serve(config, Arc::new(s.hub), s.store, super::stop_signal()).await?;
         Ok(Exit::Clean)
     })
 }

@@ -103,15 +103,14 @@ impl Report {
         self.findings.iter().any(|f| f.check == check && f.status == Status::Ok)
     }
 
-    /// The failures as one message, each with its fix, for an error at start.
-    pub fn failures_said(&self) -> String {
+    /// The failures, one line each with its fix, for an error at start.
+    pub fn failures_said(&self) -> Vec<String> {
         self.failures()
             .map(|f| match &f.fix {
                 Some(fix) => format!("{}: {} (fix: {fix})", f.check, f.detail),
                 None => format!("{}: {}", f.check, f.detail),
             })
-            .collect::<Vec<_>>()
-            .join("\n  ")
+            .collect()
     }
 }
 
@@ -248,6 +247,6 @@ mod tests {
             ],
         };
         assert!(!report.passed());
-        assert_eq!(report.failures_said(), "python: cannot run /nope (fix: give --python)");
+        assert_eq!(report.failures_said(), ["python: cannot run /nope (fix: give --python)"]);
     }
 }

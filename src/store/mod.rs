@@ -33,6 +33,18 @@ use thiserror::Error;
 pub use self::location::{Location, LocationError};
 pub use self::records::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow};
 
+/// A migration the store holds that `migrator` does not know is a newer release's: said as such, with the
+/// fix. Any other failure stays as it is.
+fn newer_schema(migrator: &sqlx::migrate::Migrator, e: sqlx::migrate::MigrateError) -> StoreError {
+    match e {
+        sqlx::migrate::MigrateError::VersionMissing(version) => {
+            let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+            StoreError::NewerSchema { version, known }
+        }
+        e => StoreError::Migrate(e),
+    }
+}
+
 /// Why the store failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -49,6 +61,17 @@ pub enum StoreError {
     /// A migration could not be applied.
     #[error("store migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The store was written by a newer hubalign: it holds a migration this release does not know.
+    #[error(
+        "the store was written by a newer release of hubalign (its schema has migration {version}; this one \
+         knows up to {known}): upgrade hubalign, or give --db another store"
+    )]
+    NewerSchema {
+        /// The unknown migration the store holds.
+        version: i64,
+        /// The newest migration this release knows.
+        known: i64,
+    },
     /// The lock that lets one process at a time migrate a SQLite file could not be taken.
     #[error("{}: cannot lock the database for its migrations: {source}", path.display())]
     Lock {
@@ -195,7 +218,8 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(sql("open"))?;
-        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        let migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.run(&pool).await.map_err(|e| newer_schema(&migrator, e))?;
         Ok(Store { pool: Pool::Postgres(pool), in_memory: false })
     }
 
@@ -234,7 +258,7 @@ impl Store {
         } else {
             migration_lock(options.get_filename()).await?
         };
-        migrator.run(&pool).await?;
+        migrator.run(&pool).await.map_err(|e| newer_schema(&migrator, e))?;
         Ok(Store { pool: Pool::Sqlite(pool), in_memory })
     }
 

@@ -176,3 +176,45 @@ fn doctor_prints_every_check_with_its_fix() {
     assert_eq!(status("store"), Some("ok".into()), "every check runs whatever the others found: {doc}");
     assert!(checks.iter().all(|c| c["status"] != "fail" || c["fix"].is_string()), "each failure has its fix: {doc}");
 }
+
+#[test]
+fn the_checks_at_start_print_each_failure_on_a_line_of_its_own() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    // Two failures at once: carol may not publish to alice, and the interpreter is mistyped.
+    let out = with(&world, &db, CAROL, Path::new("/nonexistent/python3"), &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(!said.contains("\\u{a}"), "a newline escaped instead of a line: {said}");
+    let lines: Vec<&str> = said.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with("error: not started")), "{said}");
+    assert!(lines.iter().any(|l| l.starts_with("  token: ")), "{said}");
+    assert!(lines.iter().any(|l| l.starts_with("  python: ")), "{said}");
+}
+
+#[test]
+fn a_store_of_a_newer_release_is_refused_saying_to_upgrade() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    // A migration this release does not know, as a newer release would have recorded it.
+    world.runtime.block_on(async {
+        let url = format!("sqlite://{}", db.display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (99990101000000, 'from the future', 1, x'00', 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    });
+    for args in [&["doctor"][..], &["worker", "--once"]] {
+        let out = with(&world, &db, ALICE, python(), args);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said.contains("written by a newer release of hubalign"), "{args:?}: {said}");
+        assert!(said.contains("upgrade hubalign"), "{args:?}: {said}");
+        assert!(!said.contains("check that the database answers"), "{args:?}: {said}");
+    }
+}

@@ -311,3 +311,51 @@ fn a_commit_whose_answer_is_lost_is_sent_again_and_lands_once() {
     assert_eq!(uploads, 1, "one commit, though it was sent twice");
     assert!(!mirror.meta.private);
 }
+
+/// SIGTERM (what systemd and Kubernetes send to stop a service) stops `worker` as Ctrl-C does: the job in
+/// hand finishes and is published, no other is claimed, and nothing is left half-done.
+#[test]
+fn sigterm_lets_the_worker_finish_the_job_in_hand_and_stop() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let work = tempfile::tempdir().unwrap();
+    let endpoint = world.endpoint();
+    let mut child = hubalign()
+        .args(["worker", "--endpoint", endpoint.as_str(), "--token", crate::sim::world::ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+        .args(["--work-dir", work.path().to_str().unwrap()])
+        .arg("--python")
+        .arg(python())
+        // Each step lingers, so the signal lands while a job is in hand.
+        .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = ["downloading", "relaying", "verifying", "publishing"];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let in_hand = loop {
+        assert!(child.try_wait().unwrap().is_none(), "the worker stopped by itself: {:?}", jobs(&world, &db));
+        assert!(Instant::now() < deadline, "no job was taken up: {:?}", jobs(&world, &db));
+        if let Some(job) = jobs(&world, &db).into_iter().find(|j| j.1 == "relaying") {
+            break job.0;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the worker did not stop after SIGTERM: {:?}", jobs(&world, &db));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "stopped cleanly, not killed by the signal");
+    let after = jobs(&world, &db);
+    let job = after.iter().find(|j| j.0 == in_hand).unwrap();
+    assert_eq!(job.1, "published", "the job in hand finished: {after:?}");
+    assert!(after.iter().all(|j| !running.contains(&j.1.as_str())), "nothing left half-done: {after:?}");
+}
