@@ -187,6 +187,9 @@ impl Rereader {
         };
         let mut seen = HashSet::new();
         while let Some((repo, head)) = todo.pop_front() {
+            // A repo the store knows is read under the store's spelling of its id: the Hub matches ids in any
+            // case, so a payload spelled otherwise is the same repo, already audited or not.
+            let repo = self.store.repo_spelled(&repo).await.ok().flatten().unwrap_or(repo);
             // A chain of renames is followed a few steps, never round a loop.
             if seen.len() >= MAX_REPOS_PER_HINT || !seen.insert(repo.clone()) {
                 continue;
@@ -259,6 +262,8 @@ impl Rereader {
             return;
         }
         let pr = i64::try_from(num).unwrap_or(i64::MAX);
+        let spelled = self.store.repo_spelled(repo).await.ok().flatten();
+        let repo = spelled.as_deref().unwrap_or(repo);
         let ours = match self.store.opened_pull_request(repo, pr).await {
             Ok(ours) => ours,
             Err(e) => {

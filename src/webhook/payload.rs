@@ -157,13 +157,15 @@ impl Hint {
 
     /// What a newer hint replaces an older one by: a change or deletion of the repo (each reads it again), a
     /// move away from it, or one pull request's end. A push after a move, or a merge's commit after its pull
-    /// request's end, must not erase the move or the end.
+    /// request's end, must not erase the move or the end. Ids are compared as the Hub compares them, in any
+    /// case, so a payload spelled otherwise replaces its twin.
     pub fn key(&self) -> String {
-        match self {
+        let key = match self {
             Hint::Changed { repo, .. } | Hint::Deleted { repo } => repo.clone(),
             Hint::Moved { from, .. } => format!("move {from}"),
             Hint::PullRequestClosed { repo, num } => format!("pr {repo} {num}"),
-        }
+        };
+        key.to_ascii_lowercase()
     }
 }
 
@@ -246,6 +248,15 @@ mod tests {
             Some(Hint::Moved { from: "mlx-community/tiny".into(), to: "other/tiny".into() })
         );
         assert_eq!(read(&payload("spaces.something", "update", serde_json::json!({}))).unwrap(), (Scope::Other, None));
+    }
+
+    #[test]
+    fn hints_about_one_repo_in_other_cases_replace_each_other() {
+        let changed = |repo: &str| Hint::Changed { repo: repo.into(), head: None };
+        assert_eq!(changed("MLX-Community/Tiny").key(), changed("mlx-community/tiny").key());
+        let closed = |repo: &str| Hint::PullRequestClosed { repo: repo.into(), num: 3 };
+        assert_eq!(closed("A/B").key(), closed("a/b").key());
+        assert_ne!(changed("a/b").key(), closed("a/b").key(), "a push does not replace a pull request's end");
     }
 
     #[test]

@@ -131,18 +131,32 @@ fn a_push_is_read_again_alone_and_bad_payloads_change_nothing() {
     wait_until("the replay to be handled", || {
         metric(&get(&format!("{base}/metrics")), "hubalign_webhook_rereads_total{outcome=\"unchanged\"} ") == 1
     });
+    // The same replay with the repo's id in other letter cases: the Hub matches ids in any case, so these are
+    // the same repo at the same head, and ask the Hub nothing either.
+    for spelled in [REPO.to_uppercase(), "Mlx-Community/Tiny-Sharded".to_owned(), REPO.replacen('t', "T", 1)] {
+        assert_eq!(deliver(&base, Some(SECRET), "", pushed(&spelled, &head)).0, 202);
+    }
+    wait_until("the replays in other cases to be handled", || {
+        let unchanged = "hubalign_webhook_rereads_total{outcome=\"unchanged\"} ";
+        metric(&get(&format!("{base}/metrics")), unchanged) >= 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let metrics = get(&format!("{base}/metrics"));
+    assert_eq!(metric(&metrics, "hubalign_webhook_rereads_total{outcome=\"read\"} "), 0, "{metrics}");
+    let counted = sim.counters.snapshot();
+    assert_eq!(counted.api_requests + counted.resolver_requests, 0, "other cases asked nothing: {counted:?}");
     let metrics = get(&format!("{base}/metrics"));
     assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"unauthorized\"} "), 3, "{metrics}");
     assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"malformed\"} "), 2, "{metrics}");
     assert_eq!(metric(&metrics, "hubalign_webhooks_rejected_total{reason=\"too_large\"} "), 1, "{metrics}");
-    assert_eq!(metric(&metrics, "hubalign_webhooks_received_total{scope=\"repo.content\"} "), 2, "{metrics}");
+    assert_eq!(metric(&metrics, "hubalign_webhooks_received_total{scope=\"repo.content\"} "), 5, "{metrics}");
     assert_eq!(metric(&metrics, "hubalign_webhooks_received_total{scope=\"other\"} "), 1, "{metrics}");
     assert_eq!(metric(&metrics, "hubalign_webhook_rereads_total{outcome=\"read\"} "), 0, "{metrics}");
     let counted = sim.counters.snapshot();
     assert_eq!(counted.api_requests + counted.resolver_requests, 0, "nothing was asked of the Hub: {counted:?}");
     let overview = get(&format!("{base}/"));
     let line = "6 turned away (unauthorized 3, malformed 2, too_large 1). Newest push to mirror: none yet.";
-    assert!(overview.contains("3 received (repo.content 2, other 1), 1 queued,"), "{overview}");
+    assert!(overview.contains("6 received (repo.content 5, other 1),"), "{overview}");
     assert!(overview.contains(line), "the overview says what arrived and what was turned away: {overview}");
 
     // A push: a new commit on main (a file added), then its payload.
