@@ -144,7 +144,8 @@ enum Command {
     ///
     /// Downloads the bundle at the commit (checking every file against the Hub's hash), re-lays every shard,
     /// verifies the result (strict parse, alignment, every tensor hash-equal to the source, a memory-mapped
-    /// typed view of every tensor, and an MLX load of every shard compared bit for bit), and publishes
+    /// typed view of every tensor, an index that names only the mirror's shards and their tensors, and an
+    /// MLX load of every shard compared bit for bit), and publishes
     /// {target namespace}/{name}-aligned with a model card and MEI_ALIGN_MANIFEST.json: created private,
     /// then made public. Running it again for the same commit does nothing.
     Repack(repack::RepackArgs),

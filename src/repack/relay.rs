@@ -87,6 +87,7 @@ pub(super) fn local_checks(output: &Path) -> Result<(Manifest, LocalChecks), Rep
         .map_err(|e| RepackError::permanent(e.to_string()))?
         .ok_or_else(|| RepackError::permanent("no manifest in the staged bundle"))?;
     verify::structural(output, &manifest).map_err(|e| RepackError::permanent(format!("structural check: {e}")))?;
+    verify::index(output).map_err(|e| RepackError::permanent(format!("index check: {e}")))?;
     let checks = verify::mmap(output, &manifest).map_err(|e| RepackError::permanent(format!("mmap check: {e}")))?;
     Ok((manifest, checks))
 }

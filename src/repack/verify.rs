@@ -1,7 +1,9 @@
 //! The checks a repaired bundle must pass before it is published: structural (strict parse, alignment, the
-//! manifest's record complete) and memory-mapped (every tensor viewable in place as its type). The MLX check
+//! manifest's record complete), memory-mapped (every tensor viewable in place as its type), and the index
+//! (every entry names a shard of the bundle and a tensor it holds). The MLX check
 //! (`mlx`) then judges the bytes by the manifest's digests.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use crate::hashing::is_hex;
@@ -41,6 +43,75 @@ pub enum VerifyError {
         /// Tensors in all.
         tensors: u64,
     },
+    /// A carried index names what the bundle does not hold, as loaders read it.
+    #[error("{file}: {problem}")]
+    Index {
+        /// The index file.
+        file: String,
+        /// What it names wrongly (escaped).
+        problem: String,
+    },
+}
+
+/// Entries an index may name: far more than any model's tensors, far fewer than a hostile one may list.
+pub const MAX_INDEX_ENTRIES: usize = 1_000_000;
+
+/// Checks each `*.safetensors.index.json` the bundle carries, as a loader follows it: every entry names a
+/// shard the bundle holds at its top (so no path leads elsewhere), and a tensor that shard holds; at most
+/// [`MAX_INDEX_ENTRIES`] entries. Returns the entries checked.
+pub fn index(dir: &Path) -> Result<u64, VerifyError> {
+    crate::blocking::assert_off_executor("the index check");
+    let wrong_index = |file: &str, problem: String| VerifyError::Index {
+        file: file.to_owned(),
+        problem: crate::gate::escape_control(&problem).into_owned(),
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| wrong_index(&dir.display().to_string(), format!("listing the bundle: {e}")))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let indexes: Vec<&String> = names.iter().filter(|n| n.ends_with(crate::bundle::INDEX_SUFFIX)).collect();
+    if indexes.is_empty() {
+        return Ok(0);
+    }
+    // The tensors of each shard the mirror carries, from their headers alone.
+    let mut held: HashMap<&str, HashSet<String>> = HashMap::new();
+    for name in names.iter().filter(|n| n.ends_with(crate::bundle::SHARD_SUFFIX)) {
+        let header = read_shard_header(&dir.join(name))?.header;
+        held.insert(name.as_str(), header.tensors.into_iter().map(|t| t.name).collect());
+    }
+    let mut checked = 0;
+    for name in indexes {
+        let bytes = crate::safe_fs::read_capped(&dir.join(name), crate::bundle::INDEX_CAP)
+            .map_err(|e| wrong_index(name, format!("unreadable: {e}")))?;
+        let index: IndexFile =
+            serde_json::from_slice(&bytes).map_err(|e| wrong_index(name, format!("not an index: {e}")))?;
+        if index.weight_map.len() > MAX_INDEX_ENTRIES {
+            let n = index.weight_map.len();
+            return Err(wrong_index(name, format!("{n} entries, more than the {MAX_INDEX_ENTRIES} allowed")));
+        }
+        for (tensor, shard) in &index.weight_map {
+            let Some(tensors) = held.get(shard.as_str()) else {
+                return Err(wrong_index(
+                    name,
+                    format!("`{tensor}` is in `{shard}`, which is not a shard of the bundle"),
+                ));
+            };
+            if !tensors.contains(tensor) {
+                return Err(wrong_index(name, format!("`{tensor}` is not in `{shard}`")));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+/// The part of an index a loader follows.
+#[derive(serde::Deserialize)]
+struct IndexFile {
+    weight_map: BTreeMap<String, String>,
 }
 
 /// What is wrong with one shard.

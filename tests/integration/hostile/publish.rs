@@ -301,3 +301,39 @@ fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
     assert!(j.reason.as_deref().unwrap_or("").contains(&name), "{j:?}");
     assert!(mirrors(&world).is_empty());
 }
+
+/// A weight map that names a path outside the bundle, a shard in a subfolder, a shard that does not exist, or
+/// a tensor no shard holds: the mirror would send loaders elsewhere, or fail them. The job fails for good,
+/// saying which entry, and nothing is published.
+#[test]
+fn an_index_that_names_what_the_bundle_does_not_hold_is_never_published() {
+    let root = tempfile::tempdir().unwrap();
+    let mlx = r#"{"library_name":"mlx","license":"mit","downloads":1000}"#;
+    let cases = [
+        ("evil/traversal", "model.embed_tokens.weight", "../../../../etc/passwd"),
+        ("evil/subfolder", "model.embed_tokens.weight", "sub/model-00001-of-00004.safetensors"),
+        ("evil/missing", "model.embed_tokens.weight", "model-00009-of-00009.safetensors"),
+        ("evil/nowhere", "model.no_such_tensor", "model-00001-of-00004.safetensors"),
+    ];
+    for (repo, tensor, shard) in cases {
+        crate::sim::world::bundle(root.path(), repo, "mlx_lm/sharded", mlx);
+        let index = root.path().join("models").join(repo).join("model.safetensors.index.json");
+        let mut map: Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+        map["weight_map"][tensor] = json!(shard);
+        std::fs::write(&index, serde_json::to_vec_pretty(&map).unwrap()).unwrap();
+    }
+    let world = crate::sim::world::start_on(root, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("index.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
+    assert_eq!(out.status.code(), Some(4), "the jobs failed: {}", String::from_utf8_lossy(&out.stderr));
+    let jobs = jobs(&db);
+    for (repo, tensor, _) in cases {
+        let job = job(&jobs, repo);
+        assert_eq!(job.state.as_str(), "failed", "{job:?}");
+        let reason = job.reason.as_deref().unwrap_or("");
+        assert!(reason.contains("index check") && reason.contains(tensor), "{repo}: {reason}");
+    }
+    assert_eq!(mirrors(&world), Vec::<String>::new(), "nothing published");
+}
