@@ -8,10 +8,13 @@
 //! notebooks and every file no MLX loader reads are left out, not downloaded, and listed on the card with the
 //! reason. Each carried file that is not a shard, and all of them together, are capped.
 //!
-//! Configs may point to code (`auto_map` names Python classes, in the source repo or in another one, that
-//! `transformers` runs with `trust_remote_code`). An MLX loader never runs them: mlx-lm builds the model from
-//! `model_type` with its own code. The pointers are removed from the carried copy rather than the repo
-//! refused, so such models still get a mirror, and the manifest and the card name every key removed.
+//! Configs may point to code: `auto_map` and `custom_pipelines` name Python classes, in the source repo or in
+//! another one, that `transformers` runs with `trust_remote_code`; `model_file` names a module of the repo
+//! that mlx-lm imports and runs when its caller passes `trust_remote_code=True` (mlx-lm 0.32's
+//! `load_model`). A mirror carries no code, so none of these can do anything but send a reader to code
+//! elsewhere. The pointers (and a config's own `trust_remote_code` flag) are removed from the carried copy
+//! rather than the repo refused: mlx-lm then builds the model from `model_type` with its own code, or says
+//! it does not know that type. The manifest and the card name every key removed.
 
 use std::path::Path;
 
@@ -26,8 +29,8 @@ pub const MAX_SIDECAR_BYTES: u64 = 64 << 20;
 /// Most bytes all carried files that are not shards may hold together.
 pub const MAX_SIDECARS_TOTAL: u64 = 128 << 20;
 
-/// Keys of a config that point to code an MLX loader never runs.
-const CODE_POINTERS: [&str; 2] = ["auto_map", "custom_pipelines"];
+/// Keys of a config that point to code, or ask for it to be run; a mirror carries none of it.
+const CODE_POINTERS: [&str; 4] = ["auto_map", "custom_pipelines", "model_file", "trust_remote_code"];
 
 /// Configs rewritten without [`CODE_POINTERS`].
 const CONFIGS: [&str; 6] = [
@@ -339,7 +342,8 @@ mod tests {
     fn code_pointers_are_removed_at_any_depth_and_named() {
         let dir = tempfile::tempdir().unwrap();
         let config = r#"{"model_type": "llama", "auto_map": {"AutoModel": "evil/repo--modeling.M"},
-            "text_config": {"auto_map": {"A": "b"}, "hidden": 4}, "custom_pipelines": {}}"#;
+            "text_config": {"auto_map": {"A": "b"}, "hidden": 4}, "custom_pipelines": {},
+            "model_file": "modeling_evil.py", "trust_remote_code": true}"#;
         std::fs::write(dir.path().join("config.json"), config).unwrap();
         let clean = "{\"chat_template\": \"{{ x }}\"}";
         std::fs::write(dir.path().join("tokenizer_config.json"), clean).unwrap();
@@ -348,7 +352,13 @@ mod tests {
             edited,
             [Edited {
                 file: "config.json".into(),
-                removed: vec!["auto_map".into(), "custom_pipelines".into(), "text_config.auto_map".into()]
+                removed: vec![
+                    "auto_map".into(),
+                    "custom_pipelines".into(),
+                    "model_file".into(),
+                    "trust_remote_code".into(),
+                    "text_config.auto_map".into()
+                ]
             }]
         );
         let now: serde_json::Value =
