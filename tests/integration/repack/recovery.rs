@@ -74,33 +74,7 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
     let sim = &world.hub.as_ref().unwrap().sim;
     let endpoint = world.endpoint();
     for step in ["downloading", "relaying", "verifying", "publishing"] {
-        let mut child = hubalign()
-            .args([
-                "repack",
-                "mlx-community/tiny-sharded",
-                "--endpoint",
-                endpoint.as_str(),
-                "--token",
-                crate::sim::world::ALICE,
-            ])
-            .args([
-                "--db",
-                db.to_str().unwrap(),
-                "--target-namespace",
-                "alice",
-                "--verify-device",
-                "cpu",
-                "--lease-secs",
-                "1",
-            ])
-            .arg("--python")
-            .arg(python())
-            // Each step's work is done before the worker lingers, so the kill lands after it.
-            .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = lingering(&endpoint, &db, &["repack", "mlx-community/tiny-sharded", "--lease-secs", "1"]);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let now = jobs(&world, &db);
@@ -131,20 +105,27 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
 
 /// Starts `repack REPO` with a work directory of the test's and waits until its job's row says `step`, then
 /// kills the worker there and lets its lease run out.
-fn kill_at(world: &crate::sim::world::World, db: &std::path::Path, work: &std::path::Path, step: &str) {
-    let endpoint = world.endpoint();
-    let mut child = hubalign()
-        .args(["repack", "mlx-community/tiny-sharded", "--endpoint", endpoint.as_str()])
-        .args(["--token", crate::sim::world::ALICE, "--db", db.to_str().unwrap(), "--target-namespace", "alice"])
-        .args(["--verify-device", "cpu", "--lease-secs", "1", "--work-dir", work.to_str().unwrap()])
+/// `hubalign ARGS` as alice, publishing to `alice` and checking on the CPU, started in the background. Each
+/// step's work is done before the worker lingers 400 ms, so a kill or a signal lands while a job is in hand,
+/// after the step's record.
+fn lingering(endpoint: &str, db: &std::path::Path, args: &[&str]) -> std::process::Child {
+    hubalign()
+        .args(args)
+        .args(["--endpoint", endpoint, "--token", crate::sim::world::ALICE, "--db", db.to_str().unwrap()])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python())
-        // The worker lingers before recording each step, so the kill lands after the step's record.
         .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+fn kill_at(world: &crate::sim::world::World, db: &std::path::Path, work: &std::path::Path, step: &str) {
+    let work = work.to_str().unwrap();
+    let args = ["repack", "mlx-community/tiny-sharded", "--lease-secs", "1", "--work-dir", work];
+    let mut child = lingering(&world.endpoint(), db, &args);
     let deadline = Instant::now() + Duration::from_secs(60);
     while jobs(world, db).first().is_none_or(|j| j.1 != step) {
         assert!(child.try_wait().unwrap().is_none(), "the worker stopped before {step}: {:?}", jobs(world, db));
@@ -320,19 +301,7 @@ fn sigterm_lets_the_worker_finish_the_job_in_hand_and_stop() {
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let work = tempfile::tempdir().unwrap();
-    let endpoint = world.endpoint();
-    let mut child = hubalign()
-        .args(["worker", "--endpoint", endpoint.as_str(), "--token", crate::sim::world::ALICE])
-        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
-        .args(["--work-dir", work.path().to_str().unwrap()])
-        .arg("--python")
-        .arg(python())
-        // Each step lingers, so the signal lands while a job is in hand.
-        .env("HUBALIGN_DEBUG_STEP_PAUSE_MS", "400")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = lingering(&world.endpoint(), &db, &["worker", "--work-dir", work.path().to_str().unwrap()]);
     let running = ["downloading", "relaying", "verifying", "publishing"];
     let deadline = Instant::now() + Duration::from_secs(60);
     let in_hand = loop {
