@@ -139,9 +139,9 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         // is complete (one transaction each), and the next run resumes after them.
         let pressed = std::sync::atomic::AtomicBool::new(false);
         let ctrl_c = async {
-            super::stop_signal().await;
+            let signal = super::stop_signal().await;
             pressed.store(true, std::sync::atomic::Ordering::Relaxed);
-            "stopped by a signal; repos recorded so far are kept, and `hubalign audit` again continues".to_owned()
+            format!("stopped by {signal}; repos recorded so far are kept, and `hubalign audit` again continues")
         };
         let outcome = audit_until(&client, &store, &opts, &mut events, ctrl_c).await;
         bar.finish_and_clear();

@@ -323,10 +323,10 @@ pub(crate) fn run() -> std::process::ExitCode {
     std::process::ExitCode::from(code as u8)
 }
 
-/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send to stop a service):
-/// the long-running commands finish or record the work in hand, then stop. A signal that cannot be waited
-/// for never resolves, rather than stopping at once.
-pub(crate) async fn stop_signal() {
+/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send to stop a service),
+/// with its name: the long-running commands finish or record the work in hand, then stop. A signal that
+/// cannot be waited for never resolves, rather than stopping at once.
+pub(crate) async fn stop_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let interrupt = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -342,9 +342,14 @@ pub(crate) async fn stop_signal() {
         }
     };
     tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+        () = interrupt => "Ctrl-C",
+        () = terminate => "SIGTERM",
     }
+}
+
+/// [`stop_signal`], for a service that needs no name.
+pub(crate) async fn stopped() {
+    stop_signal().await;
 }
 
 /// This machine's name, for the history (`hubalign audit on HOST`, a worker's `HOST-PID`).

@@ -349,7 +349,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         service.worker("the worker", workers.worker(""), when_idle);
         // SIGTERM (systemd's and Kubernetes' stop) as Ctrl-C: the job in hand finishes, then the worker stops.
-        let summaries = service.run(super::stop_signal(), true).await;
+        let summaries = service.run(super::stopped(), true).await;
         let summary = summaries.first().copied().unwrap_or_default();
         println!(
             "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator",

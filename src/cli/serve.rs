@@ -183,7 +183,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
         };
         let workers = if args.workers == 1 { "1 worker".to_owned() } else { format!("{} workers", args.workers) };
         println!("hubalign serve: {url} (audit {}, {workers})", config.schedule.describe());
-        serve(config, Arc::new(s.hub), s.store, super::stop_signal()).await?;
+        serve(config, Arc::new(s.hub), s.store, super::stopped()).await?;
         Ok(Exit::Clean)
     })
 }
