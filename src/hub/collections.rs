@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::pacing::Bucket;
-use super::{BodyLimit, Exchange, HubClient, HubError, INFO_CAP, SMALL_CAP};
+use super::{BodyLimit, HubClient, HubError, INFO_CAP};
 use crate::gate;
 
 /// Items a listing shows of each collection: a collection listed with fewer shows them all.
@@ -195,20 +195,12 @@ impl HubClient {
             return Err(malformed(slug, format!("not an item id: {}", gate::quote(object_id))));
         }
         let url = format!("{}/items/{object_id}", self.collection_url(slug)?);
-        match self.exchange(Bucket::Api, &url, &super::Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await {
-            Ok(Exchange::Read(_) | Exchange::Open(_))
-            | Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.delete_unless_gone(&url).await
     }
 
     /// Deletes the collection `slug`; one already gone is not an error.
     pub async fn delete_collection(&self, slug: &str) -> Result<(), HubError> {
-        let url = self.collection_url(slug)?;
-        match self.exchange(Bucket::Api, &url, &super::Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await {
-            Ok(_) | Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.delete_unless_gone(&self.collection_url(slug)?).await
     }
 
     fn collection_url(&self, slug: &str) -> Result<String, HubError> {

@@ -157,8 +157,8 @@ const MAX_RATE_LIMITED: u32 = 50;
 /// own: a little more than the Hub's five-minute windows.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(360);
 
-/// The first wait after a read refused with a 429 that names no wait (the CDN's edge); it doubles with each
-/// such refusal of the same request, within the longest wait allowed.
+/// The first wait after a 429 that names no wait and is not the Hub's quota on actions (the CDN's edge); it
+/// doubles with each such refusal of the same request, within the longest wait allowed.
 pub const DEFAULT_EDGE_WAIT: Duration = Duration::from_secs(30);
 
 /// The Hub client.
@@ -173,7 +173,7 @@ pub struct HubClient {
     retry: RetryPolicy,
     max_wait: Duration,
     edge_wait: Duration,
-    /// Until when the Hub's quota on actions pauses this client's writes.
+    /// Until when the Hub's quota on actions pauses this client's actions.
     action_pause: action_pause::ActionPause,
     /// What was sent and received.
     pub stats: RequestStats,
@@ -231,7 +231,7 @@ impl HubClient {
         self
     }
 
-    /// The first wait after a read refused with a 429 that names no wait ([`DEFAULT_EDGE_WAIT`] unless set).
+    /// The first wait after a 429 at the edge, which names no wait ([`DEFAULT_EDGE_WAIT`] unless set).
     pub fn with_edge_wait(mut self, edge_wait: Duration) -> HubClient {
         self.edge_wait = edge_wait;
         self

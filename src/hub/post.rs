@@ -1,4 +1,5 @@
-//! Writes to the Hub's API: a JSON or NDJSON body POSTed (or a setting PUT), its answer read within a bound.
+//! Writes to the Hub's API: a JSON or NDJSON body POSTed, a setting PUT, an object DELETEd; each answer read
+//! within a bound.
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 
@@ -21,18 +22,12 @@ impl HubClient {
         self.send(url, &Ask::post(content_type, body.into()).action()).await
     }
 
-    /// [`HubClient::post_action`] sent once: for an action the Hub would carry out twice (opening a
-    /// discussion, or a pull request by its commit).
+    /// [`HubClient::post_action`] sent once: a failure that leaves it unknown whether the Hub carried it out
+    /// (a 5xx, a timeout, a cut connection) is returned, not retried. For an action the Hub would carry out
+    /// twice (opening a discussion, or a pull request by its commit); only a 429 that names a wait, which the
+    /// Hub did not act on, is waited out and sent again.
     pub async fn post_action_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         self.send(url, &Ask::post_once(content_type, body.into()).action()).await
-    }
-
-    /// Like [`HubClient::post`], but sent once: a failure that leaves it unknown whether the Hub carried it
-    /// out (a 5xx, a timeout, a cut connection) is returned, not retried. For a request the Hub would carry
-    /// out twice (opening a discussion); only a 429, which the Hub did not act on, is waited out and sent again.
-    pub async fn post_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
-        let ask = Ask::post_once(content_type, body.into());
-        self.send(url, &ask).await
     }
 
     /// Like [`HubClient::post`], but an answer of status `answered` is returned for the caller to read (a
@@ -53,6 +48,19 @@ impl HubClient {
     pub async fn put_json(&self, url: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::put("application/json", body.into());
         self.send(url, &ask).await
+    }
+
+    /// DELETEs `url` on the Hub, paced and retried like a GET.
+    pub async fn delete(&self, url: &str) -> Result<(), HubError> {
+        self.send(url, &Ask::delete()).await.map(drop)
+    }
+
+    /// [`HubClient::delete`], where an object already gone (404) is no error.
+    pub async fn delete_unless_gone(&self, url: &str) -> Result<(), HubError> {
+        match self.delete(url).await {
+            Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
+            done => done,
+        }
     }
 
     /// Sends `ask` to `url` in the API bucket and reads the answer (at most 1 MiB).

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pacing::Bucket;
 
-use super::{Ask, BodyLimit, Exchange, HubClient, HubError, SMALL_CAP};
+use super::{BodyLimit, HubClient, HubError, SMALL_CAP};
 use crate::gate;
 
 /// A namespace a webhook watches.
@@ -85,8 +85,6 @@ impl HubClient {
             });
         }
         let url = format!("{}/{id}", self.webhooks_url());
-        match self.exchange(Bucket::Api, &url, &Ask::delete(), Some(BodyLimit::Whole(SMALL_CAP))).await? {
-            Exchange::Read(_) | Exchange::Open(_) => Ok(()),
-        }
+        self.delete(&url).await
     }
 }

@@ -2,7 +2,6 @@
 //! way the Hub's safetensors conversion bot does: a fixed title, one bot account, one open PR at a time, and
 //! a closed PR taken as the owner's "no".
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::error::RepackError;
@@ -86,17 +85,13 @@ pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result
         return Err(RepackError::io(manifest.display(), std::io::ErrorKind::NotFound.into()));
     }
     let to = WriteTo::pull_request(repo.into());
-    let (lfs, _) = upload::preupload(hub, to, &files).await?;
-    let (to_store, inline): (Vec<_>, Vec<_>) =
-        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
-    let (mut stored, _) = upload::to_xet(hub, to, &to_store, (sources, &HashMap::new())).await?;
-    let stored: Vec<_> = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    let sent = upload::send_files(hub, to, files, sources).await?;
     // Again after the upload, the last step before the commit, for a worker that opened one meanwhile.
     if let Some(why) = previous(hub, repo, bot).await? {
         return Ok(Proposal::Declined(why));
     }
     let message = Message { summary: PR_TITLE, description: &description(head) };
-    match upload::commit(hub, to, head, message, &stored, &inline).await {
+    match upload::commit(hub, to, head, message, &sent.stored, &sent.inline).await {
         // `commit` refuses an answer without the pull request's number, so this is the Hub's number.
         Ok(committed) => match committed.pull_request {
             Some(num) => Ok(Proposal::Opened { num, commit: committed.commit }),

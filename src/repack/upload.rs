@@ -96,6 +96,33 @@ pub async fn to_xet(
     Ok((stored, report.dedup_metrics.total_bytes_uploaded))
 }
 
+/// Files sent ahead of the commit that will name them.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// The files stored in LFS storage, in the order given.
+    pub stored: Vec<(String, Stored)>,
+    /// The files that travel inline in the commit (path in the repo, path here).
+    pub inline: Vec<(String, PathBuf)>,
+    /// The bytes the preupload question and the Xet upload sent.
+    pub bytes: u64,
+}
+
+/// Sends `files` (path in the repo, path here, size) `to` a repo as a commit will hold them: the preupload
+/// question, then the LFS files through Xet, priming its deduplication with `sources`.
+pub async fn send_files(
+    hub: &HubClient,
+    to: WriteTo<'_>,
+    files: Vec<(String, PathBuf, u64)>,
+    sources: &[PathBuf],
+) -> Result<Sent, RepackError> {
+    let (lfs, asked) = preupload(hub, to, &files).await?;
+    let (to_store, inline): (Vec<_>, Vec<_>) =
+        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
+    let (mut stored, through_xet) = to_xet(hub, to, &to_store, (sources, &HashMap::new())).await?;
+    let stored = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    Ok(Sent { stored, inline, bytes: asked + through_xet })
+}
+
 /// The Xet session's configuration for a mirror's upload.
 ///
 /// - One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages

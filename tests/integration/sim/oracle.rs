@@ -53,12 +53,8 @@ fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> (String, PathBuf, u6
 /// An upload as the mirrors and pull requests make it: preupload, Xet for what goes to LFS, one commit.
 async fn upload_to(hub: &HubClient, to: WriteTo<'_>, files: Vec<(String, PathBuf, u64)>, message: Message<'_>) {
     let parent = hub.model_info(to.repo.id).await.unwrap().sha.unwrap();
-    let (lfs, _) = upload::preupload(hub, to, &files).await.unwrap();
-    let (to_store, inline): (Vec<_>, Vec<_>) =
-        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
-    let (stored, _) = upload::to_xet(hub, to, &to_store, (&[], &Default::default())).await.unwrap();
-    let stored: Vec<_> = stored.into_iter().collect();
-    upload::commit(hub, to, &parent, message, &stored, &inline).await.unwrap();
+    let sent = upload::send_files(hub, to, files, &[]).await.unwrap();
+    upload::commit(hub, to, &parent, message, &sent.stored, &sent.inline).await.unwrap();
 }
 
 /// What hubalign's client asked, by operation: the same operations as `write_oracle.py`, in the same order.
