@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hubalign::dataset::Snapshot;
+use hubalign::dataset::push::Mode;
 
 use super::Exit;
 use super::store_args::StoreArgs;
@@ -27,9 +28,12 @@ enum DatasetCommand {
     Write(WriteArgs),
     /// Publish today's snapshot to a dataset repo on the Hub: only the files that changed, in one commit.
     ///
-    /// Creates the repo (public) if it does not exist. A file whose bytes the repo already holds (the same
-    /// LFS oid, or the same git blob for the card) is not sent; a part of the same day the snapshot no longer
-    /// has is deleted; other days are kept. A snapshot that changed nothing commits nothing.
+    /// Creates the repo (public) if it does not exist, and records it as hubalign's. A repo that exists must be
+    /// hubalign's (recorded in the store, or its card carries hubalign's marker); any other is refused. A file
+    /// whose bytes the repo already holds (the same LFS oid, or the same git blob for the card) is not sent; a
+    /// part of the same day the snapshot no longer has is deleted; so are the other days of the tables that
+    /// name repos (repos, shards, mirrors). Earlier days of publishers are kept. A snapshot that changed
+    /// nothing commits nothing.
     Push(PushArgs),
 }
 
@@ -49,6 +53,9 @@ struct PushArgs {
     /// Hub token [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
     #[arg(long, value_name = "TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the Hub and the store, and print the files the push would write and delete; change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -102,8 +109,33 @@ fn push(args: &PushArgs) -> anyhow::Result<Exit> {
     let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;
     let hub = hubalign::hub::HubClient::new(config, hubalign::hub::retry::RetryPolicy::default())?;
     let scratch = tempfile::tempdir().context("making a scratch directory")?;
-    let pushed =
-        runtime.block_on(hubalign::dataset::push::push(&hub, &args.repo, (&snapshot, parts), scratch.path()))?;
+    let mode = if args.dry_run { Mode::DryRun } else { Mode::Apply };
+    let pushed = runtime.block_on(async {
+        let store = args.store.open_existing().await?;
+        let pushed =
+            hubalign::dataset::push::push((&hub, &store), &args.repo, (&snapshot, parts), scratch.path(), mode).await?;
+        anyhow::Ok(pushed)
+    })?;
+    if args.dry_run {
+        if pushed.created {
+            println!("would create {} (public)", args.repo);
+        }
+        for path in &pushed.written {
+            println!("would write {path}");
+        }
+        for path in &pushed.deleted {
+            println!("would delete {path}");
+        }
+        eprintln!(
+            "{}: dry run: {} files would be written ({} bytes), {} deleted, {} unchanged",
+            args.repo,
+            pushed.written.len(),
+            pushed.bytes_written,
+            pushed.deleted.len(),
+            pushed.unchanged
+        );
+        return Ok(Exit::Clean);
+    }
     match &pushed.commit {
         None => eprintln!("{}: unchanged ({} files); nothing committed", args.repo, pushed.unchanged),
         Some(commit) => eprintln!(
@@ -125,6 +157,11 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let (snapshot, mut files) = snapshot(&runtime, &args.store, &args.repo, args.date.as_ref())?;
     let date = &snapshot.date;
+    // The tables that name repos hold the newest day only, as on the Hub.
+    let found = hubalign::dataset::days_in(&args.out);
+    for rel in hubalign::dataset::stale_parts(found.iter().map(|(t, d)| (*t, d.as_str())), date) {
+        remove_if_there(&args.out.join(rel))?;
+    }
     // A table with no rows today keeps its config while the directory holds its parts of other days.
     let earlier = hubalign::dataset::tables_with_other_days(&args.out, date);
     files.insert("README.md".to_owned(), snapshot.card(&args.repo, &earlier)?.into_bytes());
@@ -138,13 +175,7 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
     // A part of that day the snapshot no longer has (its publishers' repos all went private, say) goes, so
     // that the directory holds the snapshot and nothing of an older one.
     for rel in hubalign::dataset::day_parts(date).into_iter().filter(|rel| !files.contains_key(rel)) {
-        let path = args.out.join(&rel);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("removing {}", path.display()));
-            }
-            _ => {}
-        }
+        remove_if_there(&args.out.join(&rel))?;
     }
     let bytes: usize = files.values().map(Vec::len).sum();
     eprintln!(
@@ -157,4 +188,14 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
         files.len()
     );
     Ok(Exit::Clean)
+}
+
+/// Removes the file at `path`; one already gone is not an error.
+fn remove_if_there(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }

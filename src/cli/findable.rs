@@ -29,6 +29,10 @@ pub(super) struct FindableArgs {
     /// Hub token [default: HF_TOKEN, else the token file under HF_HOME]; never logged.
     #[arg(long, value_name = "TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the Hub and the store, and print what the collections pass would create, add and remove;
+    /// change nothing. Notes are not posted in a dry run.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
@@ -51,25 +55,36 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
         let mut failed = 0;
         if args.collections {
             // A failure of the collections is said and counted; the notes are still tried, as `serve` does.
-            let done = match collections::sync(&hub, &store, &args.target_namespace).await {
+            let mode = if args.dry_run { collections::Mode::DryRun } else { collections::Mode::Apply };
+            let done = match collections::sync(&hub, &store, &args.target_namespace, mode).await {
                 Ok(done) => done,
                 Err(e) => {
                     eprintln!("collections of {}: {:#}", args.target_namespace, anyhow::Error::from(e));
                     collections::CollectionsSynced { failed: vec![(args.target_namespace.clone(), String::new())], ..Default::default() }
                 }
             };
+            for line in &done.planned {
+                println!("would {line}");
+            }
+            for refused in &done.refused {
+                eprintln!("refused: {refused}");
+            }
+            let verb = if args.dry_run { "would be " } else { "" };
             eprintln!(
-                "collections of {}: {} created, {} items added, {} removed, {} mirrors gone from the Hub, {} failed",
+                "collections of {}: {} {verb}created, {} items {verb}added, {} {verb}removed, {} mirrors gone from the Hub, {} refused as not ours, {} failed",
                 args.target_namespace,
                 done.created,
                 done.added,
                 done.removed,
                 done.gone.len(),
+                done.refused.len(),
                 done.failed.len()
             );
-            failed += done.failed.len();
+            failed += done.failed.len() + done.refused.len();
         }
-        if args.note_sources {
+        if args.note_sources && args.dry_run {
+            eprintln!("notes on sources: not posted in a dry run");
+        } else if args.note_sources {
             let author = hub.whoami().await.context("asking the Hub who the token is (the notes' author)")?;
             let policy = notes::NotePolicy { author, max_per_pass: args.max_notes };
             let done = notes::post(&hub, &store, &policy).await?;

@@ -129,6 +129,10 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 if let WriteAccess::Refused(why) = who.may_write(namespace) {
                     anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
                 }
+                // Someone else's dataset repo of that name is said now, not after the first audit.
+                hubalign::dataset::push::check_destination((&s.hub, &s.store), repo)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--publish-dataset {repo}: {e}"))?;
             }
             // A fine-grained token holds collections and discussions apart from repos; notes go to sources of
             // any namespace.

@@ -2,8 +2,13 @@
 //! dataset viewer, DuckDB over `hf://datasets/...`, `datasets.load_dataset`), with a card.
 //!
 //! Only what the Hub shows anyone goes in (the store's `dataset` queries say which rows). Each table is cut by
-//! snapshot date and, within a day, into [`BUCKETS`] files by the publisher's namespace, so a day's history
-//! stays and a crawl that changed a few repos rewrites only the files holding them: `<table>/<date>/part-NN.parquet`.
+//! snapshot date and, within a day, into [`BUCKETS`] files by the publisher's namespace, so a crawl that
+//! changed a few repos rewrites only the files holding them: `<table>/<date>/part-NN.parquet`.
+//!
+//! The tables that name repos hold the newest day only: each snapshot deletes their other days, so a repo
+//! that left the public is named nowhere after the next snapshot. Only [`HISTORY_TABLES`] keep earlier days:
+//! sums per publisher, which name no repo. Rewriting every earlier day at each retraction would read and
+//! rewrite the whole history each time; the sums keep what the history is for (trends) at no such cost.
 //! Files are written the same way from the same rows (sorted rows, fixed writer properties), so an unchanged
 //! file has the same bytes, and the same SHA-256, as the one already published.
 
@@ -26,6 +31,32 @@ pub fn today() -> String {
 
 /// Files per table and day: namespaces are spread over this many by a hash of the name.
 pub const BUCKETS: u8 = 16;
+
+/// The tables whose earlier days are kept: they name no repo. Every other table holds the newest day only.
+pub const HISTORY_TABLES: &[&str] = &["publishers"];
+
+/// The mark in the dataset card: the service knows a dataset repo as its own by it when the store's record
+/// is lost.
+pub const MARKER: &str = "<!-- hubalign:dataset -->";
+
+/// Whether `date` is a day spelled `YYYY-MM-DD`, the only spelling a snapshot uses.
+pub fn is_day(date: &str) -> bool {
+    chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_ok_and(|d| d.format("%Y-%m-%d").to_string() == date)
+}
+
+/// The parts of the repo-naming tables on days other than `date`, for each `(table, day)` a listing found:
+/// a snapshot of `date` deletes them. Days that are not `YYYY-MM-DD` and tables kept as history give none.
+pub fn stale_parts<'a>(
+    found: impl IntoIterator<Item = (&'a str, &'a str)>,
+    date: &str,
+) -> std::collections::BTreeSet<String> {
+    found
+        .into_iter()
+        .filter(|(table, day)| !HISTORY_TABLES.contains(table) && *day != date && is_day(day))
+        .filter(|(table, _)| tables::COLUMNS.iter().any(|(t, _)| t == table))
+        .flat_map(|(table, day)| (0..BUCKETS).map(move |b| part_path(table, day, b)))
+        .collect()
+}
 
 /// Why a snapshot could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +100,7 @@ impl Snapshot {
     /// The store's public rows, dated `date` (`YYYY-MM-DD`).
     pub async fn of(store: &Store, date: &str) -> Result<Snapshot, DatasetError> {
         // Exactly `YYYY-MM-DD`: the date names directories and fills a column, so only its one spelling.
-        let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok();
-        if day.is_none_or(|d| d.format("%Y-%m-%d").to_string() != date) {
+        if !is_day(date) {
             return Err(DatasetError::Date(date.to_owned()));
         }
         let rows = store.public_rows().await?;
@@ -106,6 +136,17 @@ impl Snapshot {
     pub fn card(&self, repo: &str, earlier: &std::collections::BTreeSet<String>) -> Result<String, DatasetError> {
         Ok(card::render(self, repo, earlier)?)
     }
+}
+
+/// The `(table, day)` directories under `root`, a local copy of the dataset.
+pub fn days_in(root: &std::path::Path) -> Vec<(&'static str, String)> {
+    tables::COLUMNS
+        .iter()
+        .flat_map(|(table, _)| {
+            let days = std::fs::read_dir(root.join(table)).into_iter().flatten().flatten();
+            days.filter_map(|d| d.file_name().to_str().map(str::to_owned)).map(move |d| (*table, d))
+        })
+        .collect()
 }
 
 /// The tables of which the directory `root` holds a part of a day other than `date`.
@@ -199,6 +240,24 @@ mod tests {
         let none = std::collections::BTreeSet::new();
         let card = |s: &Snapshot| s.card("ops/audit", &none).unwrap();
         assert_eq!(card(&snapshot(&namespaces)), card(&changed));
+    }
+
+    #[test]
+    fn a_snapshot_deletes_the_other_days_of_the_tables_that_name_repos_and_keeps_the_sums() {
+        let found = [
+            ("repos", "2026-12-03"),
+            ("repos", "2026-12-04"),
+            ("shards", "2026-12-01"),
+            ("publishers", "2026-12-03"),
+            ("mirrors", "../x"),
+            ("mirrors", "2026-12-3"),
+            ("elsewhere", "2026-12-03"),
+        ];
+        let stale = stale_parts(found, "2026-12-04");
+        assert_eq!(stale.len(), 2 * BUCKETS as usize, "{stale:?}");
+        assert!(stale.contains(&part_path("repos", "2026-12-03", 0)));
+        assert!(stale.contains(&part_path("shards", "2026-12-01", 15)));
+        assert!(stale.iter().all(|p| !p.starts_with("publishers/") && !p.contains("2026-12-04")));
     }
 
     #[test]

@@ -1,26 +1,48 @@
 //! Publishing a snapshot to its dataset repo: only the files whose bytes differ from what the repo holds, in
 //! one commit on the head they were compared against; nothing at all when nothing changed.
 //!
+//! The repo must be the service's: created by it and recorded in the store, or marked by its card
+//! ([`super::MARKER`]; then recorded). One that exists and is neither is refused before anything is written.
+//!
 //! A file is unchanged when the repo's tree names the same content: the SHA-256 as the LFS oid of a file in
 //! LFS or the CAS, or the git blob id of a small one (the card). A part the repo holds for the snapshot's day
-//! that the snapshot no longer has (a bucket whose publishers all went private) is deleted; other days are
-//! history and never touched.
+//! that the snapshot no longer has (a bucket whose publishers all went private) is deleted, and so are the
+//! other days of the tables that name repos ([`super::stale_parts`]). Earlier days of the sums stay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::Snapshot;
+use crate::hub::BodyLimit;
 use crate::hub::commit::{Change, CommitRefused, Stored};
+use crate::hub::pacing::Bucket;
 use crate::hub::repo_ref::RepoRef;
+use crate::hub::repos::Created;
 use crate::hub::{HubClient, HubError};
 use crate::repack::RepackError;
 use crate::repack::upload;
+use crate::store::owned::OwnedKind;
+use crate::store::{Store, StoreError};
+
+/// Whether a push writes, or only says what it would write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Create the repo if needed, and commit.
+    Apply,
+    /// Read the Hub and the store, and fill [`Pushed`] with what would be written and deleted.
+    DryRun,
+}
+
+/// The largest card read to look for the marker.
+const CARD_CAP: usize = 1 << 20;
 
 /// What a push did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pushed {
-    /// The commit made; `None` when nothing had changed.
+    /// The commit made; `None` when nothing had changed, or in a dry run.
     pub commit: Option<String>,
+    /// Whether the repo did not exist: the push created it (or, in a dry run, would).
+    pub created: bool,
     /// Files written by the commit (new or changed), by path.
     pub written: Vec<String>,
     /// Files it deleted.
@@ -60,6 +82,16 @@ pub enum PushError {
     /// name is not written into.
     #[error("{0} exists and is private; give a public dataset repo, or make it public")]
     Private(String),
+    /// The dataset repo exists and the service did not make it: it is not written into.
+    #[error(
+        "{0} exists and hubalign did not make it: no record of it in the store, and no {marker} in its README.md. \
+         Nothing was written. Choose another dataset repo with --repo (serve: --publish-dataset)",
+        marker = super::MARKER
+    )]
+    NotOurs(String),
+    /// The store could not be read or written.
+    #[error("the store's record of the dataset repo")]
+    Store(#[from] StoreError),
     /// The card could not be rendered.
     #[error("rendering the dataset card")]
     Card(#[source] Box<super::DatasetError>),
@@ -78,50 +110,74 @@ pub enum PushError {
 }
 
 /// Pushes the snapshot's `parts` (by path) and its card to the public dataset repo `repo`, creating it if it
-/// does not exist; files to upload are staged in `scratch` first.
+/// does not exist; files to upload are staged in `scratch` first. A repo that exists must be ours.
 pub async fn push(
-    hub: &HubClient,
+    (hub, store): (&HubClient, &Store),
     repo: &str,
     (snapshot, mut files): (&Snapshot, BTreeMap<String, Vec<u8>>),
     scratch: &Path,
+    mode: Mode,
 ) -> Result<Pushed, PushError> {
     let target = RepoRef::dataset(repo);
     let failed =
         |what: &'static str| move |source| PushError::Hub { what, repo: repo.to_owned(), source: Box::new(source) };
+    let mut created = false;
     let head = match hub.head_of(target).await.map_err(failed("reading the head"))? {
         // The card names a public dataset; a private repo of that name is the operator's, not this one's.
         Some((_, true)) => return Err(PushError::Private(repo.to_owned())),
-        Some((head, false)) => head,
+        Some((head, false)) => {
+            ensure_ours((hub, store), repo, &head, mode).await?;
+            head
+        }
+        None if mode == Mode::DryRun => {
+            let written: Vec<String> = std::iter::once("README.md".to_owned()).chain(files.keys().cloned()).collect();
+            let bytes_written = files.values().map(|b| b.len() as u64).sum();
+            return Ok(Pushed { created: true, written, bytes_written, ..Pushed::default() });
+        }
         None => {
-            hub.create_dataset_repo(repo, false).await.map_err(failed("creating"))?;
-            hub.head_of(target).await.map_err(failed("reading the head"))?.map(|(head, _)| head).ok_or_else(|| {
-                PushError::Hub {
-                    what: "reading the head",
-                    repo: repo.to_owned(),
-                    source: Box::new(HubError::Malformed {
-                        url: repo.to_owned(),
-                        detail: "created, yet not found".into(),
-                    }),
+            match hub.create_dataset_repo(repo, false).await.map_err(failed("creating"))? {
+                Created::New => {
+                    store.record_owned(OwnedKind::Dataset, repo).await?;
+                    created = true;
                 }
-            })?
+                // Made meanwhile by someone: it must be ours like any other that exists.
+                Created::Existed => {}
+            }
+            let head = hub.head_of(target).await.map_err(failed("reading the head"))?.map(|(head, _)| head);
+            let head = head.ok_or_else(|| PushError::Hub {
+                what: "reading the head",
+                repo: repo.to_owned(),
+                source: Box::new(HubError::Malformed { url: repo.to_owned(), detail: "created, yet not found".into() }),
+            })?;
+            if !created {
+                ensure_ours((hub, store), repo, &head, mode).await?;
+            }
+            head
         }
     };
-    // A table with no rows today keeps its config while the repo holds its parts of other days.
-    let mut earlier = std::collections::BTreeSet::new();
+    // The days each table holds: the repo-naming tables' other days are deleted, and a table of sums with no
+    // rows today keeps its config while the repo holds its parts of other days.
+    let mut found: Vec<(&str, String)> = Vec::new();
     for (table, _) in super::tables::COLUMNS {
-        let days = hub.dirs_of(target, &head, table).await.map_err(failed("listing a table's days"))?;
-        let today = format!("{table}/{}", snapshot.date);
-        if days.iter().any(|d| *d != today) {
-            earlier.insert((*table).to_owned());
-        }
+        let dirs = hub.dirs_of(target, &head, table).await.map_err(failed("listing a table's days"))?;
+        let prefix = format!("{table}/");
+        found.extend(dirs.iter().filter_map(|d| d.strip_prefix(&prefix)).map(|day| (table, day.to_owned())));
     }
+    let stale = super::stale_parts(found.iter().map(|(t, d)| (*t, d.as_str())), &snapshot.date);
+    let earlier: std::collections::BTreeSet<String> = found
+        .iter()
+        .filter(|(table, day)| super::HISTORY_TABLES.contains(table) && *day != snapshot.date && super::is_day(day))
+        .map(|(table, _)| (*table).to_owned())
+        .collect();
     let card = snapshot.card(repo, &earlier).map_err(|e| PushError::Card(Box::new(e)))?;
     files.insert("README.md".to_owned(), card.into_bytes());
     let files = &files;
     // Only the paths this snapshot may write or delete: the card and the day's parts, in one request, however
     // many days the repo holds.
+    let deletable: std::collections::BTreeSet<String> =
+        super::day_parts(&snapshot.date).into_iter().chain(stale).collect();
     let asked: Vec<String> = std::iter::once("README.md".to_owned())
-        .chain(super::day_parts(&snapshot.date))
+        .chain(deletable.iter().cloned())
         .chain(files.keys().cloned())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -133,8 +189,9 @@ pub async fn push(
         all.iter().map(|(p, b)| (p.clone(), (crate::hashing::sha256_hex(b), crate::hashing::git_blob_oid(b)))).collect()
     });
     let digests = digests.await?;
-    let (mut pushed, sha256) = compare(files, &digests, &tree, &snapshot.date);
-    if pushed.written.is_empty() && pushed.deleted.is_empty() {
+    let (mut pushed, sha256) = compare(files, &digests, &tree, &deletable);
+    pushed.created = created;
+    if mode == Mode::DryRun || (pushed.written.is_empty() && pushed.deleted.is_empty()) {
         return Ok(pushed);
     }
 
@@ -169,15 +226,15 @@ pub async fn push(
 }
 
 /// What a push must do: each of `files` (with its `digests`, SHA-256 and git blob id) written unless `held`
-/// (what the Hub answered for the asked paths) names the same content; each part of `date` the repo holds and
-/// the snapshot no longer has, deleted. Only names this snapshot builds are looked up, so whatever else the
-/// Hub answered (another day, a path never asked for, `../x`) is neither written nor deleted. Also returns
-/// the SHA-256 of each file to write.
+/// (what the Hub answered for the asked paths) names the same content; each `deletable` part the repo holds
+/// and the snapshot does not have, deleted. Only names this snapshot builds are looked up, so whatever else
+/// the Hub answered (a path never asked for, `../x`) is neither written nor deleted. Also returns the SHA-256
+/// of each file to write.
 fn compare(
     files: &BTreeMap<String, Vec<u8>>,
     digests: &HashMap<String, (String, String)>,
     held: &[crate::hub::tree::TreeFile],
-    date: &str,
+    deletable: &std::collections::BTreeSet<String>,
 ) -> (Pushed, HashMap<String, String>) {
     let held: HashMap<&str, &crate::hub::tree::TreeFile> = held.iter().map(|f| (f.path.as_str(), f)).collect();
     let mut pushed = Pushed::default();
@@ -196,11 +253,45 @@ fn compare(
             sha256.insert(path.clone(), digest);
         }
     }
-    pushed.deleted = super::day_parts(date)
-        .into_iter()
-        .filter(|p| held.contains_key(p.as_str()) && !files.contains_key(p))
-        .collect();
+    pushed.deleted =
+        deletable.iter().filter(|p| held.contains_key(p.as_str()) && !files.contains_key(*p)).cloned().collect();
     (pushed, sha256)
+}
+
+/// Checks, writing nothing, that a push to `repo` may go ahead: the repo does not exist yet, or it is public
+/// and ours. `serve` asks at start, so that a repo of someone else's is named before the first audit.
+pub async fn check_destination((hub, store): (&HubClient, &Store), repo: &str) -> Result<(), PushError> {
+    let failed = |source| PushError::Hub { what: "reading the head", repo: repo.to_owned(), source: Box::new(source) };
+    match hub.head_of(RepoRef::dataset(repo)).await.map_err(failed)? {
+        None => Ok(()),
+        Some((_, true)) => Err(PushError::Private(repo.to_owned())),
+        Some((head, false)) => ensure_ours((hub, store), repo, &head, Mode::DryRun).await,
+    }
+}
+
+/// Refuses `repo` at `head` unless it is ours: recorded in the store, or its card carries the marker (then
+/// recorded, unless in a dry run).
+async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str, mode: Mode) -> Result<(), PushError> {
+    if store.owns(OwnedKind::Dataset, repo).await? {
+        return Ok(());
+    }
+    let url = hub.resolve_url(&format!("datasets/{repo}"), head, "README.md");
+    let card = match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Prefix(CARD_CAP)).await {
+        Ok(fetched) => fetched.body.to_vec(),
+        Err(e) if e.error_code() == Some("EntryNotFound") => Vec::new(),
+        Err(e) => {
+            return Err(PushError::Hub { what: "reading the card", repo: repo.to_owned(), source: Box::new(e) });
+        }
+    };
+    let marker = super::MARKER.as_bytes();
+    if !card.windows(marker.len()).any(|w| w == marker) {
+        return Err(PushError::NotOurs(repo.to_owned()));
+    }
+    if mode == Mode::Apply {
+        tracing::info!(dataset = %repo, "a dataset repo marked as hubalign's, not in the store; recorded");
+        store.record_owned(OwnedKind::Dataset, repo).await?;
+    }
+    Ok(())
 }
 
 /// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and
@@ -254,7 +345,7 @@ mod tests {
             entry("repos/2026-12-04/part-99.parquet", Some("3".repeat(64).as_str()), "x"),
             entry("repos/2026-12-04/../../x", None, "x"),
         ];
-        let (pushed, sha256) = compare(&files, &digests, &held, date);
+        let (pushed, sha256) = compare(&files, &digests, &held, &crate::dataset::day_parts(date));
         assert_eq!(pushed.written, std::slice::from_ref(&changed));
         assert_eq!(pushed.deleted, [gone]);
         assert_eq!(pushed.unchanged, 2);

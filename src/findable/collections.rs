@@ -2,16 +2,21 @@
 //! source namespace ("Aligned MLX: {namespace}") and one for all ("Aligned MLX mirrors").
 //!
 //! The Hub is read each pass (the collections of the owner, then the items of each managed one the listing
-//! may have cut), so nothing is kept here that could drift from it: a lost store, a removed item or a
-//! collection deleted by hand is mended by the next pass. A collection is managed when its title is one of
-//! those names; in it, a model the store does not list as a public mirror is removed, and any other kind of
-//! item (a paper the operator added) is left alone. One collection's or item's failure is logged and the
-//! others go on.
+//! may have cut), so nothing is kept here that could drift from it: a removed item or a collection deleted by
+//! hand is mended by the next pass.
+//!
+//! A collection is managed when its title is one of those names and it is ours. Ours means the store records
+//! its slug, or its description carries [`MARKER`] (a lost store; it is then recorded). A collection of
+//! another namespace that a listing shows is ignored. One of a managed title that is not ours is refused: it
+//! is named, and left as it is. In a managed collection, a model the store does not list as a public mirror
+//! is removed; any other kind of item (a paper the operator added) is left alone. One collection's or item's
+//! failure is logged and the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::hub::collections::{CollectionCreated, CollectionRef};
 use crate::hub::{HubClient, HubError};
+use crate::store::owned::OwnedKind;
 use crate::store::{Store, StoreError};
 
 /// The title of the collection of every mirror.
@@ -25,6 +30,37 @@ pub const MAX_TITLE: usize = 60;
 pub const GONE: &str = "the mirror was deleted on the Hub";
 /// The note each item carries: the operator's words, none of the source's.
 pub const ITEM_NOTE: &str = "Re-laid so memory-mapping loaders copy no tensor; its card names the source.";
+/// The mark in the description of every collection the service makes: it knows its own by it when the
+/// store's record is lost.
+pub const MARKER: &str = "[hubalign:collection]";
+/// The description of every collection the service makes.
+pub const DESCRIPTION: &str = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
+                               loader maps every tensor without copying it. Kept by hubalign. [hubalign:collection]";
+
+/// Whether a pass writes, or only says what it would write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Create, add and remove.
+    Apply,
+    /// Read the Hub and the store, and list the changes in [`CollectionsSynced::planned`].
+    DryRun,
+}
+
+/// A collection of a managed title that the service did not make: it is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{owner} has a collection titled {title:?} ({slug}) that hubalign did not make: no record of it in the \
+     store, and no {MARKER} in its description. It is left as it is. Rename or delete it, or keep the mirrors' \
+     collections in another namespace with --target-namespace"
+)]
+pub struct NotOurs {
+    /// The namespace asked for.
+    pub owner: String,
+    /// The collection's title.
+    pub title: String,
+    /// Its slug.
+    pub slug: String,
+}
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +75,10 @@ pub struct CollectionsSynced {
     pub gone: BTreeSet<String>,
     /// Collections or items that failed this pass, with why (the next pass tries again).
     pub failed: Vec<(String, String)>,
+    /// Collections of a managed title that are not ours: each left as it is.
+    pub refused: Vec<NotOurs>,
+    /// In a dry run, each change the pass would make, one line each.
+    pub planned: Vec<String>,
 }
 
 /// Why the pass could not start.
@@ -80,7 +120,12 @@ pub fn wanted(mirrors: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>
 
 /// Makes the owner's managed collections hold exactly the store's public mirrors (only those under `owner`).
 #[tracing::instrument(skip_all, fields(owner = %owner))]
-pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<CollectionsSynced, CollectionsError> {
+pub async fn sync(
+    hub: &HubClient,
+    store: &Store,
+    owner: &str,
+    mode: Mode,
+) -> Result<CollectionsSynced, CollectionsError> {
     let mirrors: Vec<(String, String)> = store
         .public_mirrors()
         .await?
@@ -94,100 +139,198 @@ pub async fn sync(hub: &HubClient, store: &Store, owner: &str) -> Result<Collect
     let spelled: BTreeMap<String, String> = mirrors.iter().map(|(_, m)| (m.to_ascii_lowercase(), m.clone())).collect();
     let listed =
         hub.collections_of(owner).await.map_err(|source| CollectionsError::Hub { owner: owner.to_owned(), source })?;
-    let managed = |title: &str| title == ALL_TITLE || title.starts_with(NAMESPACE_PREFIX);
+    let mut done = CollectionsSynced::default();
     let mut slugs: BTreeMap<String, CollectionRef> = BTreeMap::new();
+    let mut refused_titles = BTreeSet::new();
     for c in listed.into_iter().filter(|c| managed(&c.title)) {
+        if !in_namespace(&c, owner) {
+            let slug = crate::gate::escape_control(&c.slug);
+            tracing::warn!(slug = %slug, "the listing of {owner}'s collections showed one of another namespace; ignored");
+            continue;
+        }
+        if !is_ours(store, &c, mode).await? {
+            refused_titles.insert(c.title.clone());
+            done.refused.push(NotOurs { owner: owner.to_owned(), title: c.title.clone(), slug: c.slug.clone() });
+            continue;
+        }
         // Two of one title cannot exist on the Hub; the first listed is kept if it answers so.
         slugs.entry(c.title.clone()).or_insert(c);
     }
-    let mut done = CollectionsSynced::default();
-    let titles: BTreeSet<String> = wanted.keys().chain(slugs.keys()).cloned().collect();
+    for refused in &done.refused {
+        tracing::warn!(slug = %refused.slug, "{refused}");
+    }
+    let titles: BTreeSet<String> =
+        wanted.keys().chain(slugs.keys()).filter(|t| !refused_titles.contains(*t)).cloned().collect();
     for title in titles {
         let want = wanted.get(&title).cloned().unwrap_or_default();
-        if let Err(e) = keep((hub, store, &spelled), owner, &title, slugs.get(&title), &want, &mut done).await {
-            let shown = crate::gate::escape_control(&title).into_owned();
-            tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
-            done.failed.push((shown, e.to_string()));
+        let pass = Pass { hub, store, spelled: &spelled, owner, mode };
+        match pass.keep(&title, slugs.get(&title), &want, &mut done).await {
+            Ok(()) => {}
+            Err(KeepError::NotOurs(refused)) => {
+                tracing::warn!(slug = %refused.slug, "{refused}");
+                done.refused.push(refused);
+            }
+            Err(e) => {
+                let shown = crate::gate::escape_control(&title).into_owned();
+                tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
+                done.failed.push((shown, e.to_string()));
+            }
         }
     }
     Ok(done)
 }
 
-/// Makes the collection `title` (at `slug` if it exists) hold `want`.
-async fn keep(
-    (hub, store, spelled): (&HubClient, &Store, &BTreeMap<String, String>),
-    owner: &str,
-    title: &str,
-    listed: Option<&CollectionRef>,
-    want: &BTreeSet<String>,
-    done: &mut CollectionsSynced,
-) -> Result<(), HubError> {
-    let mut fresh = false;
-    let slug = match listed {
-        Some(listed) => listed.slug.clone(),
-        // An empty collection is not worth making.
-        None if want.is_empty() => return Ok(()),
-        None => {
-            let description = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
-                               loader maps every tensor without copying it. Kept by hubalign.";
-            match hub.create_collection(owner, (title, description), false).await? {
+/// Whether `title` is one of the names the service keeps collections under.
+fn managed(title: &str) -> bool {
+    title == ALL_TITLE || title.starts_with(NAMESPACE_PREFIX)
+}
+
+/// Whether the collection `c` belongs to `owner`: by the owner its answer names and by its slug.
+fn in_namespace(c: &CollectionRef, owner: &str) -> bool {
+    c.owner.eq_ignore_ascii_case(owner) && crate::gate::namespace_of(&c.slug).eq_ignore_ascii_case(owner)
+}
+
+/// Whether the collection `c` is the service's: recorded in the store, or marked (then recorded, unless dry).
+async fn is_ours(store: &Store, c: &CollectionRef, mode: Mode) -> Result<bool, StoreError> {
+    if store.owns(OwnedKind::Collection, &c.slug).await? {
+        return Ok(true);
+    }
+    if !c.description.contains(MARKER) {
+        return Ok(false);
+    }
+    if mode == Mode::Apply {
+        tracing::info!(slug = %c.slug, "a collection marked as hubalign's, not in the store; recorded");
+        store.record_owned(OwnedKind::Collection, &c.slug).await?;
+    }
+    Ok(true)
+}
+
+/// Why one collection could not be kept this pass.
+#[derive(Debug, thiserror::Error)]
+enum KeepError {
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    NotOurs(NotOurs),
+}
+
+/// What every collection of one pass shares.
+struct Pass<'a> {
+    hub: &'a HubClient,
+    store: &'a Store,
+    /// The store's spelling of each mirror, by its lower-cased id.
+    spelled: &'a BTreeMap<String, String>,
+    owner: &'a str,
+    mode: Mode,
+}
+
+impl Pass<'_> {
+    /// Makes the collection `title` (`listed` if it exists) hold `want`.
+    async fn keep(
+        &self,
+        title: &str,
+        listed: Option<&CollectionRef>,
+        want: &BTreeSet<String>,
+        done: &mut CollectionsSynced,
+    ) -> Result<(), KeepError> {
+        let (hub, store) = (self.hub, self.store);
+        let mut fresh = false;
+        let slug = match listed {
+            Some(listed) => listed.slug.clone(),
+            // An empty collection is not worth making.
+            None if want.is_empty() => return Ok(()),
+            None if self.mode == Mode::DryRun => {
+                done.planned.push(format!("create the collection {title:?} in {}", self.owner));
+                done.created += 1;
+                for mirror in want {
+                    done.planned.push(format!("add {mirror} to {title:?}"));
+                    done.added += 1;
+                }
+                return Ok(());
+            }
+            None => match hub.create_collection(self.owner, (title, DESCRIPTION), false).await? {
                 CollectionCreated::New(slug) => {
+                    store.record_owned(OwnedKind::Collection, &slug).await?;
                     done.created += 1;
                     fresh = true;
                     slug
                 }
-                // Made meanwhile (another replica, or an answer lost): the Hub's 409 names it.
-                CollectionCreated::Existed(slug) => slug,
-            }
-        }
-    };
-    // The listing showed every item of a small collection: it is not read again.
-    let items = match listed.and_then(|l| l.items.clone()) {
-        Some(items) => items,
-        // Nor is one just made, which holds nothing yet.
-        None if fresh => Vec::new(),
-        None => hub.collection_items(&slug).await?,
-    };
-    let held: BTreeSet<String> =
-        items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
-    // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.
-    for item in items.iter().filter(|i| i.kind == "model" && !want.contains(&i.id.to_ascii_lowercase())) {
-        let shown = crate::gate::escape_control(&item.id).into_owned();
-        match hub.remove_from_collection(&slug, &item.object_id).await {
-            Ok(()) => {
-                tracing::info!(collection = %slug, repo.id = %shown, "removed from the collection");
-                done.removed += 1;
-            }
-            Err(e) => done.failed.push((format!("{slug}: {shown}"), e.to_string())),
-        }
-    }
-    let missing: Vec<&String> = want.iter().filter(|m| !held.contains(*m) && !done.gone.contains(*m)).collect();
-    for mirror in missing {
-        match hub.add_to_collection(&slug, mirror, ITEM_NOTE).await {
-            Ok(()) => {
-                tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
-                done.added += 1;
-            }
-            // The Hub says the mirror does not exist. Once its info says so too (not a mirror the Hub is still
-            // creating), the store stops calling it public, so neither the collections nor the dataset list it.
-            Err(e) if e.error_code() == Some("RepoNotFound") => {
-                let own = spelled.get(mirror).map_or(mirror.as_str(), String::as_str);
-                match hub.head_of(crate::hub::repo_ref::RepoRef::model(own)).await {
-                    Ok(None) => match store.hide_mirror(own, GONE).await {
-                        Ok(()) => {
-                            tracing::warn!(repo.id = %own, "the mirror is gone from the Hub; recorded as no longer public");
-                            done.gone.insert(mirror.clone());
-                        }
-                        Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
-                    },
-                    Ok(Some(_)) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
-                    Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+                // Made meanwhile (another replica, or an answer lost), or someone else's the listing did not
+                // show: the Hub's 409 names it, and it is read to tell.
+                CollectionCreated::Existed(slug) => {
+                    let found = hub.collection(&slug).await?;
+                    if !in_namespace(&found, self.owner) || !is_ours(store, &found, self.mode).await? {
+                        let owner = self.owner.to_owned();
+                        return Err(KeepError::NotOurs(NotOurs { owner, title: title.to_owned(), slug }));
+                    }
+                    slug
                 }
+            },
+        };
+        // The listing showed every item of a small collection: it is not read again.
+        let items = match listed.and_then(|l| l.items.clone()) {
+            Some(items) => items,
+            // Nor is one just made, which holds nothing yet.
+            None if fresh => Vec::new(),
+            None => hub.collection_items(&slug).await?,
+        };
+        let held: BTreeSet<String> =
+            items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
+        // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.
+        for item in items.iter().filter(|i| i.kind == "model" && !want.contains(&i.id.to_ascii_lowercase())) {
+            let shown = crate::gate::escape_control(&item.id).into_owned();
+            if self.mode == Mode::DryRun {
+                done.planned.push(format!("remove {shown} from {slug}"));
+                done.removed += 1;
+                continue;
             }
+            match hub.remove_from_collection(&slug, &item.object_id).await {
+                Ok(()) => {
+                    tracing::info!(collection = %slug, repo.id = %shown, "removed from the collection");
+                    done.removed += 1;
+                }
+                Err(e) => done.failed.push((format!("{slug}: {shown}"), e.to_string())),
+            }
+        }
+        let missing: Vec<&String> = want.iter().filter(|m| !held.contains(*m) && !done.gone.contains(*m)).collect();
+        for mirror in missing {
+            if self.mode == Mode::DryRun {
+                done.planned.push(format!("add {mirror} to {slug}"));
+                done.added += 1;
+                continue;
+            }
+            match hub.add_to_collection(&slug, mirror, ITEM_NOTE).await {
+                Ok(()) => {
+                    tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
+                    done.added += 1;
+                }
+                // The Hub says the mirror does not exist. Once its info says so too (not a mirror the Hub is
+                // still creating), the store stops calling it public, so neither the collections nor the
+                // dataset list it.
+                Err(e) if e.error_code() == Some("RepoNotFound") => self.gone(&slug, mirror, e, done).await,
+                Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `mirror` as no longer public once the Hub's info agrees that it is gone.
+    async fn gone(&self, slug: &str, mirror: &String, refused: HubError, done: &mut CollectionsSynced) {
+        let own = self.spelled.get(mirror).map_or(mirror.as_str(), String::as_str);
+        match self.hub.head_of(crate::hub::repo_ref::RepoRef::model(own)).await {
+            Ok(None) => match self.store.hide_mirror(own, GONE).await {
+                Ok(()) => {
+                    tracing::warn!(repo.id = %own, "the mirror is gone from the Hub; recorded as no longer public");
+                    done.gone.insert(mirror.clone());
+                }
+                Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
+            },
+            Ok(Some(_)) => done.failed.push((format!("{slug}: {mirror}"), refused.to_string())),
             Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

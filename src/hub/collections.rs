@@ -12,13 +12,17 @@ use crate::gate;
 /// Items a listing shows of each collection: a collection listed with fewer shows them all.
 pub const LISTED_ITEMS: usize = 4;
 
-/// A collection as listed: its slug, title, and its items when the listing shows them all.
+/// A collection as listed: its slug, owner, title, description, and its items when the listing shows them all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectionRef {
     /// `namespace/title-words-id`.
     pub slug: String,
+    /// The namespace that owns it, as the answer names it.
+    pub owner: String,
     /// Its title.
     pub title: String,
+    /// Its description (empty when it has none).
+    pub description: String,
     /// Every item, when the listing showed fewer than [`LISTED_ITEMS`] (and so all of them); `None` when it
     /// may have cut them, and the collection must be read.
     pub items: Option<Vec<CollectionItem>>,
@@ -39,9 +43,20 @@ pub struct CollectionItem {
 struct Listed {
     slug: String,
     #[serde(default)]
+    owner: Owner,
+    #[serde(default)]
     title: String,
     #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
     items: Vec<Item>,
+}
+
+/// The owner object of a collection: only its name is read.
+#[derive(Deserialize, Default)]
+struct Owner {
+    #[serde(default)]
+    name: String,
 }
 
 /// What creating a collection found: its slug either way.
@@ -57,12 +72,6 @@ pub enum CollectionCreated {
 #[derive(Deserialize)]
 struct Slugged {
     slug: String,
-}
-
-#[derive(Deserialize)]
-struct Full {
-    #[serde(default)]
-    items: Vec<Item>,
 }
 
 #[derive(Deserialize)]
@@ -134,7 +143,8 @@ impl HubClient {
                 // Items that fail their check are read again with the collection, where a failure is that
                 // collection's alone.
                 let items = (c.items.len() < LISTED_ITEMS).then(|| checked(&url, c.items).ok()).flatten();
-                out.push(CollectionRef { slug: c.slug, title: c.title, items });
+                let description = c.description.unwrap_or_default();
+                out.push(CollectionRef { slug: c.slug, owner: c.owner.name, title: c.title, description, items });
             }
             match pages.next(&url, &fetched.headers)? {
                 Some(next) => url = next,
@@ -143,13 +153,26 @@ impl HubClient {
         }
     }
 
-    /// Every item of the collection `slug` this token can see.
-    pub async fn collection_items(&self, slug: &str) -> Result<Vec<CollectionItem>, HubError> {
+    /// The collection `slug`, with every item this token can see.
+    pub async fn collection(&self, slug: &str) -> Result<CollectionRef, HubError> {
         let url = self.collection_url(slug)?;
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
-        let full: Full =
+        let full: Listed =
             serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
-        checked(&url, full.items)
+        let items = checked(&url, full.items)?;
+        let description = full.description.unwrap_or_default();
+        Ok(CollectionRef {
+            slug: full.slug,
+            owner: full.owner.name,
+            title: full.title,
+            description,
+            items: Some(items),
+        })
+    }
+
+    /// Every item of the collection `slug` this token can see.
+    pub async fn collection_items(&self, slug: &str) -> Result<Vec<CollectionItem>, HubError> {
+        Ok(self.collection(slug).await?.items.unwrap_or_default())
     }
 
     /// Creates a collection `title` in `namespace`, public or private. One of that title that exists already

@@ -71,11 +71,12 @@ async fn pass(shared: &Shared, config: &PublishConfig) {
     }
     let Some(findable) = &config.findable else { return };
     if findable.collections {
-        match collections::sync(&shared.hub, &shared.store, &findable.owner).await {
+        match collections::sync(&shared.hub, &shared.store, &findable.owner, collections::Mode::Apply).await {
             Ok(done) => tracing::info!(
                 created = done.created,
                 added = done.added,
                 removed = done.removed,
+                refused = done.refused.len(),
                 failed = done.failed.len(),
                 "collections kept"
             ),
@@ -130,7 +131,14 @@ async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) ->
         tempfile::tempdir_in(&dir)
     });
     let staging = made.await?.map_err(|source| PublishError::Scratch { path: scratch.to_owned(), source })?;
-    let pushed = crate::dataset::push::push(&shared.hub, repo, (&snapshot, parts), staging.path()).await;
+    let pushed = crate::dataset::push::push(
+        (&shared.hub, &shared.store),
+        repo,
+        (&snapshot, parts),
+        staging.path(),
+        crate::dataset::push::Mode::Apply,
+    )
+    .await;
     // Removing the staged files is disk work too; its failure does not undo the push.
     if let Err(e) = crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await {
         tracing::warn!(error = %e, "removing the dataset's staged files failed");

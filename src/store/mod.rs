@@ -16,6 +16,7 @@ pub mod metal;
 pub mod mirrors;
 pub mod notes;
 mod outcomes;
+pub mod owned;
 pub mod pull_requests;
 pub mod queries;
 mod records;

@@ -250,9 +250,14 @@ fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_f
 
 /// `dataset push` of `db`'s snapshot of 2026-12-04 to `alice/mlx-audit`; its printed line.
 fn push(world: &crate::sim::world::World, db: &Path) -> String {
+    push_of(world, db, "2026-12-04")
+}
+
+/// `dataset push` of `db`'s snapshot of `date` to `alice/mlx-audit`; its printed line.
+fn push_of(world: &crate::sim::world::World, db: &Path, date: &str) -> String {
     let endpoint = world.endpoint();
     let out = hubalign()
-        .args(["dataset", "push", "--db", db.to_str().unwrap(), "--repo", "alice/mlx-audit", "--date", "2026-12-04"])
+        .args(["dataset", "push", "--db", db.to_str().unwrap(), "--repo", "alice/mlx-audit", "--date", date])
         .args(["--endpoint", endpoint.as_str(), "--token", crate::sim::world::ALICE])
         .output()
         .unwrap();
@@ -327,6 +332,61 @@ fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
     let written = as_on_the_hub(data.path());
     assert_eq!(tree(&world).into_keys().collect::<Vec<_>>(), written, "the write removed the same parts");
     assert!(!written.iter().any(|p| p.ends_with("part-08.parquet")), "{written:?}");
+}
+
+/// A repo public on one day and private the next is named by no file the dataset repo still holds: the
+/// tables that name repos keep the newest day only, and earlier days stay as publishers' sums.
+#[test]
+fn a_repo_that_leaves_the_public_is_named_by_no_published_file_after_the_next_snapshot() {
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let sim = &world.hub.as_ref().unwrap().sim;
+    push_of(&world, &db, "2026-12-03");
+    let day_one = tree(&world);
+    let gone = "lmstudio/tiny-q8";
+    let bucket = hubalign::dataset::bucket("lmstudio");
+    let named = hubalign::dataset::part_path("repos", "2026-12-03", bucket);
+    assert!(day_one.contains_key(&named), "day one names it in {named}: {day_one:?}");
+
+    sim.repos_mut().get_mut(gone).unwrap().meta.private = true;
+    assert_ok(&audit(&world, &db, &[]));
+    let said = push_of(&world, &db, "2026-12-04");
+    let files: Vec<String> = tree(&world).into_keys().collect();
+    let earlier: Vec<&String> = files.iter().filter(|p| p.contains("/2026-12-03/")).collect();
+    assert!(!earlier.is_empty(), "the sums of day one stay: {files:?}");
+    assert!(earlier.iter().all(|p| p.starts_with("publishers/")), "only the sums of day one: {earlier:?}");
+    assert!(said.contains("deleted"), "{said}");
+
+    // What stays names the repo nowhere: each file read back from the Hub, by pyarrow and DuckDB.
+    let copy = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    for rel in files.iter().filter(|p| p.ends_with(".parquet") || *p == "README.md") {
+        let url = format!("{}/datasets/alice/mlx-audit/resolve/main/{rel}", world.endpoint());
+        let asked = client.get(&url).bearer_auth(crate::sim::world::ALICE);
+        let bytes = world.runtime.block_on(async { asked.send().await.unwrap().bytes().await.unwrap() });
+        let path = copy.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let read = read(copy.path()).to_string();
+    assert!(!read.contains(gone), "{read}");
+    assert!(read.contains("lmstudio/tiny-mixed"), "the rest is still there: {read}");
+
+    // `dataset write` into a directory of both days does the same.
+    let data = tempfile::tempdir().unwrap();
+    let day = |date: &str| {
+        let done = hubalign()
+            .args(["dataset", "write", "--db", db.to_str().unwrap(), "--out", data.path().to_str().unwrap()])
+            .args(["--date", date])
+            .output()
+            .unwrap();
+        assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    };
+    day("2026-12-03");
+    day("2026-12-04");
+    assert!(!data.path().join("repos/2026-12-03").read_dir().unwrap().any(|_| true), "day one's repos removed");
+    assert!(data.path().join("publishers/2026-12-03").read_dir().unwrap().any(|_| true), "day one's sums kept");
 }
 
 /// The dataset repo's files on the Hub: path → the oid its tree names (the LFS oid where there is one).

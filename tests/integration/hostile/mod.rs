@@ -6,6 +6,7 @@ mod carried;
 mod hub;
 mod local;
 mod names;
+mod ownership;
 pub(crate) mod proxy;
 mod publish;
 mod service;
