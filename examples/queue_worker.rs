@@ -62,6 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             jobs_on: tokio::runtime::Handle::current(),
             on_panic: None,
             operator_hold: hubalign::job::NEEDS_OPERATOR_HOLD,
+            grace: hubalign::worker::DEFAULT_STOP_GRACE,
         };
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let summary = worker.run(stop, if once { WhenIdle::Stop } else { WhenIdle::Wait }).await;

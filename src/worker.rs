@@ -2,6 +2,9 @@
 //! runtime while a heartbeat keeps its lease, record a panic as a failure to retry, and go on until told to
 //! stop (or, for `worker --once`, until the queue is empty). Workers on any number of machines share the queue
 //! through the store alone.
+//!
+//! Told to stop, a loop claims nothing more. The job in hand may finish within the grace period; after it,
+//! the job is stopped and released ([`Store::release_job`]), so the next worker takes it up at once.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,6 +14,11 @@ use tokio::sync::watch;
 
 use crate::job::{FailureKind, Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
+
+/// How long the job in hand may go on after a stop, unless the operator says otherwise. `deploy/` gives a
+/// stopping process 1800 s (`terminationGracePeriodSeconds`, `TimeoutStopSec`) before it is killed: the
+/// minute left over releases the job and exits.
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(1740);
 
 /// What the loop runs for each claimed job.
 pub trait JobRunner: Send + Sync + 'static {
@@ -53,6 +61,8 @@ pub struct WorkerLoop<R> {
     /// How long the loop stops claiming after a failure that needs the operator (every job would fail the
     /// same way): [`crate::job::NEEDS_OPERATOR_HOLD`] in a service.
     pub operator_hold: Duration,
+    /// How long the job in hand may go on once the loop is told to stop; then it is released.
+    pub grace: Duration,
 }
 
 /// What one loop did.
@@ -68,6 +78,8 @@ pub struct LoopSummary {
     pub lost: u64,
     /// Jobs held back for the operator (a refused token, a full disk); the loop paused after each.
     pub needs_operator: u64,
+    /// Jobs stopped when the grace period after a stop ran out, and released to the next worker.
+    pub released: u64,
 }
 
 impl<R: JobRunner> WorkerLoop<R> {
@@ -96,7 +108,7 @@ impl<R: JobRunner> WorkerLoop<R> {
                 Ok(Some(job)) => {
                     summary.claimed += 1;
                     let id = job.id;
-                    match self.run_one(job).await {
+                    match self.run_one(job, stop.clone()).await {
                         Ran::Ended(JobState::Failed) => summary.failed += 1,
                         Ran::Ended(JobState::Queued) if self.held_for_operator(id).await => {
                             summary.needs_operator += 1;
@@ -111,6 +123,7 @@ impl<R: JobRunner> WorkerLoop<R> {
                         Ran::Ended(_) => {}
                         Ran::Panicked => summary.panicked += 1,
                         Ran::Lost => summary.lost += 1,
+                        Ran::Released => summary.released += 1,
                     }
                 }
                 Ok(None) if when_idle == WhenIdle::Stop => return summary,
@@ -148,18 +161,42 @@ impl<R: JobRunner> WorkerLoop<R> {
     }
 
     /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
-    /// (another worker holds the job now) stops the task.
+    /// (another worker holds the job now) stops the task. Once `stop` turns true the job has the grace period
+    /// to end; then it is stopped and released.
     #[tracing::instrument(name = "job", skip_all, fields(job.id = job.id, repo.id = %job.repo_id, repo.sha = %job.source_sha))]
-    async fn run_one(&self, job: Job) -> Ran {
+    async fn run_one(&self, job: Job, mut stop: watch::Receiver<bool>) -> Ran {
         let (id, repo) = (job.id, job.repo_id.clone());
         let runner = self.runner.clone();
         // The job's span (this function's) goes along to the batch runtime, so every line the job logs there says
         // which job and repo it is.
         let mut task = self.jobs_on.spawn(tracing::Instrument::in_current_span(async move { runner.run(job).await }));
         let beat = (self.lease / 3).max(Duration::from_millis(100));
+        let mut grace_ends: Option<tokio::time::Instant> = None;
         let joined = loop {
+            let grace_over = async {
+                match grace_ends {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 joined = &mut task => break joined,
+                // The guard `wait_for` answers is dropped at once: it may not be held across the awaits below.
+                () = async { drop(stop.wait_for(|s| *s).await) }, if grace_ends.is_none() => {
+                    tracing::info!(job.id = id, grace_secs = self.grace.as_secs(), "told to stop: the job in hand may finish within the grace period");
+                    grace_ends = Some(tokio::time::Instant::now() + self.grace);
+                }
+                () = grace_over => {
+                    task.abort();
+                    let _ = task.await;
+                    let why = "the process was told to stop, and the job outlived the grace period";
+                    match self.store.release_job(id, &self.worker, why).await {
+                        Ok(true) => tracing::warn!(job.id = id, repo.id = %repo, "the job was stopped and released; the next worker takes it up"),
+                        Ok(false) => tracing::warn!(job.id = id, "the job was stopped; another worker held it already"),
+                        Err(e) => tracing::warn!(job.id = id, error = %e, "releasing the job failed; its lease lapses instead"),
+                    }
+                    return Ran::Released;
+                }
                 () = tokio::time::sleep(beat) => match self.store.renew_lease(id, &self.worker, self.lease).await {
                     Ok(true) => {}
                     Ok(false) => {
@@ -201,4 +238,5 @@ enum Ran {
     Ended(JobState),
     Panicked,
     Lost,
+    Released,
 }

@@ -219,6 +219,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         alignment: args.alignment.unwrap_or_default(),
         worker: format!("{}-{}", super::hostname(), std::process::id()),
         lease: Duration::from_secs(args.lease_secs.max(1)),
+        stop_grace: Duration::from_secs(args.stop_grace_secs),
         pull_request: args.pr,
         bot_user: user,
         max_bundle_bytes: (args.max_bundle_gb.max(0.0) * 1e9) as u64,
@@ -242,6 +243,9 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the repack command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        // Listened for from the start: SIGTERM or Ctrl-C lets the job in hand finish within the grace period,
+        // then releases it.
+        let mut signal = tokio::spawn(super::stop_signal());
         gate::check_repo_id(&args.repo).map_err(|e| UsageError(format!("REPO: {e}")))?;
         if let Some(rev) = &args.revision {
             gate::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
@@ -271,7 +275,31 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
         };
         let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
-        let Some(_) = repacker.run(&job).await? else {
+        let work = repacker.run(&job);
+        tokio::pin!(work);
+        let ran = tokio::select! {
+            ran = &mut work => ran,
+            name = &mut signal => {
+                let name = name.unwrap_or("a stop signal");
+                let grace = s.opts.stop_grace;
+                eprintln!("{name}: the job may finish within {} s; then it is released", grace.as_secs());
+                match tokio::time::timeout(grace, &mut work).await {
+                    Ok(ran) => ran,
+                    Err(_) => {
+                        let why = format!("{name} stopped `hubalign repack`, and the job outlived the grace period");
+                        let released = s.store.release_job(job.id, &s.opts.worker, &why).await?;
+                        println!(
+                            "{}@{}: stopped by {name}; {}",
+                            args.repo,
+                            sha,
+                            if released { "released: the next run takes it up where it was" } else { "another worker holds it" }
+                        );
+                        return Ok(Exit::Interrupted);
+                    }
+                }
+            }
+        };
+        let Some(_) = ran? else {
             bail!("{}@{}: another worker took the job over (this one's lease ran out)", args.repo, sha);
         };
         if let Some(bytes) = hubalign::blocking::peak_rss() {
@@ -352,8 +380,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         let summaries = service.run(super::stopped(), true).await;
         let summary = summaries.first().copied().unwrap_or_default();
         println!(
-            "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator",
-            summary.claimed, summary.failed, summary.panicked, summary.lost, summary.needs_operator
+            "{} jobs: {} failed, {} panicked, {} taken over by another worker, {} need the operator, {} released at the stop",
+            summary.claimed, summary.failed, summary.panicked, summary.lost, summary.needs_operator, summary.released
         );
         Ok(if summary.needs_operator > 0 {
             Exit::NeedsOperator

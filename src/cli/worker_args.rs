@@ -72,6 +72,10 @@ pub(super) struct WorkerArgs {
     /// picked up again after this).
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     pub(super) lease_secs: u64,
+    /// Seconds the job in hand may go on after SIGTERM or Ctrl-C; then it is stopped and released, so the
+    /// next worker takes it up at once. The default fits deploy/'s 1800 s before a stopping process is killed.
+    #[arg(long, default_value_t = hubalign::worker::DEFAULT_STOP_GRACE.as_secs(), value_name = "SECS")]
+    pub(super) stop_grace_secs: u64,
     /// The largest bundle a job downloads; a larger one is refused with the reason.
     #[arg(long, default_value_t = hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES as f64 / 1e9, value_name = "GB")]
     pub(super) max_bundle_gb: f64,

@@ -63,6 +63,8 @@ pub struct RepackOptions {
     pub worker: String,
     /// How long a step may take before another worker may take the job over.
     pub lease: Duration,
+    /// How long a job in hand may go on once the process is told to stop; then it is released.
+    pub stop_grace: Duration,
     /// Propose the repair as a pull request on the source repo instead of publishing a mirror.
     pub pull_request: bool,
     /// The token's user: the author the pull-request de-duplication looks for.

@@ -38,6 +38,7 @@ impl Workers {
             jobs_on: self.jobs_on.clone(),
             on_panic: self.on_panic.clone(),
             operator_hold: crate::job::NEEDS_OPERATOR_HOLD,
+            grace: opts.stop_grace,
             runner: Arc::new(RepackRunner { hub: self.hub.clone(), store: self.store.clone(), opts }),
         }
     }

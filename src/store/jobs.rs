@@ -290,6 +290,37 @@ impl Store {
         })
     }
 
+    /// Gives `worker`'s job `id` back to the queue as it stands: its lease cleared, its state and progress
+    /// kept (a next worker takes up from there at once), and the attempt this claim spent refunded, since a
+    /// stop asked for is not the job's failure. `false` if the worker no longer held it.
+    pub async fn release_job(&self, id: i64, worker: &str, why: &str) -> Result<bool, StoreError> {
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin release"))?;
+            let done = sqlx::query(
+                "UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = $1,
+                 attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+                 WHERE id = $2 AND lease_owner = $3",
+            )
+            .bind(crate::time::now_utc())
+            .bind(id)
+            .bind(worker)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("release job"))?;
+            let held = done.rows_affected() == 1;
+            if held {
+                let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(sql("read job"))?;
+                record_event!(tx, id, state.as_str(), Some(format!("released by {worker}: {why}")))?;
+            }
+            tx.commit().await.map_err(sql("commit release"))?;
+            Ok(held)
+        })
+    }
+
     /// Records the mirror repo a job publishes to.
     pub async fn set_job_target(&self, id: i64, target: &str) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("UPDATE jobs SET target_repo = $1 WHERE id = $2")

@@ -357,3 +357,31 @@ fn deploy_passes_hadolint_actionlint_and_checkov() {
         "checkov must fail a mounted token"
     );
 }
+
+/// Every deployment that runs jobs gives a stopping process more time than the worker's default grace period,
+/// with room to release the job in hand: the platform's kill never lands first.
+#[test]
+fn the_platform_waits_longer_than_the_stop_grace_period() {
+    let grace = hubalign::worker::DEFAULT_STOP_GRACE.as_secs();
+    let deploy = root().join("deploy");
+    let mut checked = Vec::new();
+    for (file, key) in [
+        ("k8s/hubalign.yaml", "terminationGracePeriodSeconds:"),
+        ("k8s/hubalign-postgres.yaml", "terminationGracePeriodSeconds:"),
+        ("systemd/hubalign.service", "TimeoutStopSec="),
+        ("systemd/hubalign-worker.service", "TimeoutStopSec="),
+    ] {
+        let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+        for line in text.lines().map(str::trim).filter(|l| l.starts_with(key)) {
+            let value = line[key.len()..].split('#').next().unwrap().trim();
+            let secs: u64 = value.parse().unwrap_or_else(|_| panic!("{file}: {line}"));
+            // The web replica of the PostgreSQL layout runs no jobs: it only gives up the scheduler lease.
+            if secs == 60 && line.contains("no jobs run here") {
+                continue;
+            }
+            assert!(secs >= grace + 30, "{file}: {line} leaves no time after the {grace} s grace period");
+            checked.push(file);
+        }
+    }
+    assert_eq!(checked.len(), 4, "{checked:?}");
+}

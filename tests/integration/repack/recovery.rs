@@ -328,3 +328,85 @@ fn sigterm_lets_the_worker_finish_the_job_in_hand_and_stop() {
     assert_eq!(job.1, "published", "the job in hand finished: {after:?}");
     assert!(after.iter().all(|j| !running.contains(&j.1.as_str())), "nothing left half-done: {after:?}");
 }
+
+/// `hubalign ARGS…` lingering at each step, told to stop once a job is at `step`, with no grace left: it
+/// stops at once, and the job in hand is released as it stands. A next `repack` takes it up without waiting
+/// for a lease and publishes one mirror, public only once checked.
+fn stopped_past_the_grace_period(args: &[&str], audited: bool, step: &str) {
+    // Each request to the Hub takes 150 ms, so that a step outlasts the signal sent as it begins.
+    let world = audit_world(0, |c| c.faults.latency = Duration::from_millis(150));
+    let (_dir, db) = db();
+    if audited {
+        assert_ok(&audit(&world, &db, &[]));
+    }
+    let sim = &world.hub.as_ref().unwrap().sim;
+    let work = tempfile::tempdir().unwrap();
+    let mut args = args.to_vec();
+    args.extend(["--stop-grace-secs", "0", "--work-dir", work.path().to_str().unwrap()]);
+    let mut child = lingering(&world.endpoint(), &db, &args);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let source = loop {
+        assert!(child.try_wait().unwrap().is_none(), "{args:?} stopped by itself: {:?}", jobs(&world, &db));
+        assert!(Instant::now() < deadline, "{args:?}: no job reached {step}: {:?}", jobs(&world, &db));
+        if let Some(job) = jobs(&world, &db).into_iter().find(|j| j.1 == step) {
+            break job.0;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{args:?} did not stop at {step}: {:?}", jobs(&world, &db));
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let expected = if args[0] == "repack" { 130 } else { 0 };
+    assert_eq!(status.code(), Some(expected), "{args:?} at {step}: stopped by itself, not killed by the signal");
+
+    let store = || world.runtime.block_on(hubalign::store::Store::open(&db)).unwrap();
+    let all = world.runtime.block_on(store().jobs()).unwrap();
+    let job = all.iter().find(|j| j.repo_id == source).unwrap();
+    let running = ["downloading", "relaying", "verifying", "publishing"];
+    assert!(running.contains(&job.state.as_str()), "{args:?} at {step}: kept where it was: {job:?}");
+    assert_eq!((job.lease_owner.as_deref(), job.attempts), (None, 0), "{args:?} at {step}: released, refunded");
+    let name = crate::support::mirror(&source);
+    let public = sim.repos().get(&name).is_some_and(|m| !m.meta.private);
+    assert!(!public, "{args:?} at {step}: nothing public before the job ends");
+
+    // The next run takes it up at once: no lease to wait out.
+    let out = crate::repack::pipeline::worker_cmd(
+        &world,
+        &db,
+        &["repack", &source, "--work-dir", work.path().to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let repos = sim.repos();
+    let mirror = repos.get(&name).unwrap();
+    assert!(!mirror.meta.private, "{args:?} at {step}");
+    let uploads = mirror.commits.values().filter(|c| c.files.contains_key("MEI_ALIGN_MANIFEST.json")).count();
+    assert_eq!(uploads, 1, "{args:?} at {step}: one upload commit");
+}
+
+#[test]
+fn repack_stopped_past_its_grace_period_releases_the_job_mid_download_check_and_publish() {
+    for step in ["downloading", "verifying", "publishing"] {
+        stopped_past_the_grace_period(&["repack", "mlx-community/tiny-sharded"], true, step);
+    }
+}
+
+#[test]
+fn worker_stopped_past_its_grace_period_releases_the_job_mid_download_check_and_publish() {
+    for step in ["downloading", "verifying", "publishing"] {
+        stopped_past_the_grace_period(&["worker"], true, step);
+    }
+}
+
+#[test]
+fn serve_stopped_past_its_grace_period_releases_the_job_mid_download_check_and_publish() {
+    for step in ["downloading", "verifying", "publishing"] {
+        stopped_past_the_grace_period(&["serve", "--listen", "127.0.0.1:0", "--workers", "1"], false, step);
+    }
+}
