@@ -4,7 +4,7 @@
 # Installs what the tests drive and cannot build themselves, then runs `cargo test --locked --workspace
 # --all-features` (every crate, with the demo built in):
 # - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
-#   strace (the kernel's count of what `scan` reads), and qemu-user with the aarch64 cross linker (the
+#   strace (the kernel's count of what `scan` reads), faketime (a replica whose clock is ahead), and qemu-user with the aarch64 cross linker (the
 #   aarch64 SHA-256 kernel's check), and postgresql (the store's suites on PostgreSQL: each test process starts
 #   a scratch server of its own with initdb, as the `postgres` user when root), through apt-get, with sudo
 #   when not root; skipped when already installed;
@@ -21,6 +21,7 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v strace >/dev/null || missing+=(strace)
+command -v faketime >/dev/null || missing+=(faketime)
 command -v npm >/dev/null || missing+=(nodejs npm)
 command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)

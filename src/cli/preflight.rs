@@ -39,6 +39,16 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
         Ok(store) => {
             let at = args.store.shown();
             findings.push(Finding::ok("store", format!("{at} ({:?}), migrated", store.backend())));
+            match store.clock_skew().await {
+                Ok(skew) => findings.push(preflight::clock(skew)),
+                Err(e) => {
+                    findings.push(Finding::unreachable(
+                        preflight::CLOCK,
+                        e.to_string(),
+                        "check that the database answers",
+                    ));
+                }
+            }
             Some(store)
         }
         // A location that cannot be a store is a setting to mend; one that does not answer now may later.
@@ -155,7 +165,8 @@ pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let w = &args.worker;
         let hub = w.bounds.client(super::hub_config(w.endpoint.clone(), w.token.clone())?)?;
-        let checked = check_worker(w, &hub).await;
+        let mut checked = check_worker(w, &hub).await;
+        checked.report = checked.report.strict();
         let environment = Environment {
             hubalign: env!("CARGO_PKG_VERSION"),
             platform: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),

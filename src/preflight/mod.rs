@@ -103,6 +103,14 @@ impl Report {
         self.findings.iter().any(|f| f.check == check && f.status == Status::Ok)
     }
 
+    /// The report as `doctor` judges it: a clock off the store's fails there, though it only warns at start.
+    pub fn strict(mut self) -> Report {
+        for f in self.findings.iter_mut().filter(|f| f.check == CLOCK && f.status == Status::Warn) {
+            f.status = Status::Fail;
+        }
+        self
+    }
+
     /// The failures, one line each with its fix, for an error at start.
     pub fn failures_said(&self) -> Vec<String> {
         self.failures()
@@ -111,6 +119,28 @@ impl Report {
                 None => format!("{}: {}", f.check, f.detail),
             })
             .collect()
+    }
+}
+
+/// The name of the clock check: a warning at start, a failure for `doctor`.
+pub const CLOCK: &str = "clock";
+
+/// How far this machine's clock is from the store's: `skew` seconds behind it (negative: ahead). Leases,
+/// backoffs and run times use the store's clock, so a skewed machine still takes no lease early; but its
+/// logs, its progress times and the Hub's token expiry are read on its own clock.
+pub fn clock(skew: i64) -> Finding {
+    let tolerance = crate::store::clock::SKEW_TOLERANCE_SECS;
+    if skew.abs() <= tolerance {
+        return Finding::ok(CLOCK, format!("within {tolerance} s of the store's ({skew:+} s)"));
+    }
+    let (by, way) = (skew.unsigned_abs(), if skew > 0 { "behind" } else { "ahead of" });
+    Finding {
+        status: Status::Warn,
+        fix: Some("synchronise this machine's clock (NTP: timedatectl set-ntp true, chrony)".into()),
+        ..Finding::warn(
+            CLOCK,
+            format!("this machine's clock is {by} s {way} the store's; leases and schedules follow the store's"),
+        )
     }
 }
 

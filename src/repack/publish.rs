@@ -155,7 +155,8 @@ pub async fn choose_mirror(
         }
     }
     let target = mirror_name(source, target_namespace);
-    let now = crate::job::unix_now();
+    // The caps' day is the database's, as every worker's is.
+    let now = store.db_now().await.map_err(store_err)?;
     let day_start = now - now.rem_euclid(DAY);
     let since = crate::time::format_utc(u64::try_from(day_start).unwrap_or(0));
     match store.claim_new_mirror((&target, source, private), caps, &since).await.map_err(store_err)? {
@@ -172,7 +173,8 @@ pub async fn choose_mirror(
                 crate::gate::quote(source),
                 caps.total
             ),
-            day_start + DAY,
+            // A deferral is a time of this process's clock; the store moves it onto its own.
+            crate::job::unix_now().saturating_add(day_start + DAY - now),
         )),
     }
 }

@@ -56,10 +56,22 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             show(&config.next_run, format!("run by another replica ({})", lease.as_ref().map_or("", |(h, _)| h)));
             // Asked again the moment the holder's lease lapses, so a dead holder is replaced within its lease
             // time of its last renewal rather than up to a beat later.
-            wait(until_lapse(lease.map(|(_, until)| until), beat), &config.audit_now, &mut stop).await;
+            let lapse = match (lease, shared.store.db_now().await) {
+                (Some((_, until)), Ok(now)) => Some(until_lapse(until, now, beat)),
+                _ => None,
+            };
+            wait(lapse.unwrap_or(beat), &config.audit_now, &mut stop).await;
             continue;
         }
-        let now = SystemTime::now();
+        // The schedule runs on the database's clock, as the run times it goes on from do.
+        let now = match shared.store.db_now().await {
+            Ok(now) => UNIX_EPOCH + Duration::from_secs(u64::try_from(now).unwrap_or(0)),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the database's clock failed");
+                wait(beat, &config.audit_now, &mut stop).await;
+                continue;
+            }
+        };
         let last = shared.store.last_run_started().await.ok().flatten().as_deref().and_then(crate::time::parse_utc);
         let next = match target {
             Some((from, at)) if from == last => at,
@@ -113,12 +125,11 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
 }
 
 /// How long a replica that does not lead waits before asking for the lease again: until just after the
-/// current lease lapses (leases lapse on whole unix seconds), at most a beat, and never a busy loop.
-fn until_lapse(lapses_after: Option<i64>, beat: Duration) -> Duration {
-    let Some(until) = lapses_after else { return beat };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let lapse = Duration::from_secs(u64::try_from(until.saturating_add(1)).unwrap_or(0));
-    lapse.saturating_sub(now).clamp(Duration::from_millis(100), beat)
+/// current lease lapses (leases lapse on whole unix seconds of the database's clock, which says `now`), at
+/// most a beat, and never a busy loop.
+fn until_lapse(lapses_after: i64, now: i64, beat: Duration) -> Duration {
+    let left = u64::try_from(lapses_after.saturating_add(1).saturating_sub(now)).unwrap_or(0);
+    Duration::from_secs(left).clamp(Duration::from_millis(100), beat)
 }
 
 /// Sets what the overview shows as the next audit.
@@ -203,16 +214,15 @@ async fn run_audit(
 mod tests {
     use super::*;
 
-    /// Found by the rehearsal: a replica asked for the lease once a beat (a third of the lease), so a dead
-    /// holder's lease could go unclaimed for up to a beat after it lapsed. It now asks just after the lapse.
+    /// A replica that does not lead asks again just after the lease lapses: not a beat later, and not in a
+    /// busy loop.
     #[test]
     fn a_replica_that_does_not_lead_asks_again_just_after_the_lease_lapses() {
         let beat = Duration::from_secs(5);
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-        assert_eq!(until_lapse(None, beat), beat, "no holder: the usual beat");
-        assert_eq!(until_lapse(Some(now - 10), beat), Duration::from_millis(100), "lapsed: at once, not a spin");
-        let soon = until_lapse(Some(now + 2), beat);
-        assert!(soon > Duration::from_secs(2) && soon <= Duration::from_secs(3), "{soon:?}");
-        assert_eq!(until_lapse(Some(now + 60), beat), beat, "a fresh lease: a beat at most");
+        let now = 1_800_000_000;
+        assert_eq!(until_lapse(now - 10, now, beat), Duration::from_millis(100), "lapsed: at once, not a spin");
+        assert_eq!(until_lapse(now + 2, now, beat), Duration::from_secs(3));
+        assert_eq!(until_lapse(now + 60, now, beat), beat, "a fresh lease: a beat at most");
+        assert_eq!(until_lapse(i64::MAX, i64::MIN, beat), beat, "no overflow");
     }
 }

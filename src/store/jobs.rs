@@ -171,7 +171,7 @@ impl Store {
     /// picked with `FOR UPDATE SKIP LOCKED`, so workers on many machines each get a different job without
     /// waiting on one another (SQLite has one writer at a time).
     pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
-        let now = unix_now();
+        let now = self.db_now().await?;
         let claim = format!(
             "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, updated_at = $3
              WHERE id = (
@@ -236,7 +236,7 @@ impl Store {
     /// Extends `worker`'s lease on job `id` while a long step runs (the heartbeat). `false` if the worker no
     /// longer holds it (its lease ran out and another may have taken the job over): it must stop.
     pub async fn renew_lease(&self, id: i64, worker: &str, lease: Duration) -> Result<bool, StoreError> {
-        let now = unix_now();
+        let now = self.db_now().await?;
         let renewed = on_pool!(self, |pool| sqlx::query(
             "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND lease_expires_at >= $4"
         )
@@ -262,6 +262,7 @@ impl Store {
         (state, progress): (JobState, Option<&Progress>),
         lease: Duration,
     ) -> Result<bool, StoreError> {
+        let now = self.db_now().await?;
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin advance"))?;
             // A job that starts its work again leaves an earlier attempt's check behind: that record (and the
@@ -273,7 +274,7 @@ impl Store {
                  WHERE id = $4 AND lease_owner = $5",
             )
             .bind(state.as_str())
-            .bind(lease_until(unix_now(), lease))
+            .bind(lease_until(now, lease))
             .bind(crate::time::now_utc())
             .bind(id)
             .bind(worker)
@@ -365,7 +366,11 @@ impl Store {
                     .await
                     .map_err(sql("read job"))?;
             let Some((attempts, max)) = held else { return Ok(None) };
-            let now = unix_now();
+            // Backoffs and holds run on the database's clock, as the claims that read them do.
+            let now: i64 = sqlx::query_scalar("SELECT unixepoch()")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(sql("read the database's clock"))?;
             let held_before: i64 = if matches!(outcome, JobOutcome::Failed { kind: FailureKind::NeedsOperator, .. }) {
                 sqlx::query_scalar(
                     "SELECT COUNT(*) FROM job_events WHERE job_id = $1 AND detail LIKE 'needs the operator:%'",
@@ -383,7 +388,10 @@ impl Store {
                 }
                 JobOutcome::Skipped { reason } => (JobState::Skipped, Some(reason.as_str()), None, None, 0),
                 JobOutcome::AwaitMetal { .. } => (JobState::AwaitingMetalVerify, None, None, None, 0),
-                JobOutcome::Deferred { reason, until } => (JobState::Queued, Some(reason.as_str()), None, None, *until),
+                JobOutcome::Deferred { reason, until } => {
+                    let until = super::clock::onto_db_clock(*until, unix_now(), now);
+                    (JobState::Queued, Some(reason.as_str()), None, None, until)
+                }
                 JobOutcome::Held { reason } => {
                     (JobState::Queued, Some(reason.as_str()), None, None, lease_until(now, NEEDS_OPERATOR_HOLD))
                 }

@@ -6,16 +6,15 @@ use std::time::Duration;
 
 use super::jobs::lease_until;
 use super::{Store, StoreError, on_pool, sql};
-use crate::job::unix_now;
 
 /// The lease of the replica that runs the scheduled audits.
 pub const SCHEDULER: &str = "scheduler";
 
 impl Store {
     /// Takes lease `name` for `holder` for `ttl`, or renews it if `holder` has it; `false` while another
-    /// holder's lease is current.
+    /// holder's lease is current. The database's clock decides.
     pub async fn try_lead(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let now = unix_now();
+        let now = self.db_now().await?;
         let taken = on_pool!(self, |pool| sqlx::query(
             "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -44,13 +43,15 @@ impl Store {
         Ok(())
     }
 
-    /// Who holds lease `name` now, if anyone's is current, and the unix second its lease lapses after.
+    /// Who holds lease `name` now, if anyone's is current, and the unix second (of the database's clock) its
+    /// lease lapses after.
     pub async fn lease_holder(&self, name: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let now = self.db_now().await?;
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at >= $2"
         )
         .bind(name)
-        .bind(unix_now())
+        .bind(now)
         .fetch_optional(pool)
         .await)
         .map_err(sql("read lease"))
@@ -58,12 +59,13 @@ impl Store {
 
     /// Asks whichever process leads `name` to act now (an administrator's "audit now", through any replica).
     pub async fn request(&self, name: &str) -> Result<(), StoreError> {
+        let now = self.db_now().await?;
         on_pool!(self, |pool| sqlx::query(
             "INSERT INTO leases (name, holder, expires_at, requested_at) VALUES ($1, '', 0, $2)
              ON CONFLICT (name) DO UPDATE SET requested_at = excluded.requested_at"
         )
         .bind(name)
-        .bind(unix_now())
+        .bind(now)
         .execute(pool)
         .await
         .map(|done| done.rows_affected()))

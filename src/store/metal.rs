@@ -7,8 +7,8 @@ use super::jobs::{Claim, record_event};
 use super::{Store, StoreError, on_pool, sql};
 use sqlx::types::Json;
 
+use crate::job::Job;
 use crate::job::payload::MlxRecord;
-use crate::job::{Job, unix_now};
 
 impl Store {
     /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
@@ -20,7 +20,7 @@ impl Store {
         lease: Duration,
         on_hub: bool,
     ) -> Result<Option<Job>, StoreError> {
-        let now = unix_now();
+        let now = self.db_now().await?;
         let claim = format!(
             "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
              WHERE id = (SELECT id FROM jobs WHERE state = 'awaiting_metal_verify' AND COALESCE(lease_expires_at, 0) < $4

@@ -111,6 +111,7 @@ impl Store {
         day_start: &str,
     ) -> Result<Claim, StoreError> {
         let namespace = crate::gate::namespace_of(source).to_ascii_lowercase();
+        let now = self.db_now_utc().await?;
         let inserted = on_pool!(self, |pool| sqlx::query(
             "INSERT INTO mirrors (target_repo, source_repo, created_at, private)
              SELECT $1, $2, $3, $4
@@ -121,7 +122,7 @@ impl Store {
         )
         .bind(target)
         .bind(source)
-        .bind(crate::time::now_utc())
+        .bind(&now)
         .bind(private)
         .bind(day_start)
         .bind(i64::from(caps.total))

@@ -8,6 +8,7 @@
 
 pub mod browse;
 pub mod changes;
+pub mod clock;
 pub mod dataset;
 pub mod jobs;
 pub mod leases;

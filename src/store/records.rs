@@ -218,10 +218,11 @@ impl RunKind {
 impl Store {
     /// Marks crawls a killed process left `running` as `interrupted`.
     pub async fn interrupt_stale_runs(&self) -> Result<(), StoreError> {
+        let now = self.db_now_utc().await?;
         on_pool!(self, |pool| sqlx::query(
             "UPDATE audit_runs SET status = 'interrupted', finished_at = $1 WHERE status = 'running' AND kind = 'crawl'"
         )
-        .bind(crate::time::now_utc())
+        .bind(&now)
         .execute(pool)
         .await
         .map(|done| done.rows_affected()))
@@ -243,10 +244,11 @@ impl Store {
 
     /// Marks runs left `running` by a task that died (a panic) as `failed`, with the reason.
     pub async fn fail_running_runs(&self, reason: &str) -> Result<(), StoreError> {
+        let now = self.db_now_utc().await?;
         on_pool!(self, |pool| sqlx::query(
             "UPDATE audit_runs SET status = 'failed', finished_at = $1, error = $2 WHERE status = 'running'"
         )
-        .bind(crate::time::now_utc())
+        .bind(&now)
         .bind(reason)
         .execute(pool)
         .await
@@ -270,12 +272,14 @@ impl Store {
         started_by: Option<&str>,
         requested_at: Option<&str>,
     ) -> Result<i64, StoreError> {
+        // Run times are the database's: the schedule of every replica goes on from them.
+        let now = self.db_now_utc().await?;
         on_pool!(self, |pool| {
             sqlx::query_scalar(
                 "INSERT INTO audit_runs (started_at, status, endpoint, query, started_by, kind, requested_at)
              VALUES ($1, 'running', $2, $3, $4, $5, $6) RETURNING id",
             )
-            .bind(crate::time::now_utc())
+            .bind(&now)
             .bind(endpoint)
             .bind(query)
             .bind(started_by)
@@ -295,6 +299,7 @@ impl Store {
         stats: &RunStats,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
+        let now = self.db_now_utc().await?;
         on_pool!(self, |pool| sqlx::query(
             "UPDATE audit_runs SET finished_at = $1, status = $2, repos_listed = $3, repos_probed = $4, shards_probed = $5,
              api_requests = $6, resolver_requests = $7, bytes_read = $8, rate_limited = $9, retries = $10, errors = $11,
@@ -305,7 +310,7 @@ impl Store {
                 THEN (SELECT CAST(COALESCE(SUM(misaligned_bytes), 0) AS BIGINT) FROM namespace_sums) END
              WHERE id = $14",
         )
-        .bind(crate::time::now_utc())
+        .bind(&now)
         .bind(status)
         .bind(stats.repos_listed as i64)
         .bind(stats.repos_probed as i64)

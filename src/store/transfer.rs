@@ -207,6 +207,12 @@ const TABLES: &[Table] = &[
             ("declined", Flag),
         ],
     },
+    Table {
+        name: "hub_objects",
+        order_by: "kind, object_id",
+        serial: false,
+        columns: &[("kind", Text), ("object_id", Text), ("recorded_at", Text)],
+    },
 ];
 
 /// The export's first line names its format, so an import can refuse anything else.
@@ -481,6 +487,7 @@ mod tests {
         store.hide_mirror("me/a-aligned", "the source went private").await.unwrap();
         store.record_note("ns/a", "me/a-aligned", 7).await.unwrap();
         store.decline_note("ns/a").await.unwrap();
+        store.record_owned(crate::store::owned::OwnedKind::Dataset, "me/audit").await.unwrap();
         let waiting = store.job_for("ns/b", "1", crate::job::VerifyDevice::Metal).await.unwrap();
         store.claim_job("w", std::time::Duration::from_secs(60), Some(waiting.id)).await.unwrap();
         let staged = crate::job::payload::Staged {
@@ -513,6 +520,7 @@ mod tests {
         let original = exported(sqlite).await;
         assert!(original.iter().any(|l| l.contains("\"table\":\"mirrors\"")), "every table has rows");
         assert!(original.iter().any(|l| l.contains("\"table\":\"source_notes\"")), "a namespace's no is kept");
+        assert!(original.iter().any(|l| l.contains("\"table\":\"hub_objects\"")), "what the service made is kept");
         assert!(original.iter().any(|l| l.contains(r#"\"commit\":\"5eed\""#)), "with the jobs' payloads");
         let mut export = Vec::new();
         sqlite.export(&mut export).await.unwrap();

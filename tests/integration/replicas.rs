@@ -1,7 +1,7 @@
 //! `serve` replicas sharing one PostgreSQL store: every replica answers, exactly one runs the scheduled audit
 //! at each tick, and when it is killed another takes the schedule over.
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::audit::world::audit_world;
@@ -13,16 +13,21 @@ use crate::support::{hubalign, python};
 /// Starts a replica (no workers, an audit every 2 s, a 3 s scheduler lease, `extra` flags) and waits until
 /// it answers.
 fn replica(endpoint: &str, db: &str, extra: &[&str]) -> (Service, String) {
+    replica_of(hubalign(), endpoint, db, &[extra, &["--interval", "2"]].concat(), Stdio::null())
+}
+
+/// [`replica`] started by `command` (hubalign, or hubalign under `faketime`), its errors to `stderr`.
+fn replica_of(mut command: Command, endpoint: &str, db: &str, extra: &[&str], stderr: Stdio) -> (Service, String) {
     let port = free_port();
-    let child = hubalign()
+    let child = command
         .args(["serve", "--endpoint", endpoint, "--token", ALICE, "--db", db, "--workers", "0"])
         .args(extra)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "2", "--scheduler-lease", "3"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--scheduler-lease", "3"])
         .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
@@ -103,4 +108,62 @@ fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
     assert!(overview.contains("left to the other replicas"), "its overview says who audits");
     drop(second);
     drop(reader);
+}
+
+/// `hubalign` run under libfaketime with its clock `offset` seconds from this machine's (timers, which
+/// read the monotonic clock, keep their pace).
+fn skewed(offset: i64) -> Command {
+    let mut command = Command::new("faketime");
+    command.args(["-f", &format!("{offset:+}")]).arg(crate::support::hubalign_bin());
+    command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    command
+}
+
+/// A replica whose clock is ten minutes ahead neither takes the scheduler lease from a live replica nor
+/// audits early: leases, schedules and run times are the database's. It says so at start, and `doctor`
+/// fails it.
+#[test]
+fn a_replica_ten_minutes_ahead_takes_no_lease_and_runs_no_audit_early() {
+    let world = audit_world(0, |_| {});
+    let endpoint = world.endpoint();
+    let db = postgres_url();
+    // Audits every 5 minutes: the skewed replica's clock says the next one is 5 minutes overdue.
+    let (first, _) = replica_of(hubalign(), &endpoint, &db, &["--interval", "300"], Stdio::null());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs(&db).is_empty() {
+        assert!(Instant::now() < deadline, "the first replica never audited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let stderr = Stdio::from(log.reopen().unwrap());
+    let (_skewed, _) = replica_of(skewed(600), &endpoint, &db, &["--interval", "300"], stderr);
+    // Several beats of the 3 s lease.
+    std::thread::sleep(Duration::from_secs(8));
+    let holder = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open_at(&db).await.unwrap();
+        store.lease_holder(hubalign::store::leases::SCHEDULER).await.unwrap()
+    });
+    let first_pid = first.0.id().to_string();
+    assert!(holder.as_ref().is_some_and(|(h, _)| h.ends_with(&format!("-{first_pid}"))), "{holder:?}");
+    let after = runs(&db);
+    assert_eq!(after.len(), 1, "no audit before its time: {after:?}");
+    let said = std::fs::read_to_string(log.path()).unwrap();
+    assert!(said.contains("clock is 600 s ahead of the store's"), "{said}");
+
+    // `doctor` fails a skewed clock, and passes this machine's.
+    let doctor = |mut command: Command| {
+        command
+            .args(["doctor", "--endpoint", &endpoint, "--token", ALICE, "--db", &db, "--target-namespace", "alice"])
+            .args(["--verify-device", "cpu", "--python"])
+            .arg(python())
+            .output()
+            .unwrap()
+    };
+    let out = doctor(skewed(600));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.lines().any(|l| l.contains("FAIL") && l.contains("clock")), "{text}");
+    let out = doctor(hubalign());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.lines().any(|l| l.contains("ok") && l.contains("clock")), "{text}");
 }
