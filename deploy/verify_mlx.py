@@ -10,9 +10,17 @@ which the re-layout took from the source as it read it: each array must hash to 
 the manifest records one (a reordered shard's, taken from the source; then the arrays' lengths must add up
 to `payload_bytes`), and otherwise the arrays' bytes in the order of their offsets must hash to the shard's
 `payload_sha256` (a header-padded shard's payload is the source's, so this proves every tensor). Shards the manifest lists as skipped (copied as they are) must load. The source is not
-read again. Prints one JSON object: {"ok", "device", "mlx_version",
-"files", "tensors", "seconds", "peak_rss_bytes", "cpu_seconds"}, with "error" naming the file and tensor on a mismatch (exit
-status 1). The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
+read again.
+
+Then the bundle is loaded as its readers load it: `mlx_lm.load(DIR)` at its defaults, model and tokenizer,
+every weight evaluated. A bundle larger than half the address-space cap is loaded lazily instead: the model
+is built and every weight checked by name and shape, without being read. A model type mlx-lm does not
+support (or a bundle whose config.json names none) is said in the record, not failed: `mlx.core.load` checked it.
+Any other failure of `mlx_lm.load` fails the check.
+
+Prints one JSON object: {"ok", "device", "mlx_version", "files", "tensors", "mlx_lm", "seconds",
+"peak_rss_bytes", "cpu_seconds"}, with "error" naming the file and tensor on a mismatch (exit status 1).
+"mlx_lm" is {"version", "loaded", "model_type", "lazy"} or {"version", "loaded": false, "why"}. The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
 script with `gpu`.
 
 `--follow` checks the shards the worker's download repairs while they are written, so that the check ends
@@ -363,6 +371,27 @@ def follow(mx, jobs):
     return followed, output
 
 
+def load_as_mlx_lm(mlx_lm, output, lazy):
+    """`mlx_lm.load` of the staged bundle, at its defaults unless `lazy`: what a person's `mlx_lm.load(repo)`
+    does with the mirror. A model type mlx-lm does not support is said, not failed."""
+    said = {"version": mlx_lm.__version__, "loaded": False}
+    config = output / "config.json"
+    if not config.is_file():
+        return {**said, "why": "no config.json: not a model mlx-lm loads"}
+    model_type = json.loads(config.read_text()).get("model_type")
+    if not isinstance(model_type, str):
+        return {**said, "why": "config.json names no model_type: not a model mlx-lm loads"}
+    try:
+        mlx_lm.load(str(output), lazy=lazy)
+    except ValueError as e:
+        if str(e).startswith("Model type ") and str(e).endswith(" not supported."):
+            return {**said, "model_type": model_type, "why": f"mlx-lm {mlx_lm.__version__}: {e}"}
+        raise RuntimeError(f"mlx_lm.load failed: {e}") from e
+    except Exception as e:
+        raise RuntimeError(f"mlx_lm.load failed: {type(e).__name__}: {e}") from e
+    return {**said, "loaded": True, "model_type": model_type, "lazy": lazy}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--output", type=Path, help="the staged bundle, with its manifest")
@@ -379,6 +408,9 @@ def main():
     record = {"ok": False, "device": args.device, "files": 0, "tensors": 0}
     try:
         import mlx.core as mx
+        # Imported before the check is said to start: an interpreter without mlx-lm is the worker's setting
+        # to mend, not the bundle's failure.
+        import mlx_lm
 
         record["mlx_version"] = mx.__version__
         # Said at once: a worker that publishes while the check runs names this version in the card.
@@ -421,6 +453,9 @@ def main():
                 record["tensors"] += tensors
                 record["files"] += 1
                 record["followed"] += was_followed
+        size = sum(p.stat().st_size for p in outputs)
+        lazy = 0 < args.max_address_space < 2 * size
+        record["mlx_lm"] = load_as_mlx_lm(mlx_lm, output, lazy)
         record["ok"] = True
     except Exception as e:  # the record says what failed; the exit status says that it did
         record["error"] = f"{type(e).__name__}: {e}"

@@ -70,6 +70,27 @@ pub struct WorkFile {
     pub modified_ns: u64,
 }
 
+/// What `mlx_lm.load` of a bundle said, in the MLX load check.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MlxLmLoad {
+    /// The mlx-lm that loaded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Whether it loaded the model and its tokenizer.
+    #[serde(default)]
+    pub loaded: bool,
+    /// The config's `model_type`, as the source wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_type: Option<String>,
+    /// Whether the weights were checked by name and shape without being read (a bundle larger than the
+    /// check's memory).
+    #[serde(default)]
+    pub lazy: bool,
+    /// Why it was not loaded: a model type mlx-lm does not support, or no config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
 /// The MLX load check's record, as `deploy/verify_mlx.py` prints it and a runner posts it. Every field but
 /// `ok` may be missing (a record from an older runner, or one that failed before MLX was imported).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +122,9 @@ pub struct MlxRecord {
     /// The staged mirror commit a runner checked, when the Hub is the rendezvous.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged_commit: Option<String>,
+    /// What `mlx_lm.load` of the bundle said; missing from a record of an older script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlx_lm: Option<MlxLmLoad>,
     /// Whatever else the script said (a newer script's fields, a test's probes), kept as it was said.
     #[serde(flatten)]
     pub more: serde_json::Map<String, serde_json::Value>,

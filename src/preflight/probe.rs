@@ -69,7 +69,7 @@ pub async fn mlx(check: &MlxCheck, scratch: &Path) -> Finding {
             CHECK,
             e.to_string(),
             format!(
-                "install MLX for it (`{python} -m pip install mlx`, `mlx[cpu]` on Linux), or give --python another"
+                "install MLX and mlx-lm for it (`{python} -m pip install mlx mlx-lm`, `mlx[cpu]` on Linux), or give --python another"
             ),
         ),
         Err(e) => Finding::fail(

@@ -64,11 +64,14 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
         Err(e) => return super::api::failed(e),
     };
+    // Every file the mirror will carry (shards, manifest, config, tokenizer): the runner loads the bundle with
+    // mlx-lm as a reader does, and that reads more than the shards.
     let mut files: Vec<String> = std::fs::read_dir(staged(&api, job.id).join("aligned"))
         .map(|d| {
             d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".safetensors") || n == crate::manifest::MANIFEST_FILE)
+                .filter(|n| crate::gate::check_repo_path(n).is_ok())
                 .collect()
         })
         .unwrap_or_default();

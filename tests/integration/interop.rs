@@ -198,3 +198,64 @@ fn the_mlx_check_judges_the_loaded_output_by_the_manifests_digests_alone() {
     let error = mlx_check(&fixed)["error"].as_str().unwrap().to_owned();
     assert!(error.contains("not the ones the manifest lists"), "{error}");
 }
+
+/// The worker's MLX check loads each fixed fixture model with `mlx_lm.load` at its defaults (model and
+/// tokenizer, every weight evaluated), as a person loading the mirror would.
+#[test]
+fn the_mlx_check_loads_every_fixture_model_with_mlx_lm_at_its_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    for variant in ["bf16", "q4", "q8", "mixed", "sharded", "q4_oddvocab"] {
+        let fixed = tmp.path().join(variant);
+        let source = fixture(&format!("mlx_lm/{variant}"));
+        // bf16 is aligned already: no mirror is made of it unless pages are asked for.
+        let pages: &[&str] = if variant == "bf16" { &["--alignment", "16384"] } else { &[] };
+        let out = run(&[&["fix", source.to_str().unwrap(), "--out", fixed.to_str().unwrap()], pages].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        // `fix` writes the shards and the manifest; the mirror carries the rest of the bundle beside them.
+        for file in std::fs::read_dir(&source).unwrap().map(|e| e.unwrap().path()) {
+            if !fixed.join(file.file_name().unwrap()).exists() {
+                std::fs::copy(&file, fixed.join(file.file_name().unwrap())).unwrap();
+            }
+        }
+        let record = mlx_check(&fixed);
+        let loaded = &record["mlx_lm"];
+        assert_eq!(
+            (&record["ok"], &loaded["loaded"], &loaded["lazy"]),
+            (&true.into(), &true.into(), &false.into()),
+            "{variant}: {record}"
+        );
+        assert!(loaded["version"].as_str().is_some_and(|v| v.starts_with("0.")), "{record}");
+    }
+}
+
+/// A model type mlx-lm does not know is said in the record, not failed (`mlx.core.load` checked every
+/// tensor); a config mlx-lm cannot build from the shards fails the check, and the mirror is not published.
+#[test]
+fn the_mlx_check_says_what_mlx_lm_cannot_load_and_fails_what_it_loads_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixed = tmp.path().join("q4");
+    let source = fixture("mlx_lm/q4");
+    let out = run(&["fix", source.to_str().unwrap(), "--out", fixed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), fixed.join(file)).unwrap();
+    }
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(source.join("config.json")).unwrap()).unwrap();
+    let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut changed = config.clone();
+        edit(&mut changed);
+        std::fs::write(fixed.join("config.json"), serde_json::to_vec(&changed).unwrap()).unwrap();
+        mlx_check(&fixed)
+    };
+    let unknown = with(&|c| c["model_type"] = "not_a_model_mlx_lm_knows".into());
+    assert_eq!(unknown["ok"], true, "{unknown}");
+    assert_eq!(unknown["mlx_lm"]["loaded"], false, "{unknown}");
+    let why = unknown["mlx_lm"]["why"].as_str().unwrap();
+    assert!(why.contains("not_a_model_mlx_lm_knows not supported"), "{why}");
+
+    let wrong = with(&|c| c["num_hidden_layers"] = (c["num_hidden_layers"].as_u64().unwrap() + 1).into());
+    assert_eq!(wrong["ok"], false, "{wrong}");
+    let error = wrong["error"].as_str().unwrap();
+    assert!(error.contains("mlx_lm.load failed"), "{error}");
+}

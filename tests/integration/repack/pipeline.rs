@@ -46,6 +46,21 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
         assert_eq!(state(repo).as_deref(), Some("published"), "{repo}: {jobs:?}");
     }
     assert_eq!(state("mlx-community/tiny-bf16"), None, "nothing duplicated, nothing to repack");
+    // Each mirror's check loaded it with mlx_lm.load at its defaults, and its card says so.
+    let stored =
+        world.runtime.block_on(async { hubalign::store::Store::open(&db).await.unwrap().jobs().await.unwrap() });
+    for job in stored.iter().filter(|j| j.state == hubalign::job::JobState::Published) {
+        let record = job.verification.as_ref().map(|v| v.0.clone()).unwrap_or_default();
+        let loaded = record.mlx_lm.unwrap_or_default();
+        assert!(loaded.loaded && !loaded.lazy, "{}: {loaded:?}", job.repo_id);
+        let url = format!("{}/{}/resolve/main/README.md", world.endpoint(), crate::support::mirror(&job.repo_id));
+        let asked = reqwest::Client::new().get(&url).bearer_auth(CAROL);
+        let card = world.runtime.block_on(async { asked.send().await.unwrap().text().await.unwrap() });
+        assert!(
+            card.contains(r"`mlx_lm.load` (mlx-lm 0\.32\.2) loaded the model and its tokenizer at its defaults"),
+            "{card}"
+        );
+    }
     assert_eq!(state("bad-org/truncated-q4"), None, "an invalid shard duplicates nothing");
 
     // Download each mirror with the official client (as someone else) and judge it against the source.

@@ -212,8 +212,12 @@ impl RepoPlan {
                 .into_bytes()
             }
             TextFile::Config => {
+                // The shards are shaped like a llama's or a qwen2's, but no library builds a model from them
+                // (no tokenizer, no biases, sinks in some): the config says so, and mlx-lm answers that it
+                // does not support the type, as it would for any model type it does not know.
                 let mut config = json!({
-                    "model_type": if self.family.starts_with("Qwen") { "qwen2" } else { "llama" },
+                    "model_type": "hubsim_synthetic",
+                    "architectures": [if self.family.starts_with("Qwen") { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
                     "hidden_size": dims.map(|d| d.hidden),
                     "intermediate_size": dims.map(|d| d.intermediate),
                     "num_hidden_layers": dims.map(|d| d.layers),
