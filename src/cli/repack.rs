@@ -251,20 +251,27 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             gate::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
         }
         let s = setup(&args.worker).await?;
-        let sha = match &args.revision {
-            Some(sha) => sha.clone(),
+        // Any letter case names the repo, as on the Hub: the store's spelling if it knows the repo, else the
+        // Hub's, so that one repo is one job whatever the spelling typed.
+        let (sha, hub_spelling) = match &args.revision {
+            Some(sha) => (sha.clone(), None),
             None => {
-                let sha = s.hub.model_info(&args.repo).await?.sha;
-                let sha = sha.with_context(|| format!("{}: no head commit", args.repo))?;
+                let info = s.hub.model_info(&args.repo).await?;
+                let sha = info.sha.with_context(|| format!("{}: no head commit", args.repo))?;
                 gate::check_commit(&sha)?;
-                sha
+                let spelled = info.id.filter(|id| id.eq_ignore_ascii_case(&args.repo) && gate::check_repo_id(id).is_ok());
+                (sha, spelled)
             }
         };
-        let job = s.store.job_for(&args.repo, &sha, s.device).await?;
+        let repo = match s.store.repo_spelled(&args.repo).await? {
+            Some(known) => known,
+            None => hub_spelling.unwrap_or_else(|| args.repo.clone()),
+        };
+        let job = s.store.job_for(&repo, &sha, s.device).await?;
         if let Some(state) = Some(job.state).filter(|st| st.is_final()) {
             println!(
                 "{}@{}: already {} ({})",
-                args.repo,
+                repo,
                 sha,
                 state.as_str(),
                 gate::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
@@ -272,7 +279,7 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             return Ok(exit_for(&job));
         }
         let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
-            bail!("{}@{}: the job is held by another worker or out of attempts", args.repo, sha);
+            bail!("{}@{}: the job is held by another worker or out of attempts", repo, sha);
         };
         let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
         let work = repacker.run(&job);
@@ -290,7 +297,7 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
                         let released = s.store.release_job(job.id, &s.opts.worker, &why).await?;
                         println!(
                             "{}@{}: stopped by {name}; {}",
-                            args.repo,
+                            repo,
                             sha,
                             if released { "released: the next run takes it up where it was" } else { "another worker holds it" }
                         );
@@ -300,16 +307,16 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             }
         };
         let Some(_) = ran? else {
-            bail!("{}@{}: another worker took the job over (this one's lease ran out)", args.repo, sha);
+            bail!("{}@{}: another worker took the job over (this one's lease ran out)", repo, sha);
         };
         if let Some(bytes) = hubalign::blocking::peak_rss() {
             tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
         }
-        let done = s.store.job_for(&args.repo, &sha, s.device).await?;
+        let done = s.store.job_for(&repo, &sha, s.device).await?;
         let needs_operator = done.failure_kind == Some(FailureKind::NeedsOperator);
         println!(
             "{}@{}: {}{}",
-            args.repo,
+            repo,
             sha,
             if needs_operator { "needs the operator" } else { done.state.as_str() },
             done.target_repo

@@ -59,7 +59,9 @@ pub(super) fn run(args: &ReportArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let store = if args.create_db { args.store.open().await? } else { args.store.open_existing().await? };
-        if let Some(id) = &args.repo {
+        if let Some(asked) = &args.repo {
+            // Any letter case names the repo, as on the Hub.
+            let id = &store.repo_spelled(asked).await?.unwrap_or_else(|| asked.clone());
             let rows = report::repo(&store, id).await?;
             if rows.is_empty() {
                 anyhow::bail!("{id}: no shards recorded (not audited yet, not an MLX repo, or gated)");

@@ -32,9 +32,9 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// The repo's new name, when the Hub answered a question about `asked` with another repo (a rename) whose
-    /// id passes the gate.
+    /// id passes the gate. Another letter case of `asked` is the same repo on the Hub, not a rename.
     pub fn renamed(&self, asked: &str) -> Option<&str> {
-        self.id.as_deref().filter(|id| *id != asked && gate::check_repo_id(id).is_ok())
+        self.id.as_deref().filter(|id| !id.eq_ignore_ascii_case(asked) && gate::check_repo_id(id).is_ok())
     }
 
     /// The licence the Hub tags it with, if it passes the gate's rules for a name.

@@ -141,7 +141,12 @@ pub(super) async fn repo_shards(
     State(state): State<AppState>,
     ApiPath((ns, name)): ApiPath<(String, String)>,
 ) -> Response {
-    let id = format!("{ns}/{name}");
+    // Any letter case names the repo, as on the Hub: the store's spelling is looked up.
+    let asked = format!("{ns}/{name}");
+    let id = match state.store.repo_spelled(&asked).await {
+        Ok(spelled) => spelled.unwrap_or(asked),
+        Err(e) => return failed(e),
+    };
     match tokio::try_join!(state.store.repo(&id), crate::report::repo(&state.store, &id)) {
         Ok((None, _)) => api_error(StatusCode::NOT_FOUND, format!("no repository {id} in the store")),
         Ok((Some(_), rows)) => Json(rows).into_response(),

@@ -579,7 +579,7 @@ impl Store {
     /// Jobs that pass `filter`, newest first, `limit` of them after `offset`.
     pub async fn jobs_page(&self, filter: &JobFilter, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
-            "SELECT * FROM jobs WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR repo_id = $2)
+            "SELECT * FROM jobs WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR lower(repo_id) = lower($2))
                AND ($3 IS NULL OR failure_kind = $3)
              ORDER BY id DESC LIMIT $4 OFFSET $5"
         )

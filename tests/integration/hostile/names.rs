@@ -204,3 +204,42 @@ fn a_mirror_published_under_a_former_name_is_kept_there() {
     assert_eq!(mirrors(&world), [former], "no second mirror under the new name");
     assert_ne!(mirror_name("mlx-community/tiny-q4", "alice"), former);
 }
+
+/// A repo id in another letter case names the same repo, as on the Hub, at every entry point it reaches
+/// besides the webhook (`webhook::…other_spellings…`): `repack`, `report --repo`, the API's shards and jobs,
+/// and the repo's page. One repo is one job and one mirror, whatever the spelling typed.
+#[test]
+fn a_repo_id_in_any_letter_case_reaches_the_same_repo_at_every_entry_point() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    audit(&world.endpoint(), &db);
+    let run = |args: &[&str]| worker(&world.endpoint(), &db, &work, args);
+    let first = run(&["repack", "MLX-Community/Tiny-Q4"]);
+    assert_eq!(first.status.code(), Some(0), "{}{}", stdout(&first), String::from_utf8_lossy(&first.stderr));
+    assert!(stdout(&first).starts_with("mlx-community/tiny-q4@"), "the store's spelling: {}", stdout(&first));
+    let again = run(&["repack", "mlx-community/TINY-q4"]);
+    assert!(stdout(&again).contains("already published"), "{}", stdout(&again));
+    let all = jobs(&db);
+    assert_eq!(all.iter().filter(|j| j.repo_id.eq_ignore_ascii_case("mlx-community/tiny-q4")).count(), 1, "{all:?}");
+    assert_eq!(mirrors(&world), [mirror("mlx-community/tiny-q4")]);
+
+    let report = crate::support::hubalign()
+        .args(["report", "--db", db.to_str().unwrap(), "--repo", "MLX-COMMUNITY/tiny-q4", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(0), "{}", String::from_utf8_lossy(&report.stderr));
+    assert!(stdout(&report).contains("model.safetensors"), "{}", stdout(&report));
+
+    let (_serve, base) = crate::serve::start_serve(&world.endpoint(), &db, 86_400, &["--workers", "0"], &[]);
+    let shards = crate::serve::try_get(&format!("{base}/api/repos/Mlx-Community/TINY-Q4/shards")).unwrap();
+    assert!(shards.contains("model.safetensors"), "{shards}");
+    let listed = crate::serve::try_get(&format!("{base}/api/jobs?repo=MLX-community/Tiny-q4")).unwrap();
+    assert!(listed.contains("\"repo_id\":\"mlx-community/tiny-q4\""), "{listed}");
+    let (status, url, _) = crate::serve::fetch(&format!("{base}/repo/mlx-COMMUNITY/tiny-Q4"));
+    assert_eq!(
+        (status, url),
+        (200, format!("{base}/repo/mlx-community/tiny-q4")),
+        "redirected to the store's spelling"
+    );
+}
