@@ -1,4 +1,28 @@
-//! An error and its causes as one line, for a log or a report that has no `anyhow` to say it.
+//! How errors are said: an error and its causes as one line, for a log or a report that has no `anyhow` to
+//! say it; and the error of a value that is none of the spellings a setting takes.
+
+/// A value that is not one a setting or a stored name takes: `expected` says what would be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}`: expected {expected}")]
+pub struct Unrecognized {
+    /// The value as given.
+    pub value: String,
+    /// What the setting takes.
+    pub expected: String,
+}
+
+impl Unrecognized {
+    /// `value` is not what `expected` says a value must be.
+    pub fn new(value: impl Into<String>, expected: impl Into<String>) -> Unrecognized {
+        Unrecognized { value: value.into(), expected: expected.into() }
+    }
+
+    /// `value` is none of `names`.
+    pub fn one_of<'a>(value: &str, names: impl IntoIterator<Item = &'a str>) -> Unrecognized {
+        let names: Vec<&str> = names.into_iter().collect();
+        Unrecognized::new(value, format!("one of {}", names.join(", ")))
+    }
+}
 
 /// `e`, then each of its sources after `: `; a source whose text the line already holds is not said again.
 pub fn with_causes(e: &dyn std::error::Error) -> String {

@@ -108,9 +108,13 @@ impl std::fmt::Display for JobState {
 }
 
 impl std::str::FromStr for JobState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        JobState::ALL.into_iter().find(|j| j.as_str() == s).ok_or_else(|| format!("unknown job state `{s}`"))
+    type Err = crate::error_text::Unrecognized;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let known = || JobState::ALL.iter().map(|j| j.as_str());
+        JobState::ALL
+            .into_iter()
+            .find(|j| j.as_str() == s)
+            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, known()))
     }
 }
 
@@ -143,12 +147,13 @@ impl FailureKind {
 }
 
 impl std::str::FromStr for FailureKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        FailureKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
-            let known: Vec<_> = FailureKind::ALL.iter().map(|k| k.as_str()).collect();
-            format!("unknown failure kind `{s}` (one of {})", known.join(", "))
-        })
+    type Err = crate::error_text::Unrecognized;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let known = || FailureKind::ALL.iter().map(|k| k.as_str());
+        FailureKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, known()))
     }
 }
 

@@ -55,7 +55,7 @@ pub(super) fn run(args: &DemoArgs) -> anyhow::Result<Exit> {
 
     let sim_runtime = tokio::runtime::Runtime::new()?;
     let mut config = SimConfig::new(hub_root.clone());
-    config.tokens = vec![DEMO_TOKEN.parse().map_err(|e: String| anyhow::anyhow!(e))?];
+    config.tokens = vec![DEMO_TOKEN.parse()?];
     let hub = sim_runtime.block_on(sim::start(config)).context("starting the simulated Hub")?;
     println!("simulated Hub: {} ({} repos under {})", hub.base_url, REPOS.len(), hub_root.display());
 

@@ -19,14 +19,16 @@ pub struct Watched {
 }
 
 impl std::str::FromStr for Watched {
-    type Err = String;
+    type Err = crate::error_text::Unrecognized;
     /// `org:NAME` or `user:NAME`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (kind, name) = s.split_once(':').ok_or_else(|| format!("{s}: expected org:NAME or user:NAME"))?;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let refused = || crate::error_text::Unrecognized::new(s, "org:NAME or user:NAME");
+        let (kind, name) = s.split_once(':').ok_or_else(refused)?;
         if kind != "org" && kind != "user" {
-            return Err(format!("{s}: the kind is `org` or `user`"));
+            return Err(refused());
         }
-        gate::check_namespace(name).map_err(|e| e.to_string())?;
+        gate::check_namespace(name)
+            .map_err(|e| crate::error_text::Unrecognized::new(s, format!("a namespace after `{kind}:` ({e})")))?;
         Ok(Watched { kind: kind.to_owned(), name: name.to_owned() })
     }
 }

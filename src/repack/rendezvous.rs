@@ -35,12 +35,12 @@ pub enum MetalHandoff {
 }
 
 impl std::str::FromStr for MetalHandoff {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::error_text::Unrecognized;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "api" => Ok(MetalHandoff::Api),
             "hub" => Ok(MetalHandoff::Hub),
-            other => Err(format!("`{other}`: expected `api` or `hub`")),
+            other => Err(crate::error_text::Unrecognized::one_of(other, ["api", "hub"])),
         }
     }
 }

@@ -50,9 +50,10 @@ impl Default for Alignment {
 }
 
 impl TryFrom<u64> for Alignment {
-    type Error = String;
-    fn try_from(v: u64) -> Result<Self, String> {
-        Alignment::new(v).ok_or_else(|| format!("alignment {v} is not a power of two from 1 to {}", Self::MAX))
+    type Error = crate::error_text::Unrecognized;
+    fn try_from(v: u64) -> Result<Self, Self::Error> {
+        let expected = format!("an alignment that is a power of two from 1 to {}", Self::MAX);
+        Alignment::new(v).ok_or_else(|| crate::error_text::Unrecognized::new(v.to_string(), expected))
     }
 }
 
@@ -63,9 +64,9 @@ impl From<Alignment> for u64 {
 }
 
 impl FromStr for Alignment {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let v: u64 = s.parse().map_err(|_| format!("`{s}` is not a whole number of bytes"))?;
+    type Err = crate::error_text::Unrecognized;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let v: u64 = s.parse().map_err(|_| crate::error_text::Unrecognized::new(s, "a whole number of bytes"))?;
         Alignment::try_from(v)
     }
 }
@@ -110,12 +111,12 @@ impl fmt::Display for Verdict {
 }
 
 impl FromStr for Verdict {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        [Verdict::Aligned, Verdict::HeaderPad, Verdict::Relayout, Verdict::Invalid]
-            .into_iter()
+    type Err = crate::error_text::Unrecognized;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let all = [Verdict::Aligned, Verdict::HeaderPad, Verdict::Relayout, Verdict::Invalid];
+        all.into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("unknown verdict `{s}`"))
+            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, all.iter().map(|v| v.as_str())))
     }
 }
 

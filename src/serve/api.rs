@@ -49,16 +49,7 @@ async fn health(store: &crate::store::Store, health: &super::Health) -> Response
     }
 }
 
-/// An API error: the status, and `{"error": "…"}` as the body, as every `/api/*` answers one.
-pub(super) fn api_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    let message = message.to_string();
-    (status, Json(serde_json::json!({ "error": message.trim_end() }))).into_response()
-}
-
-/// A 500 from the API, as JSON.
-pub(super) fn failed(e: impl std::fmt::Display) -> Response {
-    api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
-}
+pub(super) use super::respond::{api_error, failed};
 
 /// `GET /api/publishers`: `report --by-publisher`.
 pub(super) async fn publishers(State(state): State<AppState>) -> Response {
@@ -170,7 +161,7 @@ pub(super) struct JobQuery {
 
 impl JobQuery {
     /// The filter the query asks for, or why it cannot be one.
-    fn filter(&self) -> Result<JobFilter, String> {
+    fn filter(&self) -> Result<JobFilter, crate::error_text::Unrecognized> {
         Ok(JobFilter {
             state: self.state.as_deref().map(str::parse).transpose()?,
             repo: self.repo.clone(),

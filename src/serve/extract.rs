@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde::de::DeserializeOwned;
 
 use super::AppState;
-use super::api::api_error;
+use super::respond::{api_error, page_error};
 
 /// A query string of the JSON API; its rejection is a JSON error.
 pub(super) struct ApiQuery<T>(pub T);
@@ -47,7 +47,7 @@ impl<T: DeserializeOwned> FromRequestParts<AppState> for PageParams<T> {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(value)) => Ok(PageParams(value)),
-            Err(rejection) => Err(super::pages::page_error(state, rejection.status(), rejection.body_text())),
+            Err(rejection) => Err(page_error(state, rejection.status(), rejection.body_text())),
         }
     }
 }
@@ -61,7 +61,7 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for PagePath<T> {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(value)) => Ok(PagePath(value)),
-            Err(rejection) => Err(super::pages::page_error(state, rejection.status(), rejection.body_text())),
+            Err(rejection) => Err(page_error(state, rejection.status(), rejection.body_text())),
         }
     }
 }

@@ -13,6 +13,7 @@ mod overview;
 mod pages;
 mod process;
 pub mod publish;
+mod respond;
 pub mod runner_api;
 pub mod schedule;
 mod scheduler;

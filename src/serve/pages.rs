@@ -45,16 +45,7 @@ pub(super) fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Res
     }
 }
 
-/// An error as a page in the site's style, with the way back (the navigation, the search): what a browser
-/// gets for a page that does not exist, a bad query or a store that failed.
-pub(super) fn page_error(state: &AppState, status: StatusCode, message: impl std::fmt::Display) -> Response {
-    let message = message.to_string();
-    let ctx = context! { status => status.as_u16(), title => status.canonical_reason().unwrap_or("Error"), message };
-    match state.templates.get_template("error.html.j2").and_then(|t| t.render(ctx)) {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering error.html.j2: {e}")).into_response(),
-    }
-}
+pub(super) use super::respond::page_error;
 
 /// Where page `page` of `size` rows starts: `None` for a page number out of range (negative, or past what an
 /// offset can hold), answered with [`page_out_of_range`].
@@ -75,7 +66,7 @@ pub(super) fn page_failed(state: &AppState, e: impl std::fmt::Display) -> Respon
 /// Any path no route takes: JSON under `/api/` (as every API error), a page in the site's style elsewhere.
 pub(super) async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
     if uri.path() == "/api" || uri.path().starts_with("/api/") {
-        return super::api::api_error(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()));
+        return super::respond::api_error(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()));
     }
     page_error(&state, StatusCode::NOT_FOUND, format!("There is no page at {}.", uri.path()))
 }

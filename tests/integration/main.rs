@@ -21,6 +21,7 @@ mod queue;
 mod rehearsal;
 mod repack;
 mod replicas;
+mod rules;
 mod selftest;
 mod serve;
 mod sim;

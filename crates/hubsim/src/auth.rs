@@ -28,22 +28,26 @@ pub struct TokenSpec {
     pub account: Account,
 }
 
+/// A `--token` that is not `TOKEN:USER[:ORG,ORG…][:read]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected TOKEN:USER[:ORG,ORG…][:read]")]
+pub struct BadTokenSpec;
+
 impl FromStr for TokenSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        const EXPECTED: &str = "expected TOKEN:USER[:ORG,ORG…][:read]";
+    type Err = BadTokenSpec;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut parts = s.splitn(4, ':');
         let (Some(token), Some(user)) = (parts.next(), parts.next()) else {
-            return Err(EXPECTED.into());
+            return Err(BadTokenSpec);
         };
         if token.is_empty() || user.is_empty() {
-            return Err(EXPECTED.into());
+            return Err(BadTokenSpec);
         }
         let orgs = parts.next().unwrap_or("");
         let read_only = match parts.next() {
             None | Some("write") => false,
             Some("read") => true,
-            Some(_) => return Err(EXPECTED.into()),
+            Some(_) => return Err(BadTokenSpec),
         };
         let mut namespaces: BTreeSet<String> = orgs.split(',').filter(|o| !o.is_empty()).map(String::from).collect();
         namespaces.insert(user.to_owned());

@@ -22,16 +22,21 @@ pub struct WebhookTarget {
     pub secret: Option<String>,
 }
 
+/// A `--webhook` whose URL is not http(s).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}: not an http(s) URL")]
+pub struct NotHttp(pub String);
+
 impl std::str::FromStr for WebhookTarget {
-    type Err = String;
+    type Err = NotHttp;
     /// `URL` or `URL#SECRET`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (url, secret) = match s.split_once('#') {
             Some((url, secret)) => (url, Some(secret.to_owned())),
             None => (s, None),
         };
         if !url.starts_with("http://") && !url.starts_with("https://") {
-            return Err(format!("{url}: not an http(s) URL"));
+            return Err(NotHttp(url.to_owned()));
         }
         Ok(WebhookTarget { url: url.to_owned(), secret })
     }

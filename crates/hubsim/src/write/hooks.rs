@@ -25,7 +25,8 @@ pub(crate) async fn create(
 ) -> Result<Response, HubError> {
     let owner = owner(&sim, &headers)?;
     let url = body["url"].as_str().ok_or_else(|| HubError::bad_request("url is required"))?;
-    let mut target: WebhookTarget = url.parse().map_err(HubError::bad_request)?;
+    let mut target: WebhookTarget =
+        url.parse().map_err(|e: crate::webhooks::NotHttp| HubError::bad_request(e.to_string()))?;
     target.secret = body["secret"].as_str().map(str::to_owned);
     let watched: Vec<(String, String)> = body["watched"]
         .as_array()
