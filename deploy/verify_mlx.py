@@ -13,8 +13,8 @@ to `payload_bytes`), and otherwise the arrays' bytes in the order of their offse
 read again.
 
 Then the bundle is loaded as its readers load it: `mlx_lm.load(DIR)` at its defaults, model and tokenizer,
-every weight evaluated. A bundle larger than half the address-space cap is loaded lazily instead: the model
-is built and every weight checked by name and shape, without being read. A model type mlx-lm does not
+every weight evaluated. A bundle larger than half this machine's memory (or of the address-space cap) is
+loaded lazily instead: the model is built and every weight checked by name and shape, without being read. A model type mlx-lm does not
 support (or a bundle whose config.json names none) is said in the record, not failed: `mlx.core.load` checked it.
 Any other failure of `mlx_lm.load` fails the check.
 
@@ -371,6 +371,30 @@ def follow(mx, jobs):
     return followed, output
 
 
+def memory_budget(max_address_space):
+    """The memory a whole-model load may take: this machine's physical memory, or the address-space cap if
+    smaller. A bundle over half of it is loaded lazily."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        physical = 0
+    limits = [m for m in (physical, max_address_space) if m > 0]
+    return min(limits) if limits else 0
+
+
+def exit_with_the_worker():
+    """Ends this process once the worker that started it is gone (its parent changes): a check the worker
+    can no longer read must not go on reading a bundle."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def load_as_mlx_lm(mlx_lm, output, lazy):
     """`mlx_lm.load` of the staged bundle, at its defaults unless `lazy`: what a person's `mlx_lm.load(repo)`
     does with the mirror. A model type mlx-lm does not support is said, not failed."""
@@ -402,6 +426,7 @@ def main():
     args = ap.parse_args()
     if (args.output is None) == (not args.follow):
         ap.error("give --output DIR, or --follow")
+    exit_with_the_worker()
     if args.max_address_space > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.max_address_space, args.max_address_space))
     started = time.perf_counter()
@@ -454,7 +479,7 @@ def main():
                 record["files"] += 1
                 record["followed"] += was_followed
         size = sum(p.stat().st_size for p in outputs)
-        lazy = 0 < args.max_address_space < 2 * size
+        lazy = 2 * size > memory_budget(args.max_address_space)
         record["mlx_lm"] = load_as_mlx_lm(mlx_lm, output, lazy)
         record["ok"] = True
     except Exception as e:  # the record says what failed; the exit status says that it did

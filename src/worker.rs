@@ -180,6 +180,8 @@ impl<R: JobRunner> WorkerLoop<R> {
                 }
             };
             tokio::select! {
+                // The job's end first: a job that ends as the grace runs out keeps its outcome.
+                biased;
                 joined = &mut task => break joined,
                 // The guard `wait_for` answers is dropped at once: it may not be held across the awaits below.
                 () = async { drop(stop.wait_for(|s| *s).await) }, if grace_ends.is_none() => {
@@ -188,7 +190,12 @@ impl<R: JobRunner> WorkerLoop<R> {
                 }
                 () = grace_over => {
                     task.abort();
-                    let _ = task.await;
+                    match (&mut task).await {
+                        // It ended before the abort reached it: its outcome stands.
+                        Ok(ended) => break Ok(ended),
+                        Err(e) if e.is_panic() => break Err(e),
+                        Err(_) => {}
+                    }
                     let why = "the process was told to stop, and the job outlived the grace period";
                     match self.store.release_job(id, &self.worker, why).await {
                         Ok(true) => tracing::warn!(job.id = id, repo.id = %repo, "the job was stopped and released; the next worker takes it up"),

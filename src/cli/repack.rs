@@ -289,11 +289,18 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             name = &mut signal => {
                 let name = name.unwrap_or("a stop signal");
                 let grace = s.opts.stop_grace;
-                eprintln!("{name}: the job may finish within {} s; then it is released", grace.as_secs());
-                match tokio::time::timeout(grace, &mut work).await {
-                    Ok(ran) => ran,
-                    Err(_) => {
-                        let why = format!("{name} stopped `hubalign repack`, and the job outlived the grace period");
+                eprintln!(
+                    "{name}: the job may finish within {} s; then it is released (a second signal releases it now)",
+                    grace.as_secs()
+                );
+                let outlived = tokio::select! {
+                    ran = tokio::time::timeout(grace, &mut work) => ran.ok(),
+                    _ = super::stop_signal() => None,
+                };
+                match outlived {
+                    Some(ran) => ran,
+                    None => {
+                        let why = format!("{name} stopped `hubalign repack` before the job ended");
                         let released = s.store.release_job(job.id, &s.opts.worker, &why).await?;
                         println!(
                             "{}@{}: stopped by {name}; {}",

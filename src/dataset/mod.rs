@@ -39,6 +39,17 @@ pub const HISTORY_TABLES: &[&str] = &["publishers"];
 /// is lost.
 pub const MARKER: &str = "<!-- hubalign:dataset -->";
 
+/// Lines every card of earlier releases (before [`MARKER`]) holds together: a card with both is taken as
+/// marked, so that an upgrade keeps publishing to the repo it published to.
+pub const EARLIER_CARD: [&str; 2] =
+    ["pretty_name: Safetensors alignment of MLX models on the Hub", "[hubalign]: https://github.com/hubalign/hubalign"];
+
+/// Whether `card` marks its dataset repo as the service's: [`MARKER`], or both lines of [`EARLIER_CARD`].
+pub fn is_marked(card: &[u8]) -> bool {
+    let holds = |needle: &str| card.windows(needle.len()).any(|w| w == needle.as_bytes());
+    holds(MARKER) || EARLIER_CARD.iter().all(|line| holds(line))
+}
+
 /// Whether `date` is a day spelled `YYYY-MM-DD`, the only spelling a snapshot uses.
 pub fn is_day(date: &str) -> bool {
     chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_ok_and(|d| d.format("%Y-%m-%d").to_string() == date)
@@ -258,6 +269,16 @@ mod tests {
         assert!(stale.contains(&part_path("repos", "2026-12-03", 0)));
         assert!(stale.contains(&part_path("shards", "2026-12-01", 15)));
         assert!(stale.iter().all(|p| !p.starts_with("publishers/") && !p.contains("2026-12-04")));
+    }
+
+    #[test]
+    fn a_card_is_marked_by_the_marker_or_by_both_lines_of_an_earlier_release_s_card() {
+        let today = snapshot(&["a"]).card("ops/audit", &Default::default()).unwrap();
+        assert!(is_marked(today.as_bytes()), "today's card carries the marker");
+        assert!(is_marked(today.replace(MARKER, "").as_bytes()), "an earlier release's card, without it");
+        assert!(is_marked(EARLIER_CARD.join("\n...\n").as_bytes()));
+        assert!(!is_marked(EARLIER_CARD[0].as_bytes()), "one line of it is not enough");
+        assert!(!is_marked(b"# Our model stats\n"));
     }
 
     #[test]

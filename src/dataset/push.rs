@@ -92,6 +92,16 @@ pub enum PushError {
     /// The store could not be read or written.
     #[error("the store's record of the dataset repo")]
     Store(#[from] StoreError),
+    /// The repo holds a newer day than the snapshot's: pushing it would delete the newer day's tables.
+    #[error("{repo} holds {newest}, newer than the snapshot's {date}; push a snapshot of {newest} or later")]
+    Older {
+        /// The dataset repo.
+        repo: String,
+        /// The snapshot's day.
+        date: String,
+        /// The newest day the repo holds.
+        newest: String,
+    },
     /// The card could not be rendered.
     #[error("rendering the dataset card")]
     Card(#[source] Box<super::DatasetError>),
@@ -135,22 +145,34 @@ pub async fn push(
             return Ok(Pushed { created: true, written, bytes_written, ..Pushed::default() });
         }
         None => {
-            match hub.create_dataset_repo(repo, false).await.map_err(failed("creating"))? {
-                Created::New => {
-                    store.record_owned(OwnedKind::Dataset, repo).await?;
-                    created = true;
+            // Claimed before it is created: a creation whose answer is lost (then a 409) is still known as ours.
+            store.record_owned(OwnedKind::Dataset, repo).await?;
+            let made = match hub.create_dataset_repo(repo, false).await {
+                Ok(made) => made,
+                Err(e) => {
+                    // Not made: a repo someone makes under that name later is theirs.
+                    store.forget_owned(OwnedKind::Dataset, repo).await?;
+                    return Err(failed("creating")(e));
                 }
-                // Made meanwhile by someone: it must be ours like any other that exists.
-                Created::Existed => {}
-            }
+            };
             let head = hub.head_of(target).await.map_err(failed("reading the head"))?.map(|(head, _)| head);
             let head = head.ok_or_else(|| PushError::Hub {
                 what: "reading the head",
                 repo: repo.to_owned(),
                 source: Box::new(HubError::Malformed { url: repo.to_owned(), detail: "created, yet not found".into() }),
             })?;
-            if !created {
-                ensure_ours((hub, store), repo, &head, mode).await?;
+            match made {
+                Created::New => created = true,
+                // Ours with its answer lost, or someone's made meanwhile: a repo that already has a card is not
+                // one this push made a moment ago.
+                Created::Existed => {
+                    let card = ["README.md".to_owned()];
+                    let held = hub.paths_info_of(target, &head, &card).await.map_err(failed("reading the card"))?;
+                    if !held.is_empty() {
+                        store.forget_owned(OwnedKind::Dataset, repo).await?;
+                        ensure_ours((hub, store), repo, &head, mode).await?;
+                    }
+                }
             }
             head
         }
@@ -163,6 +185,13 @@ pub async fn push(
         let prefix = format!("{table}/");
         found.extend(dirs.iter().filter_map(|d| d.strip_prefix(&prefix)).map(|day| (table, day.to_owned())));
     }
+    // A snapshot older than a day the repo holds would delete the newer day's tables.
+    let newest =
+        found.iter().filter(|(t, d)| !super::HISTORY_TABLES.contains(t) && super::is_day(d)).map(|(_, d)| d).max();
+    if let Some(newest) = newest.filter(|newest| **newest > snapshot.date) {
+        let (repo, date, newest) = (repo.to_owned(), snapshot.date.clone(), newest.clone());
+        return Err(PushError::Older { repo, date, newest });
+    }
     let stale = super::stale_parts(found.iter().map(|(t, d)| (*t, d.as_str())), &snapshot.date);
     let earlier: std::collections::BTreeSet<String> = found
         .iter()
@@ -172,8 +201,8 @@ pub async fn push(
     let card = snapshot.card(repo, &earlier).map_err(|e| PushError::Card(Box::new(e)))?;
     files.insert("README.md".to_owned(), card.into_bytes());
     let files = &files;
-    // Only the paths this snapshot may write or delete: the card and the day's parts, in one request, however
-    // many days the repo holds.
+    // Only the paths this snapshot may write or delete: the card, the day's parts and the other days' of the
+    // tables that name repos.
     let deletable: std::collections::BTreeSet<String> =
         super::day_parts(&snapshot.date).into_iter().chain(stale).collect();
     let asked: Vec<String> = std::iter::once("README.md".to_owned())
@@ -283,8 +312,7 @@ async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str,
             return Err(PushError::Hub { what: "reading the card", repo: repo.to_owned(), source: Box::new(e) });
         }
     };
-    let marker = super::MARKER.as_bytes();
-    if !card.windows(marker.len()).any(|w| w == marker) {
+    if !super::is_marked(&card) {
         return Err(PushError::NotOurs(repo.to_owned()));
     }
     if mode == Mode::Apply {

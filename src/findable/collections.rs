@@ -6,7 +6,8 @@
 //! hand is mended by the next pass.
 //!
 //! A collection is managed when its title is one of those names and it is ours. Ours means the store records
-//! its slug, or its description carries [`MARKER`] (a lost store; it is then recorded). A collection of
+//! its slug, or its description carries [`MARKER`] or is an earlier release's (a lost store, an upgrade; it
+//! is then recorded). A collection of
 //! another namespace that a listing shows is ignored. One of a managed title that is not ours is refused: it
 //! is named, and left as it is. In a managed collection, a model the store does not list as a public mirror
 //! is removed; any other kind of item (a paper the operator added) is left alone. One collection's or item's
@@ -33,6 +34,10 @@ pub const ITEM_NOTE: &str = "Re-laid so memory-mapping loaders copy no tensor; i
 /// The mark in the description of every collection the service makes: it knows its own by it when the
 /// store's record is lost.
 pub const MARKER: &str = "[hubalign:collection]";
+/// The description of the collections earlier releases made (before [`MARKER`]): one that reads exactly so
+/// is taken as marked, so that an upgrade keeps the collections it kept.
+pub const EARLIER_DESCRIPTION: &str = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
+                                       loader maps every tensor without copying it. Kept by hubalign.";
 /// The description of every collection the service makes.
 pub const DESCRIPTION: &str = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
                                loader maps every tensor without copying it. Kept by hubalign. [hubalign:collection]";
@@ -195,7 +200,7 @@ async fn is_ours(store: &Store, c: &CollectionRef, mode: Mode) -> Result<bool, S
     if store.owns(OwnedKind::Collection, &c.slug).await? {
         return Ok(true);
     }
-    if !c.description.contains(MARKER) {
+    if !c.description.contains(MARKER) && c.description != EARLIER_DESCRIPTION {
         return Ok(false);
     }
     if mode == Mode::Apply {

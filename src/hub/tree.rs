@@ -45,6 +45,9 @@ struct DirEntry {
     path: String,
 }
 
+/// Paths asked about in one `paths-info` request.
+const PATHS_PER_REQUEST: usize = 1000;
+
 impl HubClient {
     /// Every file of `repo` at `revision`, following the tree's pagination (each page at most
     /// [`TREE_PAGE_CAP`] bytes, never a page twice). Paths are returned as listed: the caller checks them.
@@ -79,11 +82,16 @@ impl HubClient {
         paths: &[String],
     ) -> Result<Vec<TreeFile>, HubError> {
         let url = self.repo_api(repo, &format!("paths-info/{}", gate::encode_segment(revision)));
-        let body = serde_json::json!({ "paths": paths, "expand": false });
-        let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
-        let entries: Vec<Entry> = serde_json::from_slice(&fetched.body)
-            .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("paths-info: {e}") })?;
-        Ok(entries.into_iter().filter(|e| e.kind == "file").filter_map(|e| e.file).collect())
+        let mut files = Vec::new();
+        // A bounded number of paths per request, however many are asked about.
+        for chunk in paths.chunks(PATHS_PER_REQUEST) {
+            let body = serde_json::json!({ "paths": chunk, "expand": false });
+            let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
+            let entries: Vec<Entry> = serde_json::from_slice(&fetched.body)
+                .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("paths-info: {e}") })?;
+            files.extend(entries.into_iter().filter(|e| e.kind == "file").filter_map(|e| e.file));
+        }
+        Ok(files)
     }
 
     /// The directories directly under `path` in `repo` at `revision`, as the first page of its tree lists

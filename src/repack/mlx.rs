@@ -41,8 +41,8 @@ pub enum MlxCheckError {
         /// What it was reading, said for people.
         bytes: String,
     },
-    /// It ended before MLX was imported: the interpreter has no (working) MLX, whatever the bundle.
-    #[error("{python} cannot import mlx: {stderr}")]
+    /// It ended before MLX was imported: the interpreter has no (working) MLX or mlx-lm, whatever the bundle.
+    #[error("{python} cannot import mlx and mlx_lm: {stderr}")]
     NoMlx {
         /// The interpreter.
         python: String,

@@ -88,10 +88,11 @@ impl Store {
     /// Takes the name `target` for `source` in one statement; `false` if another source holds it (or `source`
     /// already has another mirror), so two workers can never give one name to two sources.
     pub async fn claim_mirror(&self, target: &str, source: &str, private: bool) -> Result<bool, StoreError> {
+        let now = self.db_now_utc().await?;
         on_pool!(self, |pool| sqlx::query("INSERT INTO mirrors (target_repo, source_repo, created_at, private) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
             .bind(target)
             .bind(source)
-            .bind(crate::time::now_utc())
+            .bind(&now)
             .bind(private)
             .execute(pool)
             .await.map(|done| done.rows_affected()))

@@ -39,6 +39,18 @@ impl Store {
         .map_err(sql("record an owned object"))
     }
 
+    /// Forgets the record of the object `id` of `kind`: a claim made before creating it, when what the Hub
+    /// holds under that name turned out to be someone else's.
+    pub async fn forget_owned(&self, kind: OwnedKind, id: &str) -> Result<(), StoreError> {
+        on_pool!(self, |pool| sqlx::query("DELETE FROM hub_objects WHERE kind = $1 AND object_id = $2")
+            .bind(kind.as_str())
+            .bind(id.to_ascii_lowercase())
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(sql("forget an owned object"))
+    }
+
     /// Whether the store records the object `id` of `kind` as the service's, in any letter case.
     pub async fn owns(&self, kind: OwnedKind, id: &str) -> Result<bool, StoreError> {
         let found: Option<String> = on_pool!(self, |pool| sqlx::query_scalar(
@@ -66,5 +78,7 @@ mod tests {
         store.record_owned(OwnedKind::Dataset, "OPS/stats").await.unwrap();
         assert!(store.owns(OwnedKind::Dataset, "ops/stats").await.unwrap());
         assert!(!store.owns(OwnedKind::Collection, "ops/stats").await.unwrap());
+        store.forget_owned(OwnedKind::Dataset, "OPS/STATS").await.unwrap();
+        assert!(!store.owns(OwnedKind::Dataset, "ops/stats").await.unwrap());
     }
 }

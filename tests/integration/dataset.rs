@@ -373,6 +373,18 @@ fn a_repo_that_leaves_the_public_is_named_by_no_published_file_after_the_next_sn
     assert!(!read.contains(gone), "{read}");
     assert!(read.contains("lmstudio/tiny-mixed"), "the rest is still there: {read}");
 
+    // A snapshot older than the newest day would delete that day's tables: refused, nothing written.
+    let before = tree(&world);
+    let out = hubalign()
+        .args(["dataset", "push", "--db", db.to_str().unwrap(), "--repo", "alice/mlx-audit", "--date", "2026-12-03"])
+        .args(["--endpoint", world.endpoint().as_str(), "--token", crate::sim::world::ALICE])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("holds 2026-12-04, newer than the snapshot's 2026-12-03"), "{said}");
+    assert_eq!(tree(&world), before);
+
     // `dataset write` into a directory of both days does the same.
     let data = tempfile::tempdir().unwrap();
     let day = |date: &str| {

@@ -174,3 +174,24 @@ fn a_collection_of_another_namespace_in_the_listing_is_ignored() {
     assert_eq!(items_of(&world, &foreign), ["mlx-community/tiny-q4"], "left as it was");
     assert_eq!(proxy.count(&format!("/api/collections/{foreign}")), 0, "never asked about, let alone written");
 }
+
+/// A collection an earlier release made (its description word for word, no marker, no record in a new
+/// store) is still the service's after an upgrade: kept, and recorded.
+#[test]
+fn a_collection_an_earlier_release_made_is_kept_after_an_upgrade() {
+    use hubalign::findable::collections::{ALL_TITLE, EARLIER_DESCRIPTION};
+    let world = audit_world(0, |_| {});
+    let (_dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let made = json!({"title": ALL_TITLE, "namespace": "alice", "description": EARLIER_DESCRIPTION});
+    let slug =
+        as_alice(&world, reqwest::Method::POST, "/api/collections", Some(made))["slug"].as_str().unwrap().to_owned();
+    let item = json!({"item": {"type": "model", "id": "mlx-community/tiny-q4"}});
+    as_alice(&world, reqwest::Method::POST, &format!("/api/collections/{slug}/items"), Some(item));
+    let out = findable(&world.endpoint(), &db, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(said(&out).contains("1 removed, 0 mirrors gone from the Hub, 0 refused"), "kept as ours: {}", said(&out));
+    let store = world.runtime.block_on(hubalign::store::Store::open(&db)).unwrap();
+    let owned = world.runtime.block_on(store.owns(hubalign::store::owned::OwnedKind::Collection, &slug)).unwrap();
+    assert!(owned, "recorded");
+}

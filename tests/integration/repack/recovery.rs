@@ -333,6 +333,11 @@ fn sigterm_lets_the_worker_finish_the_job_in_hand_and_stop() {
 /// stops at once, and the job in hand is released as it stands. A next `repack` takes it up without waiting
 /// for a lease and publishes one mirror, public only once checked.
 fn stopped_past_the_grace_period(args: &[&str], audited: bool, step: &str) {
+    stopped_at(args, audited, step, ("0", 1));
+}
+
+/// [`stopped_past_the_grace_period`] with `grace` seconds of grace and `signals` SIGTERMs sent.
+fn stopped_at(args: &[&str], audited: bool, step: &str, (grace, signals): (&str, usize)) {
     // Each request to the Hub takes 150 ms, so that a step outlasts the signal sent as it begins.
     let world = audit_world(0, |c| c.faults.latency = Duration::from_millis(150));
     let (_dir, db) = db();
@@ -342,7 +347,7 @@ fn stopped_past_the_grace_period(args: &[&str], audited: bool, step: &str) {
     let sim = &world.hub.as_ref().unwrap().sim;
     let work = tempfile::tempdir().unwrap();
     let mut args = args.to_vec();
-    args.extend(["--stop-grace-secs", "0", "--work-dir", work.path().to_str().unwrap()]);
+    args.extend(["--stop-grace-secs", grace, "--work-dir", work.path().to_str().unwrap()]);
     let mut child = lingering(&world.endpoint(), &db, &args);
     let deadline = Instant::now() + Duration::from_secs(90);
     let source = loop {
@@ -354,7 +359,10 @@ fn stopped_past_the_grace_period(args: &[&str], audited: bool, step: &str) {
         std::thread::sleep(Duration::from_millis(5));
     };
     let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    for _ in 0..signals {
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -395,6 +403,8 @@ fn repack_stopped_past_its_grace_period_releases_the_job_mid_download_check_and_
     for step in ["downloading", "verifying", "publishing"] {
         stopped_past_the_grace_period(&["repack", "mlx-community/tiny-sharded"], true, step);
     }
+    // Run by hand, a second signal releases the job at once, whatever grace is left.
+    stopped_at(&["repack", "mlx-community/tiny-sharded"], true, "downloading", ("600", 2));
 }
 
 #[test]
