@@ -1,8 +1,8 @@
 //! Publishing a snapshot to its dataset repo: only the files whose bytes differ from what the repo holds, in
 //! one commit on the head they were compared against; nothing at all when nothing changed.
 //!
-//! The repo must be the service's: created by it and recorded in the store, or marked by its card
-//! ([`super::MARKER`]; then recorded). One that exists and is neither is refused before anything is written.
+//! The repo must be the service's: its card marked ([`super::MARKER`]), or, before its first push, no card
+//! and a record in the store of its creation. Any other is refused before anything is written.
 //!
 //! A file is unchanged when the repo's tree names the same content: the SHA-256 as the LFS oid of a file in
 //! LFS or the CAS, or the git blob id of a small one (the card). A part the repo holds for the snapshot's day
@@ -84,8 +84,8 @@ pub enum PushError {
     Private(String),
     /// The dataset repo exists and the service did not make it: it is not written into.
     #[error(
-        "{0} exists and hubalign did not make it: no record of it in the store, and no {marker} in its README.md. \
-         Nothing was written. Choose another dataset repo with --repo (serve: --publish-dataset)",
+        "{0} exists and hubalign did not make it: its README.md does not carry {marker}. Nothing was written. \
+          Choose another dataset repo with --repo (serve: --publish-dataset)",
         marker = super::MARKER
     )]
     NotOurs(String),
@@ -298,28 +298,31 @@ pub async fn check_destination((hub, store): (&HubClient, &Store), repo: &str) -
     }
 }
 
-/// Refuses `repo` at `head` unless it is ours: recorded in the store, or its card carries the marker (then
-/// recorded, unless in a dry run).
+/// Refuses `repo` at `head` unless it is ours. Its card decides first: a marked card is ours (then recorded,
+/// unless in a dry run), and a card without the mark is not, whatever the store says (the repo was deleted and
+/// made again by someone). A repo without a card is ours only if the store records it (made, and its first
+/// push not done).
 async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str, mode: Mode) -> Result<(), PushError> {
-    if store.owns(OwnedKind::Dataset, repo).await? {
-        return Ok(());
-    }
     let url = hub.resolve_url(&format!("datasets/{repo}"), head, "README.md");
     let card = match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Prefix(CARD_CAP)).await {
-        Ok(fetched) => fetched.body.to_vec(),
-        Err(e) if e.error_code() == Some("EntryNotFound") => Vec::new(),
+        Ok(fetched) => Some(fetched.body.to_vec()),
+        Err(e) if e.error_code() == Some("EntryNotFound") => None,
         Err(e) => {
             return Err(PushError::Hub { what: "reading the card", repo: repo.to_owned(), source: Box::new(e) });
         }
     };
-    if !super::is_marked(&card) {
-        return Err(PushError::NotOurs(repo.to_owned()));
+    let recorded = store.owns(OwnedKind::Dataset, repo).await?;
+    match card {
+        None if recorded => Ok(()),
+        Some(card) if super::is_marked(&card) => {
+            if !recorded && mode == Mode::Apply {
+                tracing::info!(dataset = %repo, "a dataset repo marked as hubalign's, not in the store; recorded");
+                store.record_owned(OwnedKind::Dataset, repo).await?;
+            }
+            Ok(())
+        }
+        _ => Err(PushError::NotOurs(repo.to_owned())),
     }
-    if mode == Mode::Apply {
-        tracing::info!(dataset = %repo, "a dataset repo marked as hubalign's, not in the store; recorded");
-        store.record_owned(OwnedKind::Dataset, repo).await?;
-    }
-    Ok(())
 }
 
 /// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and

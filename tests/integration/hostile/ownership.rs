@@ -126,6 +126,19 @@ fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes
     assert_ok(&audit(&world, &other, &[]));
     let out = dataset_push(&world, &other, "alice/MLX-audit", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+
+    // Deleted, then made again by a colleague with a card of their own: the store's record does not make it ours.
+    let gone = json!({"type": "dataset", "name": "mlx-audit", "organization": "alice"});
+    as_alice(&world, reqwest::Method::DELETE, "/api/repos/delete", Some(gone));
+    world.runtime.block_on(async {
+        hub.create_dataset_repo("alice/mlx-audit", false).await.unwrap();
+        let (head, _) = hub.head_of(RepoRef::dataset("alice/mlx-audit")).await.unwrap().unwrap();
+        let card = [Change::Inline { path: "README.md", content: b"# Our audit\n".to_vec() }];
+        hub.commit(RepoRef::dataset("alice/mlx-audit").into(), &head, "ours".into(), &card).await.unwrap();
+    });
+    let out = dataset_push(&world, &db, "alice/mlx-audit", &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", said(&out));
+    assert_eq!(dataset_files(&world, "alice/mlx-audit"), [".gitattributes", "README.md"], "left as it was");
 }
 
 #[test]
