@@ -43,7 +43,7 @@ use crate::job::{Job, JobOutcome, JobState};
 use crate::safetensors::Alignment;
 use crate::store::{Store, StoreError};
 
-pub use error::RepackError;
+pub use error::{RepackError, WhatNext};
 use rendezvous::MetalHandoff;
 
 /// How the worker runs.
@@ -153,16 +153,20 @@ impl Repacker<'_> {
             Ok(outcome) => outcome,
             Err(e) => {
                 let reason = e.reason();
-                if let Some(until) = e.deferred_until {
-                    tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
-                    JobOutcome::Deferred { reason, until }
-                } else if e.configuration {
-                    tracing::error!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "held: the worker's configuration failed");
-                    JobOutcome::Held { reason }
-                } else {
-                    tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, kind = e.kind.as_str(), "repack failed");
-                    out_of_space = e.out_of_space;
-                    JobOutcome::Failed { reason, kind: e.kind }
+                match e.next {
+                    WhatNext::DeferUntil(until) => {
+                        tracing::info!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "deferred");
+                        JobOutcome::Deferred { reason, until }
+                    }
+                    WhatNext::HoldWorker => {
+                        tracing::error!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, "held: the worker's configuration failed");
+                        JobOutcome::Held { reason }
+                    }
+                    next => {
+                        tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, kind = next.kind().as_str(), "repack failed");
+                        out_of_space = next == (WhatNext::Retry { free_disk: true });
+                        JobOutcome::Failed { reason, kind: next.kind() }
+                    }
                 }
             }
         };

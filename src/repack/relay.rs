@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::error::{self, RepackError};
+use super::error::{RepackError, WhatNext};
 use super::{card, carry, verify};
 use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
@@ -58,7 +58,9 @@ pub(super) fn relay(
             .map(|k| RepackError::io("", std::io::Error::from(k)))
             .reduce(RepackError::join);
         return Err(match by_io {
-            Some(e) if e.kind == error::FailureKind::NeedsOperator || e.out_of_space => e.said_as(reason),
+            Some(e) if matches!(e.next, WhatNext::AskOperator | WhatNext::Retry { free_disk: true }) => {
+                e.said_as(reason)
+            }
             _ if t.invalid > 0 => RepackError::permanent(reason),
             _ => RepackError::transient(reason),
         });

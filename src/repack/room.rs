@@ -79,12 +79,12 @@ mod tests {
         let disk = |free| Space { free, capacity: 100 * gib };
         assert!(judge(need(gib, gib), disk(10 * gib), dir).is_ok());
         let later = judge(need(20 * gib, 20 * gib), disk(10 * gib), dir).unwrap_err();
-        assert_eq!(later.kind, FailureKind::Transient, "{}", later.reason());
+        assert_eq!(later.kind(), FailureKind::Transient, "{}", later.reason());
         let never = judge(need(80 * gib, 80 * gib), disk(90 * gib), dir).unwrap_err();
-        assert_eq!(never.kind, FailureKind::Permanent, "{}", never.reason());
+        assert_eq!(never.kind(), FailureKind::Permanent, "{}", never.reason());
         assert!(never.reason().contains("too large for this worker"), "{}", never.reason());
         let full = judge(need(1, 1), disk(RESERVE - 1), dir).unwrap_err();
-        assert_eq!(full.kind, FailureKind::NeedsOperator, "{}", full.reason());
+        assert_eq!(full.kind(), FailureKind::NeedsOperator, "{}", full.reason());
         assert!(full.reason().contains("--work-dir"), "the message names the fix: {}", full.reason());
         assert_eq!(need(u64::MAX, u64::MAX), u64::MAX, "a lying size cannot overflow the sum");
     }
