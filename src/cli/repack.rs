@@ -10,13 +10,13 @@ use hubalign::gate;
 use hubalign::hub::HubClient;
 use hubalign::job::VerifyDevice;
 use hubalign::job::{FailureKind, Job, JobState};
-use hubalign::repack::lifecycle::reconcile_then_enqueue;
-use hubalign::repack::metal_check::{CheckSetup, Rendezvous, check_once};
-use hubalign::repack::policy::{
+use hubalign::repack::metal::rendezvous::HubRunner;
+use hubalign::repack::metal::runner;
+use hubalign::repack::metal::{CheckSetup, Rendezvous, check_once};
+use hubalign::repack::queue::lifecycle::reconcile_then_enqueue;
+use hubalign::repack::queue::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
 };
-use hubalign::repack::rendezvous::HubRunner;
-use hubalign::repack::runner;
 use hubalign::repack::{RepackOptions, Repacker};
 use hubalign::serve::Health;
 use hubalign::serve::listener::Limits;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use hubalign::hub::HubClient;
-use hubalign::repack::rendezvous::MetalHandoff;
+use hubalign::repack::metal::rendezvous::MetalHandoff;
 use hubalign::safetensors::Alignment;
 use hubalign::store::mirrors::DEFAULT_MIRROR_CAPS;
 

@@ -44,7 +44,7 @@ pub struct FixOptions {
     /// Which digests go into the manifest.
     pub digests: Digests,
     /// A directory of shards the repack worker's download already repaired as they streamed, each with its
-    /// record ([`StreamedRecord`], written by `repack::stream`): such a shard is linked into the output with its record, not rewritten
+    /// record ([`StreamedRecord`], written by `repack::repair`): such a shard is linked into the output with its record, not rewritten
     /// from its source, which is only a stub.
     pub prepared: Option<PathBuf>,
 }

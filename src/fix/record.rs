@@ -1,4 +1,4 @@
-//! The record kept beside a shard repaired as it downloaded (`repack::stream` writes it): what lets `fix` take
+//! The record kept beside a shard repaired as it downloaded (`repack::repair` writes it): what lets `fix` take
 //! that shard as done instead of rewriting it, and a resumed download skip it.
 
 use std::path::{Path, PathBuf};

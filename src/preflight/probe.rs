@@ -1,12 +1,12 @@
 //! The interpreter's check: a probe bundle (one small MLX-style shard whose tensors sit off their widths, as
 //! MLX's writer leaves them) re-laid by the worker's own repair, then judged by the worker's own MLX check
-//! (`repack::mlx`, the same script, device and limits): what passes here is what every job's check needs.
+//! (`repack::checks::mlx`, the same script, device and limits): what passes here is what every job's check needs.
 
 use std::path::{Path, PathBuf};
 
 use super::Finding;
 use crate::fix::{Destination, FixOptions, fix};
-use crate::repack::mlx::{self, MlxCheckError};
+use crate::repack::checks::mlx::{self, MlxCheckError};
 use crate::safetensors::Alignment;
 use crate::safetensors::rewrite::Digests;
 

@@ -5,33 +5,17 @@
 //! A job's way reads top to bottom in `pipeline` (where it takes up its work is decided in `resume`);
 //! this module holds what the worker runs it with and how its outcome is recorded.
 
-pub mod ahead;
-pub mod blocks;
-pub mod card;
-pub mod carry;
+pub mod checks;
 pub mod download;
 pub mod error;
-mod finish;
-pub mod follow;
-pub mod lifecycle;
-pub mod metal_check;
-pub mod mlx;
+pub mod metal;
 mod pipeline;
-pub mod policy;
-pub mod prime;
 pub mod publish;
-pub mod pull_request;
-mod relay;
-pub mod rendezvous;
+pub mod queue;
+mod relayout;
+pub mod repair;
 mod resume;
-pub mod room;
-pub mod runner;
-pub mod stream;
-mod transfer;
 pub mod upload;
-pub mod upload_follow;
-pub mod verify;
-pub mod xet_stream;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,7 +28,7 @@ use crate::safetensors::Alignment;
 use crate::store::{Store, StoreError};
 
 pub use error::{RepackError, WhatNext};
-use rendezvous::MetalHandoff;
+use metal::rendezvous::MetalHandoff;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -74,10 +58,10 @@ pub struct RepackOptions {
     /// Connections a download may hold at once (0: [`download::DEFAULT_CONNECTIONS`]).
     pub download_connections: usize,
     /// Where private mirrors of private sources are allowed (none unless the operator says).
-    pub private_mirrors: policy::PrivateMirrors,
+    pub private_mirrors: queue::policy::PrivateMirrors,
     /// Where a bundle waits for the Metal check: in the work directory (runner API) or in the private
     /// mirror on the Hub.
-    pub metal_handoff: rendezvous::MetalHandoff,
+    pub metal_handoff: metal::rendezvous::MetalHandoff,
     /// How many new mirrors a day may bring.
     pub caps: crate::store::mirrors::MirrorCaps,
 }
@@ -119,7 +103,7 @@ struct Beside {
     /// The MLX check's verdict, when the check runs during the upload.
     verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
     /// What went up ahead, once the uploads ahead have ended.
-    ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+    ahead: Option<tokio::sync::oneshot::Receiver<Option<upload::ahead::Ahead>>>,
 }
 
 /// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
@@ -194,9 +178,9 @@ impl Repacker<'_> {
     async fn visibility(
         &self,
         job: &Job,
-    ) -> Result<(Result<policy::Visibility, &'static str>, Option<ModelInfo>), RepackError> {
+    ) -> Result<(Result<queue::policy::Visibility, &'static str>, Option<ModelInfo>), RepackError> {
         let info = self.hub.model_info(&job.repo_id).await;
-        let verdict = policy::visibility_now(
+        let verdict = queue::policy::visibility_now(
             &job.repo_id,
             info.as_ref(),
             &self.opts.target_namespace,
@@ -226,6 +210,6 @@ impl Repacker<'_> {
     /// Bytes a copying loader duplicates in the downloaded source, off the executor.
     async fn before_bytes(&self, source: &Path) -> Result<u64, RepackError> {
         let (src, alignment) = (source.to_owned(), self.opts.alignment);
-        off_executor("the source's audit", move || Ok(relay::misaligned_bytes(&src, alignment))).await
+        off_executor("the source's audit", move || Ok(relayout::misaligned_bytes(&src, alignment))).await
     }
 }

@@ -17,15 +17,18 @@ use std::path::{Path, PathBuf};
 
 use futures_util::FutureExt;
 
-use super::relay::{Relaid, local_checks, readme_license, relay};
-use super::rendezvous::MetalHandoff;
-use super::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
-use super::upload_follow::FeedSink;
-use super::{Beside, RepackError, Repacker, ahead, download, finish, mlx, off_executor, policy, publish};
-use super::{pull_request, stream};
 use crate::job::payload::{LocalChecks, MlxRecord, Progress, SourceFacts};
 use crate::job::{Job, JobOutcome, JobState, VerifyDevice};
 use crate::manifest::{LeftOut, Manifest};
+use crate::repack::metal::rendezvous::MetalHandoff;
+use crate::repack::relayout::{Relaid, local_checks, readme_license, relay};
+use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
+use crate::repack::upload::following::FeedSink;
+use crate::repack::{
+    Beside, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish, queue::policy,
+    upload::ahead,
+};
+use crate::repack::{publish::pull_request, repair};
 
 /// A job's directory and its parts.
 #[derive(Debug, Clone)]
@@ -165,13 +168,13 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<FeedSink>),
-        follow: Option<super::follow::FollowSink>,
+        follow: Option<crate::repack::checks::follow::FollowSink>,
     ) -> Result<Next<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
-        super::remove_off_executor(work.output.clone()).await;
+        crate::repack::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
         let repair =
-            Some(stream::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow, feed });
+            Some(repair::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow, feed });
         let layout = download::Layout {
             source: work.source.clone(),
             partial: work.dir.join(PARTIAL),
@@ -373,7 +376,7 @@ impl Repacker<'_> {
         let _ = self.store.set_job_target(job.id, &target).await;
         let before_bytes = self.before_bytes(&work.source).await?;
         let source = {
-            let files = super::card::BundleFiles::of(&work.output);
+            let files = crate::repack::publish::card::BundleFiles::of(&work.output);
             SourceFacts {
                 license: readme_license(&work.source),
                 before_bytes,

@@ -31,7 +31,7 @@ use self::runner_api::{RunnerApi, router as runner_router};
 use crate::audit::AuditOptions;
 use crate::hub::HubClient;
 use crate::repack::RepackOptions;
-use crate::repack::policy::EnqueuePolicy;
+use crate::repack::queue::policy::EnqueuePolicy;
 use crate::store::Store;
 use crate::worker::WhenIdle;
 use admin::AdminApi;

@@ -1,4 +1,4 @@
-//! The service's side of the macOS runner protocol (see `repack::runner` for the protocol and the runner):
+//! The service's side of the macOS runner protocol (see `repack::metal::runner` for the protocol and the runner):
 //! claims of jobs waiting for the Metal check, their staged files, and the posted records. Mounted by `serve`
 //! beside the pages, and by `hubalign worker --runner-listen` alone (the same service, its pages off).
 
@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 
 use super::extract::ApiPath;
 use crate::job::payload::MlxRecord;
-use crate::repack::runner::Claim;
+use crate::repack::metal::runner::Claim;
 use crate::secret::bearer_matches;
 use crate::store::Store;
 

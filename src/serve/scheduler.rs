@@ -10,7 +10,7 @@ use tokio::sync::{Notify, watch};
 use super::Shared;
 use super::schedule::Schedule;
 use crate::audit::{AuditOptions, audit};
-use crate::repack::policy::{EnqueuePolicy, NameFilters};
+use crate::repack::queue::policy::{EnqueuePolicy, NameFilters};
 use crate::store::leases::SCHEDULER;
 
 /// What the scheduler needs beside the shared clients.
@@ -97,7 +97,7 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         if next > now && !requested {
             if !queued_since_lead {
                 let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
-                crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
+                crate::repack::queue::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
                 queued_since_lead = true;
                 continue;
             }
@@ -205,7 +205,7 @@ async fn run_audit(
         }
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
-    crate::repack::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
+    crate::repack::queue::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
     // After the mirrors' pass, so a mirror it made private leaves the collections in the same round.
     config.published.notify_one();
 }

@@ -15,8 +15,8 @@ use super::Health;
 use super::listener::{self, Limits};
 use crate::hub::HubClient;
 use crate::repack::RepackRunner;
-use crate::repack::lifecycle::reconcile_then_enqueue;
-use crate::repack::policy::{EnqueuePolicy, NameFilters};
+use crate::repack::queue::lifecycle::reconcile_then_enqueue;
+use crate::repack::queue::policy::{EnqueuePolicy, NameFilters};
 use crate::store::Store;
 use crate::worker::{LoopSummary, WhenIdle, WorkerLoop};
 

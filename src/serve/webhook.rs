@@ -18,8 +18,8 @@ use tokio::sync::watch;
 
 use crate::audit::{AuditOptions, Reread, Trigger, reread};
 use crate::hub::HubClient;
-use crate::repack::lifecycle::{hide_mirror, reconcile_mirrors_of};
-use crate::repack::policy::{EnqueuePolicy, NameFilters, enqueue_repo};
+use crate::repack::queue::lifecycle::{hide_mirror, reconcile_mirrors_of};
+use crate::repack::queue::policy::{EnqueuePolicy, NameFilters, enqueue_repo};
 use crate::secret::same_secret;
 use crate::store::{RepoState, Store, StoreError};
 use crate::webhook::payload::{self, Hint, MAX_PAYLOAD_BYTES, Scope};

@@ -27,7 +27,7 @@ macro_rules! record_event {
 pub(super) use record_event;
 
 /// An affected repo at its audited commit, with who may see it: what a queueing policy decides on
-/// (see `repack::policy::EnqueuePolicy`).
+/// (see `repack::queue::policy::EnqueuePolicy`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Candidate {
     /// The repo and its sums.

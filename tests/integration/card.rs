@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use hubalign::job::payload::LocalChecks;
 use hubalign::manifest::{Edited, LeftOut, Manifest, ManifestShard};
-use hubalign::repack::card::{BundleFiles, CardData, CardInputs, SourceCard, render};
+use hubalign::repack::publish::card::{BundleFiles, CardData, CardInputs, SourceCard, render};
 use hubalign::safetensors::Method;
 
 use crate::support::{python, root};

@@ -61,7 +61,7 @@ fn a_mirror_carries_only_what_a_loader_reads_and_its_card_renders_nothing_of_the
     // Every line the job logs, on the batch runtime and its blocking threads too, carries the job's span (the
     // pass that queues the jobs and checks the mirrors is no job's).
     let log = String::from_utf8_lossy(&out.stderr);
-    let of_the_job = |l: &&str| l.contains(" hubalign::repack") && !l.contains(" hubalign::repack::lifecycle");
+    let of_the_job = |l: &&str| l.contains(" hubalign::repack") && !l.contains(" hubalign::repack::queue::lifecycle");
     let job_lines: Vec<&str> = log.lines().filter(of_the_job).collect();
     assert!(job_lines.len() >= 5, "{log}");
     assert!(job_lines.iter().all(|l| l.contains("job{job.id=1 repo.id=evil/tiny-q4 repo.sha=")), "{log}");

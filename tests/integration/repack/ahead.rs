@@ -1,4 +1,4 @@
-//! Uploading ahead (`repack::ahead`): a shard repaired as it streamed goes to the mirror's CAS while the
+//! Uploading ahead (`repack::upload::ahead`): a shard repaired as it streamed goes to the mirror's CAS while the
 //! rest of the bundle still downloads.
 
 use std::process::Stdio;
@@ -103,7 +103,7 @@ fn a_reordered_shard_goes_up_as_it_is_written_under_the_digest_taken_as_it_was_w
         .find_map(|f| f.strip_prefix("bytes.before_whole="))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{log}"));
-    assert!(before + 2 * hubalign::repack::blocks::BLOCK >= size, "{before} of {size}: {followed}");
+    assert!(before + 2 * hubalign::repack::upload::blocks::BLOCK >= size, "{before} of {size}: {followed}");
     // The publish step sent nothing of it again.
     let publish = log.lines().find(|l| l.contains("hubalign::repack::publish: uploaded")).unwrap_or_default();
     assert!(publish.contains("xet.bytes=0"), "{publish}");

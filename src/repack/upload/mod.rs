@@ -3,6 +3,12 @@
 //! oid the commit names, unless the file was hashed whole as it was written), then one NDJSON commit with the
 //! small files inline.
 
+pub mod ahead;
+pub mod blocks;
+pub mod following;
+pub mod prime;
+pub mod xet_stream;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -10,11 +16,11 @@ use tokio::io::AsyncReadExt as _;
 use xet::xet_session::XetSessionBuilder;
 use xet_runtime::config::XetConfig;
 
-use super::error::RepackError;
-use super::prime::{prime_with, write_token};
 use crate::hub::HubClient;
 use crate::hub::commit::{Change, CommitRefused, PreuploadFile};
 pub use crate::hub::commit::{Committed, Message, Stored, WriteTo};
+use crate::repack::error::RepackError;
+use crate::repack::upload::prime::{prime_with, write_token};
 
 /// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
@@ -78,8 +84,9 @@ pub async fn to_xet(
     let mut tasks = HashMap::new();
     for (rel, path) in files {
         let sha256 = known.get(rel).map(String::as_str);
-        let task =
-            super::blocks::send(&commit, rel, path, sha256).await.map_err(|e| xet_error(&format!("{rel}: {e}")))?;
+        let task = crate::repack::upload::blocks::send(&commit, rel, path, sha256)
+            .await
+            .map_err(|e| xet_error(&format!("{rel}: {e}")))?;
         tasks.insert(task, rel.clone());
     }
     let report = commit.commit().await.map_err(|e| xet_error(&e))?;
@@ -127,12 +134,12 @@ pub async fn send_files(
 ///
 /// - One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
 ///   need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
-/// - Blocks of [`blocks::BLOCK`](super::blocks::BLOCK) taken whole as they are sent: each is a map of the
-///   file (see [`blocks`](super::blocks)), and Xet's default of 8 MB would cut each in two.
+/// - Blocks of [`blocks::BLOCK`](crate::repack::upload::blocks::BLOCK) taken whole as they are sent: each is a map of the
+///   file (see [`blocks`](crate::repack::upload::blocks)), and Xet's default of 8 MB would cut each in two.
 pub(super) fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
     XetConfig::new()
         .with_config("data.max_concurrent_file_ingestion", 1)?
-        .with_config("data.ingestion_block_size", super::blocks::BLOCK)
+        .with_config("data.ingestion_block_size", crate::repack::upload::blocks::BLOCK)
 }
 
 /// Commits to `target` on top of `parent` (the head of `main`, read right before): each of `stored` as an
@@ -204,7 +211,7 @@ mod tests {
     fn a_mirror_upload_chunks_one_file_at_a_time_in_the_blocks_it_cuts() {
         let config = xet_config().unwrap();
         // Xet's default is 8 MB, which would cut each of the upload's 8 MiB blocks in two.
-        assert_eq!(*config.data.ingestion_block_size, super::super::blocks::BLOCK);
+        assert_eq!(*config.data.ingestion_block_size, crate::repack::upload::blocks::BLOCK);
         assert_eq!(config.data.max_concurrent_file_ingestion, 1);
     }
 }

@@ -91,7 +91,7 @@ fn map_blocks(path: &Path, tx: &tokio::sync::mpsc::Sender<Bytes>) -> std::io::Re
 /// A read-only map of bytes `[from, to)` of `file`, its pages read in. The caller vouches that nothing
 /// writes over that range or truncates the file while the map lives (see the module's doc).
 #[allow(unsafe_code)]
-pub(super) fn map_range(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<Bytes> {
+pub(crate) fn map_range(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<Bytes> {
     let len = usize::try_from(to.saturating_sub(from)).map_err(std::io::Error::other)?;
     let mut options = memmap2::MmapOptions::new();
     options.offset(from).len(len).populate();

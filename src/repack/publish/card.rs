@@ -16,7 +16,7 @@ use crate::hub::info::ModelInfo;
 use crate::manifest::{Edited, LeftOut, Manifest, ManifestShard};
 use crate::safetensors::Method;
 
-const TEMPLATE: &str = include_str!("../../templates/model_card.md.j2");
+const TEMPLATE: &str = include_str!("../../../templates/model_card.md.j2");
 
 pub use crate::sources::MIRROR_TAG;
 
@@ -319,7 +319,7 @@ pub struct BundleFiles {
 impl BundleFiles {
     /// Reads `dir`, the staged mirror: a licence file by its usual names, and a chat template in
     /// `tokenizer_config.json` (its `chat_template` key) or beside it (`chat_template.jinja`,
-    /// `chat_template.json`). The carried files are capped in size by `repack::carry`.
+    /// `chat_template.json`). The carried files are capped in size by `repack::download::carry`.
     pub fn of(dir: &std::path::Path) -> BundleFiles {
         let license_file = ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENSE.TXT"]
             .into_iter()
@@ -420,7 +420,7 @@ pub fn markdown_text(s: &str) -> String {
 /// A file name as a code span when it is a plain name (nothing in it can close the span), else as
 /// [`markdown_text`].
 pub fn markdown_code(s: &str) -> String {
-    if super::carry::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
+    if crate::repack::download::carry::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
 }
 
 /// `1234567` as `1,234,567`.

@@ -1,11 +1,11 @@
-//! A reordered shard's upload following its writes, as the MLX check does ([`follow`](super::follow)).
+//! A reordered shard's upload following its writes, as the MLX check does ([`follow`](crate::repack::checks::follow)).
 //!
 //! A reorder writes its new file in the source's order of tensors, and its digests reach each byte soon after
-//! it lands (`stream::behind`). The bytes they have reached are final. Sent to the mirror's CAS only after
+//! it lands (`repair::behind`). The bytes they have reached are final. Sent to the mirror's CAS only after
 //! the download, a reordered GiB kept one core chunking for a second with the other idle, the last second of
 //! the whole repack (BENCHMARKS.md). So the writer tells how far its new file is final, and the upload
 //! chunks up to there while the rest downloads; once the file is whole its SHA-256, taken as it was written,
-//! is named for it ([`xet_stream`](super::xet_stream)).
+//! is named for it ([`xet_stream`](crate::repack::upload::xet_stream)).
 //!
 //! The writer never waits on the upload: it sends on an unbounded channel, a few events per 8 MiB. An upload
 //! that fails only leaves the shard to be sent once it is kept, as the others are. What went up counts only
@@ -16,10 +16,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::prime;
-use super::upload::Stored;
-use super::xet_stream::{Cas, StreamError, XetStream};
 use crate::hub::HubClient;
+use crate::repack::upload::Stored;
+use crate::repack::upload::prime;
+use crate::repack::upload::xet_stream::{Cas, StreamError, XetStream};
 use crate::safe_fs::FileId;
 
 /// What a reorder's writer tells of one shard's new file.

@@ -8,33 +8,33 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use reqwest::StatusCode;
 
-use super::error::RepackError;
 use crate::hub::pacing::Bucket;
 use crate::hub::tree::TreeFile;
 use crate::hub::{HubClient, describe};
+use crate::repack::error::RepackError;
 
 /// Bytes one ranged request asks for when a file comes over several connections. A file then holds about
 /// `connections × SEGMENT` in flight, plus the writer's queue of [`SLICE`]-sized pieces.
-pub(super) const SEGMENT: u64 = 4 << 20;
+pub(crate) const SEGMENT: u64 = 4 << 20;
 
 /// Pieces a segment is handed to the writer in, so that the writer's queue holds little.
 const SLICE: usize = 256 << 10;
 
 /// Files smaller than this come over one connection: a few ranges would not pay for their requests.
-pub(super) const SEGMENTED_FROM: u64 = 4 * SEGMENT;
+pub(crate) const SEGMENTED_FROM: u64 = 4 * SEGMENT;
 
 /// What one request for the rest of a file gave the writer.
-pub(super) struct Sent {
+pub(crate) struct Sent {
     /// Bytes that came over the wire.
-    pub(super) received: u64,
+    pub(crate) received: u64,
     /// Bytes passed on to the writer (a server that ignored the range resent some it already had).
-    pub(super) accepted: u64,
+    pub(crate) accepted: u64,
     /// How it ended.
-    pub(super) end: End,
+    pub(crate) end: End,
 }
 
 /// How a request for the rest of a file ended.
-pub(super) enum End {
+pub(crate) enum End {
     /// Every byte the tree lists has reached the writer.
     Complete,
     /// The body stopped early, or the answer could not be used; asking again from where the writer stands
@@ -48,7 +48,7 @@ pub(super) enum End {
 /// ignores the range sends the whole file: the bytes the writer already has are skipped. An answer for
 /// another range is not used. Every byte still goes through the hash the tree promises, so a range that
 /// brings other bytes than the file's fails that check.
-pub(super) async fn send_rest(
+pub(crate) async fn send_rest(
     hub: &HubClient,
     url: &str,
     f: &TreeFile,
@@ -131,7 +131,7 @@ fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
 /// answer on in file order. The first range that does not arrive whole ends the call, with every byte before
 /// its gap passed on (its own first bytes too): the caller resumes from there. Ranges still in flight then
 /// are dropped, their bytes counted as received.
-pub(super) async fn send_segments(
+pub(crate) async fn send_segments(
     hub: &HubClient,
     url: &str,
     f: &TreeFile,

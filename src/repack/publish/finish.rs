@@ -5,16 +5,16 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::RepackError;
-use super::policy::Visibility;
-use super::{Repacker, card, publish};
 use crate::hub::info::ModelInfo;
 use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts};
 use crate::job::{Job, JobOutcome};
 use crate::manifest::Manifest;
+use crate::repack::error::RepackError;
+use crate::repack::queue::policy::Visibility;
+use crate::repack::{Repacker, publish, publish::card};
 
 /// What a card is written from, beside the mirror's name.
-pub(super) struct CardFacts<'a> {
+pub(crate) struct CardFacts<'a> {
     /// The Hub's answer for the source, when it gave one.
     pub info: Option<&'a ModelInfo>,
     /// What the source's files said.
@@ -29,7 +29,7 @@ pub(super) struct CardFacts<'a> {
 
 impl Repacker<'_> {
     /// Writes the model card of the mirror `target` into `dir` as `README.md`, and returns its path.
-    pub(super) fn write_card(&self, dir: &Path, target: &str, facts: CardFacts<'_>) -> Result<PathBuf, RepackError> {
+    pub(crate) fn write_card(&self, dir: &Path, target: &str, facts: CardFacts<'_>) -> Result<PathBuf, RepackError> {
         let mut source = facts.info.map(card::SourceCard::from_info).unwrap_or_default();
         if source.license.is_none() {
             source.license = facts.source.license;
@@ -59,14 +59,14 @@ impl Repacker<'_> {
     }
 
     /// Counts `bytes` sent for `job` (a failure to count is logged: the job goes on).
-    pub(super) async fn count_uploaded(&self, job: &Job, bytes: u64) {
+    pub(crate) async fn count_uploaded(&self, job: &Job, bytes: u64) {
         if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes).await {
             tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
         }
     }
 
     /// Counts what `published` sent for `job`, and gives the commit the mirror now holds.
-    pub(super) async fn landed(&self, job: &Job, published: publish::Published) -> String {
+    pub(crate) async fn landed(&self, job: &Job, published: publish::Published) -> String {
         match published {
             publish::Published::Committed { commit, bytes_uploaded } => {
                 self.count_uploaded(job, bytes_uploaded).await;
@@ -78,7 +78,7 @@ impl Repacker<'_> {
 
     /// Ends a publish: `target` now holds the repair of `job`'s source (named `named` in its manifest). The
     /// bytes sent are counted, the mirror is given `visibility` and recorded, and the job is published.
-    pub(super) async fn finish_publish(
+    pub(crate) async fn finish_publish(
         &self,
         job: &Job,
         (target, named): (String, &str),

@@ -1,17 +1,21 @@
 //! Publishing a verified bundle as `{namespace}/{name}-aligned`: the repo and its settings through `hub::repos`,
-//! the files and the commit through [`super::upload`] (Xet, so a header-padded shard uploads little more
+//! the files and the commit through [`crate::repack::upload`] (Xet, so a header-padded shard uploads little more
 //! than what changed).
+
+pub mod card;
+pub(crate) mod finish;
+pub mod pull_request;
 
 use std::path::{Path, PathBuf};
 
-use super::ahead::{self, Ahead};
-use super::error::RepackError;
-use super::policy::{Visibility, same_name};
-use super::upload::{self, CommitError};
 use crate::hashing::sha256_hex;
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
 use crate::manifest::MANIFEST_FILE;
+use crate::repack::error::RepackError;
+use crate::repack::queue::policy::{Visibility, same_name};
+use crate::repack::upload::ahead::{self, Ahead};
+use crate::repack::upload::{self, CommitError};
 use crate::store::Store;
 use crate::store::mirrors::{Claim, MirrorCaps};
 

@@ -5,23 +5,23 @@
 //! naming the commit, in the database; then any worker, not only the one that staged it, adds the model
 //! card on top of exactly that commit and makes the mirror public.
 //!
-//! The runner API (`hubalign worker --runner-listen`, [`super::runner`]) stays the other mode: there the
+//! The runner API (`hubalign worker --runner-listen`, [`crate::repack::metal::runner`]) stays the other mode: there the
 //! staged files never leave the worker before the check, and the runner must reach the worker.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::error::RepackError;
-use super::finish::CardFacts;
-use super::metal_check::{Fetch, Rendezvous};
-use super::policy::Visibility;
-use super::upload::CommitError;
-use super::{Repacker, download, publish, upload};
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
 use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts, Staged};
 use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::repack::error::RepackError;
+use crate::repack::metal::{Fetch, Rendezvous};
+use crate::repack::publish::finish::CardFacts;
+use crate::repack::queue::policy::Visibility;
+use crate::repack::upload::CommitError;
+use crate::repack::{Repacker, download, publish, upload};
 use crate::store::{Store, StoreError};
 
 /// Where a bundle waits for the Metal check.
@@ -51,7 +51,7 @@ const MANIFEST_CAP: usize = 64 << 20;
 impl Repacker<'_> {
     /// Commits the verified bundle in `output` to the mirror, kept private, and hands the job to the runners
     /// with the staged commit. The source may not be mirrored any more: skipped, nothing staged.
-    pub(super) async fn stage_on_hub(
+    pub(crate) async fn stage_on_hub(
         &self,
         job: &Job,
         source: &Path,
@@ -90,9 +90,9 @@ impl Repacker<'_> {
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
         // The card is written later, by whichever worker publishes, away from these files: what it reads of
         // them is recorded now.
-        let files = super::card::BundleFiles::of(output);
+        let files = crate::repack::publish::card::BundleFiles::of(output);
         let facts = SourceFacts {
-            license: super::relay::readme_license(source),
+            license: crate::repack::relayout::readme_license(source),
             before_bytes: self.before_bytes(source).await?,
             license_file: files.license_file,
             chat_template: files.chat_template,
@@ -108,7 +108,7 @@ impl Repacker<'_> {
 
     /// Publishes a bundle a runner checked on the Hub: the card goes on top of the staged commit, which the
     /// runner's record must name, and the mirror turns public if its source still is.
-    pub(super) async fn publish_from_hub(
+    pub(crate) async fn publish_from_hub(
         &self,
         job: &Job,
         staged: Staged,

@@ -21,15 +21,15 @@ use xet_data::deduplication::Chunker;
 use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_runtime::core::XetContext;
 
-use super::error::RepackError;
 use crate::hub::commit::{WriteTo, XetToken};
 use crate::hub::{HubClient, read_capped};
+use crate::repack::error::RepackError;
 
 /// Largest global-dedup answer read: a shard's chunk list is a few MB even for the largest files.
 const DEDUP_SHARD_CAP: usize = 64 << 20;
 
 /// A CAS write token for a write `to` a repo.
-pub(super) async fn write_token(hub: &HubClient, to: WriteTo<'_>) -> Result<XetToken, RepackError> {
+pub(crate) async fn write_token(hub: &HubClient, to: WriteTo<'_>) -> Result<XetToken, RepackError> {
     hub.xet_write_token(to).await.map_err(|e| RepackError::hub(format_args!("{to}: Xet write token"), e))
 }
 
@@ -45,7 +45,7 @@ pub struct Primed {
 /// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, with the write token the
 /// upload already holds, so priming costs no request to the Hub's API. A failure only costs deduplication,
 /// so it is logged, never raised into the job.
-pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
+pub(crate) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
     let heads = sources.iter().map(|p| Head::File(p.clone())).collect();
     let outcome = try_prime(token, heads).await;
     log_outcome(target, sources.len(), outcome)
@@ -53,7 +53,7 @@ pub(super) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBu
 
 /// [`prime_with`] for one source not yet on disk whole, from its first [`PRIME_HEAD`] bytes as they came
 /// (`whole`: the source is no longer than that).
-pub(super) async fn prime_with_head(token: &XetToken, target: &str, head: Vec<u8>, whole: bool) -> Primed {
+pub(crate) async fn prime_with_head(token: &XetToken, target: &str, head: Vec<u8>, whole: bool) -> Primed {
     let outcome = try_prime(token, vec![Head::Bytes { head, whole }]).await;
     log_outcome(target, 1, outcome)
 }

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use super::error::{RepackError, WhatNext};
-use super::{card, carry, verify};
 use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::job::payload::LocalChecks;
 use crate::manifest::{LeftOut, Manifest};
+use crate::repack::error::{RepackError, WhatNext};
+use crate::repack::{checks::verify, download::carry, publish::card};
 use crate::safetensors::Alignment;
 
 /// What the re-layout left: a staged bundle to verify and publish, or why there is nothing to do.

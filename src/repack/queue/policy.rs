@@ -8,10 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use super::error::RepackError;
 use crate::hub::info::ModelInfo;
 use crate::hub::{Access, HubError};
 use crate::job::VerifyDevice;
+use crate::repack::error::RepackError;
 use crate::store::jobs::{Candidate, NewJob};
 use crate::store::{Store, StoreError};
 

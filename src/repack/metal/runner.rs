@@ -8,15 +8,15 @@
 //!
 //! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
 //! runner in the job's history. This is the runner's side of the protocol ([`ApiRendezvous`], one way of
-//! [`super::metal_check`]) and its types; the service's side is `serve::runner_api`.
+//! [`crate::repack::metal`]) and its types; the service's side is `serve::runner_api`.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use super::metal_check::{Fetch, Rendezvous};
 use crate::job::payload::MlxRecord;
+use crate::repack::metal::{Fetch, Rendezvous};
 
 /// A claimed job, as the runner receives it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

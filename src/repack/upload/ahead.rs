@@ -1,6 +1,6 @@
 //! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked,
 //! while the next ones still download and repair, so the publish step is left with the small files. A
-//! reordered shard goes up as it is written ([`upload_follow`](super::upload_follow)), as many at once as the
+//! reordered shard goes up as it is written ([`upload_follow`](crate::repack::upload::following)), as many at once as the
 //! uploads of checked shards; one more, or one whose follow fails, goes up once it is checked, as the others.
 //!
 //! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt as _;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::upload::{self, Stored};
-use super::upload_follow::{Fed, Feed, FollowError, Followed};
 use crate::fix::StreamedRecord;
+use crate::repack::upload::following::{Fed, Feed, FollowError, Followed};
+use crate::repack::upload::{self, Stored};
 use crate::safe_fs::FileId;
 
 /// What went up ahead of the publish step.
@@ -173,7 +173,8 @@ impl Uploader<'_> {
 
     /// Follows the writes of the reorder `started` names, as the writer tells of them.
     async fn follow(&self, (rel, path, len, events): Started) -> (String, Result<Followed, FollowError>) {
-        let followed = super::upload_follow::follow((self.hub, self.target), (&rel, path, len), events).await;
+        let followed =
+            crate::repack::upload::following::follow((self.hub, self.target), (&rel, path, len), events).await;
         (rel, followed)
     }
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::follow::{FollowEvent, FollowSink};
 use crate::job::payload::MlxRecord;
+use crate::repack::checks::follow::{FollowEvent, FollowSink};
 
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
@@ -123,7 +123,7 @@ pub async fn or_check_staged(
 /// What a check runs on and how it ends.
 type Running = Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>;
 
-/// The MLX check started before a download, following it (see [`super::follow`]): the download's writers
+/// The MLX check started before a download, following it (see [`crate::repack::checks::follow`]): the download's writers
 /// tell its [`FollowSink`], and [`Following::finish`] gives it the staged bundle to judge. Dropped without
 /// being finished (the job ended first), it stops the check.
 pub struct Following {
@@ -440,7 +440,7 @@ impl Limits {
                     .header
                     .tensors
                     .iter()
-                    .map(super::super::safetensors::header::TensorInfo::byte_len)
+                    .map(crate::safetensors::header::TensorInfo::byte_len)
                     .fold(largest, u64::max);
             }
         }

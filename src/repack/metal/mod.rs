@@ -1,7 +1,10 @@
 //! The macOS runner's one pass, whichever way it meets the workers: claim a job waiting for the Metal check,
 //! fetch its staged bundle, run the MLX check on it, record the verdict. The ways differ only in how they
-//! claim, fetch and record ([`Rendezvous`]): over the runner API ([`super::runner::ApiRendezvous`]) or over
-//! the store and the Hub ([`super::rendezvous::HubRunner`]).
+//! claim, fetch and record ([`Rendezvous`]): over the runner API ([`crate::repack::metal::runner::ApiRendezvous`]) or over
+//! the store and the Hub ([`crate::repack::metal::rendezvous::HubRunner`]).
+
+pub mod rendezvous;
+pub mod runner;
 
 use std::path::{Path, PathBuf};
 
@@ -74,7 +77,7 @@ pub async fn check_once<R: Rendezvous>(
     let record = match fetched {
         Ok(bundle) => {
             let interpreter = (setup.python.clone(), setup.script.clone());
-            match super::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await {
+            match crate::repack::checks::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await {
                 Ok(record) => record,
                 Err(e) if e.is_configuration() => {
                     let _ = std::fs::remove_dir_all(&dir);

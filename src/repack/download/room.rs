@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::error::RepackError;
+use crate::repack::error::RepackError;
 use crate::report::human_bytes;
 
 /// Space kept free beyond what a job needs, and the least a disk must have free for any job to start.

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::RepackError;
-use super::upload::{self, CommitError, Message, WriteTo};
 use crate::hub::HubClient;
+use crate::repack::error::RepackError;
+use crate::repack::upload::{self, CommitError, Message, WriteTo};
 
 /// The title, which is also the de-duplication key.
 pub const PR_TITLE: &str = "Align safetensors so memory-mapping loaders map tensors instead of copying them";

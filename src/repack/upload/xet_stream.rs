@@ -2,12 +2,12 @@
 //!
 //! Xet's own upload stream fixes how the file's SHA-256 (the LFS oid the commit names) is had when the stream
 //! opens: computed by Xet from the bytes, or given. A reordered shard's digest is known only once its last
-//! byte has landed (the writer takes it as the bytes land: `stream::behind`), and taking it a second time in
+//! byte has landed (the writer takes it as the bytes land: `repair::behind`), and taking it a second time in
 //! Xet would hash every byte twice. So this drives Xet's file cleaner itself: it chunks the file with no
 //! digest of its own, and once the file is whole, the digest the writer took is written into the file's entry
 //! (its metadata extension) before the entry is registered, as Xet's own upload does with a digest given.
 //!
-//! The file is fed as read-only maps of its own pages (see [`blocks`](super::blocks)): only what the writer
+//! The file is fed as read-only maps of its own pages (see [`blocks`](crate::repack::upload::blocks)): only what the writer
 //! has said is final, which is never written again.
 
 use std::fs::File;
@@ -22,10 +22,10 @@ use xet_data::processing::configurations::{SessionContext, TranslatorConfig};
 use xet_data::processing::{FileUploadSession, Sha256Policy, SingleFileCleaner};
 use xet_runtime::core::XetContext;
 
-use super::blocks::BLOCK;
-use super::upload::Stored;
 use crate::blocking::BlockingError;
 use crate::hub::commit::XetToken;
+use crate::repack::upload::Stored;
+use crate::repack::upload::blocks::BLOCK;
 use crate::safe_fs::FileId;
 
 /// Where a stream goes: the CAS and its token, and how the token is renewed (the Hub's route for it, with the
@@ -78,7 +78,7 @@ impl XetStream {
     /// Opens a stream of `file` (open already, its final length `len`) as `name`, to `cas`. Deduplication
     /// reads the shard cache as the session opens, so priming goes first.
     pub async fn open(cas: Cas<'_>, name: &str, file: Arc<File>, len: u64) -> Result<XetStream, StreamError> {
-        let ctx = XetContext::with_config(super::upload::xet_config().map_err(xet)?).map_err(xet)?;
+        let ctx = XetContext::with_config(crate::repack::upload::xet_config().map_err(xet)?).map_err(xet)?;
         let client = build_http_client(&ctx, "", None, Some(Arc::new(cas.refresh_headers))).map_err(xet)?;
         let refresher: Arc<dyn TokenRefresher> =
             Arc::new(DirectRefreshRouteTokenRefresher::new(ctx.clone(), cas.refresh_url, client, None));
@@ -141,7 +141,8 @@ impl XetStream {
 
 /// Maps `[from, to)` of `file`, its pages read in, on a batch thread.
 async fn map(file: Arc<File>, from: u64, to: u64) -> Result<Bytes, StreamError> {
-    let mapped =
-        crate::blocking::run("mapping a file for its upload", move || super::blocks::map_range(&file, from, to));
+    let mapped = crate::blocking::run("mapping a file for its upload", move || {
+        crate::repack::upload::blocks::map_range(&file, from, to)
+    });
     mapped.await?.map_err(StreamError::Read)
 }

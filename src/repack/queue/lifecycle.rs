@@ -3,8 +3,8 @@
 //! the dashboard) if its source is now private, gated, disabled or gone; or made to follow its source's new
 //! name if the Hub answers the old one with a renamed repo.
 
-use super::policy::{self, NameFilters, PrivateMirrors};
 use crate::hub::HubClient;
+use crate::repack::queue::policy::{self, NameFilters, PrivateMirrors};
 use crate::store::{Store, StoreError};
 
 /// A mirror made private, and why.

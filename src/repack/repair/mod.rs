@@ -21,11 +21,11 @@ use std::time::Instant;
 
 #[cfg(unix)]
 use self::behind::Behind;
-use super::follow::FollowEvent;
-use super::upload_follow::{Feed, FeedSink};
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
+use crate::repack::checks::follow::FollowEvent;
+use crate::repack::upload::following::{Feed, FeedSink};
 use crate::safetensors::direct::DirectWriter;
 use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
 use crate::safetensors::plan::{LayoutPlan, plan};
@@ -49,7 +49,7 @@ pub struct RepairTarget {
     /// The data-section alignment.
     pub alignment: Alignment,
     /// The MLX check following the download, told of each shard repaired here as it is written.
-    pub follow: Option<super::follow::FollowSink>,
+    pub follow: Option<crate::repack::checks::follow::FollowSink>,
     /// The uploads ahead, told how far each reordered shard's new file is final, to send it as it is written.
     pub feed: Option<FeedSink>,
 }
@@ -59,7 +59,7 @@ pub struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
     hashed: Option<crate::safe_fs::FileId>,
-    follow: Option<super::follow::FollowSink>,
+    follow: Option<crate::repack::checks::follow::FollowSink>,
 }
 
 /// How a streamed file ended.
@@ -99,7 +99,7 @@ enum Writes {
 /// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
 #[cfg(unix)]
 struct Told {
-    sink: super::follow::FollowSink,
+    sink: crate::repack::checks::follow::FollowSink,
     file: String,
     placed: usize,
 }
@@ -183,7 +183,7 @@ impl StreamRepair {
                 self.partial.write_all(keep)?;
                 self.kept = keep.len() as u64;
                 if r.writes.is_moved() && self.target.feed.is_some() {
-                    self.head_for_feed = Some(Vec::with_capacity(super::prime::PRIME_HEAD));
+                    self.head_for_feed = Some(Vec::with_capacity(crate::repack::upload::prime::PRIME_HEAD));
                     self.gather_head(&head);
                 }
                 self.state = State::Repairing(Box::new(r));
@@ -197,10 +197,10 @@ impl StreamRepair {
     /// source), and tells them once there are enough or the source is all in.
     fn gather_head(&mut self, data: &[u8]) {
         let (Some(head), Some(feed)) = (&mut self.head_for_feed, &self.target.feed) else { return };
-        let room = super::prime::PRIME_HEAD - head.len();
+        let room = crate::repack::upload::prime::PRIME_HEAD - head.len();
         head.extend_from_slice(&data[..room.min(data.len())]);
         let whole = head.len() as u64 == self.size;
-        if head.len() == super::prime::PRIME_HEAD || whole {
+        if head.len() == crate::repack::upload::prime::PRIME_HEAD || whole {
             feed.tell(&self.name, Feed::SourceHead { head: std::mem::take(head), whole });
             self.head_for_feed = None;
         }
@@ -381,7 +381,8 @@ impl Writes {
 
 /// Who a reorder tells of its writes: the check that follows, and the upload that follows (each with the
 /// shard's name).
-type Listeners<'a> = (Option<(&'a super::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
+type Listeners<'a> =
+    (Option<(&'a crate::repack::checks::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
 
 /// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
 /// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor;
@@ -408,7 +409,7 @@ fn moved(
         Told { sink: sink.clone(), file: file.to_owned(), placed: 0 }
     });
     let spans = crate::hashing::SpanHasher::new(
-        header.tensors.iter().map(super::super::safetensors::header::TensorInfo::byte_len).collect(),
+        header.tensors.iter().map(crate::safetensors::header::TensorInfo::byte_len).collect(),
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
@@ -439,7 +440,7 @@ impl Repaired {
         crate::safe_fs::clear_for_write(&path)?;
         crate::safe_fs::write_atomic(&path, &json)?;
         if let Some(sink) = self.follow {
-            sink.tell(super::follow::FollowEvent::Kept { path: dir.join(&file), file });
+            sink.tell(crate::repack::checks::follow::FollowEvent::Kept { path: dir.join(&file), file });
         }
         Ok(())
     }
