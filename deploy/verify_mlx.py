@@ -18,9 +18,11 @@ loaded lazily instead: the model is built and every weight checked by name and s
 support (or a bundle whose config.json names none) is said in the record, not failed: `mlx.core.load` checked it.
 Any other failure of `mlx_lm.load` fails the check.
 
-Prints one JSON object: {"ok", "device", "mlx_version", "files", "tensors", "mlx_lm", "seconds",
+Prints one JSON object: {"ok", "device", "mlx_version", "files", "tensors", "checks", "mlx_lm", "seconds",
 "peak_rss_bytes", "cpu_seconds"}, with "error" naming the file and tensor on a mismatch (exit status 1).
-"mlx_lm" is {"version", "loaded", "model_type", "lazy"} or {"version", "loaded": false, "why"}. The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
+"checks" holds what each check after the load found, by its name in CHECKS below.
+"checks"["mlx_lm_load"] is {"version", "loaded", "model_type", "lazy"} or {"version", "loaded": false, "why"};
+"mlx_lm" repeats it for services that read it there. The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
 script with `gpu`.
 
 `--follow` checks the shards the worker's download repairs while they are written, so that the check ends
@@ -53,6 +55,7 @@ machine into swap; the worker also kills a check that outlives its deadline.
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -395,9 +398,15 @@ def exit_with_the_worker():
     threading.Thread(target=watch, daemon=True).start()
 
 
-def load_as_mlx_lm(mlx_lm, output, lazy):
+# The staged bundle as the checks after the load see it: the mlx_lm module, the bundle's directory, and
+# whether to load it lazily (a bundle larger than half the check's memory).
+Bundle = collections.namedtuple("Bundle", ["mlx_lm", "output", "lazy"])
+
+
+def load_as_mlx_lm(bundle):
     """`mlx_lm.load` of the staged bundle, at its defaults unless `lazy`: what a person's `mlx_lm.load(repo)`
     does with the mirror. A model type mlx-lm does not support is said, not failed."""
+    mlx_lm, output, lazy = bundle
     said = {"version": mlx_lm.__version__, "loaded": False}
     config = output / "config.json"
     if not config.is_file():
@@ -414,6 +423,11 @@ def load_as_mlx_lm(mlx_lm, output, lazy):
     except Exception as e:
         raise RuntimeError(f"mlx_lm.load failed: {type(e).__name__}: {e}") from e
     return {**said, "loaded": True, "model_type": model_type, "lazy": lazy}
+
+
+# The checks after every shard loaded, by their names in hubalign's list (src/repack/checks/mod.rs).
+# Each takes the Bundle and returns its figures, or raises to fail the check.
+CHECKS = {"mlx_lm_load": load_as_mlx_lm}
 
 
 def main():
@@ -480,7 +494,9 @@ def main():
                 record["followed"] += was_followed
         size = sum(p.stat().st_size for p in outputs)
         lazy = 2 * size > memory_budget(args.max_address_space)
-        record["mlx_lm"] = load_as_mlx_lm(mlx_lm, output, lazy)
+        bundle = Bundle(mlx_lm=mlx_lm, output=output, lazy=lazy)
+        record["checks"] = {name: check(bundle) for name, check in CHECKS.items()}
+        record["mlx_lm"] = record["checks"]["mlx_lm_load"]  # where services before the list read it
         record["ok"] = True
     except Exception as e:  # the record says what failed; the exit status says that it did
         record["error"] = f"{type(e).__name__}: {e}"

@@ -3,6 +3,8 @@
 //! (`jobs.progress`), the MLX check's record (`jobs.verification`), and the bundle staged on the Hub for the
 //! Metal check (`jobs.staged`). A step reads its input here, never by indexing a document.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::LeftOut;
@@ -125,6 +127,9 @@ pub struct MlxRecord {
     /// What `mlx_lm.load` of the bundle said; missing from a record of an older script.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlx_lm: Option<MlxLmLoad>,
+    /// What each check the script runs after the load found, by the check's name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checks: BTreeMap<String, Figures>,
     /// Whatever else the script said (a newer script's fields, a test's probes), kept as it was said.
     #[serde(flatten)]
     pub more: serde_json::Map<String, serde_json::Value>,
@@ -143,15 +148,52 @@ impl MlxRecord {
     }
 }
 
-/// What the two local checks (structural and memory-mapped) found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a check found: a JSON object of its figures.
+pub type Figures = serde_json::Map<String, serde_json::Value>;
+
+/// What the checks that run on the worker found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalChecks {
-    /// Shards checked.
+    /// Shards mapped. Kept for readers of rows written before `figures`.
     pub shards: u64,
-    /// Tensors checked.
+    /// Tensors mapped. Kept for readers of rows written before `figures`.
     pub tensors: u64,
-    /// Tensors a memory map could hand out as their type without a copy.
+    /// Tensors a memory map could hand out as their type without a copy. Kept as `shards` is.
     pub zero_copy: u64,
+    /// What each check found, by the check's name; empty in a row written before the list of checks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, Figures>,
+}
+
+impl LocalChecks {
+    /// The record of checks that found `figures`; the memory-map check's counts fill the older fields.
+    pub fn of(figures: BTreeMap<String, Figures>) -> LocalChecks {
+        let count = |key: &str| figures.get("mmap").and_then(|f| f.get(key)).and_then(serde_json::Value::as_u64);
+        LocalChecks {
+            shards: count("shards").unwrap_or(0),
+            tensors: count("tensors").unwrap_or(0),
+            zero_copy: count("zero_copy").unwrap_or(0),
+            figures,
+        }
+    }
+
+    /// What the check `name` found.
+    /// A row written before the list knows only the three counts; the structural, index and memory-map checks
+    /// are read from them.
+    pub fn figures_of(&self, name: &str) -> Option<Figures> {
+        if !self.figures.is_empty() {
+            return self.figures.get(name).cloned();
+        }
+        let counts = |pairs: &[(&str, u64)]| -> Option<Figures> {
+            Some(pairs.iter().map(|(key, n)| ((*key).to_owned(), (*n).into())).collect())
+        };
+        match name {
+            "structural" => counts(&[("shards", self.shards), ("tensors", self.tensors)]),
+            "index" => counts(&[]),
+            "mmap" => counts(&[("shards", self.shards), ("tensors", self.tensors), ("zero_copy", self.zero_copy)]),
+            _ => None,
+        }
+    }
 }
 
 /// What the card says of the source beyond the Hub's answer, read from its files while they were here.

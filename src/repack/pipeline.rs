@@ -17,11 +17,12 @@ use std::path::{Path, PathBuf};
 
 use futures_util::FutureExt;
 
-use crate::job::payload::{LocalChecks, MlxRecord, Progress, SourceFacts};
+use crate::job::payload::{MlxRecord, Progress, SourceFacts};
 use crate::job::{Job, JobOutcome, JobState, VerifyDevice};
-use crate::manifest::{LeftOut, Manifest};
+use crate::manifest::LeftOut;
+use crate::repack::checks::{self, Checked};
 use crate::repack::metal::rendezvous::MetalHandoff;
-use crate::repack::relayout::{Relaid, local_checks, readme_license, relay};
+use crate::repack::relayout::{Relaid, readme_license, relay};
 use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
 use crate::repack::upload::following::FeedSink;
 use crate::repack::{
@@ -84,7 +85,7 @@ impl Repacker<'_> {
             Resume::PublishChecked { record } => {
                 // The checks ran in the worker that staged the bundle, but this one has not seen the files.
                 let staged = work.output.clone();
-                let checked = off_executor("the local checks", move || local_checks(&staged)).await?;
+                let checked = off_executor("the local checks", move || checks::run_here(&staged)).await?;
                 return self.publish_staged(job, &work, record, checked, Beside::default()).await;
             }
             resume => resume,
@@ -168,7 +169,7 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<FeedSink>),
-        follow: Option<crate::repack::checks::follow::FollowSink>,
+        follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
     ) -> Result<Next<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         crate::repack::remove_off_executor(work.output.clone()).await;
@@ -223,13 +224,13 @@ impl Repacker<'_> {
         })
     }
 
-    /// The local checks' step, from the staged bundle in `work.output`: its manifest and what the structural
-    /// and memory-map checks counted.
-    async fn check_locally(&self, job: &Job, work: &Work) -> Result<(Manifest, LocalChecks), RepackError> {
+    /// The local checks' step, from the staged bundle in `work.output`: its manifest and what the checks that
+    /// run here found.
+    async fn check_locally(&self, job: &Job, work: &Work) -> Result<Checked, RepackError> {
         let progress = self.snapshot(work, resume::RELAID).await?.map(|files| Progress::Relaid { files });
         self.step(job, JobState::Verifying, progress.as_ref()).await?;
         let staged = work.output.clone();
-        off_executor("the local checks", move || local_checks(&staged)).await
+        off_executor("the local checks", move || checks::run_here(&staged)).await
     }
 
     /// `parts` of the job's directory as they are now, for the next step's record (`None`: nothing a later
@@ -250,7 +251,7 @@ impl Repacker<'_> {
         &self,
         job: &Job,
         work: &Work,
-        checked: (Manifest, LocalChecks),
+        checked: Checked,
         ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
         follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
@@ -355,7 +356,7 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         record: MlxRecord,
-        (manifest, checks): (Manifest, LocalChecks),
+        Checked { manifest, local: checks }: Checked,
         Beside { verdict, ahead }: Beside,
     ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing, None).await?;

@@ -6,10 +6,9 @@ use std::path::Path;
 
 use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
-use crate::job::payload::LocalChecks;
 use crate::manifest::{LeftOut, Manifest};
 use crate::repack::error::{RepackError, WhatNext};
-use crate::repack::{checks::verify, download::carry, publish::card};
+use crate::repack::{download::carry, publish::card};
 use crate::safetensors::Alignment;
 
 /// What the re-layout left: a staged bundle to verify and publish, or why there is nothing to do.
@@ -81,17 +80,6 @@ pub(super) fn relay(
     manifest.source_dir = format!("{repo}@{sha}");
     manifest.write(output).map_err(RepackError::caused_by)?;
     Ok(Relaid::Staged)
-}
-
-/// The structural and memory-map checks of a staged bundle.
-pub(super) fn local_checks(output: &Path) -> Result<(Manifest, LocalChecks), RepackError> {
-    let manifest = Manifest::read(output)
-        .map_err(|e| RepackError::permanent(e.to_string()))?
-        .ok_or_else(|| RepackError::permanent("no manifest in the staged bundle"))?;
-    verify::structural(output, &manifest).map_err(|e| RepackError::permanent(format!("structural check: {e}")))?;
-    verify::index(output).map_err(|e| RepackError::permanent(format!("index check: {e}")))?;
-    let checks = verify::mmap(output, &manifest).map_err(|e| RepackError::permanent(format!("mmap check: {e}")))?;
-    Ok((manifest, checks))
 }
 
 /// Bytes a copying loader duplicates in the source bundle.

@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::PublishChecked { record: record.clone() });
         let staged = Staged {
             commit: "5eed".into(),
-            checks: LocalChecks { shards: 1, tensors: 1, zero_copy: 1 },
+            checks: LocalChecks { shards: 1, tensors: 1, zero_copy: 1, ..LocalChecks::default() },
             source: SourceFacts::default(),
         };
         job.staged = Some(Json(staged.clone()));

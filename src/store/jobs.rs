@@ -658,7 +658,7 @@ pub(crate) mod tests {
             let lease = Duration::from_secs(60);
             store.claim_job("w", lease, None).await.unwrap().unwrap();
             store.set_job_verification(job.id, &MlxRecord::announced("cpu", Some("0.29.1".into()))).await.unwrap();
-            let checks = LocalChecks { shards: 1, tensors: 1, zero_copy: 1 };
+            let checks = LocalChecks { shards: 1, tensors: 1, zero_copy: 1, ..LocalChecks::default() };
             let staged = Staged { commit: "5eed".into(), checks, source: SourceFacts::default() };
             store.finish_job(job.id, "w", &JobOutcome::AwaitMetal { staged: Some(staged) }).await.unwrap();
             let before = store.job(job.id).await.unwrap().unwrap();

@@ -492,7 +492,7 @@ mod tests {
         store.claim_job("w", std::time::Duration::from_secs(60), Some(waiting.id)).await.unwrap();
         let staged = crate::job::payload::Staged {
             commit: "5eed".into(),
-            checks: crate::job::payload::LocalChecks { shards: 1, tensors: 2, zero_copy: 2 },
+            checks: crate::job::payload::LocalChecks { shards: 1, tensors: 2, zero_copy: 2, ..Default::default() },
             source: crate::job::payload::SourceFacts {
                 license: Some("mit".into()),
                 before_bytes: 9,

@@ -59,7 +59,7 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         ],
         edited: vec![Edited { file: "config.json".into(), removed: vec!["auto_map".into()] }],
     };
-    let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757 };
+    let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757, ..LocalChecks::default() };
     let mlx = serde_json::from_value(serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7})).unwrap();
     let source = SourceCard {
         license: Some("mit".into()),

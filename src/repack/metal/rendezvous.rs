@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use crate::hub::pacing::Bucket;
 use crate::hub::{BodyLimit, HubClient};
-use crate::job::payload::{LocalChecks, MlxRecord, SourceFacts, Staged};
+use crate::job::payload::{MlxRecord, SourceFacts, Staged};
 use crate::job::{Job, JobOutcome, JobState};
 use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::repack::checks::Checked;
 use crate::repack::error::RepackError;
 use crate::repack::metal::{Fetch, Rendezvous};
 use crate::repack::publish::finish::CardFacts;
@@ -56,7 +57,7 @@ impl Repacker<'_> {
         job: &Job,
         source: &Path,
         output: &Path,
-        (manifest, checks): (Manifest, LocalChecks),
+        Checked { manifest, local: checks }: Checked,
     ) -> Result<JobOutcome, RepackError> {
         let visibility = match self.visibility(job).await? {
             (Ok(v), _) => v,

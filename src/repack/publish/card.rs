@@ -276,12 +276,8 @@ pub struct CardData<'a> {
     pub shard_tensors: u64,
     /// Bytes a copying loader duplicates in the source.
     pub before_bytes: u64,
-    /// Tensors mapped in place during verification.
-    pub zero_copy: u64,
-    /// Tensors checked.
-    pub tensors: u64,
-    /// The MLX load check's record.
-    pub mlx: crate::job::payload::MlxRecord,
+    /// What each check found, in the list's order.
+    pub checks: Vec<crate::repack::checks::CheckOutcome>,
     /// hubalign's version.
     pub tool_version: &'static str,
 }
@@ -377,9 +373,10 @@ impl<'a> CardData<'a> {
             before_tensors: manifest.shards.iter().map(|s| s.unaligned_before).sum(),
             shard_tensors: manifest.shards.iter().map(|s| s.tensors).sum(),
             before_bytes: inputs.before_bytes,
-            zero_copy: inputs.checks.zero_copy,
-            tensors: inputs.checks.tensors,
-            mlx: inputs.mlx,
+            checks: crate::repack::checks::outcomes(inputs.checks, &inputs.mlx)
+                .into_iter()
+                .filter(|o| crate::repack::checks::CHECKS.iter().any(|c| c.name == o.name && !c.card.is_empty()))
+                .collect(),
             tool_version: env!("CARGO_PKG_VERSION"),
         }
     }
@@ -447,6 +444,9 @@ pub fn render(data: &CardData<'_>) -> Result<String, minijinja::Error> {
         format!("{} {}", thousands(n), if n == 1 { one } else { many })
     });
     env.add_template("card", TEMPLATE)?;
+    for check in crate::repack::checks::CHECKS.iter().filter(|c| !c.card.is_empty()) {
+        env.add_template(check.name, check.card)?;
+    }
     env.get_template("card")?.render(minijinja::value::Serde(data))
 }
 

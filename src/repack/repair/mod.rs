@@ -24,7 +24,7 @@ use self::behind::Behind;
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
-use crate::repack::checks::follow::FollowEvent;
+use crate::repack::checks::mlx::follow::FollowEvent;
 use crate::repack::upload::following::{Feed, FeedSink};
 use crate::safetensors::direct::DirectWriter;
 use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
@@ -49,7 +49,7 @@ pub struct RepairTarget {
     /// The data-section alignment.
     pub alignment: Alignment,
     /// The MLX check following the download, told of each shard repaired here as it is written.
-    pub follow: Option<crate::repack::checks::follow::FollowSink>,
+    pub follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
     /// The uploads ahead, told how far each reordered shard's new file is final, to send it as it is written.
     pub feed: Option<FeedSink>,
 }
@@ -59,7 +59,7 @@ pub struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
     hashed: Option<crate::safe_fs::FileId>,
-    follow: Option<crate::repack::checks::follow::FollowSink>,
+    follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
 }
 
 /// How a streamed file ended.
@@ -99,7 +99,7 @@ enum Writes {
 /// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
 #[cfg(unix)]
 struct Told {
-    sink: crate::repack::checks::follow::FollowSink,
+    sink: crate::repack::checks::mlx::follow::FollowSink,
     file: String,
     placed: usize,
 }
@@ -382,7 +382,7 @@ impl Writes {
 /// Who a reorder tells of its writes: the check that follows, and the upload that follows (each with the
 /// shard's name).
 type Listeners<'a> =
-    (Option<(&'a crate::repack::checks::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
+    (Option<(&'a crate::repack::checks::mlx::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
 
 /// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
 /// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor;
@@ -440,7 +440,7 @@ impl Repaired {
         crate::safe_fs::clear_for_write(&path)?;
         crate::safe_fs::write_atomic(&path, &json)?;
         if let Some(sink) = self.follow {
-            sink.tell(crate::repack::checks::follow::FollowEvent::Kept { path: dir.join(&file), file });
+            sink.tell(crate::repack::checks::mlx::follow::FollowEvent::Kept { path: dir.join(&file), file });
         }
         Ok(())
     }

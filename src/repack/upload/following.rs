@@ -1,4 +1,4 @@
-//! A reordered shard's upload following its writes, as the MLX check does ([`follow`](crate::repack::checks::follow)).
+//! A reordered shard's upload following its writes, as the MLX check does ([`follow`](crate::repack::checks::mlx::follow)).
 //!
 //! A reorder writes its new file in the source's order of tensors, and its digests reach each byte soon after
 //! it lands (`repair::behind`). The bytes they have reached are final. Sent to the mirror's CAS only after

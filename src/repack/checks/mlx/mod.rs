@@ -5,6 +5,8 @@
 //! worker's available memory decides how many shards that is, its address space is capped on Linux, and it
 //! is killed once it outlives a deadline that grows with the bytes it reads.
 
+pub mod follow;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -14,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::job::payload::MlxRecord;
-use crate::repack::checks::follow::{FollowEvent, FollowSink};
+use crate::repack::checks::mlx::follow::{FollowEvent, FollowSink};
 
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
@@ -123,7 +125,7 @@ pub async fn or_check_staged(
 /// What a check runs on and how it ends.
 type Running = Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>;
 
-/// The MLX check started before a download, following it (see [`crate::repack::checks::follow`]): the download's writers
+/// The MLX check started before a download, following it (see [`crate::repack::checks::mlx::follow`]): the download's writers
 /// tell its [`FollowSink`], and [`Following::finish`] gives it the staged bundle to judge. Dropped without
 /// being finished (the job ended first), it stops the check.
 pub struct Following {
