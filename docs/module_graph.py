@@ -4,8 +4,9 @@
 
     python3 docs/module_graph.py [SRC_DIR] [--depth 2]
 
-`--depth 2` looks one level deeper (`repack::upload`, `hub::info`), where the finer cycles live. Used for the
-figures in docs/ARCHITECTURE.md; run it on an older checkout (`git worktree add`) for the "before".
+`--depth 2` looks one level deeper (`repack::upload`, `hub::info`), where the finer cycles live. Prints the graph
+in docs/ARCHITECTURE.md and the figures in docs/decisions/0003-no-module-cycles.md; run it on an older checkout
+(`git worktree add`) for the "before".
 """
 import re
 import sys
