@@ -1,5 +1,6 @@
 //! Rules the project keeps, held here rather than by memory: the library's modules name one another in one
-//! direction only, and no error is a bare `String`.
+//! direction only, no error is a bare `String`, every dependency comes from the workspace, and commit
+//! messages take one form.
 
 use std::path::{Path, PathBuf};
 
@@ -110,5 +111,21 @@ fn every_commit_since_the_hook_has_the_form() {
         std::fs::write(file.path(), format!("{message}\n")).unwrap();
         let out = std::process::Command::new("bash").arg(&hook).arg(file.path()).output().unwrap();
         assert!(out.status.success(), "{message}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Every dependency of every crate of the workspace comes through `[workspace.dependencies]`: each version is
+/// chosen in one place, and the crates cannot drift apart. (`fuzz/` is a workspace of its own.)
+#[test]
+fn every_dependency_comes_from_the_workspace() {
+    for manifest in ["Cargo.toml", "crates/hubsim/Cargo.toml", "crates/test-support/Cargo.toml"] {
+        let doc: toml::Table = std::fs::read_to_string(root().join(manifest)).unwrap().parse().unwrap();
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            let Some(deps) = doc.get(section).and_then(toml::Value::as_table) else { continue };
+            for (name, spec) in deps {
+                let from_workspace = spec.get("workspace").and_then(toml::Value::as_bool) == Some(true);
+                assert!(from_workspace, "{manifest}: [{section}] {name} does not say `workspace = true`");
+            }
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! The MLX check follows the download (`repack::checks::follow`, `verify_mlx.py --follow`): a header-padded shard is
+//! The MLX check follows the download (`repack::checks::mlx::follow`, `verify_mlx.py --follow`): a header-padded shard is
 //! judged while it is written (a reordered one tensor by tensor), and counts as checked only if the staged
 //! file is the very one followed, unchanged; a follow that fails costs a check of the staged bundle, never the
 //! job.
