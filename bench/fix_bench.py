@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark `hubalign fix` against `cp` of the same shard, on the same disk, in the same run.
 
-    cargo build --release --workspace --bins --examples && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3] [--other BIN]
+    cargo build --release --workspace --bins && python3 bench/fix_bench.py [--size-mib 2048] [--reps 3] [--other BIN]
 
 For each layout (`pad`: header padding suffices; `relayout`: tensors must be reordered) it writes a synthetic
 MLX-layout shard, warms the page cache with one read, then alternates `cp SRC DST`, `cp SRC DST && sync DST`,
@@ -25,8 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
-SYNTH = ROOT / "target/release/examples/synth_shard"
-SHA_RATE = ROOT / "target/release/examples/sha256_rate"
+SYNTH = ROOT / "target/release/synth_shard"
+SHA_RATE = ROOT / "target/release/sha256_rate"
 
 
 def timed(argv):
@@ -131,7 +131,7 @@ def main():
         return check_digests(*args.check)
     for tool in (BIN, SYNTH):
         if not tool.exists():
-            sys.exit(f"{tool} missing: run `cargo build --release --workspace --bins --examples` first")
+            sys.exit(f"{tool} missing: run `cargo build --release --workspace --bins` first")
     args.work.mkdir(parents=True, exist_ok=True)
     # The hashing floor: fix computes four SHA-256 digests of every payload byte (source file, payload, new
     # file, per tensor); on this machine's cores that alone bounds its throughput.

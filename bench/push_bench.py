@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Push to published mirror: a webhook against the scheduled audit, in the same run.
 
-    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && python3 bench/push_bench.py [--shard-mib 1024 --pushes 5]
+    cargo build --release --workspace --bins && bash tests/python/setup-venv.sh && python3 bench/push_bench.py [--shard-mib 1024 --pushes 5]
 
 A publisher pushes a header-padded MLX bundle (one shard of --shard-mib MiB, pseudo-random payloads whose
 data starts off 8 bytes) to a new repo with `huggingface_hub.upload_folder`, --pushes times. Each time is
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # HUBALIGN_BIN times another build (another commit's, for a before/after in the same run).
 BIN = Path(os.environ.get("HUBALIGN_BIN", ROOT / "target/release/hubalign"))
 SIM = ROOT / "target/release/hubsim"
-SYNTH = ROOT / "target/release/examples/synth_shard"
+SYNTH = ROOT / "target/release/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 SECRET = "bench-secret"
 PUSH = r"""
@@ -51,8 +51,10 @@ def bundle(shard_mib):
     if not folder.exists():
         folder.mkdir(parents=True)
         subprocess.run([SYNTH, folder / "model.safetensors", str(shard_mib), "pad"], check=True)
-        (folder / "config.json").write_text('{"model_type": "llama"}')
         (folder / "README.md").write_text("---\nlibrary_name: mlx\nlicense: mit\n---\n# bench\n")
+    # A model type no loader builds: the mlx-lm check says so and passes, as for the simulator's population.
+    # Written on every run, so a bundle cached by an older script is mended.
+    (folder / "config.json").write_text('{"model_type": "hubsim_synthetic"}')
     return folder
 
 
@@ -127,7 +129,7 @@ def main():
     args = ap.parse_args()
     for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
     folder = bundle(args.shard_mib)
     with tempfile.TemporaryDirectory() as tmp:
         results = {mode: run_mode(mode, folder, args.pushes, tmp) for mode in ("webhook", "baseline")}

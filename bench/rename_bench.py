@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A renamed source: its mirror followed, against the same bundle mirrored afresh, in the same run.
 
-    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && python3 bench/rename_bench.py [--shard-mib 1024 --rounds 3]
+    cargo build --release --workspace --bins && bash tests/python/setup-venv.sh && python3 bench/rename_bench.py [--shard-mib 1024 --rounds 3]
 
 `serve --webhook-secret` runs against `hubsim --webhook` (SQLite, CPU check). Each round a publisher
 pushes a header-padded bundle (one shard of --shard-mib MiB) with `huggingface_hub` and waits for its public
@@ -60,7 +60,7 @@ def main():
     args = ap.parse_args()
     for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
     folder = bundle(args.shard_mib)
     env = dict(os.environ, HF_TOKEN="hf_pub", HF_HUB_DISABLE_TELEMETRY="1")
     results = {"rename": [], "baseline": []}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark `hubalign scan` over a tree of many shards, against the physical minimum and the reference reader.
 
-    cargo build --release --workspace --bins --examples && python3 bench/scan_bench.py [--shards 1000]
+    cargo build --release --workspace --bins && python3 bench/scan_bench.py [--shards 1000]
 
 Builds a tree of bundles of sparse synthetic MLX shards (each header real, each payload a hole, 256 MiB each),
 then measures with a cold page cache (`drop_caches`, root only; otherwise warm) and warm:
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
-SYNTH = ROOT / "target/release/examples/synth_shard"
+SYNTH = ROOT / "target/release/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 
 SAFE_OPEN = r"""
@@ -103,7 +103,7 @@ def main():
     args = ap.parse_args()
     for tool in (BIN, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: run `cargo build --release --workspace --bins --examples` and tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: run `cargo build --release --workspace --bins` and tests/python/setup-venv.sh")
     tree = args.work / str(args.shards)
     if not tree.exists():
         for i in range(args.shards):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark `serve`'s pages while a worker repacks a 2 GiB bundle, against the same pages with no job.
 
-    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh && \\
+    cargo build --release --workspace --bins && bash tests/python/setup-venv.sh && \\
         python3 bench/serve_latency_bench.py [--shard-mib 1024 --shards 2] [--other PATH/TO/ANOTHER/hubalign]
 
 Serves the repack benchmark's bundle (`bench/repack_bench.py`'s MLX-layout shards, header padding fixes
@@ -33,7 +33,7 @@ from repack_bench import world  # the same bundle, written once for both benchma
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/hubalign"
 SIM = ROOT / "target/release/hubsim"
-SYNTH = ROOT / "target/release/examples/synth_shard"
+SYNTH = ROOT / "target/release/synth_shard"
 PY = ROOT / "target/py-venv/bin/python"
 TOKEN = "hf_bench"
 PAGES = ("/healthz", "/")
@@ -165,7 +165,7 @@ def main():
     args = ap.parse_args()
     for tool in (BIN, SIM, SYNTH, PY):
         if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --workspace --bins --examples; tests/python/setup-venv.sh")
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
     root = world(args.shards, args.shard_mib)
     builds = [("this build", BIN)] + ([(f"`{args.other}`", args.other)] if args.other else [])
     results = []

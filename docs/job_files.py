@@ -3,7 +3,7 @@ r"""Which files of `src/` one repack job runs code in: measured, not read off th
 
     LLVM_PROFILE_FILE=/tmp/cov/build-%p.profraw RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR=/tmp/cov \
         cargo build --bin hubalign
-    cargo build --release --workspace --bins --examples && bash tests/python/setup-venv.sh
+    cargo build --release --workspace --bins && bash tests/python/setup-venv.sh
     python3 docs/job_files.py /tmp/cov/debug/hubalign [--src src] [--list]
 
 Serves a two-shard header-padded bundle with `hubsim` (the benchmark's world, 8 MiB shards), audits it with

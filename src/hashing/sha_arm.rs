@@ -4,7 +4,7 @@
 //! rounds can start; a second, independent stream fills those cycles. Intel's ISA-L crypto library ships
 //! aarch64 multi-buffer SHA-256 kernels of two to four interleaved streams for the same reason. This
 //! project has no Arm machine to measure it on: `sha256_rate PATH` and `sha256_rate --pair PATH` (the
-//! `examples/` program `bench/fix_bench.py` runs) print the one- and two-stream rates where they run, and
+//! program in `bench/src/bin` that `bench/fix_bench.py` runs) print the one- and two-stream rates where they run, and
 //! the kernel's results are checked against `sha2` under `qemu-aarch64` (`tests/aarch64`).
 
 #![allow(unsafe_code)]

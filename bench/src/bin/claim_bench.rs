@@ -1,5 +1,5 @@
 //! Claim throughput and latency of the job queue, on SQLite and on PostgreSQL, in the same run:
-//! `cargo run --release --example claim_bench [JOBS]` (default 4,000 jobs).
+//! `cargo run --release -p hubalign-bench --bin claim_bench [JOBS]` (default 4,000 jobs).
 //!
 //! For 1, 4 and 16 workers, each with a store (a pool) of its own, as separate processes would have: a fresh
 //! database holding JOBS queued jobs, drained by the workers with the queue's real calls (claim, then finish
