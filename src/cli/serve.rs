@@ -9,7 +9,7 @@ use clap::Args;
 use hubalign::audit::AuditOptions;
 use hubalign::hub::listing::ListQuery;
 use hubalign::serve::listener::Limits;
-use hubalign::serve::schedule::Schedule;
+use hubalign::serve::scheduler::schedule::Schedule;
 use hubalign::serve::{ServeConfig, WebhookConfig, serve};
 
 use super::Exit;
@@ -168,7 +168,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             admin_token: args.admin_token.clone(),
             scheduler_lease: Duration::from_secs(args.scheduler_lease.max(1)),
             schedules: !args.no_scheduler,
-            publish: hubalign::serve::publish::PublishConfig {
+            after_audit: hubalign::serve::after_audit::AfterAuditConfig {
                 dataset: args.publish_dataset.clone(),
                 findable: (args.collections || args.note_sources).then(|| hubalign::findable::FindablePolicy {
                     owner: s.opts.target_namespace.clone(),

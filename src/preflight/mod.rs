@@ -228,13 +228,13 @@ pub fn work_dir(dir: &Path) -> Finding {
     if let Err(e) = written {
         return Finding::fail(CHECK, format!("{shown}: cannot write in it: {e}"), fix);
     }
-    match crate::repack::download::room::space(dir) {
-        Ok(space) if space.free < crate::repack::download::room::RESERVE => Finding::fail(
+    match crate::repack::download::disk_space::space(dir) {
+        Ok(space) if space.free < crate::repack::download::disk_space::RESERVE => Finding::fail(
             CHECK,
             format!(
                 "{shown}: {} free, less than the {} every job keeps free",
                 crate::report::human_bytes(space.free),
-                crate::report::human_bytes(crate::repack::download::room::RESERVE)
+                crate::report::human_bytes(crate::repack::download::disk_space::RESERVE)
             ),
             fix,
         ),

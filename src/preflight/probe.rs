@@ -49,7 +49,7 @@ pub async fn mlx(check: &MlxCheck, scratch: &Path) -> Finding {
         Err(e) => return Finding::fail(CHECK, format!("cannot make the probe bundle: {e}"), "report this as a bug"),
     };
     let started = std::time::Instant::now();
-    let interpreter = (check.python.clone(), check.script.clone());
+    let interpreter = mlx::Interpreter { python: check.python.clone(), script: check.script.clone() };
     match mlx::run_off_executor(interpreter, output, &check.device, |_| {}).await {
         Ok(record) => Finding::ok(
             CHECK,

@@ -99,11 +99,24 @@ async fn remove_off_executor(dir: PathBuf) {
 
 /// What the publish step waits for from the work that runs beside it.
 #[derive(Default)]
-struct Beside {
+struct ConcurrentResults {
     /// The MLX check's verdict, when the check runs during the upload.
     verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
     /// What went up ahead, once the uploads ahead have ended.
     ahead: Option<tokio::sync::oneshot::Receiver<Option<upload::ahead::Ahead>>>,
+}
+
+/// Whether a source may be mirrored now.
+enum MayMirror {
+    /// It may, with this visibility, by the Hub's answer `info`.
+    Yes {
+        /// The mirror's visibility.
+        visibility: queue::policy::Visibility,
+        /// The Hub's answer for the source.
+        info: Box<ModelInfo>,
+    },
+    /// It may not, and why.
+    No(&'static str),
 }
 
 /// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
@@ -173,12 +186,8 @@ impl Repacker<'_> {
         Ok(Some(state))
     }
 
-    /// How the source may be mirrored now, from the Hub's answer (`Err` inside says why it may not be), with
-    /// that answer.
-    async fn visibility(
-        &self,
-        job: &Job,
-    ) -> Result<(Result<queue::policy::Visibility, &'static str>, Option<ModelInfo>), RepackError> {
+    /// Whether the source may be mirrored now, and how visibly, from the Hub's answer and the operator's policy.
+    async fn source_now(&self, job: &Job) -> Result<MayMirror, RepackError> {
         let info = self.hub.model_info(&job.repo_id).await;
         let verdict = queue::policy::visibility_now(
             &job.repo_id,
@@ -186,7 +195,11 @@ impl Repacker<'_> {
             &self.opts.target_namespace,
             &self.opts.private_mirrors,
         )?;
-        Ok((verdict, info.ok()))
+        Ok(match (verdict, info) {
+            (Ok(visibility), Ok(info)) => MayMirror::Yes { visibility, info: Box::new(info) },
+            (Err(reason), _) => MayMirror::No(reason),
+            (Ok(_), Err(_)) => MayMirror::No(queue::policy::GONE),
+        })
     }
 
     /// Records that `job` moves to `state`, with what the step before left for it, and renews the lease; an
@@ -205,6 +218,11 @@ impl Repacker<'_> {
             Ok(false) => Err(RepackError::transient("the lease was lost to another worker")),
             Err(e) => Err(RepackError::transient(e.to_string())),
         }
+    }
+
+    /// The interpreter and script that run this worker's MLX checks.
+    fn mlx_interpreter(&self) -> checks::mlx::Interpreter {
+        checks::mlx::Interpreter { python: self.opts.python.clone(), script: self.opts.mlx_script.clone() }
     }
 
     /// Bytes a copying loader duplicates in the downloaded source, off the executor.

@@ -22,12 +22,12 @@ use crate::job::{Job, JobOutcome, JobState, VerifyDevice};
 use crate::manifest::LeftOut;
 use crate::repack::checks::{self, Checked};
 use crate::repack::metal::rendezvous::MetalHandoff;
-use crate::repack::relayout::{Relaid, readme_license, relay};
+use crate::repack::relayout::{self, Relaid, readme_license};
 use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
-use crate::repack::upload::following::FeedSink;
+use crate::repack::upload::following::WriteEventSink;
 use crate::repack::{
-    Beside, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish, queue::policy,
-    upload::ahead,
+    ConcurrentResults, MayMirror, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish,
+    queue::policy, upload::ahead,
 };
 use crate::repack::{publish::pull_request, repair};
 
@@ -53,7 +53,7 @@ impl Work {
 
 /// A step's end: what the next step needs (`Continue`), or the job's outcome when there is nothing more to do
 /// (`Break`: skipped, or handed to the Metal runner).
-type Next<T> = ControlFlow<JobOutcome, T>;
+type StepEnd<T> = ControlFlow<JobOutcome, T>;
 
 /// Where a job's MLX check runs: `gpu` (Metal) or `cpu`.
 fn mlx_device(job: &Job) -> &'static str {
@@ -86,7 +86,7 @@ impl Repacker<'_> {
                 // The checks ran in the worker that staged the bundle, but this one has not seen the files.
                 let staged = work.output.clone();
                 let checked = off_executor("the local checks", move || checks::run_here(&staged)).await?;
-                return self.publish_staged(job, &work, record, checked, Beside::default()).await;
+                return self.publish_staged(job, &work, record, checked, ConcurrentResults::default()).await;
             }
             resume => resume,
         };
@@ -98,7 +98,7 @@ impl Repacker<'_> {
         // A fresh job checked here has its MLX check follow the download, judging each repaired shard as it
         // is written.
         let follow = (resume == Resume::Start && !hands_to_metal(job))
-            .then(|| mlx::Following::start((self.opts.python.clone(), self.opts.mlx_script.clone()), mlx_device(job)))
+            .then(|| mlx::Following::start(self.mlx_interpreter(), mlx_device(job)))
             .flatten();
         // Shards that header padding fixes are repaired as they stream: written once, and never read again
         // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done, unless
@@ -108,7 +108,7 @@ impl Repacker<'_> {
             return self.download_to_publish(job, &work, resume, AheadEnds::default(), follow).await;
         };
         let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
-        let (feed_tx, feed) = FeedSink::channel();
+        let (feed_tx, feed) = WriteEventSink::channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
         let uploads = async {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, (ready, feed)).await);
@@ -120,13 +120,13 @@ impl Repacker<'_> {
 
     /// Whether the source may be mirrored now: `Continue` with whether its mirror is private (`None` in
     /// `--pr` mode, which publishes no mirror), once the mirror's name is taken; `Break` with the skip.
-    async fn may_mirror(&self, job: &Job) -> Result<Next<Option<bool>>, RepackError> {
+    async fn may_mirror(&self, job: &Job) -> Result<StepEnd<Option<bool>>, RepackError> {
         if self.opts.pull_request {
             return Ok(ControlFlow::Continue(None));
         }
-        let private = match self.visibility(job).await? {
-            (Err(reason), _) => return Ok(ControlFlow::Break(JobOutcome::Skipped { reason: reason.into() })),
-            (Ok(visibility), _) => visibility == policy::Visibility::Private,
+        let private = match self.source_now(job).await? {
+            MayMirror::No(reason) => return Ok(ControlFlow::Break(JobOutcome::Skipped { reason: reason.into() })),
+            MayMirror::Yes { visibility, .. } => visibility == policy::Visibility::Private,
         };
         // The mirror's name is taken before the download, so that a day's cap of new mirrors holds the job
         // back before it spends any bandwidth.
@@ -148,9 +148,9 @@ impl Repacker<'_> {
         let sink = follow.as_ref().and_then(mlx::Following::sink);
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
-            Resume::Relay { left_out } => self.relay(job, work, left_out).await?,
+            Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
             _ => match self.download(job, work, (ready, feed), sink).await? {
-                ControlFlow::Continue(left_out) => self.relay(job, work, left_out).await?,
+                ControlFlow::Continue(left_out) => self.relayout(job, work, left_out).await?,
                 ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
             },
         };
@@ -168,9 +168,9 @@ impl Repacker<'_> {
         &self,
         job: &Job,
         work: &Work,
-        (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<FeedSink>),
+        (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<WriteEventSink>),
         follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
-    ) -> Result<Next<Vec<LeftOut>>, RepackError> {
+    ) -> Result<StepEnd<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         crate::repack::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
@@ -206,7 +206,7 @@ impl Repacker<'_> {
 
     /// The re-layout step, from the download in `work`: the staged bundle in `work.output`, or `Break` with
     /// why there is nothing to publish.
-    async fn relay(&self, job: &Job, work: &Work, left_out: Vec<LeftOut>) -> Result<Next<()>, RepackError> {
+    async fn relayout(&self, job: &Job, work: &Work, left_out: Vec<LeftOut>) -> Result<StepEnd<()>, RepackError> {
         let files = self.snapshot(work, resume::DOWNLOADED).await?;
         let progress = files.map(|files| Progress::Downloaded { left_out: left_out.clone(), files });
         self.step(job, JobState::Relaying, progress.as_ref()).await?;
@@ -216,7 +216,7 @@ impl Repacker<'_> {
         // A re-layout that stopped half-way left an output no one may trust.
         let relaid = off_executor("the re-layout", move || {
             let _ = std::fs::remove_dir_all(&out);
-            relay(&src, &out, &streamed, alignment, (&repo, &sha), left_out)
+            relayout::stage_bundle(&src, &out, &streamed, alignment, (&repo, &sha), left_out)
         });
         Ok(match relaid.await? {
             Relaid::Staged => ControlFlow::Continue(()),
@@ -262,7 +262,7 @@ impl Repacker<'_> {
             return Ok(JobOutcome::AwaitMetal { staged: None });
         }
         let mlx_device = mlx_device(job);
-        let interpreter = (self.opts.python.clone(), self.opts.mlx_script.clone());
+        let interpreter = self.mlx_interpreter();
         let (running, started) = match follow {
             Some(following) => {
                 let (followed, started) = following.finish(work.output.clone());
@@ -281,7 +281,7 @@ impl Repacker<'_> {
         let Some(started) = started else {
             let record = check.await?;
             let _ = self.store.set_job_verification(job.id, &record).await;
-            return self.publish_staged(job, work, record, checked, Beside { verdict: None, ahead }).await;
+            return self.publish_staged(job, work, record, checked, ConcurrentResults { verdict: None, ahead }).await;
         };
         let card_record = MlxRecord::announced(mlx_device, started);
         let (verdict_tx, verdict) = tokio::sync::watch::channel(publish::Verdict::Pending);
@@ -300,7 +300,7 @@ impl Repacker<'_> {
             }
             result
         };
-        let beside = Beside { verdict: Some(verdict), ahead };
+        let beside = ConcurrentResults { verdict: Some(verdict), ahead };
         let publishing = self.publish_staged(job, work, card_record.clone(), checked, beside);
         let (judged, published) = tokio::join!(judged, publishing);
         // The check's failure is the reason, whatever the publish made of it (it committed nothing).
@@ -316,7 +316,7 @@ impl Repacker<'_> {
         job: &Job,
         private: bool,
         work: &Work,
-        (mut ready, mut feed): (tokio::sync::mpsc::UnboundedReceiver<String>, ahead::FeedEvents),
+        (mut ready, mut feed): (tokio::sync::mpsc::UnboundedReceiver<String>, ahead::WriteEventReceiver),
     ) -> Option<ahead::Ahead> {
         // Nothing is created for a bundle with no shard to send ahead. The mirror is created at the first shard
         // kept, or at the first reorder that starts to be written, before any of its bytes is checked: a
@@ -357,7 +357,7 @@ impl Repacker<'_> {
         work: &Work,
         record: MlxRecord,
         Checked { manifest, local: checks }: Checked,
-        Beside { verdict, ahead }: Beside,
+        ConcurrentResults { verdict, ahead }: ConcurrentResults,
     ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing, None).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
@@ -366,9 +366,9 @@ impl Repacker<'_> {
             return self.propose(job, &work.output, &sources).await;
         }
         // The source may have turned private, gated, disabled or gone since the audit.
-        let (visibility, info) = match self.visibility(job).await? {
-            (Ok(v), info) => (v, info),
-            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        let (visibility, info) = match self.source_now(job).await? {
+            MayMirror::Yes { visibility, info } => (visibility, info),
+            MayMirror::No(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let private = visibility == policy::Visibility::Private;
         let (namespace, caps) = (&self.opts.target_namespace, &self.opts.caps);
@@ -386,7 +386,7 @@ impl Repacker<'_> {
             }
         };
         let facts = |record| finish::CardFacts {
-            info: info.as_ref(),
+            info: Some(&*info),
             source: source.clone(),
             manifest: &manifest,
             checks: &checks,
@@ -397,9 +397,9 @@ impl Repacker<'_> {
         // once it passes, the card is written again with its whole record before anything is committed.
         let (verdict, card_rewritten) = match verdict {
             Some(checked) => {
-                let (relay, relayed) = tokio::sync::watch::channel(publish::Verdict::Pending);
+                let (to_publish, verdict_after_card) = tokio::sync::watch::channel(publish::Verdict::Pending);
                 let rewrite = |record: MlxRecord| self.write_card(&work.output, &target, facts(record));
-                (Some(relayed), Some(card_after_check(checked, relay, rewrite)))
+                (Some(verdict_after_card), Some(card_after_check(checked, to_publish, rewrite)))
             }
             None => (None, None),
         };
@@ -453,7 +453,7 @@ impl Repacker<'_> {
 #[derive(Default)]
 struct AheadEnds {
     ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    feed: Option<FeedSink>,
+    feed: Option<WriteEventSink>,
     ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
 }
 
@@ -462,11 +462,11 @@ struct AheadEnds {
 /// error (its kind kept), which the caller reports before the publish's.
 async fn card_after_check(
     mut checked: tokio::sync::watch::Receiver<publish::Verdict>,
-    relay: tokio::sync::watch::Sender<publish::Verdict>,
+    to_publish: tokio::sync::watch::Sender<publish::Verdict>,
     rewrite: impl FnOnce(MlxRecord) -> Result<PathBuf, RepackError>,
 ) -> Result<(), RepackError> {
     let decided = checked.wait_for(|v| *v != publish::Verdict::Pending).await.ok().map(|v| v.clone());
-    let (relayed, rewritten) = match decided {
+    let (passed_on, rewritten) = match decided {
         Some(publish::Verdict::Passed(record)) => match rewrite((*record).clone()) {
             Ok(_) => (publish::Verdict::Passed(record), Ok(())),
             Err(e) => (publish::Verdict::Failed(format!("writing the card with the check's record: {e}")), Err(e)),
@@ -474,7 +474,7 @@ async fn card_after_check(
         Some(other) => (other, Ok(())),
         None => (publish::Verdict::Failed("the MLX check gave no verdict".to_owned()), Ok(())),
     };
-    relay.send_replace(relayed);
+    to_publish.send_replace(passed_on);
     rewritten
 }
 

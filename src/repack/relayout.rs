@@ -1,6 +1,5 @@
-//! The local work of a job, between the download and the publish, each run off the executor by its step:
-//! re-laying the downloaded bundle into the staged one, the structural and memory-map checks of what was
-//! staged, and what the card reads from the source's files.
+//! The re-layout of a job, between the download and the checks: the downloaded bundle re-laid into the
+//! staged one (through `fix`), and what the card reads from the source's files. Each runs off the executor.
 
 use std::path::Path;
 
@@ -8,7 +7,7 @@ use crate::bundle::discover;
 use crate::fix::{Destination, FixOptions, fix};
 use crate::manifest::{LeftOut, Manifest};
 use crate::repack::error::{RepackError, WhatNext};
-use crate::repack::{download::carry, publish::card};
+use crate::repack::{download::allow_list, publish::card};
 use crate::safetensors::Alignment;
 
 /// What the re-layout left: a staged bundle to verify and publish, or why there is nothing to do.
@@ -22,7 +21,7 @@ pub(super) enum Relaid {
 /// Re-lays the downloaded bundle into `output` (linking the shards repaired as they streamed, from
 /// `streamed`), removes the carried configs' pointers to code, and stamps the manifest with the source repo
 /// and commit and what the mirror left out and edited.
-pub(super) fn relay(
+pub(super) fn stage_bundle(
     source: &Path,
     output: &Path,
     streamed: &Path,
@@ -70,9 +69,9 @@ pub(super) fn relay(
     let mut manifest = Manifest::read(output)
         .map_err(|e| RepackError::permanent(e.to_string()))?
         .ok_or_else(|| RepackError::permanent("fix wrote no manifest"))?;
-    manifest.edited = carry::strip_code_pointers(output).map_err(|e| match e {
-        carry::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), source),
-        e @ carry::ConfigError::NotJson { .. } => RepackError::permanent(format!("not mirrored: {e}")),
+    manifest.edited = allow_list::strip_code_pointers(output).map_err(|e| match e {
+        allow_list::ConfigError::Io { source, file } => RepackError::io(format_args!("{file} of the mirror"), source),
+        e @ allow_list::ConfigError::NotJson { .. } => RepackError::permanent(format!("not mirrored: {e}")),
     })?;
     manifest.left_out = left_out;
     manifest.source_repo = Some(repo.to_owned());

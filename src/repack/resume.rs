@@ -32,7 +32,7 @@ pub(super) enum Resume {
     /// From the start: the visibility check, then download, re-layout, checks and publish.
     Start,
     /// From the re-layout: the download is in the job's directory as it left it.
-    Relay {
+    Relayout {
         /// The source's files the mirror leaves out, for its manifest.
         left_out: Vec<LeftOut>,
     },
@@ -69,7 +69,7 @@ impl Resume {
             return Resume::Start;
         }
         match progress {
-            Progress::Downloaded { left_out, .. } => Resume::Relay { left_out: left_out.clone() },
+            Progress::Downloaded { left_out, .. } => Resume::Relayout { left_out: left_out.clone() },
             Progress::Relaid { .. } => Resume::Check,
             Progress::Unknown => Resume::Start,
         }
@@ -247,12 +247,12 @@ mod tests {
         let left_out = vec![LeftOut { file: "x.py".into(), bytes: 3, reason: "code".into() }];
         job.state = JobState::Relaying;
         job.progress = Some(Json(Progress::Downloaded { left_out: left_out.clone(), files: files.clone() }));
-        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relay { left_out: left_out.clone() });
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relayout { left_out: left_out.clone() });
 
         // What the next step writes is not the download's: a re-layout killed half-way is taken up again.
         std::fs::create_dir_all(work.join(OUTPUT)).unwrap();
         std::fs::write(work.join(OUTPUT).join("model.safetensors"), b"01234").unwrap();
-        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relay { left_out });
+        assert_eq!(Resume::of(&job, work, Some(BY)), Resume::Relayout { left_out });
 
         let files = snapshot(work, (RELAID, BY)).unwrap();
         job.progress = Some(Json(Progress::Relaid { files }));

@@ -2,6 +2,7 @@
 //! the JSON API, `/metrics`, the macOS runners' API and the administrators' endpoints.
 
 mod admin;
+pub mod after_audit;
 mod alarms;
 mod api;
 mod browse;
@@ -12,11 +13,9 @@ mod metrics;
 mod overview;
 mod pages;
 mod process;
-pub mod publish;
 mod respond;
 pub mod runner_api;
-pub mod schedule;
-mod scheduler;
+pub mod scheduler;
 pub mod service;
 pub mod webhook;
 pub mod workers;
@@ -35,7 +34,7 @@ use crate::repack::queue::policy::EnqueuePolicy;
 use crate::store::Store;
 use crate::worker::WhenIdle;
 use admin::AdminApi;
-use schedule::Schedule;
+use scheduler::schedule::Schedule;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -144,7 +143,7 @@ pub struct ServeConfig {
     /// The Hub webhooks' endpoint and what acts on them; not served without it.
     pub webhook: Option<WebhookConfig>,
     /// What is published after each audit this replica runs.
-    pub publish: publish::PublishConfig,
+    pub after_audit: after_audit::AfterAuditConfig,
 }
 
 /// `POST /api/hub/webhook`'s configuration.
@@ -293,8 +292,9 @@ pub async fn serve(
     let mut service = service::Service::new(health.clone());
     service.http(listener, app, config.limits);
     let published = Arc::new(tokio::sync::Notify::new());
-    if config.publish.any() && config.schedules {
-        let task = publish::publisher(shared.clone(), config.publish.clone(), published.clone(), service.stop_signal());
+    if config.after_audit.any() && config.schedules {
+        let task =
+            after_audit::run(shared.clone(), config.after_audit.clone(), published.clone(), service.stop_signal());
         service.spawn("the publisher", task);
     }
     let scheduling = scheduler::SchedulerConfig {

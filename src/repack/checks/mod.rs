@@ -1,7 +1,7 @@
-//! The checks a staged bundle passes before it is published, as one list: [`CHECKS`].
+//! The checks a staged bundle passes before it is published, as one list: `CHECKS`.
 //!
 //! Each check is one file of this folder and one name in `checks!` below.
-//! A check runs here, on the staged bundle ([`Runs::Here`]), or in the MLX check script ([`Runs::InMlx`]).
+//! A check runs here, on the staged bundle (`Runs::Here`), or in the MLX check script (`Runs::InMlx`).
 //! It gives what it found as figures (a JSON object), and the card renders each check's line from them.
 //! A check that runs here fails the job with its name and why.
 //! A check MLX runs is also a function in `CHECKS` of `deploy/verify_mlx.py`, by the same name.

@@ -8,8 +8,8 @@
 //! connections (`crate::repack::download::transfer`); the hashing and the disk writes run on a blocking thread, never on
 //! the async runtime.
 
-pub mod carry;
-pub mod room;
+pub mod allow_list;
+pub mod disk_space;
 mod transfer;
 
 use std::io::{Seek, SeekFrom, Write};
@@ -42,8 +42,8 @@ pub struct Downloaded {
     pub bytes: u64,
     /// Files an earlier attempt had already fetched and verified, kept rather than fetched again.
     pub reused: usize,
-    /// Files of the tree not downloaded, since a mirror does not carry them ([`crate::repack::download::carry`]).
-    pub left_out: Vec<crate::repack::download::carry::LeftOut>,
+    /// Files of the tree not downloaded, since a mirror does not carry them ([`crate::repack::download::allow_list`]).
+    pub left_out: Vec<crate::repack::download::allow_list::LeftOut>,
 }
 
 /// Why a download stopped.
@@ -85,7 +85,7 @@ pub struct Layout {
     /// Partial transfers, named by a hash of their path, outside the bundle.
     pub partial: PathBuf,
     /// Where shards that header padding fixes are repaired as they stream (the bundle then keeps only a
-    /// stub of each: see [`stream`](crate::repack::repair)); `None` downloads every file whole.
+    /// stub of each: see [`repair`](crate::repack::repair)); `None` downloads every file whole.
     pub repair: Option<RepairTarget>,
     /// Connections the download may hold at once, shared by the files it fetches at once: a file of its own
     /// gets several, for ranges of it at once (0: [`DEFAULT_CONNECTIONS`]).
@@ -93,7 +93,7 @@ pub struct Layout {
     /// Told the repo path of each shard repaired as it streamed, as soon as it is checked and in place in
     /// the repair directory (under the same name), so its upload can start while the rest download.
     pub ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    /// Download only what a mirror carries ([`crate::repack::download::carry`]); `false` for a staged mirror, which holds
+    /// Download only what a mirror carries ([`crate::repack::download::allow_list`]); `false` for a staged mirror, which holds
     /// nothing else already.
     pub carry_only: bool,
 }
@@ -119,7 +119,7 @@ pub async fn download(
     let refused = |e: String| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
     check_tree(&tree).map_err(|e| refused(e.to_string()))?;
     let (tree, left_out) = if layout.carry_only {
-        let selection = crate::repack::download::carry::select(&tree).map_err(|e| refused(e.to_string()))?;
+        let selection = crate::repack::download::allow_list::select(&tree).map_err(|e| refused(e.to_string()))?;
         (selection.carried, selection.left_out)
     } else {
         (tree, Vec::new())
@@ -154,8 +154,11 @@ pub async fn download(
     }
     // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
     let to_fetch = wanted.iter().fold(0u64, |sum, (f, ..)| sum.saturating_add(f.size));
-    crate::repack::download::room::check(&layout.source, crate::repack::download::room::need(to_fetch, total))
-        .map_err(fail)?;
+    crate::repack::download::disk_space::check(
+        &layout.source,
+        crate::repack::download::disk_space::need(to_fetch, total),
+    )
+    .map_err(fail)?;
     // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
     // transfer at a time leaves the other cores (and connections) idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));

@@ -76,7 +76,8 @@ pub async fn check_once<R: Rendezvous>(
     let fetched = way.fetch(&claimed, &dir).await;
     let record = match fetched {
         Ok(bundle) => {
-            let interpreter = (setup.python.clone(), setup.script.clone());
+            let interpreter =
+                crate::repack::checks::mlx::Interpreter { python: setup.python.clone(), script: setup.script.clone() };
             match crate::repack::checks::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await {
                 Ok(record) => record,
                 Err(e) if e.is_configuration() => {

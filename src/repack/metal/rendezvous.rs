@@ -22,7 +22,7 @@ use crate::repack::metal::{Fetch, Rendezvous};
 use crate::repack::publish::finish::CardFacts;
 use crate::repack::queue::policy::Visibility;
 use crate::repack::upload::CommitError;
-use crate::repack::{Repacker, download, publish, upload};
+use crate::repack::{MayMirror, Repacker, download, publish, upload};
 use crate::store::{Store, StoreError};
 
 /// Where a bundle waits for the Metal check.
@@ -59,9 +59,9 @@ impl Repacker<'_> {
         output: &Path,
         Checked { manifest, local: checks }: Checked,
     ) -> Result<JobOutcome, RepackError> {
-        let visibility = match self.visibility(job).await? {
-            (Ok(v), _) => v,
-            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+        let visibility = match self.source_now(job).await? {
+            MayMirror::Yes { visibility, .. } => visibility,
+            MayMirror::No(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let (repo, namespace) = (&job.repo_id, &self.opts.target_namespace);
         let chosen = publish::choose_mirror(
@@ -125,17 +125,17 @@ impl Repacker<'_> {
         }
         let target = job.target_repo.clone().ok_or_else(|| RepackError::permanent("no mirror recorded"))?;
         crate::gate::check_repo_id(&target).map_err(|e| RepackError::permanent(e.to_string()))?;
-        let (visibility, info) = match self.visibility(job).await? {
-            (Ok(v), info) => (v, info),
+        let (visibility, info) = match self.source_now(job).await? {
+            MayMirror::Yes { visibility, info } => (visibility, info),
             // The mirror stays private, as staged.
-            (Err(reason), _) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+            MayMirror::No(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let former = self.former_name(job).await?;
         let manifest = staged_manifest(self.hub, &target, &staged.commit, job, former.as_deref()).await?;
         let dir = self.opts.work_dir.join(format!("job-{}", job.id)).join("card");
         std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))?;
         let facts = CardFacts {
-            info: info.as_ref(),
+            info: Some(&*info),
             source: staged.source.clone(),
             manifest: &manifest,
             checks: &staged.checks,

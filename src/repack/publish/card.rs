@@ -315,7 +315,7 @@ pub struct BundleFiles {
 impl BundleFiles {
     /// Reads `dir`, the staged mirror: a licence file by its usual names, and a chat template in
     /// `tokenizer_config.json` (its `chat_template` key) or beside it (`chat_template.jinja`,
-    /// `chat_template.json`). The carried files are capped in size by `repack::download::carry`.
+    /// `chat_template.json`). The carried files are capped in size by `repack::download::allow_list`.
     pub fn of(dir: &std::path::Path) -> BundleFiles {
         let license_file = ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENSE.TXT"]
             .into_iter()
@@ -417,7 +417,7 @@ pub fn markdown_text(s: &str) -> String {
 /// A file name as a code span when it is a plain name (nothing in it can close the span), else as
 /// [`markdown_text`].
 pub fn markdown_code(s: &str) -> String {
-    if crate::repack::download::carry::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
+    if crate::repack::download::allow_list::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
 }
 
 /// `1234567` as `1,234,567`.

@@ -8,7 +8,7 @@
 //! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
 //! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
 //! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
-//! (`behind`), each stretch hashed then synced to the disk while the rest downloads (`writeback`). Of the
+//! (`new_file_digest`), each stretch hashed then synced to the disk while the rest downloads (`writeback`). Of the
 //! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a
 //! hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
 //! audit its header, the upload's deduplication its first chunk. Any other shard (one no loader copies from,
@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[cfg(unix)]
-use self::behind::Behind;
+use self::new_file_digest::NewFileDigests;
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
 use crate::repack::checks::mlx::follow::FollowEvent;
-use crate::repack::upload::following::{Feed, FeedSink};
+use crate::repack::upload::following::{WriteEvent, WriteEventSink};
 use crate::safetensors::direct::DirectWriter;
 use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
 use crate::safetensors::plan::{LayoutPlan, plan};
@@ -51,7 +51,7 @@ pub struct RepairTarget {
     /// The MLX check following the download, told of each shard repaired here as it is written.
     pub follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
     /// The uploads ahead, told how far each reordered shard's new file is final, to send it as it is written.
-    pub feed: Option<FeedSink>,
+    pub feed: Option<WriteEventSink>,
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
@@ -91,14 +91,20 @@ enum Writes {
     Padded { writer: DirectWriter, payload: Sha256Stream },
     /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the
     /// check that follows told of each tensor once it is whole (`placed` of `order` so far); the new file's
-    /// digests taken as its bytes land (`behind`).
+    /// digests taken as its bytes land (`new_file_digest`).
     #[cfg(unix)]
-    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, told: Option<Told>, behind: Box<Behind> },
+    Moved {
+        out: File,
+        spans: crate::hashing::SpanHasher,
+        order: Vec<usize>,
+        told: Option<CheckListener>,
+        behind: Box<NewFileDigests>,
+    },
 }
 
 /// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
 #[cfg(unix)]
-struct Told {
+struct CheckListener {
     sink: crate::repack::checks::mlx::follow::FollowSink,
     file: String,
     placed: usize,
@@ -201,7 +207,7 @@ impl StreamRepair {
         head.extend_from_slice(&data[..room.min(data.len())]);
         let whole = head.len() as u64 == self.size;
         if head.len() == crate::repack::upload::prime::PRIME_HEAD || whole {
-            feed.tell(&self.name, Feed::SourceHead { head: std::mem::take(head), whole });
+            feed.tell(&self.name, WriteEvent::SourceHead { head: std::mem::take(head), whole });
             self.head_for_feed = None;
         }
     }
@@ -269,7 +275,7 @@ impl StreamRepair {
                 // the file is still this one.
                 let hashed = hashes.new_file_sha256.as_ref().and_then(|_| crate::safe_fs::FileId::of(temp.path()));
                 if let (Some(feed), Some(id), Some(sha256)) = (&self.target.feed, hashed, &hashes.new_file_sha256) {
-                    feed.tell(&self.name, Feed::Whole { id, sha256: sha256.clone() });
+                    feed.tell(&self.name, WriteEvent::Whole { id, sha256: sha256.clone() });
                 }
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
@@ -382,7 +388,7 @@ impl Writes {
 /// Who a reorder tells of its writes: the check that follows, and the upload that follows (each with the
 /// shard's name).
 type Listeners<'a> =
-    (Option<(&'a crate::repack::checks::mlx::follow::FollowSink, &'a str)>, Option<(&'a FeedSink, &'a str)>);
+    (Option<(&'a crate::repack::checks::mlx::follow::FollowSink, &'a str)>, Option<(&'a WriteEventSink, &'a str)>);
 
 /// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
 /// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor;
@@ -399,21 +405,21 @@ fn moved(
     out.write_all(prefix).ok()?;
     let len = plan.data_start().checked_add(header.data_len())?;
     out.set_len(len).ok()?;
-    let tell = fed.map(|(sink, file)| -> behind::Tell {
-        sink.tell(file, Feed::Writing { path: temp.path().to_owned(), len });
+    let tell = fed.map(|(sink, file)| -> new_file_digest::Tell {
+        sink.tell(file, WriteEvent::Writing { path: temp.path().to_owned(), len });
         let (sink, file) = (sink.clone(), file.to_owned());
-        Box::new(move |upto| sink.tell(&file, Feed::Final(upto)))
+        Box::new(move |upto| sink.tell(&file, WriteEvent::Final(upto)))
     });
     let told = follow.map(|(sink, file)| {
         sink.tell(FollowEvent::Writing { file: file.to_owned(), path: temp.path().to_owned(), by_tensor: true });
-        Told { sink: sink.clone(), file: file.to_owned(), placed: 0 }
+        CheckListener { sink: sink.clone(), file: file.to_owned(), placed: 0 }
     });
     let spans = crate::hashing::SpanHasher::new(
         header.tensors.iter().map(crate::safetensors::header::TensorInfo::byte_len).collect(),
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    let behind = Box::new(Behind::new(plan, prefix, &out, tell));
+    let behind = Box::new(NewFileDigests::new(plan, prefix, &out, tell));
     Some(Writes::Moved { out, spans, order, told, behind })
 }
 
@@ -455,7 +461,7 @@ fn stub_part(kept: u64, data_start: u64, data: &[u8]) -> &[u8] {
 }
 
 #[cfg(unix)]
-mod behind;
+mod new_file_digest;
 #[cfg(test)]
 mod tests;
 #[cfg(unix)]

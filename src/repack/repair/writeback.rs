@@ -4,7 +4,7 @@
 //! writes cannot take), and the kernel starts writing dirty pages back only after 30 s or at a tenth of
 //! memory. So a GiB written in three seconds all went to the disk at the shard's end, in the `fsync` that
 //! makes it durable: half a second on this machine's disk with both cores idle (BENCHMARKS.md). A thread of
-//! the shard's own syncs the file's data each time [`Behind`](super::behind::Behind) has hashed another
+//! the shard's own syncs the file's data each time [`NewFileDigests`](super::new_file_digest::NewFileDigests) has hashed another
 //! stretch of it (and so it is written), so the disk writes as the download goes and the last `fsync` finds
 //! little left.
 

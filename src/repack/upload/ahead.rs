@@ -1,6 +1,6 @@
 //! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked,
 //! while the next ones still download and repair, so the publish step is left with the small files. A
-//! reordered shard goes up as it is written ([`upload_follow`](crate::repack::upload::following)), as many at once as the
+//! reordered shard goes up as it is written ([`following`](crate::repack::upload::following)), as many at once as the
 //! uploads of checked shards; one more, or one whose follow fails, goes up once it is checked, as the others.
 //!
 //! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
@@ -14,7 +14,7 @@ use futures_util::StreamExt as _;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::fix::StreamedRecord;
-use crate::repack::upload::following::{Fed, Feed, FollowError, Followed};
+use crate::repack::upload::following::{FileWriteEvent, FollowStart, SentAsWritten, UploadFollowError, WriteEvent};
 use crate::repack::upload::{self, Stored};
 use crate::safe_fs::FileId;
 
@@ -32,29 +32,29 @@ pub struct Ahead {
 }
 
 /// What the reorders' writers tell the uploads ahead.
-pub type FeedEvents = UnboundedReceiver<Fed>;
+pub type WriteEventReceiver = UnboundedReceiver<FileWriteEvent>;
 
 /// The first thing the uploads ahead hear.
 #[derive(Debug)]
-pub enum Arrival {
+pub enum FirstEvent {
     /// A shard checked and kept, by its name in the bundle.
-    Ready(String),
+    Kept(String),
     /// A reorder's writer telling of its new file.
-    Fed(Fed),
+    Write(FileWriteEvent),
 }
 
 /// The first shard kept, or the first reorder's event, whichever comes first; `None` once both channels
 /// have closed without either (a bundle with no shard to send ahead).
-pub async fn first(ready: &mut UnboundedReceiver<String>, feed: &mut FeedEvents) -> Option<Arrival> {
+pub async fn first(ready: &mut UnboundedReceiver<String>, feed: &mut WriteEventReceiver) -> Option<FirstEvent> {
     let (mut ready_open, mut feed_open) = (true, true);
     loop {
         tokio::select! {
             next = ready.recv(), if ready_open => match next {
-                Some(rel) => return Some(Arrival::Ready(rel)),
+                Some(rel) => return Some(FirstEvent::Kept(rel)),
                 None => ready_open = false,
             },
             next = feed.recv(), if feed_open => match next {
-                Some(fed) => return Some(Arrival::Fed(fed)),
+                Some(fed) => return Some(FirstEvent::Write(fed)),
                 None => feed_open = false,
             },
             else => return None,
@@ -64,14 +64,14 @@ pub async fn first(ready: &mut UnboundedReceiver<String>, feed: &mut FeedEvents)
 
 /// The uploads ahead under way, and what they know of each shard.
 #[derive(Default)]
-struct Board {
+struct AheadState {
     /// Shards checked and kept, waiting for a core.
     waiting: VecDeque<String>,
     /// Shards named as checked and kept.
     ready: HashSet<String>,
     /// Reorders whose upload follows their writes (under way, or done): where their writer's events go while
     /// under way.
-    following: HashMap<String, Option<UnboundedSender<Feed>>>,
+    following: HashMap<String, Option<UnboundedSender<WriteEvent>>>,
     /// What the CAS stored for each reorder sent as it was written; it counts once the shard is kept.
     sent: HashMap<String, (FileId, Stored)>,
 }
@@ -100,21 +100,26 @@ impl Uploader<'_> {
     /// Uploads what `first` names, then each shard named on `ready` as it comes, and follows the writes of
     /// each reorder told of on `feed`, until both channels close; as many at once as half the cores. A failed
     /// upload is only logged: the publish step sends that shard again.
-    pub async fn run(&self, first: Arrival, mut ready: UnboundedReceiver<String>, mut feed: FeedEvents) -> Ahead {
+    pub async fn run(
+        &self,
+        first: FirstEvent,
+        mut ready: UnboundedReceiver<String>,
+        mut feed: WriteEventReceiver,
+    ) -> Ahead {
         // Half the cores: the download and the MLX check need the rest. With all of them, a 2-core `serve`
         // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let at_once = (cores / 2).max(1);
         let mut ahead = Ahead::default();
-        let mut board = Board::default();
+        let mut board = AheadState::default();
         let mut running = futures_util::stream::FuturesUnordered::new();
         let mut following = futures_util::stream::FuturesUnordered::new();
         match first {
-            Arrival::Ready(rel) => {
+            FirstEvent::Kept(rel) => {
                 board.ready.insert(rel.clone());
                 board.waiting.push_back(rel);
             }
-            Arrival::Fed(fed) => {
+            FirstEvent::Write(fed) => {
                 if let Some(started) = board.route(fed, true) {
                     following.push(self.follow(started));
                 }
@@ -171,11 +176,10 @@ impl Uploader<'_> {
         ahead
     }
 
-    /// Follows the writes of the reorder `started` names, as the writer tells of them.
-    async fn follow(&self, (rel, path, len, events): Started) -> (String, Result<Followed, FollowError>) {
-        let followed =
-            crate::repack::upload::following::follow((self.hub, self.target), (&rel, path, len), events).await;
-        (rel, followed)
+    /// Follows the writes of the reorder `start` names, as the writer tells of them.
+    async fn follow(&self, start: FollowStart) -> (String, Result<SentAsWritten, UploadFollowError>) {
+        let rel = start.file.clone();
+        (rel, crate::repack::upload::following::follow(self.hub, self.target, start).await)
     }
 
     /// One shard to the CAS; `None` if it could not be sent.
@@ -202,15 +206,11 @@ impl Uploader<'_> {
     }
 }
 
-/// A reorder whose upload starts to follow its writes: its name, where it is written, its final length, and
-/// the writer's events about it from now on.
-type Started = (String, PathBuf, u64, UnboundedReceiver<Feed>);
-
-impl Board {
+impl AheadState {
     /// Routes a writer's event to the upload that follows that shard; a reorder starting to be written starts
     /// one if there is `room` (else it is sent once kept, as the others), which is returned.
-    fn route(&mut self, Fed { file, feed }: Fed, room: bool) -> Option<Started> {
-        if let Feed::Writing { path, len } = feed {
+    fn route(&mut self, FileWriteEvent { file, event }: FileWriteEvent, room: bool) -> Option<FollowStart> {
+        if let WriteEvent::Writing { path, len } = event {
             if let Some(route) = self.following.get_mut(&file) {
                 // Defensive: a download writes each file once (a transfer that fails resumes by range, into
                 // the same writer). Were it written again, the upload under way would end unfinished, and the
@@ -223,19 +223,25 @@ impl Board {
             }
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             self.following.insert(file.clone(), Some(tx));
-            return Some((file, path, len, rx));
+            return Some(FollowStart { file, path, len, events: rx });
         }
         if let Some(Some(route)) = self.following.get(&file) {
-            let _ = route.send(feed);
+            let _ = route.send(event);
         }
         None
     }
 
     /// Takes in the end of a follow: what the CAS stored (which counts once the shard is kept), or else the
     /// shard goes up once kept.
-    fn followed(&mut self, ahead: &mut Ahead, target: &str, rel: String, followed: Result<Followed, FollowError>) {
+    fn followed(
+        &mut self,
+        ahead: &mut Ahead,
+        target: &str,
+        rel: String,
+        followed: Result<SentAsWritten, UploadFollowError>,
+    ) {
         match followed {
-            Ok((id, stored, bytes)) => {
+            Ok(SentAsWritten { id, stored, bytes }) => {
                 self.following.insert(rel.clone(), None);
                 ahead.bytes = ahead.bytes.saturating_add(bytes);
                 self.sent.insert(rel, (id, stored));
@@ -251,7 +257,7 @@ impl Board {
     }
 }
 
-impl Board {
+impl AheadState {
     /// Adds to `ahead` each reorder sent as it was written whose shard the download kept; the others' sources
     /// did not match the Hub's hash, and their uploads are not used.
     fn kept_and_sent(&mut self, ahead: &mut Ahead) {
@@ -298,25 +304,25 @@ pub fn still_to_send(files: Vec<StagedFile>, ahead: Option<&Ahead>) -> (Vec<Stag
 mod tests {
     use super::*;
 
-    fn fed(file: &str, feed: Feed) -> Fed {
-        Fed { file: file.to_owned(), feed }
+    fn fed(file: &str, event: WriteEvent) -> FileWriteEvent {
+        FileWriteEvent { file: file.to_owned(), event }
     }
 
-    fn writing(file: &str) -> Fed {
-        fed(file, Feed::Writing { path: format!("/w/.{file}.tmp").into(), len: 100 })
+    fn writing(file: &str) -> FileWriteEvent {
+        fed(file, WriteEvent::Writing { path: format!("/w/.{file}.tmp").into(), len: 100 })
     }
 
     #[test]
     fn a_reorder_is_followed_only_with_room_and_else_or_on_failure_sent_once_kept_and_counts_once_kept() {
-        let mut board = Board::default();
+        let mut board = AheadState::default();
         // No room: not followed, so sent once kept.
         assert!(board.route(writing("a"), false).is_none());
         // Room: followed, and its events go to that upload alone.
-        let (rel, path, len, mut events) = board.route(writing("b"), true).unwrap();
+        let FollowStart { file: rel, path, len, mut events } = board.route(writing("b"), true).unwrap();
         assert_eq!((rel.as_str(), path.to_str(), len), ("b", Some("/w/.b.tmp"), 100));
-        assert!(board.route(fed("b", Feed::Final(64)), true).is_none());
-        assert!(board.route(fed("a", Feed::Final(64)), true).is_none());
-        assert_eq!(events.try_recv(), Ok(Feed::Final(64)));
+        assert!(board.route(fed("b", WriteEvent::Final(64)), true).is_none());
+        assert!(board.route(fed("a", WriteEvent::Final(64)), true).is_none());
+        assert_eq!(events.try_recv(), Ok(WriteEvent::Final(64)));
         assert!(events.try_recv().is_err(), "a's events are not b's");
         // Written again (its transfer started over): the upload under way hears no more, and none starts.
         assert!(board.route(writing("b"), true).is_none());
@@ -325,7 +331,7 @@ mod tests {
         // A follow that failed leaves a kept shard to the uploads after the download.
         let mut ahead = Ahead::default();
         board.ready.insert("b".to_owned());
-        board.followed(&mut ahead, "m", "b".to_owned(), Err(FollowError::Abandoned));
+        board.followed(&mut ahead, "m", "b".to_owned(), Err(UploadFollowError::Abandoned));
         assert_eq!(board.waiting, ["b"]);
         assert!(!board.following.contains_key("b"));
 
@@ -334,10 +340,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stored = Stored { sha256: "1".repeat(64), size: 1 };
         for rel in ["c", "d"] {
-            let (_, _, _, _events) = board.route(writing(rel), true).unwrap();
+            let _start = board.route(writing(rel), true).unwrap();
             std::fs::write(dir.path().join(rel), rel).unwrap();
             let id = FileId::of(&dir.path().join(rel)).unwrap();
-            board.followed(&mut ahead, "m", rel.to_owned(), Ok((id, stored.clone(), 7)));
+            board.followed(&mut ahead, "m", rel.to_owned(), Ok(SentAsWritten { id, stored: stored.clone(), bytes: 7 }));
             assert!(board.following.contains_key(rel), "{rel} is not sent again once kept");
         }
         board.ready.insert("c".to_owned());

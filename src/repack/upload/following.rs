@@ -1,7 +1,7 @@
 //! A reordered shard's upload following its writes, as the MLX check does ([`follow`](crate::repack::checks::mlx::follow)).
 //!
 //! A reorder writes its new file in the source's order of tensors, and its digests reach each byte soon after
-//! it lands (`repair::behind`). The bytes they have reached are final. Sent to the mirror's CAS only after
+//! it lands (`repair::new_file_digest`). The bytes they have reached are final. Sent to the mirror's CAS only after
 //! the download, a reordered GiB kept one core chunking for a second with the other idle, the last second of
 //! the whole repack (BENCHMARKS.md). So the writer tells how far its new file is final, and the upload
 //! chunks up to there while the rest downloads; once the file is whole its SHA-256, taken as it was written,
@@ -24,7 +24,7 @@ use crate::safe_fs::FileId;
 
 /// What a reorder's writer tells of one shard's new file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Feed {
+pub enum WriteEvent {
     /// The new file is being written at `path` (a temporary name), `len` bytes long in the end.
     Writing {
         /// Where it is written.
@@ -52,36 +52,57 @@ pub enum Feed {
 
 /// One event, for the shard named `file` in the bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fed {
+pub struct FileWriteEvent {
     /// The shard's name in the bundle.
     pub file: String,
     /// What is told.
-    pub feed: Feed,
+    pub event: WriteEvent,
 }
 
 /// Where a reorder's writer tells of its new file; cloned into each shard's writer. Nothing waits on it.
 #[derive(Debug, Clone)]
-pub struct FeedSink(tokio::sync::mpsc::UnboundedSender<Fed>);
+pub struct WriteEventSink(tokio::sync::mpsc::UnboundedSender<FileWriteEvent>);
 
-impl FeedSink {
+impl WriteEventSink {
     /// A sink and the receiving end the uploads ahead read.
-    pub fn channel() -> (FeedSink, tokio::sync::mpsc::UnboundedReceiver<Fed>) {
+    pub fn channel() -> (WriteEventSink, tokio::sync::mpsc::UnboundedReceiver<FileWriteEvent>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (FeedSink(tx), rx)
+        (WriteEventSink(tx), rx)
     }
 
-    /// Tells `feed` of `file`, if anyone still listens.
-    pub fn tell(&self, file: &str, feed: Feed) {
-        let _ = self.0.send(Fed { file: file.to_owned(), feed });
+    /// Tells `event` of `file`, if anyone still listens.
+    pub fn tell(&self, file: &str, event: WriteEvent) {
+        let _ = self.0.send(FileWriteEvent { file: file.to_owned(), event });
     }
 }
 
-/// A shard sent as it was written: the file sent, what the CAS stored, and the bytes sent.
-pub type Followed = (FileId, Stored, u64);
+/// A shard sent as it was written.
+#[derive(Debug)]
+pub struct SentAsWritten {
+    /// The file sent.
+    pub id: FileId,
+    /// What the CAS stored.
+    pub stored: Stored,
+    /// The bytes sent.
+    pub bytes: u64,
+}
+
+/// A reorder whose upload starts to follow its writes.
+#[derive(Debug)]
+pub struct FollowStart {
+    /// The shard's name in the bundle.
+    pub file: String,
+    /// Where its new file is written.
+    pub path: PathBuf,
+    /// The new file's final length.
+    pub len: u64,
+    /// The writer's events about it from now on.
+    pub events: tokio::sync::mpsc::UnboundedReceiver<WriteEvent>,
+}
 
 /// Why an upload that followed the writes ended without the shard.
 #[derive(Debug, thiserror::Error)]
-pub enum FollowError {
+pub enum UploadFollowError {
     /// The new file could not be opened.
     #[error("opening the new file: {0}")]
     Open(#[source] std::io::Error),
@@ -99,48 +120,48 @@ pub enum FollowError {
     Blocking(#[from] crate::blocking::BlockingError),
 }
 
-/// Sends the new file the writer tells of on `events` (its `Writing` event taken already: `path`, `len`) to
-/// `target`'s CAS as it becomes final.
+/// Sends the new file `start` names to `target`'s CAS as it becomes final, as the writer tells of it.
+/// The `Writing` event that started it is taken already.
 pub async fn follow(
-    (hub, target): (&HubClient, &str),
-    (file, path, len): (&str, PathBuf, u64),
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Feed>,
-) -> Result<Followed, FollowError> {
+    hub: &HubClient,
+    target: &str,
+    FollowStart { file, path, len, mut events }: FollowStart,
+) -> Result<SentAsWritten, UploadFollowError> {
     // Opened first, by the name the writer gave: once kept, the file is renamed (the open one stays the same).
     let opened = crate::blocking::run("opening a new file", move || crate::safe_fs::open_regular(&path));
-    let opened = Arc::new(opened.await?.map_err(FollowError::Open)?);
-    let token = prime::write_token(hub, target.into()).await.map_err(FollowError::Token)?;
+    let opened = Arc::new(opened.await?.map_err(UploadFollowError::Open)?);
+    let token = prime::write_token(hub, target.into()).await.map_err(UploadFollowError::Token)?;
     let refresh_url = hub.xet_write_token_url(target.into());
     let cas = || Cas { token: &token, refresh_url: &refresh_url, refresh_headers: hub.auth_headers(&refresh_url) };
     let mut stream = None;
     let mut upto = 0;
     while let Some(feed) = events.recv().await {
         match feed {
-            Feed::SourceHead { head, whole } => {
+            WriteEvent::SourceHead { head, whole } => {
                 // Deduplication reads what priming cached as the stream's session opens.
                 prime::prime_with_head(&token, target, head, whole).await;
-                let mut open = XetStream::open(cas(), file, Arc::clone(&opened), len).await?;
+                let mut open = XetStream::open(cas(), &file, Arc::clone(&opened), len).await?;
                 open.feed_to(upto).await?;
                 stream = Some(open);
             }
-            Feed::Final(to) => {
+            WriteEvent::Final(to) => {
                 upto = upto.max(to);
                 if let Some(stream) = &mut stream {
                     stream.feed_to(upto).await?;
                 }
             }
-            Feed::Whole { id, sha256 } => {
+            WriteEvent::Whole { id, sha256 } => {
                 let stream = match stream {
                     Some(stream) => stream,
-                    None => XetStream::open(cas(), file, Arc::clone(&opened), len).await?,
+                    None => XetStream::open(cas(), &file, Arc::clone(&opened), len).await?,
                 };
                 let before = stream.fed();
                 let (stored, bytes) = stream.finish(id, &sha256).await?;
                 tracing::info!(repo.id = %target, shard.file = %file, bytes.before_whole = before, bytes.sent = bytes, "uploaded as it was written");
-                return Ok((id, stored, bytes));
+                return Ok(SentAsWritten { id, stored, bytes });
             }
-            Feed::Writing { .. } => {}
+            WriteEvent::Writing { .. } => {}
         }
     }
-    Err(FollowError::Abandoned)
+    Err(UploadFollowError::Abandoned)
 }

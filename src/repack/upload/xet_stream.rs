@@ -2,7 +2,7 @@
 //!
 //! Xet's own upload stream fixes how the file's SHA-256 (the LFS oid the commit names) is had when the stream
 //! opens: computed by Xet from the bytes, or given. A reordered shard's digest is known only once its last
-//! byte has landed (the writer takes it as the bytes land: `repair::behind`), and taking it a second time in
+//! byte has landed (the writer takes it as the bytes land: `repair::new_file_digest`), and taking it a second time in
 //! Xet would hash every byte twice. So this drives Xet's file cleaner itself: it chunks the file with no
 //! digest of its own, and once the file is whole, the digest the writer took is written into the file's entry
 //! (its metadata extension) before the entry is registered, as Xet's own upload does with a digest given.

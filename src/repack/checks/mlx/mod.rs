@@ -80,9 +80,18 @@ impl MlxCheckError {
 
 /// The line the script prints once MLX is imported, before it loads anything.
 #[derive(serde::Deserialize)]
-struct Started {
+struct StartLine {
     started: bool,
     mlx_version: Option<String>,
+}
+
+/// The interpreter that runs the MLX check, and the check's script (`deploy/verify_mlx.py`).
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// A Python with `mlx` and `mlx-lm`.
+    pub python: PathBuf,
+    /// The check's script.
+    pub script: PathBuf,
 }
 
 /// The check of the bundle in `output` on `device`, started at once on a low-priority thread of its own (it
@@ -90,7 +99,7 @@ struct Started {
 /// worker, the Hub rendezvous and the macOS runner run it. The check runs whether or not the returned future
 /// is polled yet, so a caller may wait for `on_start` first.
 pub fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
-    (python, script): (PathBuf, PathBuf),
+    Interpreter { python, script }: Interpreter,
     output: PathBuf,
     device: &str,
     on_start: F,
@@ -109,7 +118,7 @@ pub fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
 /// memory than it was given, a file it could not open) costs time, never the job.
 pub async fn or_check_staged(
     followed: impl Future<Output = Result<MlxRecord, MlxCheckError>>,
-    interpreter: (PathBuf, PathBuf),
+    interpreter: Interpreter,
     output: PathBuf,
     device: &str,
 ) -> Result<MlxRecord, MlxCheckError> {
@@ -139,7 +148,7 @@ impl Following {
     /// Starts the check on `device` with `--follow`, on a low-priority thread of its own; `None` where this
     /// machine does not say how much memory it has, which bounds the check before any shard is known (the
     /// check then runs after the download, bounded by the bundle, as before).
-    pub fn start((python, script): (PathBuf, PathBuf), device: &str) -> Option<Following> {
+    pub fn start(Interpreter { python, script }: Interpreter, device: &str) -> Option<Following> {
         // A read of procfs, which never waits on a disk: it may be made on the runtime.
         let limits = Limits::for_following(available_memory()?);
         let (sink, events) = FollowSink::channel();
@@ -312,7 +321,7 @@ fn run_check(
             let mut lines = BufReader::new(stdout.take(16 * MAX_LINE));
             let mut line = String::new();
             while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if let Ok(started) = serde_json::from_str::<Started>(&line)
+                if let Ok(started) = serde_json::from_str::<StartLine>(&line)
                     && started.started
                 {
                     let _ = started_tx.send(started.mlx_version);
@@ -604,7 +613,8 @@ mod tests {
             ),
         )
         .unwrap();
-        let mut following = Following::start(("python3".into(), script), "cpu").expect("Linux says its memory");
+        let mut following =
+            Following::start(Interpreter { python: "python3".into(), script }, "cpu").expect("Linux says its memory");
         let started = following.started.take().unwrap().blocking_recv().unwrap();
         assert_eq!(started.as_deref(), Some("x"));
         let pid = std::fs::read_to_string(&pid_file).unwrap();

@@ -18,7 +18,7 @@ use crate::findable::{FindablePolicy, collections, notes};
 
 /// What the pass after each audit publishes; nothing by default.
 #[derive(Debug, Clone, Default)]
-pub struct PublishConfig {
+pub struct AfterAuditConfig {
     /// The dataset repo the audit's public results go to.
     pub dataset: Option<String>,
     /// The collections and notes to keep.
@@ -27,7 +27,7 @@ pub struct PublishConfig {
     pub scratch: PathBuf,
 }
 
-impl PublishConfig {
+impl AfterAuditConfig {
     /// Whether there is anything to publish.
     pub fn any(&self) -> bool {
         self.dataset.is_some() || self.findable.is_some()
@@ -35,9 +35,9 @@ impl PublishConfig {
 }
 
 /// Runs a pass each time `wake` is notified, until `stop`.
-pub(super) async fn publisher(
+pub(super) async fn run(
     shared: Arc<Shared>,
-    config: PublishConfig,
+    config: AfterAuditConfig,
     wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -52,7 +52,7 @@ pub(super) async fn publisher(
 
 /// One pass: the dataset, then the collections, then the notes.
 #[tracing::instrument(skip_all)]
-async fn pass(shared: &Shared, config: &PublishConfig) {
+async fn pass(shared: &Shared, config: &AfterAuditConfig) {
     if let Some(repo) = &config.dataset {
         match push_dataset(shared, repo, &config.scratch).await {
             Ok(pushed) => match &pushed.commit {

@@ -23,7 +23,7 @@ const STRETCH: u64 = 8 << 20;
 const READ: usize = 1 << 20;
 
 /// Both digests of the new file, as far as its bytes in the new order have landed.
-pub(super) struct Behind {
+pub(super) struct NewFileDigests {
     /// Tensor indices in the new file's order.
     by_dst: Vec<usize>,
     /// How many of `by_dst` are final: every byte of them written.
@@ -47,13 +47,13 @@ pub(super) struct Behind {
     data_start: u64,
 }
 
-/// What [`Behind`] tells as the new file's final bytes grow: their end, as an offset in the file.
+/// What [`NewFileDigests`] tells as the new file's final bytes grow: their end, as an offset in the file.
 pub(super) type Tell = Box<dyn FnMut(u64) + Send>;
 
-impl Behind {
+impl NewFileDigests {
     /// Starts on `out`, the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is
     /// the first the file's digest takes; `tell` hears how far the file is final, a stretch at a time.
-    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File, tell: Option<Tell>) -> Behind {
+    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File, tell: Option<Tell>) -> NewFileDigests {
         let mut by_dst: Vec<usize> = (0..plan.placements.len()).collect();
         by_dst.sort_by_key(|&i| plan.placements[i].dst_begin);
         let file = Sha256Stream::with_prefix(prefix);
@@ -62,7 +62,7 @@ impl Behind {
         let payload = Sha256Stream::default();
         let data_start = plan.data_start();
         let buf = Vec::new();
-        Behind {
+        NewFileDigests {
             by_dst,
             finals: 0,
             len,
@@ -184,7 +184,7 @@ mod tests {
     }
 
     /// Both digests `behind` ends with are the new file's and its payload's.
-    fn ends_right(behind: Behind, laid: &Laid) {
+    fn ends_right(behind: NewFileDigests, laid: &Laid) {
         let (file, payload) = behind.finish(&laid.out, &laid.plan).unwrap();
         assert_eq!(file, sha256_hex(&laid.written));
         assert_eq!(payload, sha256_hex(&laid.written[laid.plan.data_start() as usize..]));
@@ -204,7 +204,7 @@ mod tests {
         let laid = lay_out(dir.path(), &tensors);
 
         let w_end = 3 + wide * 4;
-        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
+        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
         behind.after(&laid.out, &laid.plan, w_end - 1).unwrap();
         assert_eq!(behind.hashed, 0, "the F32 is not all in");
         behind.after(&laid.out, &laid.plan, w_end).unwrap();
@@ -214,7 +214,7 @@ mod tests {
 
     /// Feeds `behind` the source's payload as the writer does, one network read per tensor (split at 1 MiB):
     /// each piece lands where the plan puts it, then the arrivals so far are told.
-    fn stream_through(behind: &mut Behind, laid: &Laid) {
+    fn stream_through(behind: &mut NewFileDigests, laid: &Laid) {
         let (out, payload) = (&laid.out, &laid.payload);
         let laid = &laid.plan;
         let mut order: Vec<_> = laid.placements.iter().collect();
@@ -245,7 +245,7 @@ mod tests {
         ];
         let laid = lay_out(dir.path(), &tensors);
 
-        let mut behind = Behind::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
+        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
         stream_through(&mut behind, &laid);
         assert_eq!(behind.read_back, 14, "only n0 is read back before the end");
         let left = behind.len - behind.hashed;

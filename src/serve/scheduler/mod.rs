@@ -2,13 +2,16 @@
 //! lease runs the audits, one at a time, renewing the lease while it lives; when it dies, another takes the
 //! lease over once it lapses and goes on from the last run's start, so each tick is audited once.
 
+pub mod schedule;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Notify, watch};
 
+use schedule::Schedule;
+
 use super::Shared;
-use super::schedule::Schedule;
 use crate::audit::{AuditOptions, audit};
 use crate::repack::queue::policy::{EnqueuePolicy, NameFilters};
 use crate::store::leases::SCHEDULER;
@@ -26,7 +29,7 @@ pub(super) struct SchedulerConfig {
     pub(super) next_run: Arc<Mutex<String>>,
     /// Woken by an administrator's "audit now" on this replica (the request is in the store for any other).
     pub(super) audit_now: Arc<Notify>,
-    /// Told when an audit and its pass over the mirrors end, for the publisher (`super::publish`), if any.
+    /// Told when an audit and its pass over the mirrors end, for the publisher (`super::after_audit`), if any.
     pub(super) published: Arc<Notify>,
 }
 
