@@ -2,7 +2,8 @@
 # The whole test suite on a machine with only Rust installed: `bash tests/run.sh [cargo test args…]`.
 #
 # Installs what the tests drive and cannot build themselves, then runs `cargo test --locked --workspace
-# --all-features` (every crate, with the demo built in):
+# --all-features`: every crate, with the demo built in and both tiers of the tests (`system-tests` turns on
+# tier 2; plain `cargo test` runs tier 1, which needs only Rust). It installs:
 # - Debian's chromium (the dashboard's browser test), systemd (systemd-analyze verifies deploy/systemd) and
 #   strace (the kernel's count of what `scan` reads), faketime (a replica whose clock is ahead), and qemu-user with the aarch64 cross linker (the
 #   aarch64 SHA-256 kernel's check), and postgresql (the store's suites on PostgreSQL: each test process starts

@@ -365,11 +365,10 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// For the store's own tests: one fresh store on each backend.
+/// For the store's own tests: one fresh store on each backend of the tier.
 #[cfg(test)]
 pub(crate) mod both {
     use super::Store;
-    use hubalign_test_support::scratch::ScratchPostgres;
 
     /// A store under test and what keeps it alive.
     pub(crate) struct TestStore {
@@ -377,15 +376,21 @@ pub(crate) mod both {
         _dir: tempfile::TempDir,
     }
 
-    /// A SQLite file and a database of its own on the process's scratch PostgreSQL server. A machine without
-    /// PostgreSQL fails here: the suite runs on both or fails, never on one silently.
+    /// A SQLite file, and with `system-tests` (tier 2) a database of its own on the process's scratch
+    /// PostgreSQL server. A tier-2 run on a machine without PostgreSQL fails here, never on one silently.
     pub(crate) async fn stores() -> Vec<TestStore> {
         let dir = tempfile::tempdir().unwrap();
         let sqlite = Store::open(&dir.path().join("t.db")).await.unwrap();
-        let url =
-            ScratchPostgres::shared().and_then(hubalign_test_support::scratch::ScratchPostgres::database).unwrap();
-        let postgres = Store::open_at(&url).await.unwrap();
-        vec![TestStore { store: sqlite, _dir: tempfile::tempdir().unwrap() }, TestStore { store: postgres, _dir: dir }]
+        #[cfg_attr(not(feature = "system-tests"), allow(unused_mut))]
+        let mut stores = vec![TestStore { store: sqlite, _dir: dir }];
+        #[cfg(feature = "system-tests")]
+        {
+            use hubalign_test_support::scratch::ScratchPostgres;
+            let url = ScratchPostgres::shared().and_then(ScratchPostgres::database).unwrap();
+            let postgres = Store::open_at(&url).await.unwrap();
+            stores.push(TestStore { store: postgres, _dir: tempfile::tempdir().unwrap() });
+        }
+        stores
     }
 }
 

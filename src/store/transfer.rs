@@ -437,13 +437,15 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobOutcome;
+    use crate::store::Backend;
     use crate::store::both::stores;
-    use crate::store::{Backend, ListingEntry, RepoOutcome, RepoState, RunStats, ShardRow};
 
     /// A store with a bit of everything: two runs, repos in several states, shards, history, jobs with
     /// events, a mirror made private, and text that JSON must escape.
+    #[cfg(feature = "system-tests")]
     async fn fill(store: &Store) {
+        use crate::job::JobOutcome;
+        use crate::store::{ListingEntry, RepoOutcome, RepoState, RunStats, ShardRow};
         let run = store.start_run("http://hub.test", "mlx \"quoted\"\n", Some("replica-1")).await.unwrap();
         let private = ListingEntry { private: true, ..ListingEntry::public("ns/b", "1") };
         let listed = [ListingEntry::public("ns/a", "1"), private, ListingEntry::public("other/c", "2")];
@@ -512,6 +514,7 @@ mod tests {
 
     /// SQLite → PostgreSQL → SQLite gives back the same rows, and the importing store's sums and reports
     /// equal the original's.
+    #[cfg(feature = "system-tests")]
     #[tokio::test]
     async fn an_export_imports_into_the_other_backend_row_for_row() {
         let [sqlite, postgres] = <[_; 2]>::try_from(stores().await).ok().unwrap();

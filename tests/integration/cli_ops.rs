@@ -252,6 +252,7 @@ fn verbosity_completions_host_names_and_repo_ids_behave_as_operators_expect() {
 
 /// Long work says how far it is where no bar is drawn (a log file, a pipe): an audit's start, progress with
 /// its ETA and end, and a job's download with its bytes and ETA, at info.
+#[cfg(feature = "system-tests")]
 #[test]
 fn long_work_says_how_far_it_is_without_a_terminal() {
     let world = audit_world(12, |c| c.faults.latency = Duration::from_millis(60));

@@ -82,6 +82,7 @@ fn table_summarises_and_index_contradictions_are_reported() {
     assert_eq!(out.status.code(), Some(3), "a broken bundle counts as invalid");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn scan_reads_headers_not_payloads() {
     let dir = tempfile::tempdir().unwrap();
@@ -100,6 +101,7 @@ fn scan_reads_headers_not_payloads() {
     assert_eq!(rows[0]["verdict"], "relayout");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn reported_reads_match_the_kernel_for_broken_shards_too() {
     let dir = fixture("malformed");

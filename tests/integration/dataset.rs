@@ -24,6 +24,7 @@ fn report(db: &Path, view: &[&str]) -> Vec<Value> {
     stdout(&run(&args)).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn the_published_tables_hold_only_public_repos_and_agree_with_the_report() {
     let world = audit_world(0, |_| {});
@@ -192,6 +193,7 @@ pub(crate) fn mask_run_specific(value: &mut Value) {
     }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn the_official_clients_publish_the_tables_to_the_simulator_and_read_them_back_from_it() {
     let world = audit_world(0, |_| {});
@@ -336,6 +338,7 @@ fn a_push_commits_only_the_files_that_changed_and_nothing_when_nothing_did() {
 
 /// A repo public on one day and private the next is named by no file the dataset repo still holds: the
 /// tables that name repos keep the newest day only, and earlier days stay as publishers' sums.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_repo_that_leaves_the_public_is_named_by_no_published_file_after_the_next_snapshot() {
     let world = audit_world(0, |_| {});

@@ -101,6 +101,7 @@ fn records(db: &str) -> BTreeMap<String, Vec<String>> {
     tables
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn the_demo_cycle_on_postgres_records_what_it_records_on_sqlite() {
     let (sqlite_dir, postgres_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -113,6 +113,7 @@ fn eight_worker_processes_drain_the_queue_on_sqlite_while_being_killed() {
     drain_while_killing(dir.path().join("queue.db").to_str().unwrap());
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn eight_worker_processes_drain_the_queue_on_postgres_while_being_killed() {
     drain_while_killing(&postgres_url());

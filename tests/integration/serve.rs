@@ -90,6 +90,7 @@ pub(crate) fn start_serve_on(
     (service, base)
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn two_cycles_publish_once_and_every_view_agrees_with_the_store() {
     let world = audit_world(4, |c| {
@@ -289,6 +290,7 @@ pub(crate) fn post(url: &str, token: Option<&str>) -> (u16, String) {
 
 /// A store audited by `hubalign audit` gets its jobs queued when `serve` takes the scheduler lease, not a day
 /// later after its next audit (the last one is recent, so none starts now).
+#[cfg(feature = "system-tests")]
 #[test]
 fn serve_queues_what_an_audit_before_it_found() {
     let world = audit_world(0, |_| {});
@@ -431,6 +433,7 @@ pub(crate) fn demo_first_cycle(dir: &Path, extra: &[&str]) -> (Service, String, 
     (service, printed, port)
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn the_demo_audits_republishes_reports_and_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
@@ -601,6 +604,7 @@ fn check_pages_in_a_browser(port: u16) {
 /// Jobs that keep failing are seen: `/healthz` says `degraded` with why (200: a restart mends nothing), the
 /// overview counts the failed jobs under a banner, `/jobs?state=failed` lists them, and `/metrics` counts
 /// the alarm.
+#[cfg(feature = "system-tests")]
 #[test]
 fn jobs_that_keep_failing_degrade_the_health_and_show_on_every_view() {
     let world = audit_world(0, |_| {});
@@ -653,6 +657,7 @@ fn jobs_that_keep_failing_degrade_the_health_and_show_on_every_view() {
 
 /// The Hub's hourly quota on commits spent: the job waits without spending an attempt, `/healthz` says
 /// `degraded` with when writes start again, the overview shows it, and the worker claims nothing meanwhile.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_spent_quota_on_actions_pauses_the_workers_and_says_so() {
     let world = audit_world(0, |c| {

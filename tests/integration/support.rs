@@ -59,11 +59,18 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) {
     }
 }
 
+/// Whether this build runs tier 2 of the tests (the feature `system-tests`), which may use what
+/// `tests/run.sh` installs.
+pub(crate) fn tier_two() -> bool {
+    cfg!(feature = "system-tests")
+}
+
 /// The interpreter of the pinned interop venv, created on first use by `tests/python/setup-venv.sh`
 /// (idempotent and locked, so parallel tests and `.ci/run` share one install). Never skipped: if it cannot be
 /// set up, the test fails saying why.
 pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    assert!(tier_two(), "this test needs the venv: mark it #[cfg(feature = \"system-tests\")]");
     PYTHON.get_or_init(|| {
         let script = root().join("tests/python/setup-venv.sh");
         let status = Command::new("bash").arg(&script).status().expect("bash runs");

@@ -27,6 +27,7 @@ fn runs(db: &Path) -> Vec<hubalign::store::queries::RunRow> {
     rt.block_on(async { hubalign::store::Store::open(db).await.unwrap().runs(10).await.unwrap() })
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn waits_of_u64_max_or_a_day_end_the_run_as_interrupted_and_the_next_run_resumes() {
     let world = hostile_world();
@@ -71,6 +72,7 @@ fn waits_of_u64_max_or_a_day_end_the_run_as_interrupted_and_the_next_run_resumes
     }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn pagination_that_loops_or_leaves_the_hub_ends_the_listing() {
     let world = hostile_world();
@@ -106,6 +108,7 @@ fn pagination_that_loops_or_leaves_the_hub_ends_the_listing() {
     }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn an_endless_listing_body_is_cut_at_its_cap_with_memory_bounded() {
     let world = hostile_world();
@@ -128,6 +131,7 @@ fn evil_entries(listing: &mut Value) {
     items.push(json!({"id": "evil/../../etc", "sha": sha, "siblings": []}));
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn control_characters_in_listed_ids_never_reach_a_terminal_a_url_or_a_path() {
     let world = hostile_world();
@@ -166,6 +170,7 @@ fn control_characters_in_listed_ids_never_reach_a_terminal_a_url_or_a_path() {
     assert!(invalid.iter().any(|r| r.id == "evil/\\u{1b}[2J\\u{1b}[31mx\\u{a}forged row"), "{invalid:?}");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn an_endless_tree_body_fails_the_download_at_its_cap() {
     let world = hostile_world();

@@ -36,6 +36,7 @@ fn text(out: &Output) -> String {
     format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn fifos_and_devices_are_reported_and_never_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,6 +167,7 @@ fn file_names_with_control_characters_are_escaped_in_the_terminal() {
     assert_eq!(paths, [evil.to_str().unwrap()]);
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn the_mlx_check_holds_a_tensor_at_a_time_not_the_shard() {
     // A 256 MiB shard of eight 32 MiB tensors, as MLX writes it (one odd-length tensor first), repaired.

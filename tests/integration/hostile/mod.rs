@@ -2,14 +2,19 @@
 //! and from clients that never finish a request. Each must cost hubalign at most bounded time and memory:
 //! never a panic, never a file outside its directories, never a public copy of something not public.
 
+#[cfg(feature = "system-tests")]
 mod carried;
 mod hub;
 mod local;
+#[cfg(feature = "system-tests")]
 mod names;
 mod ownership;
 pub(crate) mod proxy;
+#[cfg(feature = "system-tests")]
 mod publish;
+#[cfg(feature = "system-tests")]
 mod service;
+#[cfg(feature = "system-tests")]
 mod volume;
 
 use std::path::Path;
@@ -78,6 +83,7 @@ sys.exit(code if code >= 0 else 128 - code)
 
 /// Runs `cmd` to its end and reads its peak memory from the kernel.
 pub(crate) fn run_measured(cmd: &mut Command) -> Measured {
+    assert!(crate::support::tier_two(), "this test needs python3: mark it #[cfg(feature = \"system-tests\")]");
     let mut wrapped = Command::new("python3");
     wrapped.args(["-c", MEASURE]).arg(cmd.get_program()).args(cmd.get_args());
     for (k, v) in cmd.get_envs() {

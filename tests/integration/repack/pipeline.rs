@@ -32,6 +32,7 @@ pub(super) fn jobs(world: &World, db: &Path) -> Vec<(String, String, Option<Stri
     })
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
     let world = audit_world(0, |_| {});
@@ -129,6 +130,7 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
     );
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
     let world = audit_world(0, |_| {});

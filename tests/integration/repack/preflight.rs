@@ -54,6 +54,7 @@ fn a_mistyped_python_stops_repack_worker_and_serve_at_start_and_spends_no_job() 
     assert_eq!((counters.requests.get("resolve"), counters.requests.get("storage")), (None, None), "{counters:?}");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_token_that_cannot_publish_where_the_mirrors_go_stops_at_start() {
     let world = audit_world(0, |c| c.tokens.push("hf_dave_read:dave:alice:read".parse().unwrap()));
@@ -72,6 +73,7 @@ fn a_token_that_cannot_publish_where_the_mirrors_go_stops_at_start() {
     assert_eq!(job_count(&world, &db), 0);
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn an_interpreter_that_loses_mlx_holds_the_job_and_a_fixed_one_publishes_it() {
     let world = audit_world(0, |_| {});
@@ -104,6 +106,7 @@ fn an_interpreter_that_loses_mlx_holds_the_job_and_a_fixed_one_publishes_it() {
     assert_eq!(held, 5, "each hold in the job's history: {events:?}");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_failing_check_is_not_published_the_job_says_why_and_jobs_retry_puts_it_back() {
     let world = audit_world(0, |_| {});
@@ -148,6 +151,7 @@ fn a_failing_check_is_not_published_the_job_says_why_and_jobs_retry_puts_it_back
     assert_eq!(jobs(&world, &db)[0].1, "published");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn doctor_prints_every_check_with_its_fix() {
     let world = audit_world(0, |c| c.tokens.push("hf_dave_read:dave:alice:read".parse().unwrap()));
@@ -192,6 +196,7 @@ fn the_checks_at_start_print_each_failure_on_a_line_of_its_own() {
     assert!(lines.iter().any(|l| l.starts_with("  python: ")), "{said}");
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_store_of_a_newer_release_is_refused_saying_to_upgrade() {
     let world = audit_world(0, |_| {});

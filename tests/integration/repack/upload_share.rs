@@ -71,6 +71,7 @@ fn republish(extra: &[&str]) -> Republished {
     Republished { world, _dir: dir, db, size, uploaded }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_header_padded_bundle_republishes_with_little_upload() {
     let r = republish(&[]);
@@ -91,6 +92,7 @@ fn a_header_padded_bundle_republishes_with_little_upload() {
     );
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_header_padded_pull_request_uploads_little_too() {
     let r = republish(&["--pr"]);

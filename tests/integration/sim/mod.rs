@@ -2,8 +2,10 @@
 
 mod http;
 mod hub_writes;
+#[cfg(feature = "system-tests")]
 mod oracle;
 mod pacing;
+#[cfg(feature = "system-tests")]
 mod python_client;
 mod recorded;
 mod rust_client;

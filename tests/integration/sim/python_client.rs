@@ -6,9 +6,6 @@ use std::process::Command;
 use super::world::{ALICE, BOB, CAROL, World, rate_limited, standard};
 use crate::support::{fixture, python, root, run};
 
-/// Every public MLX repo of the standard world: what `list_models(filter="mlx")` must find.
-pub(super) const MLX_IDS: &str = "gemma-org/gated-q4,lmstudio/tiny-mixed,lmstudio/tiny-q8,mlx-community/tiny-bf16,mlx-community/tiny-q4,mlx-community/tiny-sharded,old-org/disabled-q4";
-
 fn run_checks(world: &World, checks: &[&str], env: &[(&str, &str)]) -> String {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(python());
@@ -23,7 +20,7 @@ fn run_checks(world: &World, checks: &[&str], env: &[(&str, &str)]) -> String {
         .env("SIM_ALICE", ALICE)
         .env("SIM_BOB", BOB)
         .env("SIM_CAROL", CAROL)
-        .env("SIM_MLX_IDS", MLX_IDS)
+        .env("SIM_MLX_IDS", super::world::MLX_IDS)
         .env_remove("HF_HUB_OFFLINE");
     for (k, v) in env {
         cmd.env(k, v);

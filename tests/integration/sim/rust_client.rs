@@ -27,7 +27,7 @@ fn lists_reads_ranges_and_downloads() {
             ids.push(m.id);
         }
         ids.sort();
-        assert_eq!(ids.join(","), super::python_client::MLX_IDS, "all pages followed");
+        assert_eq!(ids.join(","), super::world::MLX_IDS, "all pages followed");
 
         let repo = c.model("mlx-community", "tiny-sharded");
         let info = repo.info().send().await.unwrap();

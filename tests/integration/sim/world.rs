@@ -119,3 +119,6 @@ pub(crate) fn rate_limited(requests: u64, window_secs: u64) -> World {
         c.quotas = vec![(Bucket::Api, Quota { requests, window: std::time::Duration::from_secs(window_secs) })];
     })
 }
+
+/// Every public MLX repo of the standard world: what `list_models(filter="mlx")` must find.
+pub(crate) const MLX_IDS: &str = "gemma-org/gated-q4,lmstudio/tiny-mixed,lmstudio/tiny-q8,mlx-community/tiny-bf16,mlx-community/tiny-q4,mlx-community/tiny-sharded,old-org/disabled-q4";

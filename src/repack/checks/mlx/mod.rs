@@ -503,6 +503,7 @@ mod tests {
 
     /// The check runs code over a stranger's files: the worker's tokens and database URL stay behind, what
     /// runs Python and MLX goes with it, and the Hub is off.
+    #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn the_check_gets_no_secret_of_the_worker() {
         let parent = [
@@ -577,6 +578,7 @@ mod tests {
         assert!(leaked.is_empty(), "inherited beyond the list: {leaked:?}");
     }
 
+    #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn a_check_that_outlives_its_deadline_is_killed() {
         let dir = tempfile::tempdir().unwrap();
@@ -600,6 +602,7 @@ mod tests {
     }
 
     /// A job that ends during its download (a refused file, a failed transfer) leaves no check behind.
+    #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn a_following_check_is_stopped_when_its_job_ends_before_the_bundle_is_staged() {
         let dir = tempfile::tempdir().unwrap();
@@ -631,6 +634,7 @@ mod tests {
     /// Only what happens before MLX is imported (and so before the bundle is read) is the worker's
     /// configuration: a bundle cannot make its own failure a hold, which would spend nothing and hold the
     /// worker each time it is claimed.
+    #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn only_a_failure_before_mlx_is_imported_is_the_configurations() {
         let dir = tempfile::tempdir().unwrap();
