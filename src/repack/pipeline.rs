@@ -24,7 +24,6 @@ use crate::repack::checks::{self, Checked};
 use crate::repack::metal::rendezvous::MetalHandoff;
 use crate::repack::relayout::{self, Relaid, readme_license};
 use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
-use crate::repack::upload::following::WriteEventSink;
 use crate::repack::{
     ConcurrentResults, MayMirror, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish,
     queue::policy, upload::ahead,
@@ -107,13 +106,12 @@ impl Repacker<'_> {
         let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
             return self.download_to_publish(job, &work, resume, AheadEnds::default(), follow).await;
         };
-        let (ready_tx, ready) = tokio::sync::mpsc::unbounded_channel();
-        let (feed_tx, feed) = WriteEventSink::channel();
+        let (kept_tx, kept) = tokio::sync::mpsc::unbounded_channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
         let uploads = async {
-            let _ = ahead_tx.send(self.upload_ahead(job, private, &work, (ready, feed)).await);
+            let _ = ahead_tx.send(self.upload_ahead(job, private, &work, kept).await);
         };
-        let ends = AheadEnds { ready: Some(ready_tx), feed: Some(feed_tx), ahead: Some(ahead) };
+        let ends = AheadEnds { kept: Some(kept_tx), ahead: Some(ahead) };
         let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, ends, follow), uploads);
         outcome
     }
@@ -142,14 +140,14 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         resume: Resume,
-        AheadEnds { ready, feed, ahead }: AheadEnds,
+        AheadEnds { kept, ahead }: AheadEnds,
         follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
         let sink = follow.as_ref().and_then(mlx::Following::sink);
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
-            _ => match self.download(job, work, (ready, feed), sink).await? {
+            _ => match self.download(job, work, kept, sink).await? {
                 ControlFlow::Continue(left_out) => self.relayout(job, work, left_out).await?,
                 ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
             },
@@ -162,26 +160,25 @@ impl Repacker<'_> {
     }
 
     /// The download step: the files the mirror carries, into `work.source` (repaired shards into
-    /// `work.streamed`), the uploads ahead told of each shard kept (`ready`) and of each reorder's writes
-    /// (`feed`); `Continue` with the files the mirror leaves out.
+    /// `work.streamed`), the uploads ahead told of each shard kept (`kept`); `Continue` with the files the
+    /// mirror leaves out.
     async fn download(
         &self,
         job: &Job,
         work: &Work,
-        (ready, feed): (Option<tokio::sync::mpsc::UnboundedSender<String>>, Option<WriteEventSink>),
+        kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
         follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
     ) -> Result<StepEnd<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         crate::repack::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
-        let repair =
-            Some(repair::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow, feed });
+        let repair = Some(repair::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow });
         let layout = download::Layout {
             source: work.source.clone(),
             partial: work.dir.join(PARTIAL),
             repair,
             connections: self.opts.download_connections,
-            ready,
+            ready: kept,
             carry_only: true,
         };
         let fetched =
@@ -308,20 +305,18 @@ impl Repacker<'_> {
         published
     }
 
-    /// Sends each shard named on `ready` to the mirror's CAS as it comes, and each reorder told of on `feed`
-    /// as it is written (see [`ahead`]), the mirror chosen and created at the first one. Any failure only
-    /// leaves the work to the publish step.
+    /// Sends each shard named on `kept` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen
+    /// and created at the first one. Any failure only leaves the work to the publish step.
     async fn upload_ahead(
         &self,
         job: &Job,
         private: bool,
         work: &Work,
-        (mut ready, mut feed): (tokio::sync::mpsc::UnboundedReceiver<String>, ahead::WriteEventReceiver),
+        mut kept: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) -> Option<ahead::Ahead> {
         // Nothing is created for a bundle with no shard to send ahead. The mirror is created at the first shard
-        // kept, or at the first reorder that starts to be written, before any of its bytes is checked: a
-        // download that then fails leaves the mirror created, which a job that fails for good abandons.
-        let first = ahead::first(&mut ready, &mut feed).await?;
+        // kept: a download that then fails leaves the mirror created, which a job that fails for good abandons.
+        let first = kept.recv().await?;
         let namespace = &self.opts.target_namespace;
         let chosen =
             publish::choose_mirror(self.hub, self.store, &job.repo_id, namespace, (private, &self.opts.caps)).await;
@@ -346,7 +341,7 @@ impl Repacker<'_> {
         }
         let uploader =
             ahead::Uploader { hub: self.hub, target: &chosen.target, repaired: &work.streamed, source: &work.source };
-        Some(uploader.run(first, ready, feed).await)
+        Some(uploader.run(first, kept).await)
     }
 
     /// The publish step: a verified, staged bundle goes up with a card written from the manifest, the local
@@ -408,8 +403,8 @@ impl Repacker<'_> {
             None => None,
         };
         if let Some(sent) = &ahead {
-            let (files, named, followed) = (sent.files.len(), sent.named, sent.followed);
-            tracing::info!(repo.id = %target, files, sha256.named = named, followed, xet.bytes = sent.bytes, "uploaded ahead");
+            let (files, named) = (sent.files.len(), sent.named);
+            tracing::info!(repo.id = %target, files, sha256.named = named, xet.bytes = sent.bytes, "uploaded ahead");
             self.count_uploaded(job, sent.bytes).await;
         }
         let mirror = publish::Mirror {
@@ -449,11 +444,10 @@ impl Repacker<'_> {
 }
 
 /// The uploads ahead's ends that the download and the publish step hold: each shard kept is named on
-/// `ready`, each reorder's writes are told on `feed`, and `ahead` brings what went up.
+/// `kept`, and `ahead` brings what went up.
 #[derive(Default)]
 struct AheadEnds {
-    ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    feed: Option<WriteEventSink>,
+    kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
 }
 

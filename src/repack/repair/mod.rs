@@ -8,7 +8,7 @@
 //! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
 //! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
 //! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
-//! (`new_file_digest`), each stretch hashed then synced to the disk while the rest downloads (`writeback`). Of the
+//! (`new_file_digest`). Of the
 //! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a
 //! hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
 //! audit its header, the upload's deduplication its first chunk. Any other shard (one no loader copies from,
@@ -25,7 +25,6 @@ use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
 use crate::repack::checks::mlx::follow::FollowEvent;
-use crate::repack::upload::following::{WriteEvent, WriteEventSink};
 use crate::safetensors::direct::DirectWriter;
 use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
 use crate::safetensors::plan::{LayoutPlan, plan};
@@ -50,8 +49,6 @@ pub struct RepairTarget {
     pub alignment: Alignment,
     /// The MLX check following the download, told of each shard repaired here as it is written.
     pub follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
-    /// The uploads ahead, told how far each reordered shard's new file is final, to send it as it is written.
-    pub feed: Option<WriteEventSink>,
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
@@ -120,8 +117,6 @@ pub struct StreamRepair {
     kept: u64,
     state: State,
     started: Instant,
-    /// The source's first bytes, gathered for the upload that follows a reorder until it is told them.
-    head_for_feed: Option<Vec<u8>>,
 }
 
 impl StreamRepair {
@@ -136,7 +131,6 @@ impl StreamRepair {
             kept: 0,
             state: State::Header(Vec::new()),
             started: Instant::now(),
-            head_for_feed: None,
         }
     }
 
@@ -156,7 +150,6 @@ impl StreamRepair {
             State::Repairing(r) => {
                 r.take(data, Some(&mut self.source))?;
                 let data_start = r.shard.header.data_start();
-                self.gather_head(data);
                 let keep = stub_part(self.kept, data_start, data);
                 self.partial.write_all(keep)?;
                 self.kept += keep.len() as u64;
@@ -188,27 +181,10 @@ impl StreamRepair {
                 let keep = &head[..(end + STUB_HEAD).min(head.len() as u64) as usize];
                 self.partial.write_all(keep)?;
                 self.kept = keep.len() as u64;
-                if r.writes.is_moved() && self.target.feed.is_some() {
-                    self.head_for_feed = Some(Vec::with_capacity(crate::repack::upload::prime::PRIME_HEAD));
-                    self.gather_head(&head);
-                }
                 self.state = State::Repairing(Box::new(r));
                 Ok(())
             }
             None => self.whole(&head),
-        }
-    }
-
-    /// Gathers the source's first bytes for the upload that follows a reorder (`data`: the next bytes of the
-    /// source), and tells them once there are enough or the source is all in.
-    fn gather_head(&mut self, data: &[u8]) {
-        let (Some(head), Some(feed)) = (&mut self.head_for_feed, &self.target.feed) else { return };
-        let room = crate::repack::upload::prime::PRIME_HEAD - head.len();
-        head.extend_from_slice(&data[..room.min(data.len())]);
-        let whole = head.len() as u64 == self.size;
-        if head.len() == crate::repack::upload::prime::PRIME_HEAD || whole {
-            feed.tell(&self.name, WriteEvent::SourceHead { head: std::mem::take(head), whole });
-            self.head_for_feed = None;
         }
     }
 
@@ -246,9 +222,8 @@ impl StreamRepair {
             writer.write(&new_prefix).ok()?;
             Writes::Padded { writer, payload: Sha256Stream::default() }
         } else {
-            let told = self.target.follow.as_ref().map(|sink| (sink, self.name.as_str()));
-            let fed = self.target.feed.as_ref().map(|sink| (sink, self.name.as_str()));
-            moved(&temp, &new_prefix, &parsed, &planned, (told, fed))?
+            let told = self.target.follow.as_ref().map(|sink| CheckToTell { sink, file: self.name.as_str() });
+            moved(&temp, &new_prefix, &parsed, &planned, told)?
         };
         let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
         Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
@@ -274,9 +249,6 @@ impl StreamRepair {
                 // The file its whole digest was taken from, if one was: the upload names that digest only while
                 // the file is still this one.
                 let hashed = hashes.new_file_sha256.as_ref().and_then(|_| crate::safe_fs::FileId::of(temp.path()));
-                if let (Some(feed), Some(id), Some(sha256)) = (&self.target.feed, hashed, &hashes.new_file_sha256) {
-                    feed.tell(&self.name, WriteEvent::Whole { id, sha256: sha256.clone() });
-                }
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
@@ -343,18 +315,6 @@ impl Repairing {
 }
 
 impl Writes {
-    /// Whether these are a reorder's.
-    fn is_moved(&self) -> bool {
-        #[cfg(unix)]
-        {
-            matches!(self, Writes::Moved { .. })
-        }
-        #[cfg(not(unix))]
-        {
-            false
-        }
-    }
-
     /// Ends the writes; the digests the record carries.
     fn finish(self, plan: &LayoutPlan) -> io::Result<ShardHashes> {
         match self {
@@ -385,32 +345,27 @@ impl Writes {
     }
 }
 
-/// Who a reorder tells of its writes: the check that follows, and the upload that follows (each with the
-/// shard's name).
-type Listeners<'a> =
-    (Option<(&'a crate::repack::checks::mlx::follow::FollowSink, &'a str)>, Option<(&'a WriteEventSink, &'a str)>);
+/// The MLX check that follows a reorder's writes, and the shard's name to tell it.
+struct CheckToTell<'a> {
+    sink: &'a crate::repack::checks::mlx::follow::FollowSink,
+    file: &'a str,
+}
 
-/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come;
-/// `follow` (the check's sink, the shard's name) is told once the header is written, then of each tensor;
-/// `fed` (the upload's) of the file, then how far it is final.
+/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come.
+/// The check that follows, if any, is told once the header is written, then of each tensor.
 #[cfg(unix)]
 fn moved(
     temp: &tempfile::NamedTempFile,
     prefix: &[u8],
     header: &crate::safetensors::Header,
     plan: &LayoutPlan,
-    (follow, fed): Listeners<'_>,
+    follow: Option<CheckToTell<'_>>,
 ) -> Option<Writes> {
     let mut out = temp.reopen().ok()?;
     out.write_all(prefix).ok()?;
     let len = plan.data_start().checked_add(header.data_len())?;
     out.set_len(len).ok()?;
-    let tell = fed.map(|(sink, file)| -> new_file_digest::Tell {
-        sink.tell(file, WriteEvent::Writing { path: temp.path().to_owned(), len });
-        let (sink, file) = (sink.clone(), file.to_owned());
-        Box::new(move |upto| sink.tell(&file, WriteEvent::Final(upto)))
-    });
-    let told = follow.map(|(sink, file)| {
+    let told = follow.map(|CheckToTell { sink, file }| {
         sink.tell(FollowEvent::Writing { file: file.to_owned(), path: temp.path().to_owned(), by_tensor: true });
         CheckListener { sink: sink.clone(), file: file.to_owned(), placed: 0 }
     });
@@ -419,7 +374,7 @@ fn moved(
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    let behind = Box::new(NewFileDigests::new(plan, prefix, &out, tell));
+    let behind = Box::new(NewFileDigests::new(plan, prefix));
     Some(Writes::Moved { out, spans, order, told, behind })
 }
 
@@ -429,7 +384,7 @@ fn moved(
     _: &[u8],
     _: &crate::safetensors::Header,
     _: &LayoutPlan,
-    _: Listeners<'_>,
+    _: Option<CheckToTell<'_>>,
 ) -> Option<Writes> {
     None
 }
@@ -464,5 +419,3 @@ fn stub_part(kept: u64, data_start: u64, data: &[u8]) -> &[u8] {
 mod new_file_digest;
 #[cfg(test)]
 mod tests;
-#[cfg(unix)]
-mod writeback;

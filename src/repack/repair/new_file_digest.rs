@@ -12,12 +12,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use super::writeback::Writeback;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::safetensors::plan::LayoutPlan;
 
-/// Final bytes gathered before they are read back (reads of a few MB, not one per network read), and hashed
-/// between two syncs asked for.
+/// Final bytes gathered before they are read back: reads of a few MB, not one per network read.
 const STRETCH: u64 = 8 << 20;
 /// Bytes read back at a time.
 const READ: usize = 1 << 20;
@@ -35,47 +33,20 @@ pub(super) struct NewFileDigests {
     file: Sha256Stream,
     payload: Sha256Stream,
     buf: Vec<u8>,
-    /// Syncs each stretch hashed to the disk while the rest downloads.
-    writeback: Option<Writeback>,
-    /// Payload bytes hashed when the last sync was asked for.
-    nudged: u64,
     /// Payload bytes read back: those of tensors that landed ahead of their place.
     read_back: u64,
-    /// Told, at each stretch hashed, how far the new file is final (an offset in the file).
-    tell: Option<Tell>,
-    /// Where the payload starts in the new file.
-    data_start: u64,
 }
 
-/// What [`NewFileDigests`] tells as the new file's final bytes grow: their end, as an offset in the file.
-pub(super) type Tell = Box<dyn FnMut(u64) + Send>;
-
 impl NewFileDigests {
-    /// Starts on `out`, the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is
-    /// the first the file's digest takes; `tell` hears how far the file is final, a stretch at a time.
-    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8], out: &File, tell: Option<Tell>) -> NewFileDigests {
+    /// Starts on the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is the
+    /// first the file's digest takes.
+    pub(super) fn new(plan: &LayoutPlan, prefix: &[u8]) -> NewFileDigests {
         let mut by_dst: Vec<usize> = (0..plan.placements.len()).collect();
         by_dst.sort_by_key(|&i| plan.placements[i].dst_begin);
         let file = Sha256Stream::with_prefix(prefix);
         let len = plan.placements.iter().map(|p| p.len).sum();
-        let writeback = Writeback::start(out);
         let payload = Sha256Stream::default();
-        let data_start = plan.data_start();
-        let buf = Vec::new();
-        NewFileDigests {
-            by_dst,
-            finals: 0,
-            len,
-            hashed: 0,
-            file,
-            payload,
-            buf,
-            writeback,
-            nudged: 0,
-            read_back: 0,
-            tell,
-            data_start,
-        }
+        NewFileDigests { by_dst, finals: 0, len, hashed: 0, file, payload, buf: Vec::new(), read_back: 0 }
     }
 
     /// `bytes`, just written at payload offset `at`: hashed now if they are the next bytes of the new file,
@@ -87,7 +58,6 @@ impl NewFileDigests {
         if at == self.hashed {
             update_both(&mut self.file, bytes, &mut self.payload, bytes);
             self.hashed += bytes.len() as u64;
-            self.nudge();
         }
         Ok(())
     }
@@ -109,32 +79,14 @@ impl NewFileDigests {
         let ready = self.ready(plan);
         if ready.saturating_sub(self.hashed) >= STRETCH {
             self.read_to(out, plan.data_start(), ready)?;
-            self.nudge();
         }
         Ok(())
     }
 
-    /// Once another stretch is hashed (and so written, and final): asks for a sync, and tells how far.
-    fn nudge(&mut self) {
-        if self.hashed - self.nudged < STRETCH {
-            return;
-        }
-        self.nudged = self.hashed;
-        if let Some(writeback) = &self.writeback {
-            writeback.nudge();
-        }
-        if let Some(tell) = &mut self.tell {
-            tell(self.data_start + self.hashed);
-        }
-    }
-
-    /// Reads back and hashes the rest (the whole payload has arrived), then waits for the syncs asked for
-    /// (a failed one fails the shard, as its final sync would); the whole file's digest, then the payload's.
+    /// Reads back and hashes the rest (the whole payload has arrived): the whole file's digest, then the
+    /// payload's.
     pub(super) fn finish(mut self, out: &File, plan: &LayoutPlan) -> io::Result<(String, String)> {
         self.read_to(out, plan.data_start(), self.len)?;
-        if let Some(writeback) = self.writeback.take() {
-            writeback.finish()?;
-        }
         Ok((self.file.finish_hex(), self.payload.finish_hex()))
     }
 
@@ -204,7 +156,7 @@ mod tests {
         let laid = lay_out(dir.path(), &tensors);
 
         let w_end = 3 + wide * 4;
-        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
+        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix());
         behind.after(&laid.out, &laid.plan, w_end - 1).unwrap();
         assert_eq!(behind.hashed, 0, "the F32 is not all in");
         behind.after(&laid.out, &laid.plan, w_end).unwrap();
@@ -245,7 +197,7 @@ mod tests {
         ];
         let laid = lay_out(dir.path(), &tensors);
 
-        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix(), &laid.out, None);
+        let mut behind = NewFileDigests::new(&laid.plan, &laid.plan.prefix());
         stream_through(&mut behind, &laid);
         assert_eq!(behind.read_back, 14, "only n0 is read back before the end");
         let left = behind.len - behind.hashed;

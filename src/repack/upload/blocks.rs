@@ -12,8 +12,7 @@
 //!
 //! A map of a file that another process truncates faults. The files sent are the job's own, in its work
 //! directory, and no step writes over one in place: a re-layout or a new download writes a new file and
-//! renames it over the old name, which leaves the mapped one whole. A file still being written
-//! (`xet_stream`) is mapped only up to where its writer has said it is final, and no byte is written twice.
+//! renames it over the old name, which leaves the mapped one whole.
 
 use std::path::Path;
 

@@ -5,9 +5,7 @@
 
 pub mod ahead;
 pub mod blocks;
-pub mod following;
 pub mod prime;
-pub mod xet_stream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

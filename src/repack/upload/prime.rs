@@ -46,28 +46,12 @@ pub struct Primed {
 /// upload already holds, so priming costs no request to the Hub's API. A failure only costs deduplication,
 /// so it is logged, never raised into the job.
 pub(crate) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
-    let heads = sources.iter().map(|p| Head::File(p.clone())).collect();
-    let outcome = try_prime(token, heads).await;
+    let outcome = try_prime(token, sources.to_vec()).await;
     log_outcome(target, sources.len(), outcome)
 }
 
-/// [`prime_with`] for one source not yet on disk whole, from its first [`PRIME_HEAD`] bytes as they came
-/// (`whole`: the source is no longer than that).
-pub(crate) async fn prime_with_head(token: &XetToken, target: &str, head: Vec<u8>, whole: bool) -> Primed {
-    let outcome = try_prime(token, vec![Head::Bytes { head, whole }]).await;
-    log_outcome(target, 1, outcome)
-}
-
 /// The bytes of a file's start that hold its first content-defined chunk (at most 128 KiB) whatever follows.
-pub const PRIME_HEAD: usize = 256 << 10;
-
-/// Where a source's first chunk is read from.
-enum Head {
-    /// A file on disk.
-    File(PathBuf),
-    /// Its first bytes, and whether they are all of it.
-    Bytes { head: Vec<u8>, whole: bool },
-}
+const PRIME_HEAD: usize = 256 << 10;
 
 /// Why priming stopped (the upload then goes on without it): the step, and its error.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +83,7 @@ fn log_outcome(target: &str, sources: usize, outcome: Result<Primed, PrimeError>
     }
 }
 
-async fn try_prime(token: &XetToken, sources: Vec<Head>) -> Result<Primed, PrimeError> {
+async fn try_prime(token: &XetToken, sources: Vec<PathBuf>) -> Result<Primed, PrimeError> {
     let ctx = XetContext::default().map_err(failed("Xet context"))?;
     // The same path hf-hub's upload session computes for this CAS.
     let session = SessionContext {
@@ -122,18 +106,10 @@ async fn try_prime(token: &XetToken, sources: Vec<Head>) -> Result<Primed, Prime
     };
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().map_err(failed("HTTP client"))?;
     let mut primed = Primed::default();
-    for source in sources {
+    for path in sources {
         primed.asked += 1;
-        let (what, hash) = match source {
-            Head::File(path) => {
-                let what = path.display().to_string();
-                (what, crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path)).await)
-            }
-            Head::Bytes { head, whole } => {
-                let hashed = crate::blocking::run("the first chunk's hash", move || first_chunk_of(&head, whole));
-                ("the source's first bytes".to_owned(), hashed.await)
-            }
-        };
+        let what = path.display().to_string();
+        let hash = crate::blocking::run("the first chunk's hash", move || first_chunk_hash(&path)).await;
         let hash = hash.map_err(failed("the first chunk's hash"))?.map_err(failed(what))?;
         let key = Key { prefix: ctx.config.data.default_prefix.clone(), hash };
         let response = http

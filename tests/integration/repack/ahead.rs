@@ -82,10 +82,10 @@ fn a_repaired_shard_goes_up_while_the_next_one_still_downloads() {
 }
 
 #[test]
-fn a_reordered_shard_goes_up_as_it_is_written_under_the_digest_taken_as_it_was_written() {
+fn a_reordered_shard_goes_up_once_kept_under_the_digest_taken_as_it_was_written() {
     // 32 MiB of U32 tensors, each after a 2-byte BF16 one: a reorder, hashed whole as it is written, over a
     // storage that sends it at 8 MB/s (four seconds).
-    let (root, size) = super::memory::reordered_bundle(64);
+    let (root, _size) = super::memory::reordered_bundle(64);
     let world = start_on(root, |c| c.faults.storage_rate = 8_000_000);
     let (_dir, db) = db();
     crate::audit::world::assert_ok(&crate::audit::world::audit(&world, &db, &[]));
@@ -93,17 +93,9 @@ fn a_reordered_shard_goes_up_as_it_is_written_under_the_digest_taken_as_it_was_w
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
     assert_eq!(jobs(&world, &db)[0].1, "published", "{log}");
-    // It went up as it was written, and Xet was handed the digest rather than taking it again.
-    let ahead = log.lines().find(|l| l.contains("uploaded ahead")).unwrap_or_default();
-    assert!(ahead.contains("files=1 sha256.named=1 followed=1"), "{log}");
-    // Xet had chunked all but the last block or so of the file before its last byte was written.
-    let followed = log.lines().find(|l| l.contains("uploaded as it was written")).unwrap_or_default();
-    let before: u64 = followed
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("bytes.before_whole="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{log}"));
-    assert!(before + 2 * hubalign::repack::upload::blocks::BLOCK >= size, "{before} of {size}: {followed}");
+    // It went up ahead, and Xet was handed the digest taken as it was written rather than taking it again.
+    let ahead = log.lines().find(|l| l.contains("uploaded ahead") && l.contains("files=")).unwrap_or_default();
+    assert!(ahead.contains("files=1 sha256.named=1"), "{log}");
     // The publish step sent nothing of it again.
     let publish = log.lines().find(|l| l.contains("hubalign::repack::publish: uploaded")).unwrap_or_default();
     assert!(publish.contains("xet.bytes=0"), "{publish}");
