@@ -47,7 +47,8 @@ HF = ROOT / "target/py-venv/bin/hf"
 SOURCE = "bench-org/big-q4"
 # The token's user is `bench` (hubsim --token hf_bench:bench): the peers' repo goes to its namespace.
 PEERS_REPO = "bench/big-q4-peers"
-# The repack's concurrent mechanisms. None can be turned off (no HUBALIGN_ variable, no flag of `repack`), so
+# The repack's concurrent mechanisms, named by their modules as they stood at cc3d739 (writeback and
+# reorder-follow were removed in e634926 on these figures). None can be turned off (no HUBALIGN_ variable, no flag of `repack`), so
 # `--without NAME=PATH` takes a build with NAME removed.
 MECHANISMS = {
     "writeback": "repack::repair::writeback: a data sync each 8 MiB a reorder's writer has hashed",

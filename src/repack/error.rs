@@ -29,7 +29,11 @@ pub enum WhatNext {
     GiveUp,
     /// Nothing succeeds until the operator acts (a refused token, a read-only work directory).
     /// The job goes back to the queue without spending an attempt, and the worker stops claiming for a while.
-    AskOperator,
+    /// `free_disk` says the disk also ran out of space: the job's files are removed.
+    AskOperator {
+        /// The disk (or a quota) ran out of space too.
+        free_disk: bool,
+    },
     /// The worker's configuration failed, not the job (an interpreter without MLX).
     /// The job goes back to the queue without spending anything, however often, and the worker holds.
     HoldWorker,
@@ -44,7 +48,7 @@ impl WhatNext {
         match self {
             WhatNext::Retry { .. } | WhatNext::DeferUntil(_) => FailureKind::Transient,
             WhatNext::GiveUp => FailureKind::Permanent,
-            WhatNext::AskOperator | WhatNext::HoldWorker => FailureKind::NeedsOperator,
+            WhatNext::AskOperator { .. } | WhatNext::HoldWorker => FailureKind::NeedsOperator,
         }
     }
 
@@ -53,17 +57,25 @@ impl WhatNext {
         match kind {
             FailureKind::Transient => WhatNext::Retry { free_disk: false },
             FailureKind::Permanent => WhatNext::GiveUp,
-            FailureKind::NeedsOperator => WhatNext::AskOperator,
+            FailureKind::NeedsOperator => WhatNext::AskOperator { free_disk: false },
         }
+    }
+
+    /// Whether the job's files are removed, so that the next job has the disk's space back.
+    pub fn frees_disk(self) -> bool {
+        matches!(self, WhatNext::Retry { free_disk: true } | WhatNext::AskOperator { free_disk: true })
     }
 
     /// The more serious of two: several files that failed at once.
     /// A held worker outranks the operator, who outranks giving up, which outranks a retry or a wait.
+    /// A full disk in either is kept where the job is queued again.
+    /// Two waits wait for the later time.
     fn join(self, other: WhatNext) -> WhatNext {
         use WhatNext::{AskOperator, DeferUntil, GiveUp, HoldWorker, Retry};
+        let free_disk = self.frees_disk() || other.frees_disk();
         match (self, other) {
             (HoldWorker, _) | (_, HoldWorker) => HoldWorker,
-            (AskOperator, _) | (_, AskOperator) => AskOperator,
+            (AskOperator { .. }, _) | (_, AskOperator { .. }) => AskOperator { free_disk },
             (GiveUp, _) | (_, GiveUp) => GiveUp,
             (Retry { free_disk: a }, Retry { free_disk: b }) => Retry { free_disk: a || b },
             (Retry { free_disk }, DeferUntil(_)) | (DeferUntil(_), Retry { free_disk }) => Retry { free_disk },
@@ -116,7 +128,7 @@ impl RepackError {
 
     /// Nothing succeeds until the operator acts.
     pub fn needs_operator(reason: impl Into<String>) -> RepackError {
-        RepackError::new(WhatNext::AskOperator, reason.into(), None)
+        RepackError::new(WhatNext::AskOperator { free_disk: false }, reason.into(), None)
     }
 
     /// The worker's configuration failed, whatever the job: held, never spent.
@@ -267,7 +279,7 @@ mod tests {
         let full = RepackError::io("work/x", io::Error::from(io::ErrorKind::StorageFull));
         assert_eq!(full.next, WhatNext::Retry { free_disk: true });
         let read_only = RepackError::io("work/x", io::Error::from(io::ErrorKind::ReadOnlyFilesystem));
-        assert_eq!(read_only.next, WhatNext::AskOperator);
+        assert_eq!(read_only.next, WhatNext::AskOperator { free_disk: false });
         assert_eq!(RepackError::io("work/x", io::Error::other("reset")).kind(), FailureKind::Transient);
         let wrapped = crate::io_error::PathIoError {
             path: "work/x".into(),
@@ -275,7 +287,7 @@ mod tests {
             source: io::Error::from(io::ErrorKind::PermissionDenied),
         };
         let e = RepackError::caused_by(wrapped);
-        assert_eq!(e.next, WhatNext::AskOperator);
+        assert_eq!(e.next, WhatNext::AskOperator { free_disk: false });
         assert!(e.reason().starts_with("work/x: write"), "{}", e.reason());
         let quota = crate::io_error::PathIoError {
             path: "work/x".into(),
@@ -292,7 +304,11 @@ mod tests {
     #[test]
     fn joined_failures_keep_the_most_serious_kind() {
         let joined = RepackError::transient("a").join(RepackError::needs_operator("b"));
-        assert_eq!((joined.next, joined.reason().as_str()), (WhatNext::AskOperator, "a; b"));
+        assert_eq!((joined.next, joined.reason().as_str()), (WhatNext::AskOperator { free_disk: false }, "a; b"));
+        let full = || RepackError::io("b", io::Error::from(io::ErrorKind::StorageFull));
+        let joined = RepackError::needs_operator("a").join(full());
+        assert_eq!(joined.next, WhatNext::AskOperator { free_disk: true }, "the full disk is still freed");
+        assert_eq!(RepackError::deferred("a", 5).join(RepackError::deferred("b", 9)).next, WhatNext::DeferUntil(9));
         let joined = RepackError::permanent("a").join(RepackError::transient("b"));
         assert_eq!(joined.next, WhatNext::GiveUp);
         let joined = RepackError::configuration("a").join(RepackError::needs_operator("b"));

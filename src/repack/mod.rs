@@ -161,7 +161,7 @@ impl Repacker<'_> {
                     }
                     next => {
                         tracing::warn!(repo.id = %job.repo_id, job.id = job.id, reason = %reason, kind = next.kind().as_str(), "repack failed");
-                        out_of_space = next == (WhatNext::Retry { free_disk: true });
+                        out_of_space = next.frees_disk();
                         JobOutcome::Failed { reason, kind: next.kind() }
                     }
                 }

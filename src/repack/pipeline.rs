@@ -297,8 +297,8 @@ impl Repacker<'_> {
             }
             result
         };
-        let beside = ConcurrentResults { verdict: Some(verdict), ahead };
-        let publishing = self.publish_staged(job, work, card_record.clone(), checked, beside);
+        let concurrent = ConcurrentResults { verdict: Some(verdict), ahead };
+        let publishing = self.publish_staged(job, work, card_record.clone(), checked, concurrent);
         let (judged, published) = tokio::join!(judged, publishing);
         // The check's failure is the reason, whatever the publish made of it (it committed nothing).
         judged?;

@@ -56,9 +56,7 @@ pub(super) fn stage_bundle(
             .map(|k| RepackError::io("", std::io::Error::from(k)))
             .reduce(RepackError::join);
         return Err(match by_io {
-            Some(e) if matches!(e.next, WhatNext::AskOperator | WhatNext::Retry { free_disk: true }) => {
-                e.said_as(reason)
-            }
+            Some(e) if matches!(e.next, WhatNext::AskOperator { .. }) || e.next.frees_disk() => e.said_as(reason),
             _ if t.invalid > 0 => RepackError::permanent(reason),
             _ => RepackError::transient(reason),
         });

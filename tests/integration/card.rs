@@ -32,9 +32,9 @@ fn shard(n: u64, padding: u64, payload: u64, sha: &str, tensors: u64, before: u6
     }
 }
 
-#[test]
-fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
-    let manifest = Manifest {
+/// The seed's bundle, as its manifest records it.
+fn seed_manifest() -> Manifest {
+    Manifest {
         tool: "hubalign".into(),
         tool_version: "0.1.0".into(),
         generated_utc: "2026-12-01T00:00:00Z".into(),
@@ -58,8 +58,11 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
             LeftOut { file: "modeling_ornith.py".into(), bytes: 41_210, reason: "code: a mirror carries none".into() },
         ],
         edited: vec![Edited { file: "config.json".into(), removed: vec!["auto_map".into()] }],
-    };
-    let checks = LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757, ..LocalChecks::default() };
+    }
+}
+
+/// The seed's card, rendered from `manifest` and what the checks that run here found.
+fn seed_card(manifest: &Manifest, checks: &LocalChecks) -> String {
     let mlx = serde_json::from_value(serde_json::json!({"ok": true, "device": "gpu", "mlx_version": "0.32.4", "tensors": 1757, "files": 4, "seconds": 41.7})).unwrap();
     let source = SourceCard {
         license: Some("mit".into()),
@@ -74,11 +77,32 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
         endpoint: "https://huggingface.co",
         source,
         before_bytes: 4_731_260_928,
-        checks: &checks,
+        checks,
         mlx,
         files: BundleFiles { license_file: Some("LICENSE".into()), chat_template: true },
     };
-    let card = render(&CardData::new(&manifest, inputs)).unwrap();
+    render(&CardData::new(manifest, inputs)).unwrap()
+}
+
+/// The local checks' record as a job row written before the list of checks holds it: three counts.
+fn counted() -> LocalChecks {
+    LocalChecks { shards: 4, tensors: 1757, zero_copy: 1757, ..LocalChecks::default() }
+}
+
+#[test]
+fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
+    let manifest = seed_manifest();
+    let card = seed_card(&manifest, &counted());
+    // A row written by the list of checks, by each check's name, gives the same card.
+    let figures = |pairs: &[(&str, u64)]| -> serde_json::Map<String, serde_json::Value> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())).collect()
+    };
+    let listed = LocalChecks::of(BTreeMap::from([
+        ("structural".to_owned(), figures(&[("shards", 4), ("tensors", 1757)])),
+        ("index".to_owned(), figures(&[("entries", 1757)])),
+        ("mmap".to_owned(), figures(&[("shards", 4), ("tensors", 1757), ("zero_copy", 1757)])),
+    ]));
+    assert_eq!(seed_card(&manifest, &listed), card, "a row of the list renders as a row of counts");
 
     let snapshot = root().join("tests/snapshots/model_card.md");
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
@@ -132,8 +156,13 @@ fn the_card_reads_like_the_seed_and_every_figure_is_the_manifests() {
     assert!(card.contains("4.73 GB (4,731,260,928 bytes)"));
     assert!(card.contains("1,757 arrays in 4 files") && card.contains("(1,757 of 1,757 tensors)"));
     assert!(!card.contains("1 bytes") && !card.contains("base_model_relation"));
+}
 
-    // The front matter, read by PyYAML.
+/// The card's front matter reads in PyYAML, as `huggingface_hub` reads it.
+#[cfg(feature = "system-tests")]
+#[test]
+fn the_cards_front_matter_reads_as_the_hub_reads_it() {
+    let card = seed_card(&seed_manifest(), &counted());
     let path = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(path.path(), &card).unwrap();
     let check = "import sys, yaml; t = open(sys.argv[1]).read(); assert t.startswith('---\\n'); \

@@ -9,7 +9,6 @@
 
 mod api_schema;
 pub mod audit;
-#[cfg(feature = "system-tests")]
 mod card;
 mod cli_fix;
 mod cli_ops;

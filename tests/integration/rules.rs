@@ -119,7 +119,7 @@ fn every_commit_since_the_hook_has_the_form() {
 /// chosen in one place, and the crates cannot drift apart. (`fuzz/` is a workspace of its own.)
 #[test]
 fn every_dependency_comes_from_the_workspace() {
-    for manifest in ["Cargo.toml", "crates/hubsim/Cargo.toml", "crates/test-support/Cargo.toml"] {
+    for manifest in ["Cargo.toml", "bench/Cargo.toml", "crates/hubsim/Cargo.toml", "crates/test-support/Cargo.toml"] {
         let doc: toml::Table = std::fs::read_to_string(root().join(manifest)).unwrap().parse().unwrap();
         for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
             let Some(deps) = doc.get(section).and_then(toml::Value::as_table) else { continue };

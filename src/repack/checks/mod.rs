@@ -4,7 +4,8 @@
 //! A check runs here, on the staged bundle (`Runs::Here`), or in the MLX check script (`Runs::InMlx`).
 //! It gives what it found as figures (a JSON object), and the card renders each check's line from them.
 //! A check that runs here fails the job with its name and why.
-//! A check MLX runs is also a function in `CHECKS` of `deploy/verify_mlx.py`, by the same name.
+//! A check MLX runs after the load is also a function in `CHECKS` of `deploy/verify_mlx.py`, by the same
+//! name. The load itself (`mlx_load`) is the script's own pass over every shard.
 //! The test `a_check_is_one_file_and_one_line` holds all this.
 
 pub mod mlx;

@@ -8,9 +8,8 @@
 //! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
 //! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
 //! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
-//! (`new_file_digest`). Of the
-//! source only a stub is kept: the header and the first [`STUB_HEAD`] bytes after it, real, and the rest a
-//! hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
+//! (`new_file_digest`). Of the source only a stub is kept: the header and the first [`STUB_HEAD`] bytes
+//! after it, real, and the rest a hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
 //! audit its header, the upload's deduplication its first chunk. Any other shard (one no loader copies from,
 //! one whose header does not parse) is written whole, as before.
 
@@ -95,7 +94,7 @@ enum Writes {
         spans: crate::hashing::SpanHasher,
         order: Vec<usize>,
         told: Option<CheckListener>,
-        behind: Box<NewFileDigests>,
+        new_file_digests: Box<NewFileDigests>,
     },
 }
 
@@ -278,7 +277,7 @@ impl Repairing {
                 writer.write(data)
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, order, told, behind } => {
+            Writes::Moved { out, spans, order, told, new_file_digests } => {
                 use std::os::unix::fs::FileExt;
                 match source {
                     Some(source) => spans.update_with(data, source),
@@ -295,7 +294,7 @@ impl Repairing {
                     let piece = &data[(from - at) as usize..(to - at) as usize];
                     let dst = p.dst_begin + (from - p.src_begin);
                     out.write_all_at(piece, start + dst)?;
-                    behind.landed(out, &self.plan, dst, piece)?;
+                    new_file_digests.landed(out, &self.plan, dst, piece)?;
                 }
                 if let Some(told) = told {
                     // Tensors are whole in source order: each one that ends by now.
@@ -308,7 +307,7 @@ impl Repairing {
                         told.placed = whole;
                     }
                 }
-                behind.after(out, &self.plan, end)
+                new_file_digests.after(out, &self.plan, end)
             }
         }
     }
@@ -330,9 +329,9 @@ impl Writes {
                 })
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, behind, .. } => {
+            Writes::Moved { out, spans, new_file_digests, .. } => {
                 let tensors = spans.finish().ok_or_else(|| io::Error::other("a tensor ended early"))?;
-                let (file, payload) = behind.finish(&out, plan)?;
+                let (file, payload) = new_file_digests.finish(&out, plan)?;
                 Ok(ShardHashes {
                     src_file_sha256: None,
                     src_payload_sha256: None,
@@ -374,8 +373,8 @@ fn moved(
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
-    let behind = Box::new(NewFileDigests::new(plan, prefix));
-    Some(Writes::Moved { out, spans, order, told, behind })
+    let new_file_digests = Box::new(NewFileDigests::new(plan, prefix));
+    Some(Writes::Moved { out, spans, order, told, new_file_digests })
 }
 
 #[cfg(not(unix))]

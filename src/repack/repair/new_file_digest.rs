@@ -135,9 +135,9 @@ mod tests {
         Laid { plan: laid, payload, written: std::fs::read(&new).unwrap(), out: File::open(&new).unwrap() }
     }
 
-    /// Both digests `behind` ends with are the new file's and its payload's.
-    fn ends_right(behind: NewFileDigests, laid: &Laid) {
-        let (file, payload) = behind.finish(&laid.out, &laid.plan).unwrap();
+    /// Both digests `digests` ends with are the new file's and its payload's.
+    fn ends_right(digests: NewFileDigests, laid: &Laid) {
+        let (file, payload) = digests.finish(&laid.out, &laid.plan).unwrap();
         assert_eq!(file, sha256_hex(&laid.written));
         assert_eq!(payload, sha256_hex(&laid.written[laid.plan.data_start() as usize..]));
     }
@@ -164,7 +164,7 @@ mod tests {
         ends_right(behind, &laid);
     }
 
-    /// Feeds `behind` the source's payload as the writer does, one network read per tensor (split at 1 MiB):
+    /// Feeds `digests` the source's payload as the writer does, one network read per tensor (split at 1 MiB):
     /// each piece lands where the plan puts it, then the arrivals so far are told.
     fn stream_through(behind: &mut NewFileDigests, laid: &Laid) {
         let (out, payload) = (&laid.out, &laid.payload);
