@@ -110,11 +110,7 @@ impl std::fmt::Display for JobState {
 impl std::str::FromStr for JobState {
     type Err = crate::error_text::Unrecognized;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let known = || JobState::ALL.iter().map(|j| j.as_str());
-        JobState::ALL
-            .into_iter()
-            .find(|j| j.as_str() == s)
-            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, known()))
+        crate::error_text::by_name(s, &JobState::ALL, JobState::as_str)
     }
 }
 
@@ -149,11 +145,7 @@ impl FailureKind {
 impl std::str::FromStr for FailureKind {
     type Err = crate::error_text::Unrecognized;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let known = || FailureKind::ALL.iter().map(|k| k.as_str());
-        FailureKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, known()))
+        crate::error_text::by_name(s, &FailureKind::ALL, FailureKind::as_str)
     }
 }
 

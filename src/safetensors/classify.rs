@@ -114,9 +114,7 @@ impl FromStr for Verdict {
     type Err = crate::error_text::Unrecognized;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let all = [Verdict::Aligned, Verdict::HeaderPad, Verdict::Relayout, Verdict::Invalid];
-        all.into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| crate::error_text::Unrecognized::one_of(s, all.iter().map(|v| v.as_str())))
+        crate::error_text::by_name(s, &all, Verdict::as_str)
     }
 }
 
