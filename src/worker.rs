@@ -170,7 +170,7 @@ impl<R: JobRunner> WorkerLoop<R> {
         // The job's span (this function's) goes along to the batch runtime, so every line the job logs there says
         // which job and repo it is.
         let mut task = self.jobs_on.spawn(tracing::Instrument::in_current_span(async move { runner.run(job).await }));
-        let beat = (self.lease / 3).max(Duration::from_millis(100));
+        let heartbeat = Heartbeat { store: &self.store, id, worker: &self.worker, lease: self.lease };
         let mut grace_ends: Option<tokio::time::Instant> = None;
         let joined = loop {
             let grace_over = async {
@@ -204,17 +204,12 @@ impl<R: JobRunner> WorkerLoop<R> {
                     }
                     return Ran::Released;
                 }
-                () = tokio::time::sleep(beat) => match self.store.renew_lease(id, &self.worker, self.lease).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(job.id = id, repo.id = %repo, worker = %self.worker, "lost the job's lease; stopping it");
-                        task.abort();
-                        let _ = task.await;
-                        return Ran::Lost;
-                    }
-                    // The store is away for a moment: the job goes on, and the next beat tries again.
-                    Err(e) => tracing::warn!(job.id = id, error = %e, "renewing the job's lease failed"),
-                },
+                () = heartbeat.lost() => {
+                    tracing::warn!(job.id = id, repo.id = %repo, worker = %self.worker, "lost the job's lease; stopping it");
+                    task.abort();
+                    let _ = task.await;
+                    return Ran::Lost;
+                }
             }
         };
         match joined {
@@ -235,6 +230,39 @@ impl<R: JobRunner> WorkerLoop<R> {
                     tracing::warn!(job.id = id, error = %e, "recording the job's failure failed");
                 }
                 Ran::Panicked
+            }
+        }
+    }
+}
+
+/// Keeps a worker's lease on a job while the job runs.
+pub struct Heartbeat<'a> {
+    /// The queue.
+    pub store: &'a Store,
+    /// The job.
+    pub id: i64,
+    /// The worker that holds it.
+    pub worker: &'a str,
+    /// How long each renewal holds the job.
+    pub lease: Duration,
+}
+
+impl Heartbeat<'_> {
+    /// Renews the lease every third of it, and returns once a renewal is refused because the lease ran out or
+    /// another worker holds the job: this one must stop it. Once the job has no holder (this worker recorded
+    /// its outcome, and tidies up), it stops beating and never returns. A store that does not answer is tried
+    /// again at the next beat.
+    pub async fn lost(&self) {
+        let beat = (self.lease / 3).max(Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(beat).await;
+            match self.store.renew_lease(self.id, self.worker, self.lease).await {
+                Ok(true) => {}
+                Ok(false) => match self.store.job(self.id).await {
+                    Ok(Some(job)) if job.lease_owner.is_none() => std::future::pending().await,
+                    _ => return,
+                },
+                Err(e) => tracing::warn!(job.id = self.id, error = %e, "renewing the job's lease failed"),
             }
         }
     }

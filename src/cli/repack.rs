@@ -24,6 +24,7 @@ use hubalign::serve::runner_api::{self, RunnerApi};
 use hubalign::serve::service::Service;
 use hubalign::serve::workers::Workers;
 use hubalign::store::mirrors::MirrorCaps;
+use hubalign::worker::Heartbeat;
 use hubalign::worker::WhenIdle;
 
 use super::preflight;
@@ -282,7 +283,15 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             bail!("{}@{}: the job is held by another worker or out of attempts", repo, sha);
         };
         let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
-        let work = repacker.run(&job);
+        // A heartbeat keeps the lease while the job runs, as a worker's does; a refused renewal stops the job.
+        let heartbeat = Heartbeat { store: &s.store, id: job.id, worker: &s.opts.worker, lease: s.opts.lease };
+        let work = async {
+            tokio::select! {
+                biased;
+                ran = repacker.run(&job) => ran,
+                () = heartbeat.lost() => Ok(None),
+            }
+        };
         tokio::pin!(work);
         let ran = tokio::select! {
             ran = &mut work => ran,

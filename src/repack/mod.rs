@@ -173,6 +173,7 @@ impl Repacker<'_> {
             return Ok(None);
         };
         // A job that ended without a mirror leaves none: an empty repo it created goes, and its name with it.
+        // No worker claims a job that ended, and the heartbeat lets this one finish (`worker::Heartbeat`).
         if matches!(state, JobState::Failed | JobState::Skipped) && !self.opts.pull_request {
             publish::abandon(self.hub, self.store, &job.repo_id).await;
         }

@@ -132,6 +132,38 @@ fn a_job_that_fails_after_creating_its_mirror_leaves_no_repo_and_no_name() {
     assert_eq!(store_mirror_of(&db, "mlx-community/tiny-q4"), None, "the name is released");
 }
 
+/// A Hub slow to delete a failed attempt's empty mirror, slower than the job's lease: the worker keeps the
+/// lease while it waits, so each repo and its name still go.
+#[test]
+fn a_mirror_slow_to_delete_is_removed_all_the_same() {
+    let world = hostile_world();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+    let failing = crate::support::python_for_jobs(dir.path(), crate::support::CHECK_FAILS);
+    let late = || proxy::Reply::Late(std::time::Duration::from_secs(3));
+    let proxy = proxy::start(&world, vec![proxy::on("/api/repos/delete", 0, late)]);
+    audit(&proxy.base_url, &db);
+    let out = crate::support::hubalign()
+        .args(["worker", "--once", "--endpoint", &proxy.base_url, "--token", ALICE])
+        .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
+        .args(["--lease-secs", "1", "--work-dir"])
+        .arg(&work)
+        .arg("--python")
+        .arg(&failing)
+        .output()
+        .unwrap();
+    let log = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "{log}");
+    let jobs = jobs(&db);
+    let failed = jobs.iter().filter(|j| j.state == hubalign::job::JobState::Failed).count();
+    assert!(failed >= 1, "{jobs:?}");
+    assert_eq!(proxy.count("/api/repos/delete"), failed, "one empty mirror removed per failed job: {log}");
+    assert!(mirrors(&world).is_empty(), "{:?}: {log}", mirrors(&world));
+    for j in &jobs {
+        assert_eq!(store_mirror_of(&db, &j.repo_id), None, "the name is released: {log}");
+    }
+}
+
 /// Another writer's manifest.
 const FOREIGN: &[u8] = br#"{"source_repo": "someone/else"}"#;
 

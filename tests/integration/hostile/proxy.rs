@@ -33,6 +33,8 @@ pub(crate) enum Reply {
     Endless,
     /// The simulator's answer with these headers set and, if given, its JSON body edited.
     Edit(Vec<(&'static str, String)>, Option<JsonEdit>),
+    /// The simulator's answer, forwarded only after this wait.
+    Late(std::time::Duration),
 }
 
 /// A rule: given the request, an answer, or `None` to let the next rule (or the simulator) answer.
@@ -92,6 +94,10 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             respond(StatusCode::OK, &[("content-type", "application/json".into())], Body::from_stream(endless))
         }
         Some(Reply::Edit(headers, edit)) => forward(&inner, request, &headers, edit).await,
+        Some(Reply::Late(wait)) => {
+            tokio::time::sleep(wait).await;
+            forward(&inner, request, &[], None).await
+        }
         None => forward(&inner, request, &[], None).await,
     }
 }

@@ -335,5 +335,6 @@ fn an_index_that_names_what_the_bundle_does_not_hold_is_never_published() {
         let reason = job.reason.as_deref().unwrap_or("");
         assert!(reason.contains("index check") && reason.contains(tensor), "{repo}: {reason}");
     }
-    assert_eq!(mirrors(&world), Vec::<String>::new(), "nothing published");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(mirrors(&world), Vec::<String>::new(), "nothing published: {log}");
 }
