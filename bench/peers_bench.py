@@ -20,9 +20,9 @@ measure's):
 `--hf-xet` (`hf download` over Xet) only the column without a limit compares like with like. `hf upload` uses
 Xet, as a person's would. Each measure is its commands' wall time: Python's start and hubalign's checks at start
 included. Before each, `sync` (with --cold, the page cache dropped too; root only). The order of the measures
-turns with each run. `--without NAME=PATH` also times the repack by PATH, a hubalign built without one of the
-repack's concurrent mechanisms (none has a switch of its own), for issue 44's rule: a mechanism that buys less
-than 5% on these figures goes.
+turns with each run. `--build NAME=PATH` also times the repack by PATH, another hubalign build (one without a
+mechanism, or an earlier commit), in the same run: the figures drift between runs as much as a small change
+moves them.
 """
 
 import argparse
@@ -47,15 +47,6 @@ HF = ROOT / "target/py-venv/bin/hf"
 SOURCE = "bench-org/big-q4"
 # The token's user is `bench` (hubsim --token hf_bench:bench): the peers' repo goes to its namespace.
 PEERS_REPO = "bench/big-q4-peers"
-# The repack's concurrent mechanisms, named by their modules as they stood at cc3d739 (writeback and
-# reorder-follow were removed in e634926 on these figures). None can be turned off (no HUBALIGN_ variable, no flag of `repack`), so
-# `--without NAME=PATH` takes a build with NAME removed.
-MECHANISMS = {
-    "writeback": "repack::repair::writeback: a data sync each 8 MiB a reorder's writer has hashed",
-    "mlx-follow": "repack::checks::mlx::follow: the MLX check judging shards as the download writes them",
-    "upload-ahead": "repack::upload::ahead: each checked shard uploaded while the others download",
-    "reorder-follow": "repack::upload::{following, xet_stream}: a reorder's upload following its writes",
-}
 
 
 def world(bundle_mib):
@@ -176,8 +167,8 @@ def measures(args):
         "hf download": lambda url, work: hf_download(url, work, args.hf_xet, args.cold),
         "peers": lambda url, work: peers(url, work, args.hf_xet, args.cold),
     }
-    for name, build in args.without:
-        table[f"without {name}"] = lambda url, work, build=build: repack(url, work, build, args.cold)
+    for name, build in args.build:
+        table[f"build {name}"] = lambda url, work, build=build: repack(url, work, build, args.cold)
     return table
 
 
@@ -246,14 +237,14 @@ def print_parts(results):
         print(f"| {speed} | " + " | ".join(f"{s:.1f} s" for s in cells) + " |")
 
 
-def print_mechanisms(results, names):
-    """Each mechanism removed: the repack with it and without it (issue 44: one that buys < 5% goes)."""
-    print("| storage per connection | mechanism removed | repack with it | without it | without / with |")
+def print_builds(results, names):
+    """Each other build's repack against this tree's, in the same run."""
+    print("| storage per connection | other build | repack by this tree | by the other build | other / this |")
     print("|---|---|---|---|---|")
     for speed in results:
         for name in names:
-            with_it, without_it = walls(results, speed, "repack"), walls(results, speed, f"without {name}")
-            print(f"| {speed} | {name} | {spread(with_it)} | {spread(without_it)} | {ratio(without_it, with_it)} |")
+            this, other = walls(results, speed, "repack"), walls(results, speed, f"build {name}")
+            print(f"| {speed} | {name} | {spread(this)} | {spread(other)} | {ratio(other, this)} |")
 
 
 def print_aside(results, names):
@@ -269,13 +260,11 @@ def print_aside(results, names):
         for name in names))
 
 
-def mechanism_build(spec):
-    """`--without NAME=PATH`: a mechanism of MECHANISMS and a hubalign built without it."""
+def other_build(spec):
+    """`--build NAME=PATH`: a name for the table, and the hubalign binary at PATH."""
     name, sep, path = spec.partition("=")
-    if name not in MECHANISMS or not sep:
-        raise argparse.ArgumentTypeError(
-            f"NAME=PATH, NAME one of {', '.join(MECHANISMS)}; "
-            "none has a switch, so PATH is a hubalign built without it")
+    if not name or not sep:
+        raise argparse.ArgumentTypeError("NAME=PATH: a name for the table, and another hubalign build")
     return name, Path(path)
 
 
@@ -296,15 +285,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="rounds of every measure at every speed")
     ap.add_argument("--worker", type=Path, default=BIN,
                     help="the hubalign that audits and repacks (another build, to compare; `fix` is this one's)")
-    ap.add_argument("--without", type=mechanism_build, action="append", default=[], metavar="NAME=PATH",
-                    help=f"also time the repack by PATH, a hubalign built without NAME; NAME one of: "
-                         f"{'; '.join(f'{k} ({v})' for k, v in MECHANISMS.items())}")
+    ap.add_argument("--build", type=other_build, action="append", default=[], metavar="NAME=PATH",
+                    help="also time the repack by PATH, another hubalign build (one without a mechanism, or an "
+                         "earlier commit), shown as NAME")
     ap.add_argument("--hf-xet", action="store_true",
                     help="let `hf download` use Xet, whose CAS reads --storage-mbps does not hold")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each measure (root only)")
     ap.add_argument("--json", type=Path, help="write every measure's raw figures here")
     args = ap.parse_args()
-    for tool in (BIN, SIM, SYNTH, PY, HF, args.worker, *(path for _, path in args.without)):
+    for tool in (BIN, SIM, SYNTH, PY, HF, args.worker, *(path for _, path in args.build)):
         if not tool.exists():
             sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
     hub_root = world(args.bundle_mib)
@@ -328,15 +317,15 @@ def main():
     print_headline(results)
     print()
     print_parts(results)
-    if args.without:
+    if args.build:
         print()
-        print_mechanisms(results, [name for name, _ in args.without])
+        print_builds(results, [name for name, _ in args.build])
     print_aside(results, names)
     if args.json:
         args.json.write_text(json.dumps({
             "build": commit(), "cores": os.cpu_count(), "bundle_bytes": size,
             "shards": {p.name: p.stat().st_size for p in shards}, "runs": args.runs, "hf_xet": args.hf_xet,
-            "cold": args.cold, "worker": str(args.worker), "without": {n: str(p) for n, p in args.without},
+            "cold": args.cold, "worker": str(args.worker), "builds": {n: str(p) for n, p in args.build},
             "results": results,
         }, indent=2))
 

@@ -240,10 +240,6 @@ def main():
         print(f"\npeak RSS of the worker (VmHWM, both of the above; the MLX check's process apart): "
               f"{memory[0]['rss.peak_bytes'] / 2**20:.1f} MiB; before the download {so_far.get('downloading', float('nan')):.1f} MiB, by its end "
               f"{so_far.get('relaying', float('nan')):.1f} MiB, before publishing {so_far.get('publishing', float('nan')):.1f} MiB")
-    if "followed" in record:
-        print(f"\nthe MLX check followed the download: {record['followed']} of {record.get('files')} shards judged as "
-              f"they were written; its process ran {mlx_s:.1f} s from the download's start; checked whole after: "
-              f"{record.get('not_followed') or 'none'}")
     # What went up ahead of the publish step, and under how many digests the download had already taken.
     for l in steps:
         if l.get("fields", {}).get("message") == "uploaded ahead":

@@ -2,7 +2,6 @@
 """The MLX load check of the repack worker: every output shard must load in MLX bit-identical to its source.
 
     verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES]
-    verify_mlx.py --follow [--device cpu|gpu] [--jobs N] [--max-address-space BYTES] < EVENTS
 
 Loads each `*.safetensors` of DIR with `mlx.core.load`, evaluates every array on the device (the Metal GPU on
 Apple silicon, `cpu` elsewhere), and judges the loaded bytes by the digests in DIR's MEI_ALIGN_MANIFEST.json,
@@ -24,28 +23,6 @@ Prints one JSON object: {"ok", "device", "mlx_version", "files", "tensors", "che
 "checks"["mlx_lm_load"] is {"version", "loaded", "model_type", "lazy"} or {"version", "loaded": false, "why"};
 "mlx_lm" repeats it for services that read it there. The worker runs it with `cpu` on Linux (`mlx[cpu]`); the macOS runner in deploy/ runs the same
 script with `gpu`.
-
-`--follow` checks the shards the worker's download repairs while they are written, so that the check ends
-soon after the download instead of starting after it. It reads JSON lines on stdin, the worker's events:
-
-    {"writing": FILE, "path": PATH}    FILE's repaired shard is being written at PATH, at its final length,
-                                       its header on disk (MLX checks the length when it loads)
-    {"written": FILE, "bytes": N}      its first N bytes are written (each byte once, front to back)
-    {"writing": FILE, "path": PATH, "by": "tensor"}
-                                       the same, for a reordered shard, told tensor by tensor:
-    {"placed": FILE, "tensors": [NAME, ...]}
-                                       these tensors are written whole (each byte once)
-    {"kept": FILE, "path": PATH}       the source matched the Hub's hash; the shard is in place at PATH
-    {"output": DIR}                    the bundle is staged in DIR with its manifest: judge it
-
-Each array is evaluated once the bytes it spans are written (`mx.load` is lazy). At "output", a followed
-shard counts as checked only if DIR holds the very file that was followed (same device and inode, unchanged
-since it was kept) and its loaded payload hashes to the manifest's `payload_sha256` (a reordered one: each
-array to its `tensor_sha256`, and their lengths add up to `payload_bytes`); every other shard of
-DIR (one repaired after the download, one copied as it was, one the follow could not finish) is checked as
-without `--follow`. The record is the same, with "followed": the shards judged while they were written, and
-"not_followed": why each other shard the download announced was checked whole.
-Without "output" before the end of stdin, the check fails.
 
 Memory does not grow with the shard: `mx.load` is lazy, and each array is evaluated, hashed and dropped
 before the next one is evaluated (MLX's buffer cache is turned off), so the check holds about one tensor per
@@ -101,12 +78,9 @@ class ReadAhead:
         self.fd = os.open(path, os.O_RDONLY)
         self.data_start, self.asked = data_start, data_start
 
-    def up_to(self, end, written=None):
-        """Everything up to data offset `end` plus the window is asked for (once), but nothing at or past file
-        offset `written` if given: a shard still being written is read ahead only where it is written."""
+    def up_to(self, end):
+        """Everything up to data offset `end` plus the window is asked for (once)."""
         want = self.data_start + end + READ_AHEAD
-        if written is not None:
-            want = min(want, written)
         if want > self.asked and hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self.fd, self.asked, want - self.asked, os.POSIX_FADV_WILLNEED)
             self.asked = want
@@ -115,11 +89,11 @@ class ReadAhead:
         os.close(self.fd)
 
 
-def arrays_in_order(mx, path, header, before, source=None):
+def arrays_in_order(mx, path, header, before):
     """Each array of the shard, in the order of its offsets, evaluated alone once `before(end)` (called with
     the array's end in the data section) returns; the caller drops it before asking for the next, so at most
-    one is resident. MLX loads `source` (a path naming the same file) if given, else `path`."""
-    arrays = mx.load(str(path)) if source is None else mx.load(source, format="safetensors")
+    one is resident."""
+    arrays = mx.load(str(path))
     if sorted(arrays) != sorted(header):
         raise ValueError(f"{path.name}: MLX loaded other tensors than the header lists")
     for name in sorted(header, key=lambda n: header[n]["data_offsets"][0]):
@@ -193,187 +167,6 @@ def load_only(mx, path):
     return sum(1 for _ in read_ahead_arrays(mx, path, *header_of(path)))
 
 
-class Followed:
-    """A shard the download is writing, checked as its bytes land: a thread of its own waits for the bytes
-    each array spans, asks the kernel to read ahead within what is written, then evaluates and hashes it."""
-
-    def __init__(self, path, by_tensor=False):
-        self.path = Path(path)
-        self.by_tensor = by_tensor  # a reorder: told tensor by tensor ("placed"), not by length
-        self.changed = threading.Condition()
-        self.written, self.ended = 0, False
-        self.placed = []  # a reorder's tensors written whole, in the order told
-        self.kept_at = None  # where the download kept it
-        self.identity = None  # (device, inode) of the file followed
-        self.kept = None  # (device, inode, size, mtime) once the download kept it
-        self.loaded = None  # (header, payload digest, length) once every array was judged
-        self.error = None
-        self.thread = None
-
-    def advance(self, written):
-        with self.changed:
-            self.written = max(self.written, written)
-            self.changed.notify_all()
-
-    def place(self, names):
-        with self.changed:
-            self.placed.extend(names)
-            self.changed.notify_all()
-
-    def placed_after(self, taken):
-        """Waits until more than `taken` tensors are placed; the names placed after the first `taken`."""
-        with self.changed:
-            while len(self.placed) <= taken and not self.ended:
-                self.changed.wait()
-            if len(self.placed) <= taken:
-                raise EOFError(f"{self.path.name}: the download stopped before every tensor was written")
-            return self.placed[taken:]
-
-    def end(self):
-        """No more bytes will be announced: a follower still waiting gives up (the shard is checked whole)."""
-        with self.changed:
-            self.ended = True
-            self.changed.notify_all()
-
-    def wait_for(self, end):
-        """Waits until the first `end` bytes are written; how many are."""
-        with self.changed:
-            while self.written < end and not self.ended:
-                self.changed.wait()
-            if self.written < end:
-                raise EOFError(f"{self.path.name}: the download stopped before byte {end}")
-            return self.written
-
-    def keep(self, path):
-        """The download kept the shard at `path`: what it was then, for `counts_for` (a shard that cannot be
-        seen there is checked whole)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        with self.changed:
-            self.kept = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            self.kept_at = Path(path)
-            self.changed.notify_all()
-
-    def open(self):
-        """The file, by its temporary name, or by the name it was kept under if it was renamed before this
-        thread came to it (a small shard may be written and kept before MLX is even imported)."""
-        while True:
-            with self.changed:
-                path = self.kept_at or self.path
-            try:
-                return open(path, "rb")
-            except FileNotFoundError:
-                with self.changed:
-                    if self.kept_at is not None and path != self.kept_at:
-                        continue
-                    if self.kept_at is not None or self.ended:
-                        raise
-                    self.changed.wait_for(lambda: self.kept_at is not None or self.ended)
-
-    def run(self, mx, gate):
-        try:
-            with self.open() as f:
-                st = os.fstat(f.fileno())
-                self.identity = (st.st_dev, st.st_ino)
-                header, data_start = read_header(f, self.path.name)
-                # MLX opens the file by its descriptor's name: the same file, whatever it is renamed to.
-                source = f"/dev/fd/{f.fileno()}"
-                if self.by_tensor:
-                    with gate:
-                        self.loaded = self.each_tensor(mx, header, source)
-                    return
-                ahead = ReadAhead(source, data_start)
-
-                def before(end):
-                    ahead.up_to(end, self.wait_for(data_start + end))
-
-                try:
-                    with gate:
-                        arrays = arrays_in_order(mx, self.path, header, before, source)
-                        digest, length = payload_of(self.path, header, arrays, {})
-                finally:
-                    ahead.close()
-                self.loaded = (header, digest, length)
-        except Exception as e:  # the shard is then checked whole at "output"
-            self.error = f"{type(e).__name__}: {e}"
-
-    def each_tensor(self, mx, header, source):
-        """A reorder's arrays, each evaluated and hashed once it is written whole (they are written through the
-        page cache, in the source's order): the header, each tensor's digest, and the payload's length."""
-        arrays = mx.load(source, format="safetensors")
-        if sorted(arrays) != sorted(header):
-            raise ValueError(f"{self.path.name}: MLX loaded other tensors than the header lists")
-        digests, length = {}, 0
-        while len(digests) < len(header):
-            for name in self.placed_after(len(digests)):
-                if name not in arrays:
-                    raise ValueError(f"{self.path.name}: {name}: told of twice, or not in the header")
-                array = arrays.pop(name)
-                mx.eval(array)
-                view, data = bytes_of(self.path, header, name, array)
-                digests[name] = hashlib.sha256(data).hexdigest()
-                length += len(data)
-                del view, data, array
-        return header, digests, length
-
-    def counts_for(self, out, record):
-        """The tensors of `out` (the staged shard, with the manifest's `record`) if this follow judged that
-        very file, unchanged since it was kept; otherwise why it must be checked whole."""
-        if self.loaded is None or self.kept is None:
-            return self.error or "the download did not keep it"
-        per_tensor = record.get("tensor_sha256") or {}
-        if bool(per_tensor) != self.by_tensor:
-            return "the manifest judges it by other digests than the follow took"
-        st = os.stat(out)
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.kept or self.kept[:2] != self.identity:
-            return "the staged file is not the one followed, as it was kept"
-        if self.by_tensor:
-            header, digests, length = self.loaded
-            for name, digest in digests.items():
-                if per_tensor.get(name) != digest:
-                    raise ValueError(f"{out.name}: {name}: bytes differ from the source's")
-            return judge(out, header, record, (None, length))
-        header, digest, length = self.loaded
-        return judge(out, header, record, (digest, length))
-
-
-MAX_EVENT = 1 << 20  # longest event line read (a path is at most a few KB)
-
-
-def follow(mx, jobs):
-    """Follows the worker's events until "output"; the followed shards, by file name, and the staged DIR."""
-    followed, gate = {}, threading.Semaphore(max(1, jobs))
-    output = None
-    try:
-        while output is None:
-            line = sys.stdin.readline(MAX_EVENT)
-            if not line:
-                raise EOFError("the worker's events ended before the bundle was staged")
-            event = json.loads(line)
-            if "writing" in event:
-                if event["writing"] in followed:
-                    followed[event["writing"]].end()  # written again: the earlier follow is stale
-                shard = followed[event["writing"]] = Followed(event["path"], event.get("by") == "tensor")
-                shard.thread = threading.Thread(target=shard.run, args=(mx, gate), daemon=True)
-                shard.thread.start()
-            elif "written" in event and event["written"] in followed:
-                followed[event["written"]].advance(int(event["bytes"]))
-            elif "placed" in event and event["placed"] in followed:
-                followed[event["placed"]].place([str(name) for name in event["tensors"]])
-            elif "kept" in event and event["kept"] in followed:
-                followed[event["kept"]].keep(event["path"])
-            elif "output" in event:
-                output = Path(event["output"])
-    finally:
-        for shard in followed.values():
-            shard.end()
-        for shard in followed.values():
-            shard.thread.join()
-    return followed, output
-
-
 def memory_budget(max_address_space):
     """The memory a whole-model load may take: this machine's physical memory, or the address-space cap if
     smaller. A bundle over half of it is loaded lazily."""
@@ -432,14 +225,11 @@ CHECKS = {"mlx_lm_load": load_as_mlx_lm}
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--output", type=Path, help="the staged bundle, with its manifest")
-    ap.add_argument("--follow", action="store_true", help="follow the download's events on stdin (see above)")
+    ap.add_argument("--output", type=Path, required=True, help="the staged bundle, with its manifest")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--jobs", default=1, type=int, help="shards checked at once")
     ap.add_argument("--max-address-space", default=0, type=int, help="RLIMIT_AS in bytes (0: none)")
     args = ap.parse_args()
-    if (args.output is None) == (not args.follow):
-        ap.error("give --output DIR, or --follow")
     exit_with_the_worker()
     if args.max_address_space > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.max_address_space, args.max_address_space))
@@ -461,7 +251,7 @@ def main():
         mx.eval(mx.zeros(1))
         # Freed buffers go back to the system at once instead of into MLX's cache.
         mx.set_cache_limit(CACHE_LIMIT)
-        followed, output = follow(mx, args.jobs) if args.follow else ({}, args.output)
+        output = args.output
         manifest = json.loads((output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}
         # Shards no loader copies from are copied as they are (the download checked them against the Hub's
@@ -473,25 +263,17 @@ def main():
         if sorted(p.name for p in outputs) != sorted([*shards, *copied]):
             raise ValueError("the shards on disk are not the ones the manifest lists")
         def one(out):
-            """The tensors of `out`, and whether its follow judged it."""
+            """The tensors of `out`."""
             if out.name not in shards:
-                return load_only(mx, out), False
-            shard = followed.get(out.name)
-            counted = shard.counts_for(out, shards[out.name]) if shard else None
-            if isinstance(counted, int):
-                return counted, True
-            if counted is not None:
-                record["not_followed"][out.name] = counted
-            return check_shard(mx, out, shards[out.name]), False
+                return load_only(mx, out)
+            return check_shard(mx, out, shards[out.name])
 
-        record["followed"], record["not_followed"] = 0, {}
         # Several shards at a time when the worker's memory allows: the reads and the hashing (which releases
         # the GIL) overlap.
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for tensors, was_followed in pool.map(one, outputs):
+            for tensors in pool.map(one, outputs):
                 record["tensors"] += tensors
                 record["files"] += 1
-                record["followed"] += was_followed
         size = sum(p.stat().st_size for p in outputs)
         lazy = 2 * size > memory_budget(args.max_address_space)
         bundle = Bundle(mlx_lm=mlx_lm, output=output, lazy=lazy)

@@ -4,8 +4,7 @@
 //!
 //! 1. **may it be mirrored** (the Hub's answer, the operator's policy, the mirror's name and the day's caps);
 //! 2. **download** (`downloading`): the tree at the audited commit, each file checked against the Hub's hash,
-//!    shards that header padding fixes repaired as they stream and sent up ahead, and judged by the MLX check
-//!    as they are written (a fresh job checked here starts its check first: `mlx::Following`);
+//!    shards that need a repair repaired as they stream, and sent up ahead;
 //! 3. **re-layout** (`relaying`, from [`Progress::Downloaded`]): the staged bundle and its manifest;
 //! 4. **checks** (`verifying`, from [`Progress::Relaid`]): structural and memory-mapped, then the MLX load
 //!    check here, or the hand-off to the Metal runner;
@@ -14,8 +13,6 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-
-use futures_util::FutureExt;
 
 use crate::job::payload::{MlxRecord, Progress, SourceFacts};
 use crate::job::{Job, JobOutcome, JobState, VerifyDevice};
@@ -94,17 +91,12 @@ impl Repacker<'_> {
             ControlFlow::Continue(private) => private,
             ControlFlow::Break(outcome) => return Ok(outcome),
         };
-        // A fresh job checked here has its MLX check follow the download, judging each repaired shard as it
-        // is written.
-        let follow = (resume == Resume::Start && !hands_to_metal(job))
-            .then(|| mlx::Following::start(self.mlx_interpreter(), mlx_device(job)))
-            .flatten();
         // Shards that header padding fixes are repaired as they stream: written once, and never read again
         // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done, unless
         // the bundle waits for the Metal runner (whichever worker takes it back publishes it) or the download
         // was done before.
         let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
-            return self.download_to_publish(job, &work, resume, AheadEnds::default(), follow).await;
+            return self.download_to_publish(job, &work, resume, AheadEnds::default()).await;
         };
         let (kept_tx, kept) = tokio::sync::mpsc::unbounded_channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
@@ -112,7 +104,7 @@ impl Repacker<'_> {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, kept).await);
         };
         let ends = AheadEnds { kept: Some(kept_tx), ahead: Some(ahead) };
-        let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, ends, follow), uploads);
+        let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, ends), uploads);
         outcome
     }
 
@@ -134,20 +126,18 @@ impl Repacker<'_> {
     }
 
     /// Every step after the visibility check, from where `resume` says: download, re-layout, checks, publish;
-    /// `ends` are the uploads ahead's, and `follow` is the MLX check following the download.
+    /// `ends` are the uploads ahead's.
     async fn download_to_publish(
         &self,
         job: &Job,
         work: &Work,
         resume: Resume,
         AheadEnds { kept, ahead }: AheadEnds,
-        follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
-        let sink = follow.as_ref().and_then(mlx::Following::sink);
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
-            _ => match self.download(job, work, kept, sink).await? {
+            _ => match self.download(job, work, kept).await? {
                 ControlFlow::Continue(left_out) => self.relayout(job, work, left_out).await?,
                 ControlFlow::Break(outcome) => ControlFlow::Break(outcome),
             },
@@ -156,7 +146,7 @@ impl Repacker<'_> {
             return Ok(outcome);
         }
         let checked = self.check_locally(job, work).await?;
-        self.check_and_publish(job, work, checked, ahead, follow).await
+        self.check_and_publish(job, work, checked, ahead).await
     }
 
     /// The download step: the files the mirror carries, into `work.source` (repaired shards into
@@ -167,12 +157,11 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-        follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
     ) -> Result<StepEnd<Vec<LeftOut>>, RepackError> {
         // An earlier attempt's verified downloads are kept (the download resumes); its output is not.
         crate::repack::remove_off_executor(work.output.clone()).await;
         self.step(job, JobState::Downloading, None).await?;
-        let repair = Some(repair::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment, follow });
+        let repair = Some(repair::RepairTarget { dir: work.streamed.clone(), alignment: self.opts.alignment });
         let layout = download::Layout {
             source: work.source.clone(),
             partial: work.dir.join(PARTIAL),
@@ -250,7 +239,6 @@ impl Repacker<'_> {
         work: &Work,
         checked: Checked,
         ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
-        follow: Option<mlx::Following>,
     ) -> Result<JobOutcome, RepackError> {
         if hands_to_metal(job) {
             if self.opts.metal_handoff == MetalHandoff::Hub {
@@ -259,18 +247,9 @@ impl Repacker<'_> {
             return Ok(JobOutcome::AwaitMetal { staged: None });
         }
         let mlx_device = mlx_device(job);
-        let interpreter = self.mlx_interpreter();
-        let (running, started) = match follow {
-            Some(following) => {
-                let (followed, started) = following.finish(work.output.clone());
-                (mlx::or_check_staged(followed, interpreter, work.output.clone(), mlx_device).boxed(), started)
-            }
-            None => {
-                let (started_tx, started) = tokio::sync::oneshot::channel();
-                let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
-                (mlx::run_off_executor(interpreter, work.output.clone(), mlx_device, tell).boxed(), started)
-            }
-        };
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
+        let running = mlx::run_off_executor(self.mlx_interpreter(), work.output.clone(), mlx_device, tell);
         let check = async { running.await.map_err(check_failed) };
         tokio::pin!(check);
         // A mirror is published while the check runs, once it has said which MLX it runs, for the card.

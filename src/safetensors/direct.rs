@@ -38,10 +38,6 @@ impl Staging {
 /// A write for the I/O thread: the buffer, how much of it, and where in the file.
 type Job = (Staging, usize, u64);
 
-/// Told a file's written length after each write (the last write's tail may go past the stream's end by
-/// the zeros that pad it to the alignment, before the file is cut back).
-pub type Reporter = Box<dyn FnMut(u64) + Send>;
-
 /// Writes a stream front to back into an existing file, through `O_DIRECT` where the file system takes it and
 /// through the page cache otherwise. Two staging buffers take turns: one fills while a thread of its own
 /// writes the other, so the disk is never left waiting while the next buffer is filled.
@@ -64,12 +60,6 @@ impl DirectWriter {
     /// A writer into `path`, already open as `buffered`, from its first byte. `prefer_direct` false, or a
     /// file system that refuses `O_DIRECT`, writes through the page cache instead.
     pub fn new(path: &Path, buffered: File, prefer_direct: bool) -> DirectWriter {
-        DirectWriter::reporting(path, buffered, prefer_direct, None)
-    }
-
-    /// [`DirectWriter::new`], telling `written` the file's written length (every byte before it in place)
-    /// after each write, from the thread that writes: what a reader of the growing file may read.
-    pub fn reporting(path: &Path, buffered: File, prefer_direct: bool, mut written: Option<Reporter>) -> DirectWriter {
         let direct_file = prefer_direct.then(|| open_direct(path).ok()).flatten();
         let direct = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(direct_file.is_some()));
         let (to_io, jobs) = std::sync::mpsc::sync_channel::<Job>(1);
@@ -82,10 +72,6 @@ impl DirectWriter {
                 let mut target = Target { direct: direct_file, buffered: writes, still_direct };
                 for (staging, len, offset) in jobs {
                     let result = target.write(&staging.storage[staging.start..staging.start + len], offset);
-                    // Writes go out in order, one at a time, so everything before this one's end is written.
-                    if let (Ok(()), Some(tell)) = (&result, written.as_mut()) {
-                        tell(offset + len as u64);
-                    }
                     if done.send((staging, result)).is_err() {
                         break;
                     }
@@ -287,32 +273,5 @@ mod tests {
         }
         let (written, expected, _) = write_through(true, b"", &[]);
         assert_eq!((written, expected), (vec![], vec![]));
-    }
-
-    /// A reader of the growing file may read what the reporter was told is written: each length is told
-    /// after its write, in order, and whole pages (the last one's zeros are cut off at the end).
-    #[test]
-    fn the_written_length_is_told_after_each_write_in_order() {
-        let parent = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
-        std::fs::create_dir_all(parent).unwrap();
-        let dir = tempfile::tempdir_in(parent).unwrap();
-        let path = dir.path().join("out");
-        let (told_tx, told) = std::sync::mpsc::channel();
-        let check = path.clone();
-        let report: Reporter = Box::new(move |len| {
-            // What is said to be written is on the file already.
-            assert!(std::fs::metadata(&check).unwrap().len() >= len);
-            told_tx.send(len).unwrap();
-        });
-        let mut writer = DirectWriter::reporting(&path, File::create(&path).unwrap(), true, Some(report));
-        let stream: Vec<u8> = (0..2 * STAGING_BYTES + 10_000).map(|i| (i % 251) as u8).collect();
-        for piece in stream.chunks(1 << 20) {
-            writer.write(piece).unwrap();
-        }
-        assert_eq!(writer.finish().unwrap(), stream.len() as u64);
-        let told: Vec<u64> = told.iter().collect();
-        let last = (stream.len() as u64).next_multiple_of(DIRECT_ALIGN as u64);
-        assert_eq!(told, [STAGING_BYTES as u64, 2 * STAGING_BYTES as u64, last]);
-        assert_eq!(std::fs::read(&path).unwrap(), stream);
     }
 }

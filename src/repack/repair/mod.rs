@@ -23,7 +23,6 @@ use self::new_file_digest::NewFileDigests;
 use crate::fix::StreamedRecord;
 use crate::hashing::{Sha256Stream, update_both};
 use crate::manifest::ManifestShard;
-use crate::repack::checks::mlx::follow::FollowEvent;
 use crate::safetensors::direct::DirectWriter;
 use crate::safetensors::header::{self, LEN_PREFIX, MAX_HEADER_LEN};
 use crate::safetensors::plan::{LayoutPlan, plan};
@@ -46,8 +45,6 @@ pub struct RepairTarget {
     pub dir: PathBuf,
     /// The data-section alignment.
     pub alignment: Alignment,
-    /// The MLX check following the download, told of each shard repaired here as it is written.
-    pub follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
@@ -55,7 +52,6 @@ pub struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
     hashed: Option<crate::safe_fs::FileId>,
-    follow: Option<crate::repack::checks::mlx::follow::FollowSink>,
 }
 
 /// How a streamed file ended.
@@ -85,25 +81,10 @@ struct Repairing {
 enum Writes {
     /// Header padding: the payload as it comes, past the page cache; its digest is the manifest's.
     Padded { writer: DirectWriter, payload: Sha256Stream },
-    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the
-    /// check that follows told of each tensor once it is whole (`placed` of `order` so far); the new file's
-    /// digests taken as its bytes land (`new_file_digest`).
+    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the new
+    /// file's digests taken as its bytes land (`new_file_digest`).
     #[cfg(unix)]
-    Moved {
-        out: File,
-        spans: crate::hashing::SpanHasher,
-        order: Vec<usize>,
-        told: Option<CheckListener>,
-        new_file_digests: Box<NewFileDigests>,
-    },
-}
-
-/// Where a reorder tells the check that follows it of its tensors, and how many it has told of.
-#[cfg(unix)]
-struct CheckListener {
-    sink: crate::repack::checks::mlx::follow::FollowSink,
-    file: String,
-    placed: usize,
+    Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, new_file_digests: Box<NewFileDigests> },
 }
 
 /// The writer side of one streamed shard: every byte of the source goes through [`StreamRepair::push`].
@@ -210,19 +191,11 @@ impl StreamRepair {
             .ok()?;
         let new_prefix = planned.prefix();
         let writes = if planned.keeps_payload() {
-            let follow = self.target.follow.as_ref();
-            if follow.is_some() {
-                // A check that follows loads the file as it grows, and MLX refuses one shorter than its header
-                // says; the rest is a hole until written.
-                temp.as_file().set_len(planned.data_start().checked_add(parsed.data_len())?).ok()?;
-            }
-            let report = follow.map(|sink| sink.writer_reports(&self.name, temp.path(), planned.data_start()));
-            let mut writer = DirectWriter::reporting(temp.path(), temp.reopen().ok()?, true, report);
+            let mut writer = DirectWriter::new(temp.path(), temp.reopen().ok()?, true);
             writer.write(&new_prefix).ok()?;
             Writes::Padded { writer, payload: Sha256Stream::default() }
         } else {
-            let told = self.target.follow.as_ref().map(|sink| CheckToTell { sink, file: self.name.as_str() });
-            moved(&temp, &new_prefix, &parsed, &planned, told)?
+            moved(&temp, &new_prefix, &parsed, &planned)?
         };
         let shard = ShardHeader { header: parsed, raw_json, bytes_read: prefix.len() as u64 };
         Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
@@ -252,7 +225,7 @@ impl StreamRepair {
                 let entry =
                     crate::fix::manifest_entry(self.name.clone(), &shard, &plan, unaligned_before, hashes, seconds);
                 debug_assert_eq!(Digests::default(), Digests::Minimal, "the streamed record is the minimal set");
-                Streamed::Repaired(Box::new(Repaired { temp, entry, hashed, follow: self.target.follow.clone() }))
+                Streamed::Repaired(Box::new(Repaired { temp, entry, hashed }))
             }
         };
         let file = self.partial.into_inner().map_err(io::IntoInnerError::into_error)?;
@@ -277,7 +250,7 @@ impl Repairing {
                 writer.write(data)
             }
             #[cfg(unix)]
-            Writes::Moved { out, spans, order, told, new_file_digests } => {
+            Writes::Moved { out, spans, order, new_file_digests } => {
                 use std::os::unix::fs::FileExt;
                 match source {
                     Some(source) => spans.update_with(data, source),
@@ -295,17 +268,6 @@ impl Repairing {
                     let dst = p.dst_begin + (from - p.src_begin);
                     out.write_all_at(piece, start + dst)?;
                     new_file_digests.landed(out, &self.plan, dst, piece)?;
-                }
-                if let Some(told) = told {
-                    // Tensors are whole in source order: each one that ends by now.
-                    let whole = order.partition_point(|&i| placements[i].src_begin + placements[i].len <= end);
-                    if whole > told.placed {
-                        let tensors =
-                            order[told.placed..whole].iter().map(|&i| self.shard.header.tensors[i].name.clone());
-                        let event = FollowEvent::Placed { file: told.file.clone(), tensors: tensors.collect() };
-                        told.sink.tell(event);
-                        told.placed = whole;
-                    }
                 }
                 new_file_digests.after(out, &self.plan, end)
             }
@@ -344,47 +306,29 @@ impl Writes {
     }
 }
 
-/// The MLX check that follows a reorder's writes, and the shard's name to tell it.
-struct CheckToTell<'a> {
-    sink: &'a crate::repack::checks::mlx::follow::FollowSink,
-    file: &'a str,
-}
-
 /// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come.
-/// The check that follows, if any, is told once the header is written, then of each tensor.
 #[cfg(unix)]
 fn moved(
     temp: &tempfile::NamedTempFile,
     prefix: &[u8],
     header: &crate::safetensors::Header,
     plan: &LayoutPlan,
-    follow: Option<CheckToTell<'_>>,
 ) -> Option<Writes> {
     let mut out = temp.reopen().ok()?;
     out.write_all(prefix).ok()?;
     let len = plan.data_start().checked_add(header.data_len())?;
     out.set_len(len).ok()?;
-    let told = follow.map(|CheckToTell { sink, file }| {
-        sink.tell(FollowEvent::Writing { file: file.to_owned(), path: temp.path().to_owned(), by_tensor: true });
-        CheckListener { sink: sink.clone(), file: file.to_owned(), placed: 0 }
-    });
     let spans = crate::hashing::SpanHasher::new(
         header.tensors.iter().map(crate::safetensors::header::TensorInfo::byte_len).collect(),
     );
     let mut order: Vec<usize> = (0..plan.placements.len()).collect();
     order.sort_by_key(|&i| plan.placements[i].src_begin);
     let new_file_digests = Box::new(NewFileDigests::new(plan, prefix));
-    Some(Writes::Moved { out, spans, order, told, new_file_digests })
+    Some(Writes::Moved { out, spans, order, new_file_digests })
 }
 
 #[cfg(not(unix))]
-fn moved(
-    _: &tempfile::NamedTempFile,
-    _: &[u8],
-    _: &crate::safetensors::Header,
-    _: &LayoutPlan,
-    _: Option<CheckToTell<'_>>,
-) -> Option<Writes> {
+fn moved(_: &tempfile::NamedTempFile, _: &[u8], _: &crate::safetensors::Header, _: &LayoutPlan) -> Option<Writes> {
     None
 }
 
@@ -399,9 +343,6 @@ impl Repaired {
         let path = StreamedRecord::path(dir, &file);
         crate::safe_fs::clear_for_write(&path)?;
         crate::safe_fs::write_atomic(&path, &json)?;
-        if let Some(sink) = self.follow {
-            sink.tell(crate::repack::checks::mlx::follow::FollowEvent::Kept { path: dir.join(&file), file });
-        }
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 /// Streams `source` through a [`StreamRepair`] in pieces of the given lengths (cycled).
 fn stream(source: &[u8], pieces: &[usize], dir: &Path) -> (String, Streamed, Vec<u8>) {
     let partial = dir.join("partial");
-    let target = RepairTarget { dir: dir.join("repaired"), alignment: Alignment::DEFAULT, follow: None };
+    let target = RepairTarget { dir: dir.join("repaired"), alignment: Alignment::DEFAULT };
     std::fs::create_dir_all(&target.dir).unwrap();
     let mut repair =
         StreamRepair::new("model.safetensors", source.len() as u64, target, File::create(&partial).unwrap());
@@ -135,7 +135,7 @@ fn shards_that_do_not_parse_are_written_whole() {
 fn a_source_that_ends_early_is_an_error_and_a_record_for_another_source_is_not_used() {
     let dir = tempfile::tempdir().unwrap();
     let source = header_padded(100_000, 5);
-    let target = RepairTarget { dir: dir.path().to_owned(), alignment: Alignment::DEFAULT, follow: None };
+    let target = RepairTarget { dir: dir.path().to_owned(), alignment: Alignment::DEFAULT };
     let partial = File::create(dir.path().join("partial")).unwrap();
     let mut repair = StreamRepair::new("model.safetensors", source.len() as u64, target, partial);
     repair.push(&source[..source.len() - 10]).unwrap();

@@ -6,8 +6,6 @@ mod ahead;
 #[cfg(feature = "system-tests")]
 mod disk;
 #[cfg(feature = "system-tests")]
-mod follow;
-#[cfg(feature = "system-tests")]
 mod memory;
 #[cfg(feature = "system-tests")]
 mod overlap;

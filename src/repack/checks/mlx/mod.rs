@@ -5,18 +5,12 @@
 //! worker's available memory decides how many shards that is, its address space is capped on Linux, and it
 //! is killed once it outlives a deadline that grows with the bytes it reads.
 
-pub mod follow;
-
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::job::payload::MlxRecord;
-use crate::repack::checks::mlx::follow::{FollowEvent, FollowSink};
 
 /// Longest line read from the check's output (its record names at most a few errors).
 const MAX_LINE: u64 = 1 << 20;
@@ -62,9 +56,6 @@ pub enum MlxCheckError {
     /// MLX loaded the bundle and found it wrong (its record's `error`).
     #[error("{0}")]
     Failed(String),
-    /// A check that followed a download was stopped: the job ended before its bundle was staged.
-    #[error("the job ended before its bundle was staged; the check that followed the download was stopped")]
-    Abandoned,
     /// The thread it ran on could not be started, or panicked.
     #[error(transparent)]
     Thread(#[from] crate::blocking::BlockingError),
@@ -108,119 +99,9 @@ pub fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
     let running = crate::blocking::run("the MLX check", move || {
         crate::blocking::assert_off_executor("the MLX check");
         let limits = Limits::for_bundle(&output, available_memory());
-        run_check(&python, &script, (Input::Bundle(output), &device), limits, on_start)
+        run_check(&python, &script, (&output, &device), limits, on_start)
     });
     async move { running.await? }
-}
-
-/// A followed check's outcome, or, if it failed in any way, the outcome of the check of the bundle staged in
-/// `output` as it runs without following: a follow that could not judge a shard (its tensors need more
-/// memory than it was given, a file it could not open) costs time, never the job.
-pub async fn or_check_staged(
-    followed: impl Future<Output = Result<MlxRecord, MlxCheckError>>,
-    interpreter: Interpreter,
-    output: PathBuf,
-    device: &str,
-) -> Result<MlxRecord, MlxCheckError> {
-    match followed.await {
-        Ok(record) => Ok(record),
-        Err(e) => {
-            tracing::warn!(error = %e, "the check that followed the download failed; checking the staged bundle");
-            run_off_executor(interpreter, output, device, |_| {}).await
-        }
-    }
-}
-
-/// What a check runs on and how it ends.
-type Running = Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>;
-
-/// The MLX check started before a download, following it (see [`crate::repack::checks::mlx::follow`]): the download's writers
-/// tell its [`FollowSink`], and [`Following::finish`] gives it the staged bundle to judge. Dropped without
-/// being finished (the job ended first), it stops the check.
-pub struct Following {
-    sink: Option<FollowSink>,
-    started: Option<tokio::sync::oneshot::Receiver<Option<String>>>,
-    running: Option<Running>,
-    abandoned: Arc<AtomicBool>,
-}
-
-impl Following {
-    /// Starts the check on `device` with `--follow`, on a low-priority thread of its own; `None` where this
-    /// machine does not say how much memory it has, which bounds the check before any shard is known (the
-    /// check then runs after the download, bounded by the bundle, as before).
-    pub fn start(Interpreter { python, script }: Interpreter, device: &str) -> Option<Following> {
-        // A read of procfs, which never waits on a disk: it may be made on the runtime.
-        let limits = Limits::for_following(available_memory()?);
-        let (sink, events) = FollowSink::channel();
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let (started_tx, started) = tokio::sync::oneshot::channel();
-        let (device, stop) = (device.to_owned(), abandoned.clone());
-        let running = crate::blocking::run("the MLX check", move || {
-            crate::blocking::assert_off_executor("the MLX check");
-            let input = Input::Follow { events, abandoned: stop };
-            run_check(&python, &script, (input, &device), limits, move |v| drop(started_tx.send(v)))
-        });
-        let running: Running = Box::pin(async move { running.await? });
-        Some(Following { sink: Some(sink), started: Some(started), running: Some(running), abandoned })
-    }
-
-    /// Where the download tells the check of the shards it writes.
-    pub fn sink(&self) -> Option<FollowSink> {
-        self.sink.clone()
-    }
-
-    /// Gives the check the bundle staged in `output` (with its manifest): the check's outcome, and the MLX
-    /// version it announced once imported (`Err` if it ended before). Its deadline runs from now, as long
-    /// as a check of `output` would have.
-    pub fn finish(
-        mut self,
-        output: PathBuf,
-    ) -> (
-        impl Future<Output = Result<MlxRecord, MlxCheckError>> + Send + use<>,
-        tokio::sync::oneshot::Receiver<Option<String>>,
-    ) {
-        if let Some(sink) = self.sink.take() {
-            sink.tell(FollowEvent::Output { dir: output });
-        }
-        let (running, started) = (self.running.take(), self.started.take());
-        let started = started.unwrap_or_else(|| tokio::sync::oneshot::channel().1);
-        (async move { running.ok_or(MlxCheckError::Abandoned)?.await }, started)
-    }
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        if self.running.is_some() {
-            self.abandoned.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// What a check is given.
-enum Input {
-    /// The bundle staged in this directory, with its manifest.
-    Bundle(PathBuf),
-    /// The download's events, ending with the staged bundle; `abandoned` once the job ended before.
-    Follow { events: std::sync::mpsc::Receiver<FollowEvent>, abandoned: Arc<AtomicBool> },
-}
-
-/// Writes the download's `events` on the check's stdin, one line each, until the staged bundle (or until no
-/// one sends any more, or the check stops reading); says on `deadline` how long the check may take from the
-/// staged bundle on.
-fn feed_events(
-    mut stdin: std::process::ChildStdin,
-    events: std::sync::mpsc::Receiver<FollowEvent>,
-    deadline: std::sync::mpsc::Sender<Limits>,
-) {
-    for event in events {
-        if writeln!(stdin, "{}", event.to_line()).and_then(|()| stdin.flush()).is_err() {
-            return;
-        }
-        if let FollowEvent::Output { dir } = &event {
-            let _ = deadline.send(Limits::for_bundle(dir, None));
-            return;
-        }
-    }
 }
 
 /// Variables of the worker's environment the MLX check inherits: what finds and runs Python and MLX, and
@@ -270,13 +151,13 @@ fn seal_this_process() {
     });
 }
 
-/// Runs the check of `input` on `device` (`cpu` or `gpu`) within `limits`, telling `on_start` the MLX
-/// version the script announces once MLX is imported, before it loads anything; returns its record, or why
-/// it failed.
+/// Runs the check of the bundle staged in `output` on `device` (`cpu` or `gpu`) within `limits`, telling
+/// `on_start` the MLX version the script announces once MLX is imported, before it loads anything; returns
+/// its record, or why it failed.
 fn run_check(
     python: &Path,
     script: &Path,
-    (input, device): (Input, &str),
+    (output, device): (&Path, &str),
     limits: Limits,
     on_start: impl FnOnce(Option<String>),
 ) -> Result<MlxRecord, MlxCheckError> {
@@ -295,10 +176,7 @@ fn run_check(
         "--jobs",
         &limits.jobs.to_string(),
     ]);
-    match &input {
-        Input::Bundle(output) => command.arg("--output").arg(output).stdin(Stdio::null()),
-        Input::Follow { .. } => command.arg("--follow").stdin(Stdio::piped()),
-    };
+    command.arg("--output").arg(output).stdin(Stdio::null());
     // Only Linux enforces RLIMIT_AS for what MLX maps; macOS's Metal maps far more than it touches.
     if cfg!(target_os = "linux") {
         command.args(["--max-address-space", &limits.address_space.to_string()]);
@@ -331,31 +209,10 @@ fn run_check(
             last
         })
     });
-    // A check that follows a download is fed its events on a thread of its own; its deadline runs from the
-    // staged bundle on (the download before it has bounds of its own).
-    let (mut limits, mut deadline, mut abandoned, mut deadline_from) = (limits, None, None, None);
-    match input {
-        Input::Bundle(_) => deadline = Some(Instant::now() + limits.deadline),
-        Input::Follow { events, abandoned: stop } => {
-            let (tx, rx) = std::sync::mpsc::channel();
-            if let Some(stdin) = child.stdin.take() {
-                std::thread::spawn(move || feed_events(stdin, events, tx));
-            }
-            (abandoned, deadline_from) = (Some(stop), Some(rx));
-        }
-    }
+    let deadline = Instant::now() + limits.deadline;
     let mut on_start = Some(on_start);
     let mut started = false;
     let status = loop {
-        if let Some(staged) = deadline_from.as_ref().and_then(|rx| rx.try_recv().ok()) {
-            limits = staged;
-            deadline = Some(Instant::now() + limits.deadline);
-        }
-        if abandoned.as_ref().is_some_and(|a| a.load(Ordering::Relaxed)) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(MlxCheckError::Abandoned);
-        }
         if let Ok(version) = started_rx.try_recv() {
             started = true;
             if let Some(tell) = on_start.take() {
@@ -365,7 +222,7 @@ fn run_check(
         if let Some(status) = child.try_wait().map_err(cannot)? {
             break status;
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
             return Err(MlxCheckError::Deadline {
@@ -462,16 +319,6 @@ impl Limits {
         let deadline = DEADLINE_BASE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC);
         Limits { jobs, address_space, deadline, bytes }
     }
-
-    /// The limits of a check that follows a download, with `available` bytes of memory free on this machine,
-    /// before any shard is known: at most half of that besides the interpreter, MLX and its cache. A shard
-    /// whose tensors need more fails the follow, and is checked after the download within its own limits.
-    /// The deadline is set once the bundle is staged.
-    pub fn for_following(available: u64) -> Limits {
-        let address_space =
-            BASE_ADDRESS_SPACE.saturating_add(MLX_CACHE.saturating_mul(MAX_JOBS as u64)).saturating_add(available / 2);
-        Limits { jobs: MAX_JOBS, address_space, deadline: DEADLINE_BASE, bytes: 0 }
-    }
 }
 
 /// Memory this machine has available now (`MemAvailable` of `/proc/meminfo`), if it says.
@@ -557,8 +404,7 @@ mod tests {
         // The interpreter itself, not a launcher (pyenv's shim sets variables of its own).
         let real = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
         let python = String::from_utf8(real.stdout).unwrap();
-        let _ =
-            run_check(Path::new(python.trim()), &script, (Input::Bundle(dir.path().to_owned()), "cpu"), limits, |_| {});
+        let _ = run_check(Path::new(python.trim()), &script, (dir.path(), "cpu"), limits, |_| {});
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
@@ -594,41 +440,10 @@ mod tests {
         let short = Limits { deadline: Duration::from_millis(500), ..limits };
         let started = Instant::now();
         let mut told = None;
-        let input = Input::Bundle(dir.path().to_owned());
-        let result = run_check(Path::new("python3"), &script, (input, "cpu"), short, |s| told = Some(s));
+        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s));
         assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
-    }
-
-    /// A job that ends during its download (a refused file, a failed transfer) leaves no check behind.
-    #[cfg(feature = "system-tests")] // needs python3
-    #[test]
-    fn a_following_check_is_stopped_when_its_job_ends_before_the_bundle_is_staged() {
-        let dir = tempfile::tempdir().unwrap();
-        let (script, pid_file) = (dir.path().join("follow.py"), dir.path().join("pid"));
-        std::fs::write(
-            &script,
-            format!(
-                "import os, time\nopen({:?}, 'w').write(str(os.getpid()))\n\
-                 print('{{\"started\": true, \"mlx_version\": \"x\"}}', flush=True)\ntime.sleep(600)\n",
-                pid_file.display().to_string()
-            ),
-        )
-        .unwrap();
-        let mut following =
-            Following::start(Interpreter { python: "python3".into(), script }, "cpu").expect("Linux says its memory");
-        let started = following.started.take().unwrap().blocking_recv().unwrap();
-        assert_eq!(started.as_deref(), Some("x"));
-        let pid = std::fs::read_to_string(&pid_file).unwrap();
-        let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
-        assert!(alive());
-        drop(following);
-        let since = Instant::now();
-        while alive() && since.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!alive(), "the check was killed once its job ended");
     }
 
     /// Only what happens before MLX is imported (and so before the bundle is read) is the worker's
@@ -642,7 +457,7 @@ mod tests {
         let run = |name: &str, body: &str| {
             let script = dir.path().join(name);
             std::fs::write(&script, body).unwrap();
-            run_check(Path::new("python3"), &script, (Input::Bundle(dir.path().to_owned()), "cpu"), limits, |_| {})
+            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), limits, |_| {})
         };
         let started = "print('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\n";
         let no_mlx = "print('{\"ok\": false, \"device\": \"cpu\", \"error\": \"ModuleNotFoundError: mlx\"}')\n";
@@ -660,13 +475,8 @@ mod tests {
             let failed = run(name, &body).unwrap_err();
             assert_eq!(failed.is_configuration(), configuration, "{name}: {failed}");
         }
-        let missing = run_check(
-            Path::new("/nonexistent/python3"),
-            Path::new("x.py"),
-            (Input::Bundle(dir.path().to_owned()), "cpu"),
-            limits,
-            |_| {},
-        );
+        let missing =
+            run_check(Path::new("/nonexistent/python3"), Path::new("x.py"), (dir.path(), "cpu"), limits, |_| {});
         assert!(missing.unwrap_err().is_configuration());
     }
 }
