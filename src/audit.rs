@@ -374,7 +374,7 @@ pub enum Reread {
     /// It does not have the tags the audit lists by (`--filter`), it is a mirror (which is never a source),
     /// or it is gone and the store never knew it: nothing recorded.
     Unlisted,
-    /// The Hub's answer breaks the gate's rules: nothing recorded.
+    /// The Hub's answer breaks the Hub's rules: nothing recorded.
     Refused(String),
     /// The Hub answers the name with this other repo: it was renamed. The old name is recorded `renamed`
     /// (if the store knew it); the new one is not read here.
@@ -575,7 +575,7 @@ fn listing_entry(r: &ListedRepo) -> ListingEntry {
     }
 }
 
-/// What the store keeps of a listing entry the gate refused.
+/// What the store keeps of a listing entry the checks refused.
 fn refused_entry(bad: &InvalidListing) -> RefusedEntry {
     RefusedEntry { id: bad.id.clone(), namespace: bad.namespace.clone(), reason: bad.reason.clone() }
 }

@@ -159,7 +159,7 @@ pub fn join_error_message(e: tokio::task::JoinError) -> String {
     if e.is_cancelled() {
         return "cancelled".into();
     }
-    format!("panicked: {}", crate::gate::escape_control(&panic_message(&*e.into_panic())))
+    format!("panicked: {}", crate::untrusted::escape_control(&panic_message(&*e.into_panic())))
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

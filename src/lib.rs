@@ -6,7 +6,7 @@
 //! - [`scan`], the audit of local files, as report data.
 //! - [`fix`], repairing bundles in place or into a new directory, with the manifest.
 //! - [`manifest`], the `MEI_ALIGN_MANIFEST.json` written beside repaired shards.
-//! - [`gate`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
+//! - [`untrusted`], the checks every id, commit and path from the Hub passes, and escaping for terminals.
 //! - [`blocking`], how re-layout, hashing and checks stay off the async executor.
 
 pub mod audit;
@@ -16,7 +16,6 @@ pub mod dataset;
 pub mod error_text;
 pub mod findable;
 pub mod fix;
-pub mod gate;
 pub mod hashing;
 pub mod hub;
 pub mod io_error;
@@ -35,5 +34,6 @@ pub mod serve;
 pub mod sources;
 pub mod store;
 pub mod time;
+pub mod untrusted;
 pub mod webhook;
 pub mod worker;

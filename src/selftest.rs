@@ -94,7 +94,7 @@ impl Run<'_> {
         let passed = outcome.is_ok();
         let detail = match outcome {
             Ok(detail) => detail,
-            Err(e) => crate::gate::escape_control(&crate::error_text::with_causes(&e)).into_owned(),
+            Err(e) => crate::untrusted::escape_control(&crate::error_text::with_causes(&e)).into_owned(),
         };
         tracing::info!(step = name, passed, detail = %detail, "selftest");
         self.steps.push(Step { name, passed, detail });

@@ -18,7 +18,7 @@ pub const MAX_FILE_BYTES: u64 = 50_000_000_000;
 /// Whether a listed repo is a mirror rather than a source: it carries [`MIRROR_TAG`], or it lives in one of
 /// the namespaces this service publishes to (compared as the Hub compares names).
 pub fn is_mirror(id: &str, tags: &[String], own_namespaces: &[String]) -> bool {
-    let namespace = crate::gate::namespace_of(id);
+    let namespace = crate::untrusted::namespace_of(id);
     tags.iter().any(|t| t == MIRROR_TAG) || own_namespaces.iter().any(|ns| ns.eq_ignore_ascii_case(namespace))
 }
 

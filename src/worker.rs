@@ -151,7 +151,7 @@ impl<R: JobRunner> WorkerLoop<R> {
         if job.failure_kind != Some(FailureKind::NeedsOperator) {
             return false;
         }
-        let reason = crate::gate::escape_control(job.reason.as_deref().unwrap_or("-"));
+        let reason = crate::untrusted::escape_control(job.reason.as_deref().unwrap_or("-"));
         tracing::error!(
             job.id = id, repo.id = %job.repo_id, worker = %self.worker, reason = %reason,
             pause_secs = self.operator_hold.as_secs(),

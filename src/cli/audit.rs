@@ -5,11 +5,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hubalign::audit::{AuditEvent, AuditOptions, audit_until};
-use hubalign::gate;
 use hubalign::hub::listing::ListQuery;
 use hubalign::hub::retry::RetryPolicy;
 use hubalign::hub::{HubClient, HubConfig};
 use hubalign::safetensors::Alignment;
+use hubalign::untrusted;
 
 use super::Exit;
 use super::output::{bytes, count, progress};
@@ -155,7 +155,7 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             "audit ended"
         );
         if let Some(reason) = &summary.interrupted {
-            eprintln!("interrupted: {}", gate::escape_control(reason));
+            eprintln!("interrupted: {}", untrusted::escape_control(reason));
         }
         println!(
             "audit run {}: listed {}, probed {} ({}) with {} API and {} resolver requests, {} read, \

@@ -93,7 +93,7 @@ fn snapshot(
     repo: &str,
     date: Option<&String>,
 ) -> anyhow::Result<(Snapshot, BTreeMap<String, Vec<u8>>)> {
-    hubalign::gate::check_repo_id(repo).map_err(|e| anyhow::anyhow!("--repo {repo}: {e}"))?;
+    hubalign::untrusted::check_repo_id(repo).map_err(|e| anyhow::anyhow!("--repo {repo}: {e}"))?;
     let date = day(date);
     let snapshot = runtime.block_on(async {
         let store = store.open_existing().await?;

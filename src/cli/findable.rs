@@ -36,7 +36,7 @@ pub(super) struct FindableArgs {
 }
 
 pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
-    hubalign::gate::check_namespace(&args.target_namespace)
+    hubalign::untrusted::check_namespace(&args.target_namespace)
         .map_err(|e| anyhow::anyhow!("--target-namespace {}: {e}", args.target_namespace))?;
     if !args.collections && !args.note_sources {
         eprintln!("nothing to do: give --collections, --note-sources or both");

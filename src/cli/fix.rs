@@ -6,9 +6,9 @@ use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
 use hubalign::fix::{Destination, FixEvent, FixOptions, FixReport, fix};
-use hubalign::gate;
 use hubalign::safetensors::Alignment;
 use hubalign::safetensors::rewrite::Digests;
+use hubalign::untrusted;
 
 use super::output::{Format, bytes, count, csv, json_lines, progress, table};
 use super::{Exit, UsageError};
@@ -75,7 +75,7 @@ pub(super) fn run(args: &FixArgs) -> anyhow::Result<Exit> {
     let bar = progress(0, "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}");
     let report = fix(&bundles, &opts, &mut |event| match event {
         FixEvent::Total(n) => bar.set_length(n),
-        FixEvent::Shard(path) => bar.set_message(gate::escape_control(&path.display().to_string()).into_owned()),
+        FixEvent::Shard(path) => bar.set_message(untrusted::escape_control(&path.display().to_string()).into_owned()),
         FixEvent::Bytes(n) => bar.inc(n),
     })?;
     bar.finish_and_clear();
@@ -97,7 +97,7 @@ pub(super) fn run(args: &FixArgs) -> anyhow::Result<Exit> {
 }
 
 fn render(report: &FixReport) -> String {
-    let esc = hubalign::gate::escape_control;
+    let esc = hubalign::untrusted::escape_control;
     let mut rows = vec![
         ["shard", "verdict", "method", "padding", "misaligned before", "written", "result"].map(String::from).to_vec(),
     ];

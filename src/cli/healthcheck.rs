@@ -25,7 +25,7 @@ pub(super) fn run(args: &HealthcheckArgs) -> anyhow::Result<Exit> {
         let answer = client.get(&args.url).send().await?;
         let status = answer.status();
         let body = answer.text().await.unwrap_or_default();
-        println!("{status}: {}", hubalign::gate::escape_control(body.lines().next().unwrap_or("")));
+        println!("{status}: {}", hubalign::untrusted::escape_control(body.lines().next().unwrap_or("")));
         Ok(if status.is_success() { Exit::Clean } else { Exit::Failure })
     })
 }

@@ -2,9 +2,9 @@
 //! or every failed job a filter picks), recorded in each job's history as the command's.
 
 use clap::{Args, Subcommand};
-use hubalign::gate::escape_control;
 use hubalign::job::{FailureKind, Job, JobState};
 use hubalign::store::jobs::JobFilter;
+use hubalign::untrusted::escape_control;
 
 use super::output::json_lines;
 use super::store_args::StoreArgs;

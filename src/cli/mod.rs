@@ -311,9 +311,9 @@ pub(crate) fn run() -> std::process::ExitCode {
     };
     let code = result.unwrap_or_else(|e| {
         if let Some(list) = e.downcast_ref::<ListError>() {
-            eprintln!("error: {}", hubalign::gate::escape_control(&list.heading));
+            eprintln!("error: {}", hubalign::untrusted::escape_control(&list.heading));
             for line in &list.lines {
-                eprintln!("  {}", hubalign::gate::escape_control(line));
+                eprintln!("  {}", hubalign::untrusted::escape_control(line));
             }
             return if list.usage { Exit::Usage } else { Exit::Failure };
         }
@@ -381,7 +381,7 @@ fn describe(e: &anyhow::Error) -> String {
         }
         text.push_str(&part);
     }
-    hubalign::gate::escape_control(&text).into_owned()
+    hubalign::untrusted::escape_control(&text).into_owned()
 }
 
 fn init_tracing(json: bool, default: &str) {

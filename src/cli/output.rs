@@ -2,7 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use hubalign::gate;
+use hubalign::untrusted;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -38,7 +38,7 @@ pub(super) fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
 
 fn write_csv<T: Serialize, W: Write>(rows: &[T], out: W, escape: bool) -> anyhow::Result<()> {
     let mut writer = ::csv::Writer::from_writer(out);
-    let shown = |s: &str| if escape { gate::escape_control(s).into_owned() } else { s.to_owned() };
+    let shown = |s: &str| if escape { untrusted::escape_control(s).into_owned() } else { s.to_owned() };
     for (i, row) in rows.iter().enumerate() {
         let serde_json::Value::Object(fields) = serde_json::to_value(row)? else {
             anyhow::bail!("CSV needs flat rows")
@@ -120,7 +120,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 /// Renders rows as space-separated columns, the first row being the heading.
 pub(super) fn table(rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> =
-        rows.iter().map(|r| r.iter().map(|c| gate::escape_control(c).into_owned()).collect()).collect();
+        rows.iter().map(|r| r.iter().map(|c| untrusted::escape_control(c).into_owned()).collect()).collect();
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|c| rows.iter().map(|r| r.get(c).map_or(0, |s| s.chars().count())).max().unwrap_or(0))
         .collect();

@@ -193,7 +193,7 @@ pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
 }
 
 fn print_text(environment: &Environment, report: &Report) -> anyhow::Result<()> {
-    let escape = |s: &str| hubalign::gate::escape_control(s).into_owned();
+    let escape = |s: &str| hubalign::untrusted::escape_control(s).into_owned();
     let fields = serde_json::to_value(environment)?;
     println!("environment:");
     if let Some(map) = fields.as_object() {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use hubalign::gate;
 use hubalign::hub::HubClient;
 use hubalign::job::VerifyDevice;
 use hubalign::job::{FailureKind, Job, JobState};
@@ -24,6 +23,7 @@ use hubalign::serve::runner_api::{self, RunnerApi};
 use hubalign::serve::service::Service;
 use hubalign::serve::workers::Workers;
 use hubalign::store::mirrors::MirrorCaps;
+use hubalign::untrusted;
 use hubalign::worker::Heartbeat;
 use hubalign::worker::WhenIdle;
 
@@ -191,7 +191,7 @@ pub(super) struct Setup {
 /// here, before any job is claimed; once all pass, jobs held for the operator are released.
 pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     if let Some(namespace) = &args.target_namespace {
-        gate::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
+        untrusted::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
     }
     let hub = args.bounds.client(super::hub_config(args.endpoint.clone(), args.token.clone())?)?;
     let checked = preflight::check_worker(args, &hub).await;
@@ -247,9 +247,9 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         // Listened for from the start: SIGTERM or Ctrl-C lets the job in hand finish within the grace period,
         // then releases it.
         let mut signal = tokio::spawn(super::stop_signal());
-        gate::check_repo_id(&args.repo).map_err(|e| UsageError(format!("REPO: {e}")))?;
+        untrusted::check_repo_id(&args.repo).map_err(|e| UsageError(format!("REPO: {e}")))?;
         if let Some(rev) = &args.revision {
-            gate::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
+            untrusted::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
         }
         let s = setup(&args.worker).await?;
         // Any letter case names the repo, as on the Hub: the store's spelling if it knows the repo, else the
@@ -259,8 +259,8 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             None => {
                 let info = s.hub.model_info(&args.repo).await?;
                 let sha = info.sha.with_context(|| format!("{}: no head commit", args.repo))?;
-                gate::check_commit(&sha)?;
-                let spelled = info.id.filter(|id| id.eq_ignore_ascii_case(&args.repo) && gate::check_repo_id(id).is_ok());
+                untrusted::check_commit(&sha)?;
+                let spelled = info.id.filter(|id| id.eq_ignore_ascii_case(&args.repo) && untrusted::check_repo_id(id).is_ok());
                 (sha, spelled)
             }
         };
@@ -275,7 +275,7 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
                 repo,
                 sha,
                 state.as_str(),
-                gate::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
+                untrusted::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
             );
             return Ok(exit_for(&job));
         }
@@ -338,7 +338,7 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
             done.target_repo
                 .as_deref()
                 .map(|t| format!(" → {t}"))
-                .or(done.reason.as_deref().map(|r| format!(": {}", gate::escape_control(r))))
+                .or(done.reason.as_deref().map(|r| format!(": {}", untrusted::escape_control(r))))
                 .unwrap_or_default()
         );
         Ok(exit_for(&done))
@@ -425,7 +425,7 @@ async fn queue_and_reconcile(
 ) -> anyhow::Result<()> {
     let pass = reconcile_then_enqueue(hub, store, NameFilters { policy, author: None }).await;
     for hidden in pass.hidden? {
-        println!("{}: {}", hidden.target, gate::escape_control(&hidden.reason));
+        println!("{}: {}", hidden.target, untrusted::escape_control(&hidden.reason));
     }
     pass.queued?;
     Ok(())

@@ -157,7 +157,7 @@ fn shard_table(rows: &[hubalign::store::ShardRow]) -> String {
     }
     let mut out = table(&t);
     for r in rows.iter().filter(|r| r.error.is_some()) {
-        let esc = hubalign::gate::escape_control;
+        let esc = hubalign::untrusted::escape_control;
         out.push_str(&format!(
             "invalid: {}/{}: {}\n",
             esc(&r.repo),

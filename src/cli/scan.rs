@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
-use hubalign::gate;
 use hubalign::safetensors::{Alignment, Verdict};
 use hubalign::scan::{ScanReport, scan};
+use hubalign::untrusted;
 
 use super::Exit;
 use super::output::{Format, bytes, count as plural, csv, json_lines, progress, table};
@@ -32,7 +32,7 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
     let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");
     let report = scan(&bundles, args.alignment.unwrap_or_default(), &mut |shard| {
-        bar.set_message(gate::escape_control(&shard.path).into_owned());
+        bar.set_message(untrusted::escape_control(&shard.path).into_owned());
         bar.inc(1);
     });
     bar.finish_and_clear();
@@ -49,7 +49,7 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
 }
 
 fn render(report: &ScanReport) -> String {
-    let esc = hubalign::gate::escape_control;
+    let esc = hubalign::untrusted::escape_control;
     let mut rows = vec![
         ["shard", "verdict", "N", "start%8", "tensors", "misaligned", "copied at load", "writer"]
             .map(String::from)

@@ -25,8 +25,8 @@ pub(super) struct SelftestArgs {
 }
 
 pub(super) fn run(args: &SelftestArgs) -> anyhow::Result<Exit> {
-    if let Err(e) = hubalign::gate::check_namespace(&args.namespace) {
-        eprintln!("error: --namespace {}: {e}", hubalign::gate::quote(&args.namespace));
+    if let Err(e) = hubalign::untrusted::check_namespace(&args.namespace) {
+        eprintln!("error: --namespace {}: {e}", hubalign::untrusted::quote(&args.namespace));
         return Ok(Exit::Usage);
     }
     let config = super::hub_config(args.endpoint.clone(), args.token.clone())?;

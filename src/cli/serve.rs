@@ -109,7 +109,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             .with_context(|| format!("cannot listen on {} (--listen, or HUBALIGN_LISTEN)", args.listen))?;
         let url = format!("http://{}/", listener.local_addr()?);
         if let Some(repo) = &args.publish_dataset {
-            hubalign::gate::check_repo_id(repo)
+            hubalign::untrusted::check_repo_id(repo)
                 .map_err(|e| anyhow::anyhow!("--publish-dataset {repo}: {e}; give the dataset repo as NAMESPACE/NAME"))?;
         }
         let s = setup(&args.worker).await?;
@@ -125,7 +125,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             use hubalign::hub::identity::{Permission, WriteAccess};
             let who = s.hub.identity().await.context("asking the Hub who the token is")?;
             if let Some(repo) = &args.publish_dataset {
-                let namespace = hubalign::gate::namespace_of(repo);
+                let namespace = hubalign::untrusted::namespace_of(repo);
                 if let WriteAccess::Refused(why) = who.may_write(namespace) {
                     anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
                 }

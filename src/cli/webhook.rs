@@ -3,9 +3,9 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hubalign::gate::escape_control;
 use hubalign::hub::retry::RetryPolicy;
 use hubalign::hub::webhooks::{Watched, Webhook};
+use hubalign::untrusted::escape_control;
 
 use super::Exit;
 

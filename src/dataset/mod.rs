@@ -134,7 +134,7 @@ impl Snapshot {
         let mut files = BTreeMap::new();
         let date = &self.date;
         // A shard's or a mirror's namespace is its repo's (ids are checked `namespace/name` by the crawl).
-        let namespace_of = |repo: &str| crate::gate::namespace_of(repo).to_owned();
+        let namespace_of = |repo: &str| crate::untrusted::namespace_of(repo).to_owned();
         parts(&mut files, ("repos", date), &self.repos, |r| r.namespace.clone())?;
         parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
         parts(&mut files, ("mirrors", date), &self.mirrors, |m| namespace_of(&m.source))?;

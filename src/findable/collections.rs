@@ -116,7 +116,7 @@ pub fn wanted(mirrors: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>
     for (source, mirror) in mirrors {
         let mirror = mirror.to_ascii_lowercase();
         out.entry(ALL_TITLE.to_owned()).or_default().insert(mirror.clone());
-        if let Some(title) = namespace_title(crate::gate::namespace_of(source)) {
+        if let Some(title) = namespace_title(crate::untrusted::namespace_of(source)) {
             out.entry(title).or_default().insert(mirror);
         }
     }
@@ -135,8 +135,10 @@ pub async fn sync(
         .public_mirrors()
         .await?
         .into_iter()
-        .filter(|m| crate::gate::namespace_of(&m.mirror).eq_ignore_ascii_case(owner))
-        .filter(|m| crate::gate::check_repo_id(&m.mirror).is_ok() && crate::gate::check_repo_id(&m.source).is_ok())
+        .filter(|m| crate::untrusted::namespace_of(&m.mirror).eq_ignore_ascii_case(owner))
+        .filter(|m| {
+            crate::untrusted::check_repo_id(&m.mirror).is_ok() && crate::untrusted::check_repo_id(&m.source).is_ok()
+        })
         .map(|m| (m.source, m.mirror))
         .collect();
     let wanted = wanted(&mirrors);
@@ -149,7 +151,7 @@ pub async fn sync(
     let mut refused_titles = BTreeSet::new();
     for c in listed.into_iter().filter(|c| managed(&c.title)) {
         if !in_namespace(&c, owner) {
-            let slug = crate::gate::escape_control(&c.slug);
+            let slug = crate::untrusted::escape_control(&c.slug);
             tracing::warn!(slug = %slug, "the listing of {owner}'s collections showed one of another namespace; ignored");
             continue;
         }
@@ -176,7 +178,7 @@ pub async fn sync(
                 done.refused.push(refused);
             }
             Err(e) => {
-                let shown = crate::gate::escape_control(&title).into_owned();
+                let shown = crate::untrusted::escape_control(&title).into_owned();
                 tracing::warn!(collection = %shown, error = %e, "keeping the collection failed; the next pass tries again");
                 done.failed.push((shown, e.to_string()));
             }
@@ -192,7 +194,7 @@ fn managed(title: &str) -> bool {
 
 /// Whether the collection `c` belongs to `owner`: by the owner its answer names and by its slug.
 fn in_namespace(c: &CollectionRef, owner: &str) -> bool {
-    c.owner.eq_ignore_ascii_case(owner) && crate::gate::namespace_of(&c.slug).eq_ignore_ascii_case(owner)
+    c.owner.eq_ignore_ascii_case(owner) && crate::untrusted::namespace_of(&c.slug).eq_ignore_ascii_case(owner)
 }
 
 /// Whether the collection `c` is the service's: recorded in the store, or marked (then recorded, unless dry).
@@ -285,7 +287,7 @@ impl Pass<'_> {
             items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
         // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.
         for item in items.iter().filter(|i| i.kind == "model" && !want.contains(&i.id.to_ascii_lowercase())) {
-            let shown = crate::gate::escape_control(&item.id).into_owned();
+            let shown = crate::untrusted::escape_control(&item.id).into_owned();
             if self.mode == Mode::DryRun {
                 done.planned.push(format!("remove {shown} from {slug}"));
                 done.removed += 1;

@@ -17,9 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::gate;
 use crate::hub::{HubClient, HubError};
 use crate::store::{Store, StoreError};
+use crate::untrusted;
 
 /// The note's title, which also finds it again among the source's discussions.
 pub const NOTE_TITLE: &str = "An aligned copy of this model for memory-mapping loaders";
@@ -69,7 +69,7 @@ pub enum NoteError {
 
 /// The note's text: the operator's words and two repo ids, each checked for its shape.
 pub fn note_text(endpoint: &str, source: &str, mirror: &str) -> String {
-    let namespace = gate::namespace_of(source);
+    let namespace = untrusted::namespace_of(source);
     format!(
         "The safetensors of this model are laid out so that memory-mapping loaders copy tensors they could map. \
          An aligned copy, byte-identical tensors in a loader-friendly layout, is published at \
@@ -88,12 +88,12 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
         .public_mirrors()
         .await?
         .into_iter()
-        .filter(|m| gate::check_repo_id(&m.source).is_ok() && gate::check_repo_id(&m.mirror).is_ok())
+        .filter(|m| untrusted::check_repo_id(&m.source).is_ok() && untrusted::check_repo_id(&m.mirror).is_ok())
         .map(|m| (m.source, m.mirror))
         .collect();
     let mut by_namespace: BTreeMap<String, Vec<&(String, String)>> = BTreeMap::new();
     for pair in &mirrored {
-        by_namespace.entry(gate::namespace_of(&pair.0).to_ascii_lowercase()).or_default().push(pair);
+        by_namespace.entry(untrusted::namespace_of(&pair.0).to_ascii_lowercase()).or_default().push(pair);
     }
     let mut done = NotesPosted::default();
     let mut tried = 0;
@@ -108,7 +108,7 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
         if tried >= policy.max_per_pass {
             break;
         }
-        let namespace = gate::namespace_of(source).to_ascii_lowercase();
+        let namespace = untrusted::namespace_of(source).to_ascii_lowercase();
         if declined.contains(&namespace) {
             continue;
         }

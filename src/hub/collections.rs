@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, INFO_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// Items a listing shows of each collection: a collection listed with fewer shows them all.
 pub const LISTED_ITEMS: usize = 4;
@@ -89,7 +89,7 @@ fn checked(url: &str, items: Vec<Item>) -> Result<Vec<CollectionItem>, HubError>
         .into_iter()
         .map(|i| {
             if !check_object_id(&i.object_id) {
-                return Err(malformed(url, format!("not an item id: {}", gate::quote(&i.object_id))));
+                return Err(malformed(url, format!("not an item id: {}", untrusted::quote(&i.object_id))));
             }
             Ok(CollectionItem { object_id: i.object_id, id: i.id, kind: i.kind })
         })
@@ -105,7 +105,7 @@ fn malformed(url: &str, detail: impl Into<String>) -> HubError {
 /// that would start another path segment or a query passes.
 fn check_slug(slug: &str) -> bool {
     slug.split_once('/').is_some_and(|(ns, rest)| {
-        gate::check_namespace(ns).is_ok()
+        untrusted::check_namespace(ns).is_ok()
             && rest.len() <= 200
             && rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             && !rest.starts_with('.')
@@ -126,7 +126,7 @@ impl HubClient {
 
     /// Every collection `owner` has that this token can see, following the listing's pages.
     pub async fn collections_of(&self, owner: &str) -> Result<Vec<CollectionRef>, HubError> {
-        let first = format!("{}?owner={}&limit=100", self.collections_url(), gate::encode_segment(owner));
+        let first = format!("{}?owner={}&limit=100", self.collections_url(), untrusted::encode_segment(owner));
         let mut pages = super::pages::Pagination::new(self.endpoint(), &first);
         let mut url = first;
         let mut out = Vec::new();
@@ -137,7 +137,7 @@ impl HubClient {
             for c in listed {
                 // One odd entry is not the others' problem: it is left out, and named.
                 if !check_slug(&c.slug) {
-                    tracing::warn!(slug = %gate::quote(&c.slug), "the Hub listed a collection whose slug is not one; left out");
+                    tracing::warn!(slug = %untrusted::quote(&c.slug), "the Hub listed a collection whose slug is not one; left out");
                     continue;
                 }
                 // Items that fail their check are read again with the collection, where a failure is that
@@ -192,7 +192,7 @@ impl HubClient {
                 serde_json::from_slice(body).map_err(|e| malformed(&url, format!("collection: {e}")))?;
             match check_slug(&made.slug) {
                 true => Ok(made.slug),
-                false => Err(malformed(&url, format!("not a collection slug: {}", gate::quote(&made.slug)))),
+                false => Err(malformed(&url, format!("not a collection slug: {}", untrusted::quote(&made.slug)))),
             }
         };
         let conflict = reqwest::StatusCode::CONFLICT;
@@ -203,7 +203,7 @@ impl HubClient {
 
     /// Adds the model `repo` to the collection `slug` with `note`; one already there is not an error.
     pub async fn add_to_collection(&self, slug: &str, repo: &str, note: &str) -> Result<(), HubError> {
-        gate::check_repo_id(repo).map_err(|e| malformed(repo, e.to_string()))?;
+        untrusted::check_repo_id(repo).map_err(|e| malformed(repo, e.to_string()))?;
         let url = format!("{}/items", self.collection_url(slug)?);
         let body = serde_json::json!({ "item": { "type": "model", "id": repo }, "note": note });
         match self.post(&url, "application/json", body.to_string().into_bytes()).await {
@@ -215,7 +215,7 @@ impl HubClient {
     /// Removes the item `object_id` from the collection `slug`; one already gone is not an error.
     pub async fn remove_from_collection(&self, slug: &str, object_id: &str) -> Result<(), HubError> {
         if !check_object_id(object_id) {
-            return Err(malformed(slug, format!("not an item id: {}", gate::quote(object_id))));
+            return Err(malformed(slug, format!("not an item id: {}", untrusted::quote(object_id))));
         }
         let url = format!("{}/items/{object_id}", self.collection_url(slug)?);
         self.delete_unless_gone(&url).await
@@ -228,9 +228,9 @@ impl HubClient {
 
     fn collection_url(&self, slug: &str) -> Result<String, HubError> {
         if !check_slug(slug) {
-            return Err(malformed(slug, format!("not a collection slug: {}", gate::quote(slug))));
+            return Err(malformed(slug, format!("not a collection slug: {}", untrusted::quote(slug))));
         }
-        Ok(format!("{}/{}", self.collections_url(), gate::encode_path(slug)))
+        Ok(format!("{}/{}", self.collections_url(), untrusted::encode_path(slug)))
     }
 }
 

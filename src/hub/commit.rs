@@ -327,11 +327,12 @@ impl HubClient {
     fn committed(url: &str, to: WriteTo<'_>, body: &[u8], sent: u64) -> Result<Committed, HubError> {
         let answer: CommitAnswer =
             serde_json::from_slice(body).map_err(|e| Self::malformed(url, "commit answer", e))?;
-        crate::gate::check_revision(&answer.commit_oid).map_err(|e| Self::malformed(url, "the answer's commit", e))?;
+        crate::untrusted::check_revision(&answer.commit_oid)
+            .map_err(|e| Self::malformed(url, "the answer's commit", e))?;
         let pull_request = match (to.pull_request, answer.pull_request_url.as_deref()) {
             (false, _) => None,
             (true, Some(pr_url)) => Some(pull_request_number(pr_url, to.repo).ok_or_else(|| {
-                Self::malformed(url, "the answer's pullRequestUrl", crate::gate::escape_control(pr_url))
+                Self::malformed(url, "the answer's pullRequestUrl", crate::untrusted::escape_control(pr_url))
             })?),
             (true, None) => return Err(Self::malformed(url, "commit answer", "no pullRequestUrl for a pull request")),
         };

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, INFO_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// A pull request as the de-duplication needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +69,8 @@ impl HubClient {
         let url = format!(
             "{}/api/models/{}/discussions?type={kind}&status=all&author={}",
             self.endpoint(),
-            gate::encode_path(repo),
-            gate::encode_segment(author)
+            untrusted::encode_path(repo),
+            untrusted::encode_segment(author)
         );
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
         let listing: Listing = serde_json::from_slice(&fetched.body)

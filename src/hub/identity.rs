@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, SMALL_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// The account a token belongs to, and what the token may do.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -200,7 +200,7 @@ impl HubClient {
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
         let who: Identity = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("whoami: {e}") })?;
-        gate::check_namespace(&who.name).map_err(|e| HubError::Malformed { url, detail: e.to_string() })?;
+        untrusted::check_namespace(&who.name).map_err(|e| HubError::Malformed { url, detail: e.to_string() })?;
         Ok(who)
     }
 

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use super::listing::{ListedRepo, RepoFlags};
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, INFO_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// What the Hub says of a repo now.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -32,12 +32,12 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// The repo's new name, when the Hub answered a question about `asked` with another repo (a rename) whose
-    /// id passes the gate. Another letter case of `asked` is the same repo on the Hub, not a rename.
+    /// id passes the checks of `untrusted`. Another letter case of `asked` is the same repo on the Hub, not a rename.
     pub fn renamed(&self, asked: &str) -> Option<&str> {
-        self.id.as_deref().filter(|id| !id.eq_ignore_ascii_case(asked) && gate::check_repo_id(id).is_ok())
+        self.id.as_deref().filter(|id| !id.eq_ignore_ascii_case(asked) && untrusted::check_repo_id(id).is_ok())
     }
 
-    /// The licence the Hub tags it with, if it passes the gate's rules for a name.
+    /// The licence the Hub tags it with, if it passes the Hub's rules for a name.
     pub fn license(&self) -> Option<String> {
         self.tags.iter().find_map(|t| t.strip_prefix("license:")).filter(|l| is_plain_word(l)).map(str::to_owned)
     }
@@ -55,9 +55,9 @@ fn is_plain_word(s: &str) -> bool {
 pub enum Entry {
     /// The repo, as a listing entry, with its tags.
     Listed(Box<ListedRepo>, Vec<String>),
-    /// The Hub answered with another repo, which passed the gate: the name was moved to this one.
+    /// The Hub answered with another repo, which passed the checks of `untrusted`: the name was moved to this one.
     Renamed(String),
-    /// The answer breaks the gate's rules; nothing of it is used.
+    /// The answer breaks the Hub's rules; nothing of it is used.
     Refused(String),
 }
 
@@ -81,7 +81,7 @@ impl HubClient {
             #[serde(default)]
             private: bool,
         }
-        let url = self.repo_api(repo, &format!("revision/{}", gate::encode_segment(revision)));
+        let url = self.repo_api(repo, &format!("revision/{}", untrusted::encode_segment(revision)));
         let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await {
             Ok(fetched) => fetched,
             Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => return Ok(None),
@@ -89,7 +89,8 @@ impl HubClient {
         };
         let head: Head = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("repo info: {e}") })?;
-        gate::check_revision(&head.sha).map_err(|e| HubError::Malformed { url, detail: format!("its commit: {e}") })?;
+        untrusted::check_revision(&head.sha)
+            .map_err(|e| HubError::Malformed { url, detail: format!("its commit: {e}") })?;
         Ok(Some((head.sha, head.private)))
     }
 
@@ -101,7 +102,7 @@ impl HubClient {
             .map_err(|e| HubError::Malformed { url, detail: format!("model info: {e}") })
     }
 
-    /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same gate
+    /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same checks
     /// as a listing page's entries), with its tags for the audit's filters. The Hub answers a renamed repo's
     /// old name with the repo under its new name: that answer is [`Entry::Renamed`], the only proof of a move
     /// hubalign acts on.

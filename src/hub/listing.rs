@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use super::pacing::Bucket;
 use super::{BodyLimit, HubClient, HubError, LISTING_PAGE_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// Who may see a repo, as listings and repo info report it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -88,16 +88,16 @@ pub struct Sibling {
 impl ListedRepo {
     /// The namespace.
     pub fn namespace(&self) -> &str {
-        gate::namespace_of(&self.id)
+        untrusted::namespace_of(&self.id)
     }
 
-    /// Checks the id, the commit and every file path against the gate's rules.
-    pub fn check(&self) -> Result<(), gate::Invalid> {
-        gate::check_repo_id(&self.id)?;
+    /// Checks the id, the commit and every file path against the Hub's rules.
+    pub fn check(&self) -> Result<(), untrusted::Invalid> {
+        untrusted::check_repo_id(&self.id)?;
         if let Some(sha) = &self.sha {
-            gate::check_commit(sha)?;
+            untrusted::check_commit(sha)?;
         }
-        self.siblings.iter().try_for_each(|s| gate::check_repo_path(&s.rfilename))
+        self.siblings.iter().try_for_each(|s| untrusted::check_repo_path(&s.rfilename))
     }
 
     /// Its `*.safetensors` files, sorted.
@@ -109,7 +109,7 @@ impl ListedRepo {
     }
 }
 
-/// A listing entry that breaks the gate's rules: recorded as `invalid_listing`, never probed.
+/// A listing entry that breaks the Hub's rules: recorded as `invalid_listing`, never probed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidListing {
     /// The id as listed, control characters escaped and cut to [`INVALID_ID_LEN`] characters.
@@ -125,11 +125,11 @@ pub const INVALID_ID_LEN: usize = 200;
 
 impl InvalidListing {
     fn new(raw_id: &str, reason: String) -> InvalidListing {
-        let mut id: String = gate::escape_control(raw_id).chars().take(INVALID_ID_LEN).collect();
+        let mut id: String = untrusted::escape_control(raw_id).chars().take(INVALID_ID_LEN).collect();
         if id.is_empty() {
             id = "(no id)".into();
         }
-        let namespace = gate::namespace_of(&id).to_owned();
+        let namespace = untrusted::namespace_of(&id).to_owned();
         InvalidListing { id, namespace, reason }
     }
 }
@@ -137,7 +137,7 @@ impl InvalidListing {
 /// One page and where the next one is.
 #[derive(Debug, Clone)]
 pub struct Page {
-    /// The entries that passed the gate.
+    /// The entries that passed the checks of `untrusted`.
     pub repos: Vec<ListedRepo>,
     /// The entries that did not, with why.
     pub invalid: Vec<InvalidListing>,
@@ -164,7 +164,7 @@ impl ListQuery {
     }
 }
 
-/// Splits a listing page's items into entries that pass the gate and entries that do not. An item that is
+/// Splits a listing page's items into entries that pass the checks of `untrusted` and entries that do not. An item that is
 /// not even a repo object is invalid too; the page as a whole must be a JSON array.
 pub fn sort_entries(items: Vec<serde_json::Value>) -> (Vec<ListedRepo>, Vec<InvalidListing>) {
     let mut repos = Vec::new();
@@ -182,7 +182,7 @@ pub fn sort_entries(items: Vec<serde_json::Value>) -> (Vec<ListedRepo>, Vec<Inva
             },
             Err(e) => invalid.push(InvalidListing::new(
                 &raw_id,
-                format!("not a repo entry: {}", gate::escape_control(&e.to_string())),
+                format!("not a repo entry: {}", untrusted::escape_control(&e.to_string())),
             )),
         }
     }

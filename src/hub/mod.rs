@@ -44,8 +44,8 @@ pub use self::config::{HubConfig, Token};
 pub use self::error::{Access, HubError};
 use self::pacing::{Bucket, Pacer, parse_rate_limit, parse_retry_after};
 use self::retry::{RetryPolicy, is_transient_error, is_transient_status, jitter_unit};
-use crate::gate;
 use crate::time::unix_seconds_after;
+use crate::untrusted;
 
 /// Requests and bytes, counted as they happen.
 #[derive(Debug, Default)]
@@ -251,7 +251,7 @@ impl HubClient {
     /// `{endpoint}/api/{models|datasets}/{id}`, then `/{rest}` unless it is empty: the one place a repo's API
     /// URL is made, with the id percent-encoded.
     pub(crate) fn repo_api(&self, repo: repo_ref::RepoRef<'_>, rest: &str) -> String {
-        let base = format!("{}/api/{}/{}", self.endpoint(), repo.api_segment(), gate::encode_path(repo.id));
+        let base = format!("{}/api/{}/{}", self.endpoint(), repo.api_segment(), untrusted::encode_path(repo.id));
         if rest.is_empty() { base } else { format!("{base}/{rest}") }
     }
 
@@ -430,7 +430,7 @@ impl HubClient {
                 attempt = attempts,
                 of = self.retry.max_attempts,
                 delay_ms = delay.as_millis() as u64,
-                reason = %crate::gate::escape_control(&failure),
+                reason = %crate::untrusted::escape_control(&failure),
                 "the Hub request failed; trying again"
             );
             tokio::time::sleep(delay).await;
@@ -471,13 +471,13 @@ impl HubClient {
                     let next = r.url().join(&location).map_err(|e| {
                         Failure::Fatal(HubError::Malformed {
                             url: url.to_owned(),
-                            detail: format!("bad redirect to {}: {e}", gate::quote(&location)),
+                            detail: format!("bad redirect to {}: {e}", untrusted::quote(&location)),
                         })
                     })?;
                     if !matches!(next.scheme(), "http" | "https") {
                         return Err(Failure::Fatal(HubError::Malformed {
                             url: url.to_owned(),
-                            detail: format!("redirect to a {} URL", gate::quote(next.scheme())),
+                            detail: format!("redirect to a {} URL", untrusted::quote(next.scheme())),
                         }));
                     }
                     target = next.to_string();
@@ -677,7 +677,7 @@ fn status_error(url: &str, fetched: &Fetched) -> HubError {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned));
     // The Hub's own words go into logs and terminals: control characters escaped here, once.
-    let escaped = |s: String| gate::escape_control(&s).into_owned();
+    let escaped = |s: String| untrusted::escape_control(&s).into_owned();
     HubError::Status {
         url: url.to_owned(),
         status: fetched.status,

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use reqwest::header::HeaderMap;
 
 use super::HubError;
-use crate::gate;
+use crate::untrusted;
 
 /// The most pages one listing follows: 100 million repos at the Hub's page size.
 pub const MAX_PAGES: usize = 100_000;
@@ -59,7 +59,7 @@ impl Pagination {
         let base = reqwest::Url::parse(current).map_err(|e| refuse(format!("page URL: {e}")))?;
         let next = base
             .join(&link)
-            .map_err(|e| refuse(format!("unusable Link to the next page {}: {e}", gate::quote(&link))))?;
+            .map_err(|e| refuse(format!("unusable Link to the next page {}: {e}", untrusted::quote(&link))))?;
         let same_origin = self.origin.as_ref().is_some_and(|o| {
             o.scheme() == next.scheme()
                 && o.host_str() == next.host_str()
@@ -68,13 +68,13 @@ impl Pagination {
         if !same_origin {
             return Err(refuse(format!(
                 "the Link to the next page leaves the Hub's origin: {}",
-                gate::quote(next.as_str())
+                untrusted::quote(next.as_str())
             )));
         }
         if !self.seen.insert(next.to_string()) {
             return Err(refuse(format!(
                 "the Link to the next page points back to a page already read: {}",
-                gate::quote(next.as_str())
+                untrusted::quote(next.as_str())
             )));
         }
         if self.seen.len() > self.max_pages {

@@ -3,8 +3,8 @@
 
 use super::pacing::Bucket;
 use super::{BodyLimit, Fetched, HubClient, HubError};
-use crate::gate;
 use crate::safetensors::{HeaderError, header};
+use crate::untrusted;
 
 /// Bytes asked for by the first request: most MLX headers fit.
 pub const DEFAULT_PROBE_BYTES: u64 = 64 * 1024;
@@ -58,9 +58,9 @@ impl HubClient {
         format!(
             "{}/{}/resolve/{}/{}",
             self.endpoint(),
-            gate::encode_path(repo),
-            gate::encode_segment(revision),
-            gate::encode_path(path)
+            untrusted::encode_path(repo),
+            untrusted::encode_segment(revision),
+            untrusted::encode_path(path)
         )
     }
 

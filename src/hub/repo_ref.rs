@@ -41,7 +41,7 @@ impl<'a> RepoRef<'a> {
 
     /// The repository's path under the endpoint, percent-encoded: `{id}` or `datasets/{id}`.
     pub fn git_path(self) -> String {
-        let id = crate::gate::encode_path(self.id);
+        let id = crate::untrusted::encode_path(self.id);
         match self.kind {
             RepoKind::Model => id,
             RepoKind::Dataset => format!("datasets/{id}"),

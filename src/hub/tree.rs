@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::pacing::Bucket;
 use super::pages::Pagination;
 use super::{BodyLimit, HubClient, HubError, TREE_PAGE_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// One file of a tree.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -57,7 +57,7 @@ impl HubClient {
 
     /// [`tree`](Self::tree) of a repository of any kind.
     pub async fn tree_of(&self, repo: super::repo_ref::RepoRef<'_>, revision: &str) -> Result<Vec<TreeFile>, HubError> {
-        let rest = format!("tree/{}?recursive=true&expand=false", gate::encode_segment(revision));
+        let rest = format!("tree/{}?recursive=true&expand=false", untrusted::encode_segment(revision));
         let first = self.repo_api(repo, &rest);
         let mut pages = Pagination::new(self.endpoint(), &first);
         let mut next = Some(first);
@@ -81,7 +81,7 @@ impl HubClient {
         revision: &str,
         paths: &[String],
     ) -> Result<Vec<TreeFile>, HubError> {
-        let url = self.repo_api(repo, &format!("paths-info/{}", gate::encode_segment(revision)));
+        let url = self.repo_api(repo, &format!("paths-info/{}", untrusted::encode_segment(revision)));
         let mut files = Vec::new();
         // A bounded number of paths per request, however many are asked about.
         for chunk in paths.chunks(PATHS_PER_REQUEST) {
@@ -102,7 +102,8 @@ impl HubClient {
         revision: &str,
         path: &str,
     ) -> Result<Vec<String>, HubError> {
-        let rest = format!("tree/{}/{}?expand=false", gate::encode_segment(revision), gate::encode_path(path));
+        let rest =
+            format!("tree/{}/{}?expand=false", untrusted::encode_segment(revision), untrusted::encode_path(path));
         let url = self.repo_api(repo, &rest);
         let fetched = match self.get(Bucket::Api, &url, &[], BodyLimit::Whole(TREE_PAGE_CAP)).await {
             Ok(fetched) => fetched,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::pacing::Bucket;
 
 use super::{BodyLimit, HubClient, HubError, SMALL_CAP};
-use crate::gate;
+use crate::untrusted;
 
 /// A namespace a webhook watches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,7 +27,7 @@ impl std::str::FromStr for Watched {
         if kind != "org" && kind != "user" {
             return Err(refused());
         }
-        gate::check_namespace(name)
+        untrusted::check_namespace(name)
             .map_err(|e| crate::error_text::Unrecognized::new(s, format!("a namespace after `{kind}:` ({e})")))?;
         Ok(Watched { kind: kind.to_owned(), name: name.to_owned() })
     }
@@ -83,7 +83,7 @@ impl HubClient {
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(HubError::Malformed {
                 url: self.webhooks_url(),
-                detail: format!("{}: not a webhook id", gate::quote(id)),
+                detail: format!("{}: not a webhook id", untrusted::quote(id)),
             });
         }
         let url = format!("{}/{id}", self.webhooks_url());

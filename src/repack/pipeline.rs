@@ -64,8 +64,8 @@ fn hands_to_metal(job: &Job) -> bool {
 impl Repacker<'_> {
     /// Runs a claimed job's steps from where it stopped to its outcome.
     pub(super) async fn steps(&self, job: &Job, dir: &Path) -> Result<JobOutcome, RepackError> {
-        if let Err(e) =
-            crate::gate::check_repo_id(&job.repo_id).and_then(|()| crate::gate::check_revision(&job.source_sha))
+        if let Err(e) = crate::untrusted::check_repo_id(&job.repo_id)
+            .and_then(|()| crate::untrusted::check_revision(&job.source_sha))
         {
             return Err(RepackError::permanent(format!("refusing the job: {e}")));
         }

@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use crate::gate::escape_control;
 use crate::job::JobState;
 use crate::store::queries::RunRow;
 use crate::store::{Store, StoreError};
+use crate::untrusted::escape_control;
 
 /// The newest ended jobs looked at.
 const RECENT_JOBS: i64 = 5;

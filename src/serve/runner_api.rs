@@ -71,7 +71,7 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
             d.filter_map(Result::ok)
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| crate::gate::check_repo_path(n).is_ok())
+                .filter(|n| crate::untrusted::check_repo_path(n).is_ok())
                 .collect()
         })
         .unwrap_or_default();
@@ -88,7 +88,7 @@ async fn file(
         return unauthorized();
     }
     // Only the output: the check judges it by the manifest's digests, so the source never leaves the worker.
-    if side != "aligned" || crate::gate::check_repo_path(&name).is_err() || name.contains('/') {
+    if side != "aligned" || crate::untrusted::check_repo_path(&name).is_err() || name.contains('/') {
         return super::api::api_error(StatusCode::BAD_REQUEST, "no such staged file");
     }
     match tokio::fs::File::open(staged(&api, id).join(side).join(&name)).await {

@@ -248,7 +248,7 @@ impl Rereader {
                 tracing::debug!(repo.id = %repo, "no longer has the audit's tags; not recorded");
             }
             Ok(Reread::Refused(reason)) => {
-                tracing::warn!(repo.id = %repo, reason = %crate::gate::escape_control(&reason), "the Hub's answer was refused");
+                tracing::warn!(repo.id = %repo, reason = %crate::untrusted::escape_control(&reason), "the Hub's answer was refused");
             }
             Err(e) => tracing::warn!(repo.id = %repo, error = %e, "reading it again failed; the crawl will"),
         }
@@ -278,7 +278,7 @@ impl Rereader {
         let status = match self.hub.pull_request(repo, num).await {
             Ok(pr) if matches!(pr.status.as_str(), "closed" | "merged") => pr.status,
             Ok(pr) => {
-                tracing::info!(repo.id = %repo, pr = num, status = %crate::gate::escape_control(&pr.status), "the Hub says it is not closed; nothing recorded");
+                tracing::info!(repo.id = %repo, pr = num, status = %crate::untrusted::escape_control(&pr.status), "the Hub says it is not closed; nothing recorded");
                 return;
             }
             Err(e) => {

@@ -111,7 +111,7 @@ impl Store {
         caps: &MirrorCaps,
         day_start: &str,
     ) -> Result<Claim, StoreError> {
-        let namespace = crate::gate::namespace_of(source).to_ascii_lowercase();
+        let namespace = crate::untrusted::namespace_of(source).to_ascii_lowercase();
         let now = self.db_now_utc().await?;
         let inserted = on_pool!(self, |pool| sqlx::query(
             "INSERT INTO mirrors (target_repo, source_repo, created_at, private)

@@ -70,7 +70,7 @@ impl Store {
              ON CONFLICT (source_repo) DO NOTHING"
         )
         .bind(source)
-        .bind(crate::gate::namespace_of(source))
+        .bind(crate::untrusted::namespace_of(source))
         .bind(mirror)
         .bind(&now)
         .execute(pool)
@@ -99,7 +99,7 @@ impl Store {
              ON CONFLICT (source_repo) DO UPDATE SET num = excluded.num, posted_at = excluded.posted_at"
         )
         .bind(source)
-        .bind(crate::gate::namespace_of(source))
+        .bind(crate::untrusted::namespace_of(source))
         .bind(mirror)
         .bind(num)
         .bind(&now)

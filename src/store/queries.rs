@@ -274,7 +274,7 @@ pub struct RunRow {
     pub rate_limited: i64,
     /// Repos that failed.
     pub errors: i64,
-    /// Listing entries the gate refused.
+    /// Listing entries the checks refused.
     pub invalid_listings: i64,
     /// Why it failed or was interrupted.
     pub error: Option<String>,

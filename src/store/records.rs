@@ -48,7 +48,7 @@ pub struct RunStats {
     pub retries: u64,
     /// Repos that failed.
     pub errors: u64,
-    /// Listing entries the gate refused.
+    /// Listing entries the checks refused.
     pub invalid_listings: u64,
 }
 
@@ -59,7 +59,7 @@ const LISTING_BATCH: usize = 500;
 /// A repo as a listing named it: what the store keeps of it (the audit builds these from the Hub's answer).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListingEntry {
-    /// `namespace/name`, checked by the gate.
+    /// `namespace/name`, checked by `untrusted`.
     pub id: String,
     /// The part before the `/`.
     pub namespace: String,
@@ -82,12 +82,12 @@ pub struct ListingEntry {
 impl ListingEntry {
     /// An entry for `id` at `sha`, public: for tests and tools.
     pub fn public(id: &str, sha: &str) -> ListingEntry {
-        let namespace = crate::gate::namespace_of(id).to_owned();
+        let namespace = crate::untrusted::namespace_of(id).to_owned();
         ListingEntry { id: id.to_owned(), namespace, sha: Some(sha.to_owned()), ..ListingEntry::default() }
     }
 }
 
-/// A listing entry the gate refused: kept under its escaped id, with the reason.
+/// A listing entry the checks refused: kept under its escaped id, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedEntry {
     /// The id as listed, escaped and cut short.
@@ -116,7 +116,7 @@ pub enum RepoState {
     Renamed,
     /// A failure that retries did not cure; the next run tries again.
     Error,
-    /// The listing entry broke the gate's rules (id, commit or a file path); never probed.
+    /// The listing entry broke the Hub's rules (id, commit or a file path); never probed.
     InvalidListing,
 }
 
@@ -464,7 +464,7 @@ impl Store {
         })
     }
 
-    /// Records the listing entries the gate refused, under their escaped ids, with the reason; a history row
+    /// Records the listing entries the checks refused, under their escaped ids, with the reason; a history row
     /// marks each one that was not already recorded so.
     pub async fn record_invalid_listings(&self, run: i64, entries: &[RefusedEntry]) -> Result<(), StoreError> {
         if entries.is_empty() {

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::gate;
+use crate::untrusted;
 
 /// The largest payload read; the Hub's are a few KB.
 pub const MAX_PAYLOAD_BYTES: usize = 256 << 10;
@@ -183,8 +183,8 @@ pub fn read(body: &[u8]) -> Result<(Scope, Option<Hint>), Refusal> {
     let payload: Payload = serde_json::from_slice(body).map_err(|e| Refusal::Malformed(e.to_string()))?;
     let (scope, as_update) = Scope::of(&payload.event.scope);
     let action = if as_update { "update" } else { payload.event.action.as_str() };
-    gate::check_repo_id(&payload.repo.name).map_err(|e| Refusal::Malformed(e.to_string()))?;
-    let head = payload.repo.head_sha.filter(|s| gate::check_commit(s).is_ok());
+    untrusted::check_repo_id(&payload.repo.name).map_err(|e| Refusal::Malformed(e.to_string()))?;
+    let head = payload.repo.head_sha.filter(|s| untrusted::check_commit(s).is_ok());
     if payload.repo.kind != "model" {
         return Ok((scope, None));
     }
@@ -193,7 +193,7 @@ pub fn read(body: &[u8]) -> Result<(Scope, Option<Hint>), Refusal> {
         (Scope::Repo, "delete") => Some(Hint::Deleted { repo }),
         (Scope::Repo, "move") => {
             let to = payload.moved_to.ok_or_else(|| Refusal::Malformed("a move without movedTo".into()))?.name;
-            gate::check_repo_id(&to).map_err(|e| Refusal::Malformed(e.to_string()))?;
+            untrusted::check_repo_id(&to).map_err(|e| Refusal::Malformed(e.to_string()))?;
             Some(Hint::Moved { from: repo, to })
         }
         // Only new content comes with a head that, already audited, makes the hint moot: a settings or

@@ -29,7 +29,7 @@ fn run(dir: &Path, _manifest: &Manifest) -> Result<Figures, VerifyError> {
     crate::blocking::assert_off_executor("the index check");
     let wrong_index = |file: &str, problem: String| VerifyError::Index {
         file: file.to_owned(),
-        problem: crate::gate::escape_control(&problem).into_owned(),
+        problem: crate::untrusted::escape_control(&problem).into_owned(),
     };
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| wrong_index(&dir.display().to_string(), format!("listing the bundle: {e}")))?

@@ -154,7 +154,7 @@ pub fn select(tree: &[TreeFile]) -> Result<Selection, Refused> {
     for f in ordered {
         let leave = |reason: &str| LeftOut { file: f.path.clone(), bytes: f.size, reason: reason.to_owned() };
         match judge(&f.path) {
-            Verdict::Shard if !plain_name(&f.path) => return Err(Refused::ShardName(crate::gate::quote(&f.path))),
+            Verdict::Shard if !plain_name(&f.path) => return Err(Refused::ShardName(crate::untrusted::quote(&f.path))),
             Verdict::Shard => {
                 shards += 1;
                 selection.carried.push(f.clone());

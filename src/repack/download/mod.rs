@@ -1,7 +1,7 @@
 //! Fetching a bundle at the audited commit, file by file, into paths checked before anything is written.
 //!
 //! The set of files is exactly the one tree listing pinned to the commit says, after every path passed the
-//! gate; nothing else names a file. Each file streams from the resolve URL (through its redirect to
+//! checks of `untrusted`; nothing else names a file. Each file streams from the resolve URL (through its redirect to
 //! storage) into a partial file of the job's own, hashed as it arrives against the Hub's hash (sha256 for
 //! LFS and Xet files, the git blob id for the rest), and is renamed into place only when it matches. A cut
 //! transfer resumes from the bytes it had, by range, and a large file comes in ranges over several
@@ -21,13 +21,13 @@ use futures_util::StreamExt as _;
 use sha1::Digest as _;
 use thiserror::Error;
 
-use crate::gate;
 use crate::hashing::{Sha256Stream, is_hex, sha256_hex, to_hex};
 use crate::hub::HubClient;
 use crate::hub::retry::RetryPolicy;
 use crate::hub::tree::TreeFile;
 use crate::repack::error::RepackError;
 use crate::safe_fs;
+use crate::untrusted;
 
 use crate::fix::StreamedRecord;
 use crate::repack::download::transfer::{End, SEGMENTED_FROM, send_rest, send_segments};
@@ -111,9 +111,9 @@ pub async fn download(
     layout: &Layout,
     max_bytes: u64,
 ) -> Result<Downloaded, DownloadError> {
-    let refuse = |e: gate::Invalid| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
-    gate::check_repo_id(repo).map_err(refuse)?;
-    gate::check_revision(sha).map_err(refuse)?;
+    let refuse = |e: untrusted::Invalid| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
+    untrusted::check_repo_id(repo).map_err(refuse)?;
+    untrusted::check_revision(sha).map_err(refuse)?;
     let fail = |error: RepackError| DownloadError::Failed { error, bytes: 0 };
     let tree = hub.tree(repo, sha).await.map_err(|e| fail(RepackError::hub(format_args!("{repo}@{sha}: tree"), e)))?;
     let refused = |e: String| DownloadError::Refused(format!("{repo}@{sha}: {e}"));
@@ -261,9 +261,9 @@ pub enum TreeRefused {
     /// More files than [`MAX_TREE_FILES`].
     #[error("{0} files, over the cap of {MAX_TREE_FILES}; not mirrored")]
     TooMany(usize),
-    /// A path the gate refuses.
+    /// A path the checks refuse.
     #[error(transparent)]
-    Path(#[from] gate::Invalid),
+    Path(#[from] untrusted::Invalid),
     /// A path listed twice (already quoted).
     #[error("file path {0} listed twice")]
     Twice(String),
@@ -275,7 +275,7 @@ pub enum TreeRefused {
     AlsoADirectory(String),
 }
 
-/// Every path passes the gate, none twice, none a prefix directory of another, and there are at most
+/// Every path passes the checks of `untrusted`, none twice, none a prefix directory of another, and there are at most
 /// [`MAX_TREE_FILES`].
 fn check_tree(tree: &[TreeFile]) -> Result<(), TreeRefused> {
     if tree.len() > MAX_TREE_FILES {
@@ -283,18 +283,18 @@ fn check_tree(tree: &[TreeFile]) -> Result<(), TreeRefused> {
     }
     let mut paths = std::collections::BTreeSet::new();
     for f in tree {
-        gate::check_repo_path(&f.path)?;
+        untrusted::check_repo_path(&f.path)?;
         if !paths.insert(f.path.as_str()) {
-            return Err(TreeRefused::Twice(gate::quote(&f.path)));
+            return Err(TreeRefused::Twice(untrusted::quote(&f.path)));
         }
         if !is_hex(&f.oid, 40) || f.lfs.as_ref().is_some_and(|l| !is_hex(&l.oid, 64)) {
-            return Err(TreeRefused::NotAnObjectId(gate::quote(&f.path)));
+            return Err(TreeRefused::NotAnObjectId(untrusted::quote(&f.path)));
         }
     }
     // A file and a directory of the same name cannot both be written.
     for p in &paths {
         if paths.range(format!("{p}/").as_str()..).next().is_some_and(|q| q.starts_with(&format!("{p}/"))) {
-            return Err(TreeRefused::AlsoADirectory(gate::quote(p)));
+            return Err(TreeRefused::AlsoADirectory(untrusted::quote(p)));
         }
     }
     Ok(())

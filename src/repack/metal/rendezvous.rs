@@ -119,12 +119,12 @@ impl Repacker<'_> {
         if record.staged_commit.as_deref() != Some(staged.commit.as_str()) {
             return Err(RepackError::permanent(format!(
                 "the Metal check's record names commit {}, not the staged {}",
-                crate::gate::quote(record.staged_commit.as_deref().unwrap_or("none")),
+                crate::untrusted::quote(record.staged_commit.as_deref().unwrap_or("none")),
                 staged.commit
             )));
         }
         let target = job.target_repo.clone().ok_or_else(|| RepackError::permanent("no mirror recorded"))?;
-        crate::gate::check_repo_id(&target).map_err(|e| RepackError::permanent(e.to_string()))?;
+        crate::untrusted::check_repo_id(&target).map_err(|e| RepackError::permanent(e.to_string()))?;
         let (visibility, info) = match self.source_now(job).await? {
             MayMirror::Yes { visibility, info } => (visibility, info),
             // The mirror stays private, as staged.
@@ -212,7 +212,7 @@ fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&st
     if repo.is_some_and(|r| names_source(r, current, former)) && rev == Some(sha) {
         return Ok(());
     }
-    let quoted = |s: Option<&str>| crate::gate::quote(s.unwrap_or("?"));
+    let quoted = |s: Option<&str>| crate::untrusted::quote(s.unwrap_or("?"));
     Err(OtherSource { staged: format!("{}@{}", quoted(repo), quoted(rev)), job: format!("{current}@{sha}") })
 }
 

@@ -117,8 +117,9 @@ impl Rendezvous for ApiRendezvous {
         let body = crate::hub::read_capped(response, 1 << 20).await.map_err(ApiRunnerError::Unreadable)?;
         let claim: Claim = serde_json::from_slice(&body).map_err(ApiRunnerError::Malformed)?;
         // The claim names the files to write here: only plain names in the job's own directory.
-        if let Some(bad) = claim.files.iter().find(|n| crate::gate::check_repo_path(n).is_err() || n.contains('/')) {
-            return Err(ApiRunnerError::Refused(format!("refusing file name {}", crate::gate::quote(bad))));
+        if let Some(bad) = claim.files.iter().find(|n| crate::untrusted::check_repo_path(n).is_err() || n.contains('/'))
+        {
+            return Err(ApiRunnerError::Refused(format!("refusing file name {}", crate::untrusted::quote(bad))));
         }
         if !claim.files.iter().any(|n| n == crate::manifest::MANIFEST_FILE) {
             return Err(ApiRunnerError::Refused("no manifest among the staged files".into()));

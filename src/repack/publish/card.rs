@@ -138,9 +138,9 @@ fn license_url(link: &str, endpoint: &str, source_repo: &str) -> Option<String> 
     if link.contains(':') {
         return None;
     }
-    crate::gate::check_repo_path(link)
+    crate::untrusted::check_repo_path(link)
         .ok()
-        .map(|()| format!("{endpoint}/{source_repo}/blob/main/{}", crate::gate::encode_path(link)))
+        .map(|()| format!("{endpoint}/{source_repo}/blob/main/{}", crate::untrusted::encode_path(link)))
 }
 
 /// A language as cards give it: an ISO 639 code with an optional region (`en`, `zh`, `pt-br`), or
@@ -187,7 +187,7 @@ impl SourceCard {
             tags,
             credits: list(card.and_then(|c| c.get("base_model")))
                 .into_iter()
-                .filter(|id| crate::gate::check_repo_id(id).is_ok())
+                .filter(|id| crate::untrusted::check_repo_id(id).is_ok())
                 .take(MAX_CREDITS)
                 .collect(),
         }
@@ -397,7 +397,7 @@ pub fn markdown_text(s: &str) -> String {
     if cut.len() < s.len() {
         cut.push('…');
     }
-    let cut = crate::gate::escape_control(&cut);
+    let cut = crate::untrusted::escape_control(&cut);
     let mut out = String::with_capacity(cut.len() * 2);
     for c in cut.chars() {
         match c {
@@ -474,7 +474,11 @@ mod tests {
         ]}}))
         .unwrap();
         let card = SourceCard::from_info(&info);
-        assert_eq!(card.credits, ["meta-llama/Llama-3.2-1B", "a/b", "c/d", "e/f"], "ids that pass the gate, at most 4");
+        assert_eq!(
+            card.credits,
+            ["meta-llama/Llama-3.2-1B", "a/b", "c/d", "e/f"],
+            "ids that pass the checks of `untrusted`, at most 4"
+        );
         let single: ModelInfo =
             serde_json::from_value(serde_json::json!({ "cardData": { "base_model": "q/r" } })).unwrap();
         assert_eq!(SourceCard::from_info(&single).credits, ["q/r"]);

@@ -34,7 +34,7 @@ pub enum Published {
 }
 
 /// Longest name the mirror may have (the Hub's limit for a repo name).
-const MAX_NAME: usize = crate::gate::MAX_NAME_LEN;
+const MAX_NAME: usize = crate::untrusted::MAX_NAME_LEN;
 
 /// Hex digits of the source id's SHA-256 a mirror name carries: 64 bits, so that finding another source id
 /// whose mirror takes the same name costs about 2^64 hashes, far more than a squatter can spend.
@@ -56,7 +56,7 @@ pub fn mirror_name(source: &str, target_namespace: &str) -> String {
     // A cut can end on a `-` or `.`, and the Hub refuses a `--` or `..` run.
     let readable = readable.trim_end_matches(['-', '.']);
     let named = format!("{target_namespace}/{readable}{suffix}");
-    if crate::gate::check_repo_id(&named).is_ok() { named } else { format!("{target_namespace}/{digest}-aligned") }
+    if crate::untrusted::check_repo_id(&named).is_ok() { named } else { format!("{target_namespace}/{digest}-aligned") }
 }
 
 /// The names mirrors took before [`mirror_name`] (the first of these no other source held, in the order the
@@ -72,7 +72,7 @@ fn legacy_names(source: &str, target_namespace: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| n.len() <= MAX_NAME)
         .map(|n| format!("{target_namespace}/{n}"))
-        .filter(|id| crate::gate::check_repo_id(id).is_ok())
+        .filter(|id| crate::untrusted::check_repo_id(id).is_ok())
         .collect()
 }
 
@@ -167,14 +167,14 @@ pub async fn choose_mirror(
         Claim::Taken => Ok(Chosen { target, moved_from: None }),
         Claim::HeldBy(holder) => Err(RepackError::permanent(format!(
             "{source}: its mirror name {target} is recorded for {}; nothing published",
-            crate::gate::quote(&holder)
+            crate::untrusted::quote(&holder)
         ))),
         Claim::Capped => Err(RepackError::deferred(
             format!(
                 "today's cap of new mirrors is reached ({} of {}'s namespace or {} in all, --max-new-mirrors-per-namespace \
                  and --max-new-mirrors); tried again tomorrow",
                 caps.per_namespace,
-                crate::gate::quote(source),
+                crate::untrusted::quote(source),
                 caps.total
             ),
             // A deferral is a time of this process's clock; the store moves it onto its own.
@@ -249,7 +249,7 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
         return Err(RepackError::permanent(format!(
             "{} holds the mirror of {}, not of {}; nothing committed",
             mirror.target,
-            crate::gate::quote(repo),
+            crate::untrusted::quote(repo),
             mirror.source
         )));
     }
@@ -347,7 +347,7 @@ pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<
 pub(super) async fn head(hub: &HubClient, target: &str) -> Result<String, RepackError> {
     let info = hub.model_info(target).await.map_err(|e| RepackError::hub(format_args!("reading {target}"), e))?;
     info.sha
-        .filter(|s| crate::gate::check_revision(s).is_ok())
+        .filter(|s| crate::untrusted::check_revision(s).is_ok())
         .ok_or_else(|| RepackError::transient(format!("{target}: the Hub names no commit for its main branch")))
 }
 
@@ -399,12 +399,12 @@ mod tests {
             [format!("ns/{}", "x".repeat(96)), format!("{}/{}-{}", "n".repeat(40), "y".repeat(60), "z".repeat(30))]
         {
             let name = mirror_name(&id, "me");
-            assert!(crate::gate::check_repo_id(&name).is_ok(), "{name}");
+            assert!(crate::untrusted::check_repo_id(&name).is_ok(), "{name}");
             assert!(name.ends_with(&format!("-{}-aligned", digest(&id.to_ascii_lowercase()))), "{name}");
         }
         // A cut that would end on `-` or `.` is trimmed, never making a `--` run.
         let dashy = format!("ns/{}-{}", "y".repeat(68), "z".repeat(17));
-        assert!(crate::gate::check_repo_id(&mirror_name(&dashy, "me")).is_ok());
+        assert!(crate::untrusted::check_repo_id(&mirror_name(&dashy, "me")).is_ok());
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub struct PrivateMirrors(pub Option<String>);
 
 impl PrivateMirrors {
     fn allows(&self, source: &str, target_namespace: &str) -> bool {
-        let source_ns = crate::gate::namespace_of(source);
+        let source_ns = crate::untrusted::namespace_of(source);
         self.0.as_deref().is_some_and(|ns| same_name(ns, target_namespace)) && same_name(source_ns, target_namespace)
     }
 }
@@ -180,7 +180,7 @@ impl Popularity {
     /// Whether the candidate has reached the floor (or its publisher needs none).
     pub fn reached_by(&self, candidate: &Candidate) -> bool {
         let repo = &candidate.affected.repo;
-        let namespace = crate::gate::namespace_of(repo);
+        let namespace = crate::untrusted::namespace_of(repo);
         candidate.downloads >= self.min_downloads
             || candidate.likes >= self.min_likes
             || self.trusted.contains(namespace)
@@ -212,7 +212,7 @@ impl EnqueuePolicy {
     /// Why the repo named `repo` is never mirrored whatever its state (`--include`, `--skip`, opt-out), or
     /// `None`.
     pub fn excludes_name(&self, repo: &str) -> Option<&'static str> {
-        let namespace = crate::gate::namespace_of(repo);
+        let namespace = crate::untrusted::namespace_of(repo);
         if self.opt_out.contains(repo) || self.opt_out.contains(namespace) {
             Some("the owner opted out")
         } else if self.skip.contains(namespace) {
@@ -239,7 +239,7 @@ pub struct NameFilters<'a> {
 impl NameFilters<'_> {
     /// Why the repo named `repo` is outside the filters, or `None`.
     pub fn excludes(&self, repo: &str) -> Option<&'static str> {
-        let namespace = crate::gate::namespace_of(repo);
+        let namespace = crate::untrusted::namespace_of(repo);
         if self.author.is_some_and(|a| !same_name(a, namespace)) {
             return Some("not the audited author");
         }

@@ -1,6 +1,6 @@
-//! One gate for what the Hub sends: repo ids, commits and file paths are checked where they enter (the
-//! Hub's own rules), percent-encoded where they leave, and any text from outside is escaped before it
-//! reaches a terminal. Nothing that fails here reaches a path, a URL, SQL or a terminal as it came.
+//! Values from outside, made safe. Repo ids, commits and file paths are checked by the Hub's own rules where
+//! they enter. They are percent-encoded where they leave. Any text from outside is escaped before it reaches
+//! a terminal. Nothing that fails here reaches a path, a URL, SQL or a terminal as it came.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
