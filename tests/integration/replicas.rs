@@ -111,10 +111,12 @@ fn two_replicas_run_one_audit_per_tick_and_the_survivor_takes_over() {
 }
 
 /// `hubalign` run under libfaketime with its clock `offset` seconds from this machine's (timers, which
-/// read the monotonic clock, keep their pace).
+/// read the monotonic clock, keep their pace). The library is preloaded as the `faketime` wrapper preloads
+/// it, but without the wrapper: the wrapper forks, and killing it would leave the replica running.
 fn skewed(offset: i64) -> Command {
-    let mut command = Command::new("faketime");
-    command.args(["-f", &format!("{offset:+}")]).arg(crate::support::hubalign_bin());
+    let mut command = Command::new(crate::support::hubalign_bin());
+    command.env("LD_PRELOAD", "/usr/$LIB/faketime/libfaketime.so.1");
+    command.env("FAKETIME", format!("{offset:+}"));
     command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     command
 }
