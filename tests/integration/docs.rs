@@ -71,25 +71,30 @@ fn the_readme_starts_with_the_two_commands_and_links_every_document_it_names() {
     }
 }
 
-#[cfg(feature = "system-tests")]
 #[test]
 fn the_metal_runner_workflow_is_valid_yaml_that_runs_the_runner_on_apple_silicon() {
-    let check = "import sys, yaml; w = yaml.safe_load(open(sys.argv[1])); job = w['jobs']['verify']; \
-                 assert job['runs-on'] == 'macos-14', job; \
-                 runs = ' '.join(s.get('run', '') for s in job['steps']); \
-                 assert 'hubalign verify-runner' in runs and '--verify-device metal' in runs, runs; \
-                 assert 'HUBALIGN_RUNNER_TOKEN' in str(job['steps']), 'the token comes from a secret'; \
-                 assert '--db' in runs and 'secrets.HUBALIGN_DATABASE_URL' in str(job['steps']), 'the Hub mode'; \
-                 assert w['permissions'] == {'contents': 'read'}, 'least privilege'; \
-                 import re; uses = [s['uses'] for s in job['steps'] if 'uses' in s]; \
-                 assert uses and all(re.fullmatch(r'[\\w.-]+/[\\w.-]+@[0-9a-f]{40}', u) for u in uses), uses; \
-                 co = [s for s in job['steps'] if s.get('uses', '').startswith('actions/checkout@')][0]; \
-                 assert co['with']['persist-credentials'] is False, 'no credentials kept'; \
-                 assert 'cargo build --release --locked' in runs, runs";
-    let out = std::process::Command::new(crate::support::python())
-        .args(["-c", check])
-        .arg(root().join("deploy/metal-verify.yml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(root().join("deploy/metal-verify.yml")).unwrap();
+    let workflow: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let job = &workflow["jobs"]["verify"];
+    assert_eq!(job["runs-on"], "macos-14", "{job}");
+    let steps = job["steps"].as_array().unwrap();
+    let runs = steps.iter().filter_map(|s| s["run"].as_str()).collect::<Vec<_>>().join(" ");
+    assert!(runs.contains("hubalign verify-runner") && runs.contains("--verify-device metal"), "{runs}");
+    let said = job["steps"].to_string();
+    assert!(said.contains("HUBALIGN_RUNNER_TOKEN"), "the token comes from a secret");
+    assert!(runs.contains("--db") && said.contains("secrets.HUBALIGN_DATABASE_URL"), "the Hub mode");
+    assert_eq!(workflow["permissions"], serde_json::json!({"contents": "read"}), "least privilege");
+    // Every action is pinned to a full commit: `owner/name@` and 40 lowercase hex digits.
+    let pinned = |uses: &str| {
+        uses.rsplit_once('@').is_some_and(|(action, sha)| {
+            action.split('/').count() == 2
+                && sha.len() == 40
+                && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+    };
+    let uses: Vec<&str> = steps.iter().filter_map(|s| s["uses"].as_str()).collect();
+    assert!(!uses.is_empty() && uses.iter().all(|u| pinned(u)), "{uses:?}");
+    let checkout = steps.iter().find(|s| s["uses"].as_str().is_some_and(|u| u.starts_with("actions/checkout@")));
+    assert_eq!(checkout.unwrap()["with"]["persist-credentials"], false, "no credentials kept");
+    assert!(runs.contains("cargo build --release --locked"), "{runs}");
 }
