@@ -2,7 +2,7 @@
 //! `deploy/verify_mlx.py` runs it after the MLX load check (its `load_as_mlx_lm`).
 
 use super::{Check, Runs};
-use crate::job::payload::{Figures, MlxRecord};
+use crate::job::payload::{Figures, MlxLmLoad, MlxRecord};
 
 pub(super) const CHECK: Check = Check { name: "mlx_lm_load", runs: Runs::InMlx(read), card: CARD };
 
@@ -12,11 +12,12 @@ const CARD: &str = "{% if c.figures.loaded %}- mlx-lm: `mlx_lm.load` (mlx-lm {{ 
 {%- else %}- mlx-lm: not loaded ({{ c.figures.why|string|md }}); the MLX load check above covers every tensor.
 {%- endif %}";
 
-/// What the record says of `mlx_lm.load`: its entry in `checks`, or `mlx_lm` in a record of an older script.
+/// What the record says of `mlx_lm.load`, read as an [`MlxLmLoad`]: its entry in `checks`, or `mlx_lm` in a
+/// record of an older script. An entry of other types (a runner's record is from outside) is not rendered.
 fn read(record: &MlxRecord) -> Option<Figures> {
-    if let Some(figures) = record.checks.get(CHECK.name) {
-        return Some(figures.clone());
-    }
-    let said = serde_json::to_value(record.mlx_lm.as_ref()?).ok()?;
-    said.as_object().cloned()
+    let said: MlxLmLoad = match record.checks.get(CHECK.name) {
+        Some(figures) => serde_json::from_value(serde_json::Value::Object(figures.clone())).ok()?,
+        None => record.mlx_lm.clone()?,
+    };
+    Some(super::figures(&said))
 }

@@ -1,6 +1,8 @@
 //! The MLX load check: `mlx.core.load` returns every array of every shard bit-identical to the source's.
 //! `deploy/verify_mlx.py` runs it; its record's top-level fields are its figures.
 
+use serde::Serialize;
+
 use super::{Check, Runs};
 use crate::job::payload::{Figures, MlxRecord};
 
@@ -11,19 +13,39 @@ const CARD: &str = "- MLX load check: `mlx.core.load` on the **{{ c.figures.devi
 {%- if c.figures.device == \"cpu\" %} This check ran on the CPU; it was accepted in place of the Metal check by the
   publisher's policy.{% endif %}";
 
+/// What the MLX load found, from its record.
+#[derive(Serialize)]
+struct Found<'a> {
+    /// Where it ran: `gpu` (Metal) or `cpu`.
+    device: &'a str,
+    /// The MLX that loaded the bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mlx_version: Option<&'a str>,
+    /// Files and arrays loaded, when the record has both.
+    #[serde(flatten)]
+    counts: Option<Counts>,
+    /// How long it took, as the script measured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seconds: Option<&'a serde_json::Number>,
+}
+
+/// Files and arrays the MLX load returned.
+#[derive(Serialize)]
+struct Counts {
+    files: u64,
+    tensors: u64,
+}
+
 /// The figures of the record's load: device, MLX version, files, arrays and seconds, those it has.
 fn read(record: &MlxRecord) -> Option<Figures> {
-    let mut figures = Figures::new();
-    figures.insert("device".into(), record.device.clone().into());
-    if let Some(version) = &record.mlx_version {
-        figures.insert("mlx_version".into(), version.clone().into());
-    }
-    if let (Some(files), Some(tensors)) = (record.files, record.tensors) {
-        figures.insert("files".into(), files.into());
-        figures.insert("tensors".into(), tensors.into());
-    }
-    if let Some(seconds) = &record.seconds {
-        figures.insert("seconds".into(), seconds.clone().into());
-    }
-    Some(figures)
+    let counts = match (record.files, record.tensors) {
+        (Some(files), Some(tensors)) => Some(Counts { files, tensors }),
+        _ => None,
+    };
+    Some(super::figures(&Found {
+        device: &record.device,
+        mlx_version: record.mlx_version.as_deref(),
+        counts,
+        seconds: record.seconds.as_ref(),
+    }))
 }

@@ -373,10 +373,7 @@ impl<'a> CardData<'a> {
             before_tensors: manifest.shards.iter().map(|s| s.unaligned_before).sum(),
             shard_tensors: manifest.shards.iter().map(|s| s.tensors).sum(),
             before_bytes: inputs.before_bytes,
-            checks: crate::repack::checks::outcomes(inputs.checks, &inputs.mlx)
-                .into_iter()
-                .filter(|o| crate::repack::checks::CHECKS.iter().any(|c| c.name == o.name && !c.card.is_empty()))
-                .collect(),
+            checks: crate::repack::checks::outcomes(inputs.checks, &inputs.mlx),
             tool_version: env!("CARGO_PKG_VERSION"),
         }
     }
