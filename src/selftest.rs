@@ -126,19 +126,25 @@ impl Run<'_> {
         let size = shard.len() as u64;
         tokio::fs::write(&path, shard).await.map_err(|e| StepError::Unexpected(format!("{}: {e}", path.display())))?;
         let to = WriteTo::from(self.repo.as_str());
-        let files = vec![("model.safetensors".to_owned(), path.clone(), size)];
+        let files = vec![upload::BundleFile { rel: "model.safetensors".to_owned(), path: path.clone(), size }];
         let (lfs, _) = upload::preupload(self.hub, to, &files).await?;
         if lfs != ["model.safetensors"] {
             return Err(StepError::Unexpected(format!("the Hub did not take the shard to LFS storage: {lfs:?}")));
         }
-        let (mut stored, sent) =
-            upload::to_xet(self.hub, to, &[("model.safetensors".to_owned(), path)], (&[], &HashMap::new())).await?;
+        let shard = [upload::LocalFile { rel: "model.safetensors".to_owned(), path }];
+        let (mut stored, sent) = upload::to_xet(self.hub, to, &shard, (&[], &HashMap::new())).await?;
         let stored = stored.remove("model.safetensors").ok_or_else(|| StepError::Unexpected("not stored".into()))?;
         let message = Message::from("hubalign selftest: a shard through Xet");
-        let committed =
-            upload::commit(self.hub, to, &parent, message, &[("model.safetensors".into(), stored.clone())], &[])
-                .await
-                .map_err(|e| StepError::Unexpected(e.to_string()))?;
+        let committed = upload::commit(
+            self.hub,
+            to,
+            &parent,
+            message,
+            &[upload::StoredFile { rel: "model.safetensors".into(), stored: stored.clone() }],
+            &[],
+        )
+        .await
+        .map_err(|e| StepError::Unexpected(e.to_string()))?;
         let listed = self.hub.tree(&self.repo, &committed.commit).await?;
         let entry = listed.iter().find(|f| f.path == "model.safetensors");
         match entry.and_then(|f| f.lfs.as_ref()) {

@@ -227,10 +227,8 @@ pub async fn push(
     let written: Vec<(String, Vec<u8>)> = pushed.written.iter().map(|rel| (rel.clone(), files[rel].clone())).collect();
     let dir = scratch.to_owned();
     let staged = crate::blocking::run("staging a dataset's files", move || stage(&dir, &written)).await??;
-    let sizes: Vec<(String, PathBuf, u64)> =
-        staged.iter().map(|(rel, path)| (rel.clone(), path.clone(), files[rel].len() as u64)).collect();
-    let (lfs, asked) = upload::preupload(hub, target.into(), &sizes).await?;
-    let to_send: Vec<(String, PathBuf)> = staged.iter().filter(|(rel, _)| lfs.contains(rel)).cloned().collect();
+    let (lfs, asked) = upload::preupload(hub, target.into(), &staged).await?;
+    let (to_send, _inline) = upload::split_by_lfs(staged, &lfs);
     let (stored, sent) = upload::to_xet(hub, target.into(), &to_send, (&[], &sha256)).await?;
     let stored: Vec<(String, Stored)> = stored.into_iter().collect();
     let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
@@ -327,7 +325,7 @@ async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str,
 
 /// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and
 /// part names only); their paths here.
-fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<(String, PathBuf)>, PushError> {
+fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<upload::BundleFile>, PushError> {
     let mut staged = Vec::with_capacity(files.len());
     for (rel, bytes) in files {
         let path = scratch.join(rel);
@@ -336,7 +334,7 @@ fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<(String, Pat
             std::fs::create_dir_all(parent).map_err(failed)?;
         }
         crate::safe_fs::write_atomic(&path, bytes).map_err(failed)?;
-        staged.push((rel.clone(), path));
+        staged.push(upload::BundleFile { rel: rel.clone(), path, size: bytes.len() as u64 });
     }
     Ok(staged)
 }

@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::hub::HubClient;
-use crate::hub::info::ModelInfo;
 use crate::job::payload::Progress;
 use crate::job::{Job, JobOutcome, JobState};
 use crate::safetensors::Alignment;
@@ -29,6 +28,7 @@ use crate::store::{Store, StoreError};
 
 pub use error::{RepackError, WhatNext};
 use metal::rendezvous::MetalHandoff;
+use queue::policy::MayMirror;
 
 /// How the worker runs.
 #[derive(Debug, Clone)]
@@ -106,19 +106,6 @@ struct ConcurrentResults {
     ahead: Option<tokio::sync::oneshot::Receiver<Option<upload::ahead::Ahead>>>,
 }
 
-/// Whether a source may be mirrored now.
-enum MayMirror {
-    /// It may, with this visibility, by the Hub's answer `info`.
-    Yes {
-        /// The mirror's visibility.
-        visibility: queue::policy::Visibility,
-        /// The Hub's answer for the source.
-        info: Box<ModelInfo>,
-    },
-    /// It may not, and why.
-    No(&'static str),
-}
-
 /// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
 pub struct RepackRunner {
     /// The Hub client.
@@ -190,17 +177,7 @@ impl Repacker<'_> {
     /// Whether the source may be mirrored now, and how visibly, from the Hub's answer and the operator's policy.
     async fn source_now(&self, job: &Job) -> Result<MayMirror, RepackError> {
         let info = self.hub.model_info(&job.repo_id).await;
-        let verdict = queue::policy::visibility_now(
-            &job.repo_id,
-            info.as_ref(),
-            &self.opts.target_namespace,
-            &self.opts.private_mirrors,
-        )?;
-        Ok(match (verdict, info) {
-            (Ok(visibility), Ok(info)) => MayMirror::Yes { visibility, info: Box::new(info) },
-            (Err(reason), _) => MayMirror::No(reason),
-            (Ok(_), Err(_)) => MayMirror::No(queue::policy::GONE),
-        })
+        queue::policy::may_mirror_now(&job.repo_id, info, &self.opts.target_namespace, &self.opts.private_mirrors)
     }
 
     /// Records that `job` moves to `state`, with what the step before left for it, and renews the lease; an

@@ -22,7 +22,7 @@ use crate::repack::metal::rendezvous::MetalHandoff;
 use crate::repack::relayout::{self, Relaid, readme_license};
 use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
 use crate::repack::{
-    ConcurrentResults, MayMirror, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish,
+    ConcurrentResults, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish,
     queue::policy, upload::ahead,
 };
 use crate::repack::{publish::pull_request, repair};
@@ -115,8 +115,10 @@ impl Repacker<'_> {
             return Ok(ControlFlow::Continue(None));
         }
         let private = match self.source_now(job).await? {
-            MayMirror::No(reason) => return Ok(ControlFlow::Break(JobOutcome::Skipped { reason: reason.into() })),
-            MayMirror::Yes { visibility, .. } => visibility == policy::Visibility::Private,
+            policy::MayMirror::No(reason) => {
+                return Ok(ControlFlow::Break(JobOutcome::Skipped { reason: reason.into() }));
+            }
+            policy::MayMirror::Yes { visibility, .. } => visibility == policy::Visibility::Private,
         };
         // The mirror's name is taken before the download, so that a day's cap of new mirrors holds the job
         // back before it spends any bandwidth.
@@ -341,8 +343,8 @@ impl Repacker<'_> {
         }
         // The source may have turned private, gated, disabled or gone since the audit.
         let (visibility, info) = match self.source_now(job).await? {
-            MayMirror::Yes { visibility, info } => (visibility, info),
-            MayMirror::No(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
+            policy::MayMirror::Yes { visibility, info } => (visibility, info),
+            policy::MayMirror::No(reason) => return Ok(JobOutcome::Skipped { reason: reason.into() }),
         };
         let private = visibility == policy::Visibility::Private;
         let (namespace, caps) = (&self.opts.target_namespace, &self.opts.caps);

@@ -31,7 +31,7 @@ use crate::untrusted;
 
 use crate::fix::StreamedRecord;
 use crate::repack::download::transfer::{End, SEGMENTED_FROM, send_rest, send_segments};
-use crate::repack::repair::{RepairTarget, StreamRepair, Streamed};
+use crate::repack::repair::{RepairTarget, StreamEnd, StreamRepair, Streamed};
 
 /// What a download fetched.
 #[derive(Debug, Clone)]
@@ -443,11 +443,11 @@ async fn fetch_file(
     }
     drop(tx);
     let joined = join_writer(writer.await, f);
-    let complete = matches!(&joined, Ok((written, _)) if start + written == f.size);
+    let complete = matches!(&joined, Ok(written) if start + written.bytes == f.size);
     match (joined, stopped) {
-        (Ok((_, written)), _) if complete => {
-            finish(f, written, partial, dest, repair).map(|repaired| (fetched, repaired)).map_err(|e| (e, fetched))
-        }
+        (Ok(written), _) if complete => finish(f, written.finished, partial, dest, repair)
+            .map(|repaired| (fetched, repaired))
+            .map_err(|e| (e, fetched)),
         (Err(e), _) => Err((e, fetched)),
         // A partial file that holds wrong bytes fails the hash next time and is fetched whole again.
         (Ok(_), why) => {
@@ -470,7 +470,7 @@ fn spawn_writer(
     let (name, size) = (f.path.clone(), f.size);
     crate::blocking::run("the download's writer", move || match repair {
         Some(target) => write_streamed(&partial, &name, size, target, rx),
-        None => write_partial(&partial, start, digest, rx).map(|(n, d)| (n, Finished::Whole(d))),
+        None => write_partial(&partial, start, digest, rx),
     })
 }
 
@@ -494,26 +494,27 @@ enum Finished {
     /// The file as it came, in the partial file, with its digest.
     Whole(FileDigest),
     /// A streamed shard: the source's SHA-256, and how it was written.
-    Streamed(String, Streamed),
+    Streamed(StreamEnd),
 }
 
-type Written = std::io::Result<(u64, Finished)>;
+/// A writer's end: the bytes it took from this transfer, and what it made of the file.
+struct WriterEnd {
+    bytes: u64,
+    finished: Finished,
+}
+
+type Written = std::io::Result<WriterEnd>;
 
 fn join_writer(
     joined: Result<Written, crate::blocking::BlockingError>,
     f: &TreeFile,
-) -> Result<(u64, Finished), RepackError> {
+) -> Result<WriterEnd, RepackError> {
     joined.map_err(|e| RepackError::caused_by(e).context(&f.path))?.map_err(|e| RepackError::io(&f.path, e))
 }
 
 /// Hashes the partial file's first `start` bytes (what an earlier transfer left), then appends and hashes
 /// what arrives. Returns the bytes appended and the digest of the whole.
-fn write_partial(
-    partial: &Path,
-    start: u64,
-    mut digest: FileDigest,
-    mut rx: Arrivals,
-) -> std::io::Result<(u64, FileDigest)> {
+fn write_partial(partial: &Path, start: u64, mut digest: FileDigest, mut rx: Arrivals) -> Written {
     let mut file = if start == 0 { safe_fs::create_nofollow(partial)? } else { safe_fs::open_rw_nofollow(partial)? };
     hash_prefix(&mut file, start, &mut digest)?;
     file.set_len(start)?;
@@ -526,7 +527,7 @@ fn write_partial(
         written += chunk.len() as u64;
     }
     out.flush()?;
-    Ok((written, digest))
+    Ok(WriterEnd { bytes: written, finished: Finished::Whole(digest) })
 }
 
 /// Streams a shard from its first byte through [`StreamRepair`], which writes the repaired file or the
@@ -538,8 +539,7 @@ fn write_streamed(partial: &Path, name: &str, size: u64, target: RepairTarget, m
         repair.push(&chunk)?;
         written += chunk.len() as u64;
     }
-    let (sha256, streamed) = repair.finish()?;
-    Ok((written, Finished::Streamed(sha256, streamed)))
+    Ok(WriterEnd { bytes: written, finished: Finished::Streamed(repair.finish()?) })
 }
 
 /// Feeds the first `len` bytes of `file` to `digest`; a file shorter than that (one that shrank since its
@@ -559,10 +559,10 @@ fn finish(
 ) -> Result<bool, RepackError> {
     let (matches, repaired) = match written {
         Finished::Whole(digest) => (digest.matches(), None),
-        Finished::Streamed(sha256, streamed) => {
+        Finished::Streamed(StreamEnd { source_sha256, streamed }) => {
             let oid = f.lfs.as_ref().map(|l| l.oid.to_ascii_lowercase()).unwrap_or_default();
             (
-                sha256 == oid,
+                source_sha256 == oid,
                 match streamed {
                     Streamed::Repaired(r) => Some((r, oid)),
                     Streamed::Whole => None,

@@ -20,9 +20,10 @@ use crate::repack::checks::Checked;
 use crate::repack::error::RepackError;
 use crate::repack::metal::{Fetch, Rendezvous};
 use crate::repack::publish::finish::CardFacts;
+use crate::repack::queue::policy::MayMirror;
 use crate::repack::queue::policy::Visibility;
 use crate::repack::upload::CommitError;
-use crate::repack::{MayMirror, Repacker, download, publish, upload};
+use crate::repack::{Repacker, download, publish, upload};
 use crate::store::{Store, StoreError};
 
 /// Where a bundle waits for the Metal check.
@@ -144,7 +145,7 @@ impl Repacker<'_> {
         let card_path = self.write_card(&dir, &target, facts)?;
         let head = publish::head(self.hub, &target).await?;
         let published = if head == staged.commit {
-            let card = [("README.md".to_owned(), card_path)];
+            let card = [upload::LocalFile { rel: "README.md".to_owned(), path: card_path }];
             let summary = format!("Model card: the Metal check passed for source commit {}", job.source_sha);
             match upload::commit(self.hub, target.as_str().into(), &staged.commit, summary.as_str().into(), &[], &card)
                 .await

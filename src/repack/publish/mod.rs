@@ -272,16 +272,14 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     // Each file is read once: Xet's chunking takes the SHA-256 the commit names beside it.
     let files = upload::files_of(dir);
     let (lfs, asked) = upload::preupload(mirror.hub, target.into(), &files).await?;
-    let (to_store, inline): (Vec<_>, Vec<_>) =
-        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
-    let order: Vec<String> = to_store.iter().map(|(rel, _)| rel.clone()).collect();
-    let (to_send, sent_ahead) = ahead::still_to_send(to_store, mirror.ahead);
+    let (to_store, inline) = upload::split_by_lfs(files, &lfs);
+    let ahead::StillToSend { to_send, sent_ahead } = ahead::still_to_send(to_store.clone(), mirror.ahead);
     // Priming asks about the sources of the files still to send only.
     let sources: Vec<PathBuf> =
-        mirror.sources.iter().filter(|p| to_send.iter().any(|(rel, _)| p.ends_with(rel))).cloned().collect();
+        mirror.sources.iter().filter(|p| to_send.iter().any(|f| p.ends_with(&f.rel))).cloned().collect();
     let (mut stored, through_xet) =
         upload::to_xet(mirror.hub, target.into(), &to_send, (&sources, &std::collections::HashMap::new())).await?;
-    stored.extend(sent_ahead);
+    stored.extend(sent_ahead.into_iter().map(|f| (f.rel, f.stored)));
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
     }
@@ -289,7 +287,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     // one builds on, and the Hub refuses the commit if the branch has moved since.
     let parent = head(mirror.hub, target).await?;
     check_holder(mirror, &parent).await?;
-    let stored: Vec<_> = order.into_iter().filter_map(|rel| Some((rel.clone(), stored.remove(&rel)?))).collect();
+    let stored = upload::in_order(&to_store, &mut stored);
     let summary = format!("Aligned safetensors from source commit {source_sha}");
     let committed = upload::commit(mirror.hub, target.into(), &parent, summary.as_str().into(), &stored, &inline).await;
     let (commit, committed) = match committed {

@@ -79,8 +79,8 @@ pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result
     let files = crate::blocking::run("listing the repair", move || upload::files_of(&listed))
         .await
         .map_err(RepackError::caused_by)?;
-    let files: Vec<_> = files.into_iter().filter(|(rel, _, _)| !rel.contains('/') && repair(rel)).collect();
-    if !files.iter().any(|(rel, _, _)| rel == crate::manifest::MANIFEST_FILE) {
+    let files: Vec<_> = files.into_iter().filter(|f| !f.rel.contains('/') && repair(&f.rel)).collect();
+    if !files.iter().any(|f| f.rel == crate::manifest::MANIFEST_FILE) {
         let manifest = dir.join(crate::manifest::MANIFEST_FILE);
         return Err(RepackError::io(manifest.display(), std::io::ErrorKind::NotFound.into()));
     }

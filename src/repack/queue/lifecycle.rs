@@ -102,9 +102,10 @@ async fn reconcile(
             source = to;
         }
         // A public mirror stays public only where a public one may be published now.
-        let reason = match policy::visibility_now(source, info.as_ref(), ns, &PrivateMirrors::default()) {
-            Ok(Ok(_)) => continue,
-            Ok(Err(reason)) => reason,
+        let source = source.to_owned();
+        let reason = match policy::may_mirror_now(&source, info, ns, &PrivateMirrors::default()) {
+            Ok(policy::MayMirror::Yes { .. }) => continue,
+            Ok(policy::MayMirror::No(reason)) => reason,
             Err(e) => {
                 tracing::warn!(repo.id = %source, mirror = %mirror.target_repo, error = %e, "source visibility unknown; checked again next time");
                 continue;

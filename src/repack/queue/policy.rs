@@ -76,26 +76,44 @@ pub fn visibility(
     }
 }
 
+/// Whether a source may be mirrored now, by the Hub's answer for it.
+pub enum MayMirror {
+    /// It may, with this visibility, by the Hub's answer `info`.
+    Yes {
+        /// The mirror's visibility.
+        visibility: Visibility,
+        /// The Hub's answer for the source.
+        info: Box<ModelInfo>,
+    },
+    /// It may not, and why.
+    No(&'static str),
+}
+
 /// The same decision from the Hub's answer for the source now: a source that is gone, or that the Hub
 /// reports gated or disabled, is not mirrored; an answer that says nothing certain is an error to retry.
-pub fn visibility_now(
+pub fn may_mirror_now(
     source: &str,
-    info: Result<&ModelInfo, &HubError>,
+    info: Result<ModelInfo, HubError>,
     target_namespace: &str,
     private: &PrivateMirrors,
-) -> Result<Result<Visibility, &'static str>, RepackError> {
+) -> Result<MayMirror, RepackError> {
     match info {
-        Ok(info) => Ok(visibility(
-            source,
-            SourceFlags { private: info.flags.private, gated: info.flags.is_gated(), disabled: info.flags.disabled },
-            target_namespace,
-            private,
-        )),
+        Ok(info) => {
+            let flags = SourceFlags {
+                private: info.flags.private,
+                gated: info.flags.is_gated(),
+                disabled: info.flags.disabled,
+            };
+            Ok(match visibility(source, flags, target_namespace, private) {
+                Ok(visibility) => MayMirror::Yes { visibility, info: Box::new(info) },
+                Err(reason) => MayMirror::No(reason),
+            })
+        }
         Err(e) => match e.access() {
-            Some(Access::Vanished) => Ok(Err(GONE)),
-            Some(Access::Gated) => Ok(Err(GATED)),
-            Some(Access::Disabled) => Ok(Err(DISABLED)),
-            Some(Access::Moved) | None => Err(RepackError::hub("checking the source's visibility", e.clone())),
+            Some(Access::Vanished) => Ok(MayMirror::No(GONE)),
+            Some(Access::Gated) => Ok(MayMirror::No(GATED)),
+            Some(Access::Disabled) => Ok(MayMirror::No(DISABLED)),
+            Some(Access::Moved) | None => Err(RepackError::hub("checking the source's visibility", e)),
         },
     }
 }

@@ -54,7 +54,16 @@ pub struct Repaired {
     hashed: Option<crate::safe_fs::FileId>,
 }
 
-/// How a streamed file ended.
+/// A streamed file's end: the source's SHA-256 (to be checked against the Hub's before anything is kept),
+/// and how the file was written.
+pub struct StreamEnd {
+    /// The source's SHA-256, as it streamed.
+    pub source_sha256: String,
+    /// How it was written.
+    pub streamed: Streamed,
+}
+
+/// How a streamed file was written.
 pub enum Streamed {
     /// Header-padded while it streamed; the partial file holds the stub.
     Repaired(Box<Repaired>),
@@ -201,9 +210,8 @@ impl StreamRepair {
         Some(Repairing { shard, plan: planned, temp, writes, payload_seen: 0, unaligned_before })
     }
 
-    /// Ends the stream: the source's SHA-256 (to be checked against the Hub's before anything is kept) and
-    /// how the shard was written. A stub is extended to the source's length, as a hole.
-    pub fn finish(mut self) -> io::Result<(String, Streamed)> {
+    /// Ends the stream. A stub is extended to the source's length, as a hole.
+    pub fn finish(mut self) -> io::Result<StreamEnd> {
         let state = std::mem::replace(&mut self.state, State::Whole);
         let streamed = match state {
             State::Header(head) => {
@@ -232,7 +240,7 @@ impl StreamRepair {
         if matches!(streamed, Streamed::Repaired(_)) {
             file.set_len(self.size)?;
         }
-        Ok((self.source.finish_hex(), streamed))
+        Ok(StreamEnd { source_sha256: self.source.finish_hex(), streamed })
     }
 }
 
@@ -293,12 +301,12 @@ impl Writes {
             #[cfg(unix)]
             Writes::Moved { out, spans, new_file_digests, .. } => {
                 let tensors = spans.finish().ok_or_else(|| io::Error::other("a tensor ended early"))?;
-                let (file, payload) = new_file_digests.finish(&out, plan)?;
+                let digests = new_file_digests.finish(&out, plan)?;
                 Ok(ShardHashes {
                     src_file_sha256: None,
                     src_payload_sha256: None,
-                    new_file_sha256: Some(file),
-                    new_payload_sha256: payload,
+                    new_file_sha256: Some(digests.file),
+                    new_payload_sha256: digests.payload,
                     tensor_sha256: Some(tensors),
                 })
             }

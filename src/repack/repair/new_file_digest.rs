@@ -37,6 +37,14 @@ pub(super) struct NewFileDigests {
     read_back: u64,
 }
 
+/// The SHA-256 digests of a reordered shard's new file.
+pub(super) struct NewFileSha256 {
+    /// Of the whole file: the LFS oid the upload names.
+    pub(super) file: String,
+    /// Of its payload: the manifest's.
+    pub(super) payload: String,
+}
+
 impl NewFileDigests {
     /// Starts on the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is the
     /// first the file's digest takes.
@@ -83,11 +91,11 @@ impl NewFileDigests {
         Ok(())
     }
 
-    /// Reads back and hashes the rest (the whole payload has arrived): the whole file's digest, then the
+    /// Reads back and hashes the rest (the whole payload has arrived): the whole file's digest and the
     /// payload's.
-    pub(super) fn finish(mut self, out: &File, plan: &LayoutPlan) -> io::Result<(String, String)> {
+    pub(super) fn finish(mut self, out: &File, plan: &LayoutPlan) -> io::Result<NewFileSha256> {
         self.read_to(out, plan.data_start(), self.len)?;
-        Ok((self.file.finish_hex(), self.payload.finish_hex()))
+        Ok(NewFileSha256 { file: self.file.finish_hex(), payload: self.payload.finish_hex() })
     }
 
     fn read_to(&mut self, out: &File, data_start: u64, to: u64) -> io::Result<()> {
@@ -137,9 +145,9 @@ mod tests {
 
     /// Both digests `digests` ends with are the new file's and its payload's.
     fn ends_right(digests: NewFileDigests, laid: &Laid) {
-        let (file, payload) = digests.finish(&laid.out, &laid.plan).unwrap();
-        assert_eq!(file, sha256_hex(&laid.written));
-        assert_eq!(payload, sha256_hex(&laid.written[laid.plan.data_start() as usize..]));
+        let sha256 = digests.finish(&laid.out, &laid.plan).unwrap();
+        assert_eq!(sha256.file, sha256_hex(&laid.written));
+        assert_eq!(sha256.payload, sha256_hex(&laid.written[laid.plan.data_start() as usize..]));
     }
 
     #[test]

@@ -22,8 +22,8 @@ fn stream(source: &[u8], pieces: &[usize], dir: &Path) -> (String, Streamed, Vec
         repair.push(&source[at..end]).unwrap();
         at = end;
     }
-    let (sha, streamed) = repair.finish().unwrap();
-    (sha, streamed, std::fs::read(&partial).unwrap())
+    let end = repair.finish().unwrap();
+    (end.source_sha256, end.streamed, std::fs::read(&partial).unwrap())
 }
 
 /// What the file-based re-layout writes for `source`.

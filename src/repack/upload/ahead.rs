@@ -6,13 +6,13 @@
 //! and modification time); otherwise it uploads it again.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use futures_util::StreamExt as _;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::fix::StreamedRecord;
-use crate::repack::upload::{self, Stored};
+use crate::repack::upload::{self, LocalFile, Stored, StoredFile};
 use crate::safe_fs::FileId;
 
 /// What went up ahead of the publish step.
@@ -92,7 +92,8 @@ impl Uploader<'_> {
         // A reordered shard was hashed whole as it was written; a header-padded one was not.
         let known: HashMap<String, String> =
             StreamedRecord::file_sha256(self.repaired, &rel).map(|sha| (rel.clone(), sha)).into_iter().collect();
-        match upload::to_xet(self.hub, self.target.into(), &[(rel.clone(), file.clone())], (&sources, &known)).await {
+        let one = [LocalFile { rel: rel.clone(), path: file.clone() }];
+        match upload::to_xet(self.hub, self.target.into(), &one, (&sources, &known)).await {
             Ok((mut stored, bytes)) => {
                 let unchanged = FileId::of(&file) == Some(id);
                 let stored = stored.remove(&rel).filter(|_| unchanged);
@@ -120,21 +121,25 @@ struct Sent {
     named: bool,
 }
 
-/// A staged file: its path in the repo, and here.
-pub type StagedFile = (String, PathBuf);
+/// The staged LFS files, split by whether they went up ahead.
+#[derive(Debug, Default)]
+pub struct StillToSend {
+    /// Files still to send.
+    pub to_send: Vec<LocalFile>,
+    /// Files that went up ahead, unchanged since, with what the CAS stored for each.
+    pub sent_ahead: Vec<StoredFile>,
+}
 
-/// Splits the staged `files` into those still to send and those that went up ahead, with what the CAS
-/// stored for each.
-pub fn still_to_send(files: Vec<StagedFile>, ahead: Option<&Ahead>) -> (Vec<StagedFile>, Vec<(String, Stored)>) {
-    let mut sent = Vec::new();
-    let mut rest = Vec::new();
-    for (rel, path) in files {
-        match ahead.and_then(|a| a.stored(&rel, &path)) {
-            Some(stored) => sent.push((rel, stored.clone())),
-            None => rest.push((rel, path)),
+/// Splits the staged `files` into those still to send and those that went up ahead.
+pub fn still_to_send(files: Vec<LocalFile>, ahead: Option<&Ahead>) -> StillToSend {
+    let mut split = StillToSend::default();
+    for file in files {
+        match ahead.and_then(|a| a.stored(&file.rel, &file.path)) {
+            Some(stored) => split.sent_ahead.push(StoredFile { rel: file.rel, stored: stored.clone() }),
+            None => split.to_send.push(file),
         }
     }
-    (rest, sent)
+    split
 }
 
 #[cfg(test)]
@@ -158,15 +163,16 @@ mod tests {
         let new = dir.path().join("c.new");
         std::fs::write(&new, b"shard").unwrap();
         std::fs::rename(&new, &rewritten).unwrap();
+        let file = |rel: &str, path: &Path| LocalFile { rel: rel.to_owned(), path: path.to_owned() };
         let staged = vec![
-            ("a.safetensors".to_owned(), linked),
-            ("c.safetensors".to_owned(), rewritten.clone()),
-            ("config.json".to_owned(), dir.path().join("config.json")),
+            file("a.safetensors", &linked),
+            file("c.safetensors", &rewritten),
+            file("config.json", &dir.path().join("config.json")),
         ];
-        let (rest, done) = still_to_send(staged, Some(&ahead));
-        assert_eq!(done, [("a.safetensors".to_owned(), stored)]);
-        let rest: Vec<&str> = rest.iter().map(|(rel, _)| rel.as_str()).collect();
+        let split = still_to_send(staged, Some(&ahead));
+        assert_eq!(split.sent_ahead, [StoredFile { rel: "a.safetensors".to_owned(), stored }]);
+        let rest: Vec<&str> = split.to_send.iter().map(|f| f.rel.as_str()).collect();
         assert_eq!(rest, ["c.safetensors", "config.json"]);
-        assert_eq!(still_to_send(vec![("a.safetensors".into(), sent)], None).0.len(), 1);
+        assert_eq!(still_to_send(vec![file("a.safetensors", &sent)], None).to_send.len(), 1);
     }
 }

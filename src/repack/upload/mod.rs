@@ -20,22 +20,57 @@ pub use crate::hub::commit::{Committed, Message, Stored, WriteTo};
 use crate::repack::error::RepackError;
 use crate::repack::upload::prime::{prime_with, write_token};
 
+/// A file of a bundle: its path in the repo (with `/`), its path here, and its size.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BundleFile {
+    /// Its path in the repo.
+    pub rel: String,
+    /// Its path here.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// A file to send: its path in the repo, and its path here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalFile {
+    /// Its path in the repo.
+    pub rel: String,
+    /// Its path here.
+    pub path: PathBuf,
+}
+
+impl From<BundleFile> for LocalFile {
+    fn from(BundleFile { rel, path, .. }: BundleFile) -> LocalFile {
+        LocalFile { rel, path }
+    }
+}
+
+/// A file the CAS stored, by its path in the repo: what an LFS pointer of the commit names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    /// Its path in the repo.
+    pub rel: String,
+    /// Its oid and size.
+    pub stored: Stored,
+}
+
 /// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
 /// Bytes of each file the preupload question carries.
 const SAMPLE: u64 = 512;
 
-/// Asks the Hub which of `files` (path in the repo, path here, size) go to LFS; the others travel inline in
-/// the commit. An empty file is never LFS. Returns the LFS paths and the bytes sent.
+/// Asks the Hub which of `files` go to LFS; the others travel inline in the commit. An empty file is never
+/// LFS. Returns the LFS paths and the bytes sent.
 pub async fn preupload(
     hub: &HubClient,
     target: WriteTo<'_>,
-    files: &[(String, PathBuf, u64)],
+    files: &[BundleFile],
 ) -> Result<(Vec<String>, u64), RepackError> {
     let (mut lfs, mut sent) = (Vec::new(), 0u64);
     for batch in files.chunks(PREUPLOAD_BATCH) {
         let mut asked = Vec::with_capacity(batch.len());
-        for (rel, path, size) in batch {
+        for BundleFile { rel, path, size } in batch {
             let mut sample = Vec::with_capacity(SAMPLE as usize);
             let file = tokio::fs::File::open(path).await.map_err(|e| RepackError::io(path.display(), e))?;
             file.take(SAMPLE).read_to_end(&mut sample).await.map_err(|e| RepackError::io(path.display(), e))?;
@@ -51,14 +86,14 @@ pub async fn preupload(
     Ok((lfs, sent))
 }
 
-/// Uploads `files` (path in the repo, path here) to `target`'s CAS in one Xet upload, after priming its
+/// Uploads `files` to `target`'s CAS in one Xet upload, after priming its
 /// deduplication with the source shards `sources`. `known` gives the SHA-256 of those files already hashed
 /// as they were written (by path in the repo), which Xet then need not take again. Returns each file's oid
 /// and size, and the bytes sent.
 pub async fn to_xet(
     hub: &HubClient,
     target: WriteTo<'_>,
-    files: &[(String, PathBuf)],
+    files: &[LocalFile],
     (sources, known): (&[PathBuf], &HashMap<String, String>),
 ) -> Result<(HashMap<String, Stored>, u64), RepackError> {
     if files.is_empty() {
@@ -80,7 +115,7 @@ pub async fn to_xet(
         .await
         .map_err(|e| xet_error(&e))?;
     let mut tasks = HashMap::new();
-    for (rel, path) in files {
+    for LocalFile { rel, path } in files {
         let sha256 = known.get(rel).map(String::as_str);
         let task = crate::repack::upload::blocks::send(&commit, rel, path, sha256)
             .await
@@ -105,27 +140,37 @@ pub async fn to_xet(
 #[derive(Debug, Default)]
 pub struct Sent {
     /// The files stored in LFS storage, in the order given.
-    pub stored: Vec<(String, Stored)>,
-    /// The files that travel inline in the commit (path in the repo, path here).
-    pub inline: Vec<(String, PathBuf)>,
+    pub stored: Vec<StoredFile>,
+    /// The files that travel inline in the commit.
+    pub inline: Vec<LocalFile>,
     /// The bytes the preupload question and the Xet upload sent.
     pub bytes: u64,
 }
 
-/// Sends `files` (path in the repo, path here, size) `to` a repo as a commit will hold them: the preupload
-/// question, then the LFS files through Xet, priming its deduplication with `sources`.
+/// Sends `files` `to` a repo as a commit will hold them: the preupload question, then the LFS files through
+/// Xet, priming its deduplication with `sources`.
 pub async fn send_files(
     hub: &HubClient,
     to: WriteTo<'_>,
-    files: Vec<(String, PathBuf, u64)>,
+    files: Vec<BundleFile>,
     sources: &[PathBuf],
 ) -> Result<Sent, RepackError> {
     let (lfs, asked) = preupload(hub, to, &files).await?;
-    let (to_store, inline): (Vec<_>, Vec<_>) =
-        files.into_iter().map(|(rel, path, _)| (rel, path)).partition(|(rel, _)| lfs.contains(rel));
+    let (to_store, inline) = split_by_lfs(files, &lfs);
     let (mut stored, through_xet) = to_xet(hub, to, &to_store, (sources, &HashMap::new())).await?;
-    let stored = to_store.iter().filter_map(|(rel, _)| Some((rel.clone(), stored.remove(rel)?))).collect();
+    let stored = in_order(&to_store, &mut stored);
     Ok(Sent { stored, inline, bytes: asked + through_xet })
+}
+
+/// `files` split into those the Hub keeps in LFS (`lfs`, from the preupload question) and those that travel
+/// inline.
+pub fn split_by_lfs(files: Vec<BundleFile>, lfs: &[String]) -> (Vec<LocalFile>, Vec<LocalFile>) {
+    files.into_iter().map(LocalFile::from).partition(|f| lfs.contains(&f.rel))
+}
+
+/// What the CAS stored for each of `files`, in their order; a file it did not store is left out.
+pub fn in_order(files: &[LocalFile], stored: &mut HashMap<String, Stored>) -> Vec<StoredFile> {
+    files.iter().filter_map(|f| Some(StoredFile { rel: f.rel.clone(), stored: stored.remove(&f.rel)? })).collect()
 }
 
 /// The Xet session's configuration for a mirror's upload.
@@ -151,14 +196,15 @@ pub async fn commit(
     target: WriteTo<'_>,
     parent: &str,
     message: Message<'_>,
-    stored: &[(String, Stored)],
-    inline: &[(String, PathBuf)],
+    stored: &[StoredFile],
+    inline: &[LocalFile],
 ) -> Result<Committed, CommitError> {
-    let mut changes: Vec<Change<'_>> = stored.iter().map(|(path, stored)| Change::Lfs { path, stored }).collect();
-    for (path, file) in inline {
+    let mut changes: Vec<Change<'_>> =
+        stored.iter().map(|StoredFile { rel, stored }| Change::Lfs { path: rel, stored }).collect();
+    for LocalFile { rel, path } in inline {
         let content =
-            tokio::fs::read(file).await.map_err(|e| CommitError::Failed(RepackError::io(file.display(), e)))?;
-        changes.push(Change::Inline { path, content });
+            tokio::fs::read(path).await.map_err(|e| CommitError::Failed(RepackError::io(path.display(), e)))?;
+        changes.push(Change::Inline { path: rel, content });
     }
     match hub.commit(target, parent, message, &changes).await {
         Ok(done) => Ok(done),
@@ -181,21 +227,21 @@ pub enum CommitError {
     Failed(RepackError),
 }
 
-/// Every regular file under `dir`, as (path relative to it with `/`, path, size), sorted.
-pub fn files_of(dir: &Path) -> Vec<(String, PathBuf, u64)> {
+/// Every regular file under `dir`, sorted by its path relative to `dir`.
+pub fn files_of(dir: &Path) -> Vec<BundleFile> {
     let mut out = Vec::new();
     list(dir, "", &mut out);
     out.sort();
     out
 }
 
-fn list(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf, u64)>) {
+fn list(dir: &Path, prefix: &str, out: &mut Vec<BundleFile>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
         match entry.metadata() {
             Ok(m) if m.is_dir() => list(&entry.path(), &format!("{name}/"), out),
-            Ok(m) if m.is_file() => out.push((name, entry.path(), m.len())),
+            Ok(m) if m.is_file() => out.push(BundleFile { rel: name, path: entry.path(), size: m.len() }),
             _ => {}
         }
     }

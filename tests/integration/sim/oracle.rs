@@ -4,7 +4,6 @@
 //! its reason, and every difference there must still be one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 
 use hubalign::hub::commit::{Message, WriteTo};
@@ -44,14 +43,14 @@ fn official(world: &World) -> Journal {
 }
 
 /// A file with `bytes`, for hubalign's upload, which reads files.
-fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> (String, PathBuf, u64) {
+fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> upload::BundleFile {
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
-    (name.to_owned(), path, bytes.len() as u64)
+    upload::BundleFile { rel: name.to_owned(), path, size: bytes.len() as u64 }
 }
 
 /// An upload as the mirrors and pull requests make it: preupload, Xet for what goes to LFS, one commit.
-async fn upload_to(hub: &HubClient, to: WriteTo<'_>, files: Vec<(String, PathBuf, u64)>, message: Message<'_>) {
+async fn upload_to(hub: &HubClient, to: WriteTo<'_>, files: Vec<upload::BundleFile>, message: Message<'_>) {
     let parent = hub.model_info(to.repo.id).await.unwrap().sha.unwrap();
     let sent = upload::send_files(hub, to, files, &[]).await.unwrap();
     upload::commit(hub, to, &parent, message, &sent.stored, &sent.inline).await.unwrap();

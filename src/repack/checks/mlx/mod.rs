@@ -299,11 +299,11 @@ impl Limits {
     pub fn for_bundle(dir: &Path, available: Option<u64>) -> Limits {
         let (mut largest, mut bytes) = (0u64, 0u64);
         for shard in crate::repack::upload::files_of(dir) {
-            if !shard.0.ends_with(crate::bundle::SHARD_SUFFIX) {
+            if !shard.rel.ends_with(crate::bundle::SHARD_SUFFIX) {
                 continue;
             }
-            bytes = bytes.saturating_add(shard.2);
-            if let Ok(h) = crate::safetensors::read::read_shard_header(&shard.1) {
+            bytes = bytes.saturating_add(shard.size);
+            if let Ok(h) = crate::safetensors::read::read_shard_header(&shard.path) {
                 largest = h
                     .header
                     .tensors
