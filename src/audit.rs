@@ -39,7 +39,7 @@ pub struct AuditOptions {
     /// schedule, on replica R`, `an administrator, via replica R`.
     pub started_by: Option<String>,
     /// The namespaces mirrors are published to: repos there are mirrors, never sources (see
-    /// [`crate::sources::is_mirror`]).
+    /// `sources::is_mirror`).
     pub own_namespaces: Vec<String>,
 }
 

@@ -25,7 +25,7 @@ impl Unrecognized {
 }
 
 /// The one of `all` whose `name` is `value`, or an error that lists every name.
-pub fn by_name<T: Copy>(value: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<T, Unrecognized> {
+pub(crate) fn by_name<T: Copy>(value: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<T, Unrecognized> {
     all.iter()
         .copied()
         .find(|&item| name(item) == value)
@@ -33,7 +33,7 @@ pub fn by_name<T: Copy>(value: &str, all: &[T], name: impl Fn(T) -> &'static str
 }
 
 /// `e`, then each of its sources after `: `; a source whose text the line already holds is not said again.
-pub fn with_causes(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -28,7 +28,7 @@ impl PathIoError {
 
 /// The kind of the first I/O failure in `e`'s chain of causes, if any: what lets a caller tell a full disk
 /// from a bad file after the error has been wrapped.
-pub fn io_kind_in(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+pub(crate) fn io_kind_in(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
     let mut cause = Some(e);
     while let Some(c) = cause {
         if let Some(io) = c.downcast_ref::<io::Error>() {

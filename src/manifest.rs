@@ -41,7 +41,7 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedShard>,
     /// Files of the source repo a mirror does not carry, with the reason (a repack's; see
-    /// [`crate::repack::download::allow_list`]).
+    /// `repack::download::allow_list`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
     /// Carried configs whose pointers to code were removed.

@@ -6,18 +6,18 @@
 pub const MIRROR_TAG: &str = "aligned-safetensors";
 
 /// Most shards a repo may have to be audited or mirrored (real MLX repos have fewer than 200).
-pub const MAX_SHARDS: usize = 256;
+pub(crate) const MAX_SHARDS: usize = 256;
 
 /// Most files a repo's tree may list (real MLX repos list a few dozen).
-pub const MAX_FILES: usize = 10_000;
+pub(crate) const MAX_FILES: usize = 10_000;
 
 /// The largest file the Hub stores (its documented hard limit per file is 50 GB): a shard that claims more
 /// is lying, and its size counts in no total.
-pub const MAX_FILE_BYTES: u64 = 50_000_000_000;
+pub(crate) const MAX_FILE_BYTES: u64 = 50_000_000_000;
 
 /// Whether a listed repo is a mirror rather than a source: it carries [`MIRROR_TAG`], or it lives in one of
 /// the namespaces this service publishes to (compared as the Hub compares names).
-pub fn is_mirror(id: &str, tags: &[String], own_namespaces: &[String]) -> bool {
+pub(crate) fn is_mirror(id: &str, tags: &[String], own_namespaces: &[String]) -> bool {
     let namespace = crate::untrusted::namespace_of(id);
     tags.iter().any(|t| t == MIRROR_TAG) || own_namespaces.iter().any(|ns| ns.eq_ignore_ascii_case(namespace))
 }

@@ -10,7 +10,7 @@ use parquet::record::RecordWriter;
 
 /// `rows` as one Parquet file of one row group, Snappy-compressed (what the Hub's own conversions use, and
 /// every reader of `hf://` reads), naming hubalign (without its version) as its writer.
-pub fn parquet<R>(rows: &[R]) -> Result<Vec<u8>, ParquetError>
+pub(crate) fn parquet<R>(rows: &[R]) -> Result<Vec<u8>, ParquetError>
 where
     for<'a> &'a [R]: RecordWriter<R>,
 {

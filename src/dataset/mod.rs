@@ -13,9 +13,9 @@
 //! file has the same bytes, and the same SHA-256, as the one already published.
 
 pub mod card;
-pub mod encode;
+pub(crate) mod encode;
 pub mod push;
-pub mod tables;
+pub(crate) mod tables;
 
 use std::collections::BTreeMap;
 

@@ -117,7 +117,7 @@ pub struct PublisherRecord {
 }
 
 /// A column: its name, its type as the card says it, and what it holds.
-pub type Column = (&'static str, &'static str, &'static str);
+pub(crate) type Column = (&'static str, &'static str, &'static str);
 
 const DATE: Column = ("snapshot_date", "string", "The day of the crawl this snapshot is from (UTC, `YYYY-MM-DD`).");
 const DUPLICATED: &str = "Bytes a memory-mapping loader copies instead of mapping: the sizes of the tensors whose file offset is not a multiple of their element's width.";
@@ -126,7 +126,7 @@ const MISALIGNED: &str =
 const WRITER: &str = "The writer the header names (`__metadata__.format`, e.g. `mlx`, `pt`), if any.";
 
 /// Each table's name and columns, in their order in the files.
-pub const COLUMNS: [(&str, &[Column]); 4] = [
+pub(crate) const COLUMNS: [(&str, &[Column]); 4] = [
     (
         "repos",
         &[

@@ -12,13 +12,13 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 /// The first pause after a refusal.
-pub const FIRST_PAUSE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_secs(5 * 60);
 /// The longest pause: the quota's window.
-pub const LONGEST_PAUSE: Duration = Duration::from_secs(60 * 60);
+pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(60 * 60);
 
 /// Until when this client's actions are paused, and how many refusals came in a row.
 #[derive(Debug, Default)]
-pub struct ActionPause {
+pub(crate) struct ActionPause {
     state: Mutex<Streak>,
 }
 
@@ -31,7 +31,7 @@ struct Streak {
 impl ActionPause {
     /// Records a refusal at `now`; returns when actions may start again. Refusals of actions sent before the
     /// pause began are one refusal, not a streak.
-    pub fn refused(&self, now: SystemTime) -> SystemTime {
+    pub(crate) fn refused(&self, now: SystemTime) -> SystemTime {
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(until) = state.until.filter(|until| *until > now) {
             return until;
@@ -44,13 +44,13 @@ impl ActionPause {
     }
 
     /// Records an action the Hub took: the next refusal pauses for [`FIRST_PAUSE`] again.
-    pub fn succeeded(&self) {
+    pub(crate) fn succeeded(&self) {
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.refusals = 0;
     }
 
     /// When actions may start again, if that is after `now`.
-    pub fn until(&self, now: SystemTime) -> Option<SystemTime> {
+    pub(crate) fn until(&self, now: SystemTime) -> Option<SystemTime> {
         let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.until.filter(|until| *until > now)
     }

@@ -104,7 +104,7 @@ impl HubClient {
 
     /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same checks
     /// as a listing page's entries), with its tags for the audit's filters. The Hub answers a renamed repo's
-    /// old name with the repo under its new name: that answer is [`Entry::Renamed`], the only proof of a move
+    /// old name with the repo under its new name: that answer is `Entry::Renamed`, the only proof of a move
     /// hubalign acts on.
     pub async fn repo_entry(&self, repo: &str) -> Result<Entry, HubError> {
         let url = self.model_api(repo, "");

@@ -14,10 +14,10 @@ use super::pacing::Bucket;
 
 /// The histogram's labels: `bucket` (`api` or `resolvers`) and `outcome` (`2xx` … `5xx`, or `error` when no
 /// answer came).
-pub type Labels = Vec<(String, String)>;
+pub(crate) type Labels = Vec<(String, String)>;
 
 /// The histograms, one per label set.
-pub type RequestSeconds = Family<Labels, Histogram, fn() -> Histogram>;
+pub(crate) type RequestSeconds = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn histogram() -> Histogram {
     // 5 ms to about 82 s.
@@ -25,7 +25,7 @@ fn histogram() -> Histogram {
 }
 
 /// Every Hub request's answer time in this process.
-pub static REQUEST_SECONDS: LazyLock<RequestSeconds> = LazyLock::new(|| Family::new_with_constructor(histogram));
+pub(crate) static REQUEST_SECONDS: LazyLock<RequestSeconds> = LazyLock::new(|| Family::new_with_constructor(histogram));
 
 /// Records one attempt: its bucket, the status it got (`None` when none came) and how long it took.
 pub(super) fn observe(bucket: Bucket, status: Option<u16>, took: Duration) {

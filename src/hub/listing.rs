@@ -146,7 +146,7 @@ pub struct Page {
 }
 
 impl ListQuery {
-    /// The first page's URL; later pages come from `Link` headers, checked by [`super::pages::Pagination`].
+    /// The first page's URL; later pages come from `Link` headers, checked by `hub::pages::Pagination`.
     pub fn first_url(&self, endpoint: &str) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         for f in &self.filters {

@@ -12,24 +12,24 @@
 //! budget is one), and its snapshot download lists the tree again and writes wherever that second listing
 //! says. The Hub is not trusted: see `SECURITY.md`.
 
-pub mod action_pause;
+pub(crate) mod action_pause;
 pub mod collections;
 pub mod commit;
 pub mod config;
-pub mod discussions;
-pub mod error;
+pub(crate) mod discussions;
+pub(crate) mod error;
 pub mod identity;
-pub mod info;
-pub mod latency;
+pub(crate) mod info;
+pub(crate) mod latency;
 pub mod listing;
 pub mod pacing;
-pub mod pages;
-pub mod post;
+pub(crate) mod pages;
+pub(crate) mod post;
 pub mod probe;
 pub mod repo_ref;
 pub mod repos;
 pub mod retry;
-pub mod tree;
+pub(crate) mod tree;
 pub mod webhooks;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -17,7 +17,7 @@ impl HubClient {
 
     /// POSTs one of the actions the Hub counts per user per hour (a commit, a repo's creation), like
     /// [`HubClient::post`]. It is not sent while the Hub's quota on actions pauses them, and a refusal by that
-    /// quota pauses them (see [`action_pause`](super::action_pause)).
+    /// quota pauses them (see `hub::action_pause`).
     pub async fn post_action(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         self.send(url, &Ask::post(content_type, body.into()).action()).await
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 
 use crate::hub::HubError;
-pub use crate::job::FailureKind;
+pub(crate) use crate::job::FailureKind;
 
 /// What caused a failure, kept for its chain: a Hub error, an I/O error, a re-layout's error.
 type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;

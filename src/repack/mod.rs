@@ -5,15 +5,15 @@
 //! A job's way reads top to bottom in `pipeline` (where it takes up its work is decided in `resume`);
 //! this module holds what the worker runs it with and how its outcome is recorded.
 
-pub mod checks;
+pub(crate) mod checks;
 pub mod download;
-pub mod error;
+pub(crate) mod error;
 pub mod metal;
 mod pipeline;
 pub mod publish;
 pub mod queue;
 mod relayout;
-pub mod repair;
+pub(crate) mod repair;
 mod resume;
 pub mod upload;
 

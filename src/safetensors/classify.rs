@@ -143,7 +143,7 @@ pub struct ShardAlignment {
 }
 
 /// Whether `offset` is a multiple of the power of two `align`.
-pub fn is_aligned(offset: u64, align: u64) -> bool {
+pub(crate) fn is_aligned(offset: u64, align: u64) -> bool {
     offset & (align - 1) == 0
 }
 

@@ -41,7 +41,7 @@ type Job = (Staging, usize, u64);
 /// Writes a stream front to back into an existing file, through `O_DIRECT` where the file system takes it and
 /// through the page cache otherwise. Two staging buffers take turns: one fills while a thread of its own
 /// writes the other, so the disk is never left waiting while the next buffer is filled.
-pub struct DirectWriter {
+pub(crate) struct DirectWriter {
     buffered: File,
     staging: Option<Staging>,
     filled: usize,
@@ -53,19 +53,22 @@ pub struct DirectWriter {
     in_flight: usize,
     allocated: usize,
     io: Option<std::thread::JoinHandle<()>>,
+    /// Whether bytes still go past the page cache, for the tests that hold the fast path.
+    #[cfg(test)]
     direct: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DirectWriter {
     /// A writer into `path`, already open as `buffered`, from its first byte. `prefer_direct` false, or a
     /// file system that refuses `O_DIRECT`, writes through the page cache instead.
-    pub fn new(path: &Path, buffered: File, prefer_direct: bool) -> DirectWriter {
+    pub(crate) fn new(path: &Path, buffered: File, prefer_direct: bool) -> DirectWriter {
         let direct_file = prefer_direct.then(|| open_direct(path).ok()).flatten();
-        let direct = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(direct_file.is_some()));
+        let still_direct = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(direct_file.is_some()));
+        #[cfg(test)]
+        let direct = still_direct.clone();
         let (to_io, jobs) = std::sync::mpsc::sync_channel::<Job>(1);
         let (done, back) = std::sync::mpsc::sync_channel(2);
         let writes = buffered.try_clone();
-        let still_direct = direct.clone();
         let io = std::thread::Builder::new()
             .name("direct writer".into())
             .spawn(move || {
@@ -88,17 +91,19 @@ impl DirectWriter {
             in_flight: 0,
             allocated: 1,
             io,
+            #[cfg(test)]
             direct,
         }
     }
 
     /// Whether bytes still go past the page cache.
-    pub fn is_direct(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_direct(&self) -> bool {
         self.direct.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Appends bytes to the stream; errors are the file's.
-    pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let took = self.stage(data)?;
             data = &data[took..];
@@ -111,7 +116,7 @@ impl DirectWriter {
 
     /// Writes what is staged, waits for every write, and cuts the file to the stream's length; the caller
     /// syncs it.
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub(crate) fn finish(mut self) -> io::Result<u64> {
         let len = self.written + self.filled as u64;
         // A direct write must end on the alignment: the tail goes out zero-padded and the file is cut back.
         let padded = self.filled.next_multiple_of(DIRECT_ALIGN);

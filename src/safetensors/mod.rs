@@ -1,12 +1,12 @@
 //! The safetensors format: strict parsing, alignment classification, layout planning and re-layout.
 
-pub mod classify;
-pub mod direct;
-pub mod dtype;
-pub mod error;
-pub mod header;
+pub(crate) mod classify;
+pub(crate) mod direct;
+pub(crate) mod dtype;
+pub(crate) mod error;
+pub(crate) mod header;
 pub mod plan;
-pub mod pump;
+pub(crate) mod pump;
 pub mod read;
 pub mod rewrite;
 

@@ -16,13 +16,13 @@ use std::thread::ScopedJoinHandle;
 use crate::hashing::{Sha256Stream, SpanHasher, update_both};
 
 /// Bytes per chunk. With the buffers in flight this bounds the pump's memory at about 6 chunks.
-pub const CHUNK_BYTES: usize = 4 << 20;
+pub(crate) const CHUNK_BYTES: usize = 4 << 20;
 /// Buffers allocated at most; the reader waits for a returned one beyond that.
 const MAX_BUFFERS: usize = 6;
 
 /// A running digest: of the whole stream, or one per consecutive span of it (per tensor).
 #[derive(Debug)]
-pub enum Digest {
+pub(crate) enum Digest {
     /// One digest of everything fed.
     Whole(Sha256Stream),
     /// One digest per span.
@@ -31,7 +31,7 @@ pub enum Digest {
 
 impl Digest {
     /// A whole-stream digest already fed `prefix`.
-    pub fn whole_with_prefix(prefix: &[u8]) -> Digest {
+    pub(crate) fn whole_with_prefix(prefix: &[u8]) -> Digest {
         Digest::Whole(Sha256Stream::with_prefix(prefix))
     }
 
@@ -54,7 +54,7 @@ impl Digest {
     }
 
     /// The hex digest of a whole-stream digest; `None` for a span digest.
-    pub fn into_whole_hex(self) -> Option<String> {
+    pub(crate) fn into_whole_hex(self) -> Option<String> {
         match self {
             Digest::Whole(h) => Some(h.finish_hex()),
             Digest::Spans(_) => None,
@@ -62,7 +62,7 @@ impl Digest {
     }
 
     /// The per-span digests of a span digest; `None` for a whole-stream digest or a stream that ended early.
-    pub fn into_spans(self) -> Option<Vec<String>> {
+    pub(crate) fn into_spans(self) -> Option<Vec<String>> {
         match self {
             Digest::Spans(h) => h.finish(),
             Digest::Whole(_) => None,
@@ -72,7 +72,7 @@ impl Digest {
 
 /// Where a pump failed.
 #[derive(Debug)]
-pub enum PumpError {
+pub(crate) enum PumpError {
     /// Reading the input.
     Read(io::Error),
     /// The writer (writing the output).
@@ -80,7 +80,7 @@ pub enum PumpError {
 }
 
 /// What a pump's writer does with each chunk, in order, on a thread of its own.
-pub type Writer<'w> = &'w mut (dyn FnMut(&[u8]) -> io::Result<()> + Send);
+pub(crate) type Writer<'w> = &'w mut (dyn FnMut(&[u8]) -> io::Result<()> + Send);
 
 type Chunk = Arc<Vec<u8>>;
 
@@ -105,7 +105,7 @@ fn spread(digests: Vec<Digest>, cores: usize) -> Vec<Vec<(usize, Digest)>> {
 /// as the available cores allow, and to `writer`, each lane and the writer on a scoped thread of its own, so
 /// this thread only reads. Returns the digests in the order given and the bytes read, which is less than
 /// `len` only if the reader ended early. A failing writer stops the pump.
-pub fn pump(
+pub(crate) fn pump(
     reader: &mut dyn Read,
     len: u64,
     digests: Vec<Digest>,
@@ -223,7 +223,7 @@ fn next_buffer(returned: &Receiver<Chunk>, allocated: &mut usize) -> Vec<u8> {
 }
 
 /// Fills `buf` unless the reader ends first; returns the bytes read.
-pub fn read_full(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_full(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {

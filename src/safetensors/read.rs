@@ -57,7 +57,7 @@ impl ReadError {
 
 /// Reads and validates the header of the shard at `path`, reading exactly the `8 + N` header bytes: the
 /// length prefix, then the header. (Remote probes, where a round trip costs more than bytes, read a generous
-/// prefix in one request instead and hand it to [`header::parse`].)
+/// prefix in one request instead and hand it to `header::parse`.)
 pub fn read_shard_header(path: &Path) -> Result<ShardHeader, ReadError> {
     let io_err = |source| ReadError::Io { path: path.to_owned(), source };
     let format_err = |source, bytes_read| ReadError::Format { path: path.to_owned(), source, bytes_read };

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 
 /// The most names a search answers with, of each kind.
-pub const SEARCH_LIMIT: i64 = 50;
+pub(crate) const SEARCH_LIMIT: i64 = 50;
 
 /// One namespace as the list of every namespace shows it, affected or not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]

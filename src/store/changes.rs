@@ -9,20 +9,20 @@ use super::{Pool, Store, StoreError, sql};
 /// A connection of its own that only reads SQLite's `data_version`: the value changes exactly when another
 /// connection commits, and the pool's connections are all "other" to this one.
 #[derive(Debug)]
-pub struct Changes {
+pub(crate) struct Changes {
     store: Store,
     watcher: Mutex<Option<SqliteConnection>>,
 }
 
 impl Changes {
     /// Watches `store`; the connection is opened at the first look.
-    pub fn new(store: Store) -> Changes {
+    pub(crate) fn new(store: Store) -> Changes {
         Changes { store, watcher: Mutex::new(None) }
     }
 
     /// A value that differs from the previous one whenever something was committed in between; `None` when the
     /// store cannot tell (an in-memory database, whose connections are not watched this way, or PostgreSQL).
-    pub async fn version(&self) -> Result<Option<i64>, StoreError> {
+    pub(crate) async fn version(&self) -> Result<Option<i64>, StoreError> {
         let Pool::Sqlite(pool) = &self.store.pool else { return Ok(None) };
         if self.store.in_memory {
             return Ok(None);

@@ -4,7 +4,7 @@
 use super::{Store, StoreError, on_pool, sql};
 
 /// How far a process's clock may be from the database's before the process says so at start.
-pub const SKEW_TOLERANCE_SECS: i64 = 5;
+pub(crate) const SKEW_TOLERANCE_SECS: i64 = 5;
 
 impl Store {
     /// The database's time, in unix seconds.
@@ -30,7 +30,7 @@ impl Store {
 
 /// A unix time `until` of this process's clock, moved onto the database's clock (`db_now`, read when this
 /// process's clock said `now`).
-pub fn onto_db_clock(until: i64, now: i64, db_now: i64) -> i64 {
+pub(crate) fn onto_db_clock(until: i64, now: i64, db_now: i64) -> i64 {
     db_now.saturating_add(until.saturating_sub(now).max(0))
 }
 

@@ -6,22 +6,22 @@
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
 
-pub mod browse;
-pub mod changes;
-pub mod clock;
+pub(crate) mod browse;
+pub(crate) mod changes;
+pub(crate) mod clock;
 pub mod dataset;
 pub mod jobs;
 pub mod leases;
-pub mod location;
+pub(crate) mod location;
 pub mod metal;
 pub mod mirrors;
 pub mod notes;
 mod outcomes;
 pub mod owned;
-pub mod pull_requests;
+pub(crate) mod pull_requests;
 pub mod queries;
 mod records;
-pub mod transfer;
+pub(crate) mod transfer;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

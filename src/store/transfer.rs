@@ -287,7 +287,7 @@ fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Resul
 }
 
 /// Rows written per table, in export order.
-pub type Counts = Vec<(&'static str, u64)>;
+pub(crate) type Counts = Vec<(&'static str, u64)>;
 
 impl Store {
     /// Writes every recorded row to `out` as JSON Lines: a header line, then `{"table": …, "row": {…}}` per

@@ -8,7 +8,7 @@
 //! name. The load itself (`mlx_load`) is the script's own pass over every shard.
 //! The test `a_check_is_one_file_and_one_line` holds all this.
 
-pub mod mlx;
+pub(crate) mod mlx;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -110,7 +110,7 @@ fn figures(found: &impl Serialize) -> Figures {
 
 /// Why a written bundle failed a local check.
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     /// A shard could not be read or parsed.
     #[error(transparent)]
     Read(#[from] ReadError),
@@ -151,7 +151,7 @@ pub enum VerifyError {
 
 /// What is wrong with one shard.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// Tensors (or the data start) still misaligned.
     #[error("{0} tensors misaligned after the fix")]
     Misaligned(u64),

@@ -21,13 +21,13 @@ use std::path::Path;
 use crate::bundle::{INDEX_SUFFIX, SHARD_SUFFIX};
 use crate::hub::tree::TreeFile;
 use crate::manifest::MANIFEST_FILE;
-pub use crate::manifest::{Edited, LeftOut};
+pub(crate) use crate::manifest::{Edited, LeftOut};
 
-pub use crate::sources::MAX_SHARDS;
+pub(crate) use crate::sources::MAX_SHARDS;
 /// Largest carried file that is not a shard (the largest real tokenizers are about 35 MB).
-pub const MAX_SIDECAR_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_SIDECAR_BYTES: u64 = 64 << 20;
 /// Most bytes all carried files that are not shards may hold together.
-pub const MAX_SIDECARS_TOTAL: u64 = 128 << 20;
+pub(crate) const MAX_SIDECARS_TOTAL: u64 = 128 << 20;
 
 /// Keys of a config that point to code, or ask for it to be run; a mirror carries none of it.
 const CODE_POINTERS: [&str; 4] = ["auto_map", "custom_pipelines", "model_file", "trust_remote_code"];
@@ -63,7 +63,7 @@ const LEGAL_STEMS: [&str; 5] = ["LICENSE", "LICENCE", "NOTICE", "COPYING", "USE_
 
 /// The tree split into what the mirror carries and what it leaves out.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Files to download and carry.
     pub carried: Vec<TreeFile>,
     /// Files left out, with why, in the tree's order.
@@ -72,7 +72,7 @@ pub struct Selection {
 
 /// Why a whole repo is not mirrored, decided from its tree alone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// More shards than any real MLX repo has.
     #[error("{0} shards at the top level, over the cap of {MAX_SHARDS}; not mirrored")]
     TooManyShards(usize),
@@ -83,7 +83,7 @@ pub enum Refused {
 
 /// Whether `name` is a plain file name as writers produce them: `[A-Za-z0-9._-]`, starting with a letter or
 /// digit, at most 200 bytes. Such a name can be shown in Markdown, HTML and a terminal as it is.
-pub fn plain_name(name: &str) -> bool {
+pub(crate) fn plain_name(name: &str) -> bool {
     name.len() <= 200
         && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -144,7 +144,7 @@ fn upper_prefix(stem: &str, prefix: &str) -> bool {
 }
 
 /// Splits the tree into what the mirror carries and what it leaves out, or refuses the repo.
-pub fn select(tree: &[TreeFile]) -> Result<Selection, Refused> {
+pub(crate) fn select(tree: &[TreeFile]) -> Result<Selection, Refused> {
     let mut selection = Selection::default();
     let mut shards = 0usize;
     let mut sidecar_bytes = 0u64;
@@ -180,7 +180,7 @@ pub fn select(tree: &[TreeFile]) -> Result<Selection, Refused> {
 
 /// Why a carried config cannot be carried.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// Reading or writing it failed.
     #[error("{file}: {source}")]
     Io {
@@ -202,7 +202,7 @@ pub enum ConfigError {
 
 /// Removes every `CODE_POINTERS` key, at any depth, from the carried configs in `dir`; returns what was
 /// removed from which file. A config with nothing to remove is left byte for byte as it came.
-pub fn strip_code_pointers(dir: &Path) -> Result<Vec<Edited>, ConfigError> {
+pub(crate) fn strip_code_pointers(dir: &Path) -> Result<Vec<Edited>, ConfigError> {
     let mut edited = Vec::new();
     for file in CONFIGS {
         let path = dir.join(file);

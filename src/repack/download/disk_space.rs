@@ -11,17 +11,17 @@ use crate::repack::error::RepackError;
 use crate::report::human_bytes;
 
 /// Space kept free beyond what a job needs, and the least a disk must have free for any job to start.
-pub const RESERVE: u64 = 256 << 20;
+pub(crate) const RESERVE: u64 = 256 << 20;
 
 /// Bytes a job needs on disk: what is still to download, and the re-laid copy the output may hold beside
 /// it (at most the bundle again), with the reserve.
-pub fn need(to_fetch: u64, bundle: u64) -> u64 {
+pub(crate) fn need(to_fetch: u64, bundle: u64) -> u64 {
     to_fetch.saturating_add(bundle).saturating_add(RESERVE)
 }
 
 /// The filesystem holding a path: bytes free to this process and bytes in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Space {
+pub(crate) struct Space {
     /// Free to an unprivileged process.
     pub free: u64,
     /// The filesystem's size.
@@ -29,20 +29,20 @@ pub struct Space {
 }
 
 /// Asks the filesystem holding `dir`.
-pub fn space(dir: &Path) -> std::io::Result<Space> {
+pub(crate) fn space(dir: &Path) -> std::io::Result<Space> {
     let stat = rustix::fs::statvfs(dir)?;
     let block = stat.f_frsize.max(1);
     Ok(Space { free: stat.f_bavail.saturating_mul(block), capacity: stat.f_blocks.saturating_mul(block) })
 }
 
 /// Whether `need` bytes fit the disk holding `dir`, as a job's failure if not.
-pub fn check(dir: &Path, need: u64) -> Result<(), RepackError> {
+pub(crate) fn check(dir: &Path, need: u64) -> Result<(), RepackError> {
     let space = space(dir).map_err(|e| RepackError::io(format_args!("{}: free space", dir.display()), e))?;
     judge(need, space, dir)
 }
 
 /// [`check`]'s decision for a known `space`.
-pub fn judge(need: u64, space: Space, dir: &Path) -> Result<(), RepackError> {
+pub(crate) fn judge(need: u64, space: Space, dir: &Path) -> Result<(), RepackError> {
     let (need_h, free_h) = (human_bytes(need), human_bytes(space.free));
     if space.free < RESERVE {
         return Err(RepackError::needs_operator(format!(

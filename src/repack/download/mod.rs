@@ -8,8 +8,8 @@
 //! connections (`crate::repack::download::transfer`); the hashing and the disk writes run on a blocking thread, never on
 //! the async runtime.
 
-pub mod allow_list;
-pub mod disk_space;
+pub(crate) mod allow_list;
+pub(crate) mod disk_space;
 mod transfer;
 
 use std::io::{Seek, SeekFrom, Write};
@@ -42,7 +42,7 @@ pub struct Downloaded {
     pub bytes: u64,
     /// Files an earlier attempt had already fetched and verified, kept rather than fetched again.
     pub reused: usize,
-    /// Files of the tree not downloaded, since a mirror does not carry them ([`crate::repack::download::allow_list`]).
+    /// Files of the tree not downloaded, since a mirror does not carry them (`allow_list`).
     pub left_out: Vec<crate::repack::download::allow_list::LeftOut>,
 }
 
@@ -85,7 +85,7 @@ pub struct Layout {
     /// Partial transfers, named by a hash of their path, outside the bundle.
     pub partial: PathBuf,
     /// Where shards that header padding fixes are repaired as they stream (the bundle then keeps only a
-    /// stub of each: see [`repair`](crate::repack::repair)); `None` downloads every file whole.
+    /// stub of each: see `repack::repair`); `None` downloads every file whole.
     pub repair: Option<RepairTarget>,
     /// Connections the download may hold at once, shared by the files it fetches at once: a file of its own
     /// gets several, for ranges of it at once (0: [`DEFAULT_CONNECTIONS`]).
@@ -93,7 +93,7 @@ pub struct Layout {
     /// Told the repo path of each shard repaired as it streamed, as soon as it is checked and in place in
     /// the repair directory (under the same name), so its upload can start while the rest download.
     pub ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    /// Download only what a mirror carries ([`crate::repack::download::allow_list`]); `false` for a staged mirror, which holds
+    /// Download only what a mirror carries (`allow_list`); `false` for a staged mirror, which holds
     /// nothing else already.
     pub carry_only: bool,
 }

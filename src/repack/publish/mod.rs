@@ -4,7 +4,7 @@
 
 pub mod card;
 pub(crate) mod finish;
-pub mod pull_request;
+pub(crate) mod pull_request;
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,7 @@ use crate::repack::error::RepackError;
 use crate::repack::upload::{self, CommitError, Message, WriteTo};
 
 /// The title, which is also the de-duplication key.
-pub const PR_TITLE: &str = "Align safetensors so memory-mapping loaders map tensors instead of copying them";
+pub(crate) const PR_TITLE: &str = "Align safetensors so memory-mapping loaders map tensors instead of copying them";
 
 const DESCRIPTION: &str = "This is an automated pull request by hubalign.\n\n\
 Memory-mapping loaders (the osaurus MLX fork with `MLX_SAFETENSORS_MMAP=1`, Mei, vmlx) can hand out a tensor \
@@ -22,7 +22,7 @@ Feel free to ignore or close this PR; a closed PR is never reopened.";
 
 /// What proposing did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proposal {
+pub(crate) enum Proposal {
     /// A new pull request.
     Opened {
         /// Its number.
@@ -50,7 +50,7 @@ async fn previous(hub: &HubClient, repo: &str, bot: &str) -> Result<Option<Strin
 }
 
 /// Where a pull request goes: the source repo at the audited head, from the bot's account.
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     /// `namespace/name`.
     pub repo: &'a str,
     /// The commit the repair was made from.
@@ -67,7 +67,7 @@ pub struct Target<'a> {
 /// The upload is the mirrors' own (preupload, Xet, one commit), each request saying it is for a pull request
 /// (`create_pr=1`), as the Hub wants of a token that may not write to the repo.
 #[tracing::instrument(name = "propose", skip_all, fields(repo.id = %target.repo))]
-pub async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
+pub(crate) async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot).await? {
         return Ok(Proposal::Declined(why));

@@ -32,11 +32,11 @@ use crate::safetensors::{Alignment, Method, classify};
 
 /// The largest header held in memory while a shard streams (real MLX headers are a few MB); a larger one
 /// (up to the format's 100 MB) makes the shard download whole, so several transfers at once stay bounded.
-pub const STREAM_HEADER_CAP: u64 = 16 << 20;
+pub(crate) const STREAM_HEADER_CAP: u64 = 16 << 20;
 
 /// Real bytes a stub keeps after the header: the upload's deduplication reads a file's first 256 KiB for its
 /// first content-defined chunk (at most 128 KiB).
-pub const STUB_HEAD: u64 = 256 << 10;
+pub(crate) const STUB_HEAD: u64 = 256 << 10;
 
 /// Where and how a shard is repaired as it streams.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub struct RepairTarget {
 }
 
 /// A repaired shard, staged: persisted only once the source's digest matches the Hub's.
-pub struct Repaired {
+pub(crate) struct Repaired {
     temp: tempfile::NamedTempFile,
     entry: ManifestShard,
     hashed: Option<crate::safe_fs::FileId>,
@@ -56,7 +56,7 @@ pub struct Repaired {
 
 /// A streamed file's end: the source's SHA-256 (to be checked against the Hub's before anything is kept),
 /// and how the file was written.
-pub struct StreamEnd {
+pub(crate) struct StreamEnd {
     /// The source's SHA-256, as it streamed.
     pub source_sha256: String,
     /// How it was written.
@@ -64,7 +64,7 @@ pub struct StreamEnd {
 }
 
 /// How a streamed file was written.
-pub enum Streamed {
+pub(crate) enum Streamed {
     /// Header-padded while it streamed; the partial file holds the stub.
     Repaired(Box<Repaired>),
     /// Written whole into the partial file.
@@ -97,7 +97,7 @@ enum Writes {
 }
 
 /// The writer side of one streamed shard: every byte of the source goes through [`StreamRepair::push`].
-pub struct StreamRepair {
+pub(crate) struct StreamRepair {
     name: String,
     size: u64,
     target: RepairTarget,
@@ -110,7 +110,7 @@ pub struct StreamRepair {
 
 impl StreamRepair {
     /// Starts on `partial` (empty, open for writing) for the source `name` of `size` bytes.
-    pub fn new(name: &str, size: u64, target: RepairTarget, partial: File) -> StreamRepair {
+    pub(crate) fn new(name: &str, size: u64, target: RepairTarget, partial: File) -> StreamRepair {
         StreamRepair {
             name: name.to_owned(),
             size,
@@ -124,7 +124,7 @@ impl StreamRepair {
     }
 
     /// Takes the next bytes of the source.
-    pub fn push(&mut self, data: &[u8]) -> io::Result<()> {
+    pub(crate) fn push(&mut self, data: &[u8]) -> io::Result<()> {
         match &mut self.state {
             State::Header(head) => {
                 self.source.update(data);
@@ -211,7 +211,7 @@ impl StreamRepair {
     }
 
     /// Ends the stream. A stub is extended to the source's length, as a hole.
-    pub fn finish(mut self) -> io::Result<StreamEnd> {
+    pub(crate) fn finish(mut self) -> io::Result<StreamEnd> {
         let state = std::mem::replace(&mut self.state, State::Whole);
         let streamed = match state {
             State::Header(head) => {
@@ -342,7 +342,7 @@ fn moved(_: &tempfile::NamedTempFile, _: &[u8], _: &crate::safetensors::Header, 
 
 impl Repaired {
     /// Puts the repaired shard and its record in place (the source matched the Hub's `lfs_oid`).
-    pub fn keep(self, dir: &Path, lfs_oid: &str) -> io::Result<()> {
+    pub(crate) fn keep(self, dir: &Path, lfs_oid: &str) -> io::Result<()> {
         let record = StreamedRecord { lfs_oid: lfs_oid.to_owned(), entry: self.entry, hashed: self.hashed };
         let file = record.entry.file.clone();
         crate::safe_fs::clear_for_write(&dir.join(&file))?;

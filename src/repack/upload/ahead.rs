@@ -35,7 +35,7 @@ impl Ahead {
 }
 
 /// Where the uploads ahead go.
-pub struct Uploader<'a> {
+pub(crate) struct Uploader<'a> {
     /// The crawler's client, for the write token, priming and the transfer.
     pub hub: &'a crate::hub::HubClient,
     /// The mirror, already created.
@@ -49,7 +49,7 @@ pub struct Uploader<'a> {
 impl Uploader<'_> {
     /// Uploads `first`, then each shard named on `kept` as it comes, until the channel closes; as many at once
     /// as half the cores. A failed upload is only logged: the publish step sends that shard again.
-    pub async fn run(&self, first: String, mut kept: UnboundedReceiver<String>) -> Ahead {
+    pub(crate) async fn run(&self, first: String, mut kept: UnboundedReceiver<String>) -> Ahead {
         // Half the cores: the download and the MLX check need the rest. With all of them, a 2-core `serve`
         // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
@@ -123,7 +123,7 @@ struct Sent {
 
 /// The staged LFS files, split by whether they went up ahead.
 #[derive(Debug, Default)]
-pub struct StillToSend {
+pub(crate) struct StillToSend {
     /// Files still to send.
     pub to_send: Vec<LocalFile>,
     /// Files that went up ahead, unchanged since, with what the CAS stored for each.
@@ -131,7 +131,7 @@ pub struct StillToSend {
 }
 
 /// Splits the staged `files` into those still to send and those that went up ahead.
-pub fn still_to_send(files: Vec<LocalFile>, ahead: Option<&Ahead>) -> StillToSend {
+pub(crate) fn still_to_send(files: Vec<LocalFile>, ahead: Option<&Ahead>) -> StillToSend {
     let mut split = StillToSend::default();
     for file in files {
         match ahead.and_then(|a| a.stored(&file.rel, &file.path)) {

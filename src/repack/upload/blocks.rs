@@ -20,14 +20,14 @@ use bytes::Bytes;
 use xet::xet_session::{Sha256Policy, UniqueId, XetUploadCommit};
 
 /// A block: Xet's own ingestion block, rounded to pages.
-pub const BLOCK: u64 = 8 << 20;
+pub(crate) const BLOCK: u64 = 8 << 20;
 /// Blocks mapped ahead of Xet, at most: the reader stays a block or two in front of the chunking.
 const READ_AHEAD: usize = 2;
 
 /// Sends the file at `path` into `commit` as `rel`, in blocks of [`BLOCK`] mapped (and read in) on a batch
 /// thread a few blocks ahead of Xet; the upload's task id. The file's SHA-256 (the LFS oid the commit names)
 /// is `sha256` where the caller knows it for this very file, or else Xet computes it as it chunks.
-pub async fn send(
+pub(crate) async fn send(
     commit: &XetUploadCommit,
     rel: &str,
     path: &Path,
@@ -56,7 +56,7 @@ pub async fn send(
 
 /// Why a file could not be sent.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// Reading it failed.
     #[error("reading it: {0}")]
     Read(#[source] std::io::Error),

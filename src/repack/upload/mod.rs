@@ -3,9 +3,9 @@
 //! oid the commit names, unless the file was hashed whole as it was written), then one NDJSON commit with the
 //! small files inline.
 
-pub mod ahead;
-pub mod blocks;
-pub mod prime;
+pub(crate) mod ahead;
+pub(crate) mod blocks;
+pub(crate) mod prime;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

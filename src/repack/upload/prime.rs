@@ -35,7 +35,7 @@ pub(crate) async fn write_token(hub: &HubClient, to: WriteTo<'_>) -> Result<XetT
 
 /// What priming found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Primed {
+pub(crate) struct Primed {
     /// Source files asked about.
     pub asked: usize,
     /// Of those, files the CAS knew (their chunk lists are now cached for the upload).

@@ -17,7 +17,7 @@ const MAX_LINE: u64 = 1 << 20;
 
 /// Why the MLX check did not pass.
 #[derive(Debug, thiserror::Error)]
-pub enum MlxCheckError {
+pub(crate) enum MlxCheckError {
     /// The interpreter could not be started or waited for: the operator's setting, not the bundle.
     #[error("cannot run {python} {script}: {source}")]
     CannotRun {
@@ -64,7 +64,7 @@ pub enum MlxCheckError {
 impl MlxCheckError {
     /// Whether the worker's configuration failed rather than the bundle: the interpreter cannot run, or
     /// cannot import MLX. Such a failure says nothing of the job.
-    pub fn is_configuration(&self) -> bool {
+    pub(crate) fn is_configuration(&self) -> bool {
         matches!(self, MlxCheckError::CannotRun { .. } | MlxCheckError::NoMlx { .. })
     }
 }
@@ -78,7 +78,7 @@ struct StartLine {
 
 /// The interpreter that runs the MLX check, and the check's script (`deploy/verify_mlx.py`).
 #[derive(Debug, Clone)]
-pub struct Interpreter {
+pub(crate) struct Interpreter {
     /// A Python with `mlx` and `mlx-lm`.
     pub python: PathBuf,
     /// The check's script.
@@ -89,7 +89,7 @@ pub struct Interpreter {
 /// blocks for minutes), telling `on_start` the MLX version it announces once imported: the one way the
 /// worker, the Hub rendezvous and the macOS runner run it. The check runs whether or not the returned future
 /// is polled yet, so a caller may wait for `on_start` first.
-pub fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
+pub(crate) fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
     Interpreter { python, script }: Interpreter,
     output: PathBuf,
     device: &str,
@@ -270,7 +270,7 @@ fn last_lines(text: &str, n: usize) -> String {
 
 /// What one check may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Shards checked at once.
     pub jobs: usize,
     /// The process's address-space cap, in bytes.
@@ -296,7 +296,7 @@ impl Limits {
     /// The limits for the bundle in `dir`, with `available` bytes of memory free on this machine (`None`
     /// when unknown): each shard checked at once holds its largest tensor (twice, while it is hashed) and
     /// MLX's cache.
-    pub fn for_bundle(dir: &Path, available: Option<u64>) -> Limits {
+    pub(crate) fn for_bundle(dir: &Path, available: Option<u64>) -> Limits {
         let (mut largest, mut bytes) = (0u64, 0u64);
         for shard in crate::repack::upload::files_of(dir) {
             if !shard.rel.ends_with(crate::bundle::SHARD_SUFFIX) {
