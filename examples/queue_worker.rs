@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hubalign::job::{Job, JobOutcome, JobState};
 use hubalign::store::Store;
-use hubalign::worker::{JobRunner, WhenIdle, WorkerLoop};
+use hubalign::worker::{JobRunner, Recorded, WhenIdle, WorkerLoop};
 
 struct Sleeper {
     store: Store,
@@ -24,13 +24,16 @@ struct Sleeper {
 }
 
 impl JobRunner for Sleeper {
-    async fn run(&self, job: Job) -> Result<Option<JobState>, hubalign::store::StoreError> {
+    async fn run(&self, job: Job, recorded: Recorded) -> Result<Option<JobState>, hubalign::store::StoreError> {
         if !self.store.advance_job(job.id, &self.name, (JobState::Downloading, None), self.lease).await? {
             return Ok(None);
         }
         tokio::time::sleep(self.work).await;
         let outcome = JobOutcome::Published { target: format!("{}-aligned", job.repo_id), commit: "0".repeat(40) };
         let state = self.store.finish_job(job.id, &self.name, &outcome).await?;
+        if state.is_some() {
+            recorded.set();
+        }
         if state.is_some()
             && let Ok(mut log) = self.log.lock()
         {

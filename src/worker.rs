@@ -23,8 +23,8 @@ pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(1740);
 /// What the loop runs for each claimed job.
 pub trait JobRunner: Send + Sync + 'static {
     /// Runs `job` (claimed by this worker) to its end and records its outcome with
-    /// [`Store::finish_job`]; `None` if the job was lost to another worker meanwhile.
-    fn run(&self, job: Job) -> impl Future<Output = Result<Option<JobState>, StoreError>> + Send;
+    /// [`Store::finish_job`], then sets `recorded`; `None` if the job was lost to another worker meanwhile.
+    fn run(&self, job: Job, recorded: Recorded) -> impl Future<Output = Result<Option<JobState>, StoreError>> + Send;
 
     /// Until when no job should be claimed, because every job would stop at the same wall (the Hub's quota
     /// on actions pausing all writes); `None` by default.
@@ -161,7 +161,8 @@ impl<R: JobRunner> WorkerLoop<R> {
     }
 
     /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
-    /// (another worker holds the job now) stops the task. Once `stop` turns true the job has the grace period
+    /// (another worker holds the job now, or the lease ran out) stops the task, unless the job's outcome is
+    /// recorded already. Once `stop` turns true the job has the grace period
     /// to end; then it is stopped and released.
     #[tracing::instrument(name = "job", skip_all, fields(job.id = job.id, repo.id = %job.repo_id, repo.sha = %job.source_sha))]
     async fn run_one(&self, job: Job, mut stop: watch::Receiver<bool>) -> Ran {
@@ -169,8 +170,11 @@ impl<R: JobRunner> WorkerLoop<R> {
         let runner = self.runner.clone();
         // The job's span (this function's) goes along to the batch runtime, so every line the job logs there says
         // which job and repo it is.
-        let mut task = self.jobs_on.spawn(tracing::Instrument::in_current_span(async move { runner.run(job).await }));
-        let heartbeat = Heartbeat { store: &self.store, id, worker: &self.worker, lease: self.lease };
+        let recorded = Recorded::default();
+        let told = recorded.clone();
+        let ran = async move { runner.run(job, told).await };
+        let mut task = self.jobs_on.spawn(tracing::Instrument::in_current_span(ran));
+        let heartbeat = Heartbeat { store: &self.store, id, worker: &self.worker, lease: self.lease, recorded };
         let mut grace_ends: Option<tokio::time::Instant> = None;
         let joined = loop {
             let grace_over = async {
@@ -235,6 +239,23 @@ impl<R: JobRunner> WorkerLoop<R> {
     }
 }
 
+/// Set once a job's runner has recorded the job's outcome. The lease is gone then, and the runner may still
+/// tidy up (remove the empty mirror of a failed job, the job's files): the heartbeat lets it finish.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded(Arc<std::sync::atomic::AtomicBool>);
+
+impl Recorded {
+    /// Says the outcome is recorded.
+    pub fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the outcome is recorded.
+    pub fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// Keeps a worker's lease on a job while the job runs.
 pub struct Heartbeat<'a> {
     /// The queue.
@@ -245,23 +266,23 @@ pub struct Heartbeat<'a> {
     pub worker: &'a str,
     /// How long each renewal holds the job.
     pub lease: Duration,
+    /// Set by the runner once it recorded the job's outcome.
+    pub recorded: Recorded,
 }
 
 impl Heartbeat<'_> {
-    /// Renews the lease every third of it, and returns once a renewal is refused because the lease ran out or
-    /// another worker holds the job: this one must stop it. Once the job has no holder (this worker recorded
-    /// its outcome, and tidies up), it stops beating and never returns. A store that does not answer is tried
-    /// again at the next beat.
+    /// Renews the lease every third of it, and returns once a renewal is refused: the lease ran out, or
+    /// another worker holds the job, and this one must stop it. Once the runner has recorded the outcome, a
+    /// refusal is expected; the heartbeat then stops beating and never returns. A store that does not answer
+    /// is tried again at the next beat.
     pub async fn lost(&self) {
         let beat = (self.lease / 3).max(Duration::from_millis(100));
         loop {
             tokio::time::sleep(beat).await;
             match self.store.renew_lease(self.id, self.worker, self.lease).await {
                 Ok(true) => {}
-                Ok(false) => match self.store.job(self.id).await {
-                    Ok(Some(job)) if job.lease_owner.is_none() => std::future::pending().await,
-                    _ => return,
-                },
+                Ok(false) if self.recorded.is_set() => std::future::pending().await,
+                Ok(false) => return,
                 Err(e) => tracing::warn!(job.id = self.id, error = %e, "renewing the job's lease failed"),
             }
         }

@@ -24,8 +24,8 @@ use hubalign::serve::service::Service;
 use hubalign::serve::workers::Workers;
 use hubalign::store::mirrors::MirrorCaps;
 use hubalign::untrusted;
-use hubalign::worker::Heartbeat;
 use hubalign::worker::WhenIdle;
+use hubalign::worker::{Heartbeat, Recorded};
 
 use super::preflight;
 use super::worker_args::WorkerArgs;
@@ -284,11 +284,13 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         };
         let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
         // A heartbeat keeps the lease while the job runs, as a worker's does; a refused renewal stops the job.
-        let heartbeat = Heartbeat { store: &s.store, id: job.id, worker: &s.opts.worker, lease: s.opts.lease };
+        let recorded = Recorded::default();
+        let (id, worker, lease) = (job.id, s.opts.worker.as_str(), s.opts.lease);
+        let heartbeat = Heartbeat { store: &s.store, id, worker, lease, recorded: recorded.clone() };
         let work = async {
             tokio::select! {
                 biased;
-                ran = repacker.run(&job) => ran,
+                ran = repacker.run(&job, &recorded) => ran,
                 () = heartbeat.lost() => Ok(None),
             }
         };

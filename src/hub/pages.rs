@@ -10,10 +10,10 @@ use super::HubError;
 use crate::untrusted;
 
 /// The most pages one listing follows: 100 million repos at the Hub's page size.
-pub(crate) const MAX_PAGES: usize = 100_000;
+pub const MAX_PAGES: usize = 100_000;
 
 /// The `rel="next"` target of a `Link` header value, as written (`<url>; rel="next"`, possibly among others).
-pub(crate) fn parse_next_link(value: &str) -> Option<&str> {
+pub fn parse_next_link(value: &str) -> Option<&str> {
     value.split(',').find_map(|part| {
         let (target, params) = part.trim().strip_prefix('<')?.split_once('>')?;
         let is_next = params.split(';').any(|p| {
@@ -25,13 +25,13 @@ pub(crate) fn parse_next_link(value: &str) -> Option<&str> {
 }
 
 /// The `rel="next"` target of a response's `Link` header.
-pub(crate) fn next_link(headers: &HeaderMap) -> Option<String> {
+pub fn next_link(headers: &HeaderMap) -> Option<String> {
     headers.get(reqwest::header::LINK)?.to_str().ok().and_then(parse_next_link).map(str::to_owned)
 }
 
 /// Where a paginated listing has been, and whether the next page may be fetched.
 #[derive(Debug)]
-pub(crate) struct Pagination {
+pub struct Pagination {
     origin: Option<reqwest::Url>,
     seen: HashSet<String>,
     max_pages: usize,
@@ -39,22 +39,21 @@ pub(crate) struct Pagination {
 
 impl Pagination {
     /// A listing that starts at `first` (already on `endpoint`).
-    pub(crate) fn new(endpoint: &str, first: &str) -> Pagination {
+    pub fn new(endpoint: &str, first: &str) -> Pagination {
         let mut seen = HashSet::new();
         seen.insert(normalize(first).unwrap_or_else(|| first.to_owned()));
         Pagination { origin: reqwest::Url::parse(endpoint).ok(), seen, max_pages: MAX_PAGES }
     }
 
-    /// At most `max` pages.
-    #[cfg(test)]
-    pub(crate) fn with_max_pages(mut self, max: usize) -> Pagination {
+    /// At most `max` pages (for tests).
+    pub fn with_max_pages(mut self, max: usize) -> Pagination {
         self.max_pages = max;
         self
     }
 
     /// The next page's URL from the headers of the page at `current`, or `None` when the listing ends.
     /// A next page on another origin, one already read, or one past the page limit is an error naming it.
-    pub(crate) fn next(&mut self, current: &str, headers: &HeaderMap) -> Result<Option<String>, HubError> {
+    pub fn next(&mut self, current: &str, headers: &HeaderMap) -> Result<Option<String>, HubError> {
         let Some(link) = next_link(headers) else { return Ok(None) };
         let refuse = |detail: String| HubError::Malformed { url: current.to_owned(), detail };
         let base = reqwest::Url::parse(current).map_err(|e| refuse(format!("page URL: {e}")))?;

@@ -117,9 +117,9 @@ pub struct RepackRunner {
 }
 
 impl crate::worker::JobRunner for RepackRunner {
-    async fn run(&self, job: Job) -> Result<Option<JobState>, StoreError> {
+    async fn run(&self, job: Job, recorded: crate::worker::Recorded) -> Result<Option<JobState>, StoreError> {
         let repacker = Repacker { hub: &self.hub, store: &self.store, opts: &self.opts };
-        repacker.run(&job).await
+        repacker.run(&job, &recorded).await
     }
 
     fn paused_until(&self) -> Option<std::time::SystemTime> {
@@ -128,9 +128,10 @@ impl crate::worker::JobRunner for RepackRunner {
 }
 
 impl Repacker<'_> {
-    /// Runs a claimed job to its end (or to the Metal handoff) and records the outcome. `None` if the worker
-    /// lost the job meanwhile (its lease ran out and another worker took it over, whose outcome stands).
-    pub async fn run(&self, job: &Job) -> Result<Option<JobState>, StoreError> {
+    /// Runs a claimed job to its end (or to the Metal handoff), records the outcome and sets `recorded`.
+    /// `None` if the worker lost the job meanwhile (its lease ran out and another worker took it over, whose
+    /// outcome stands).
+    pub async fn run(&self, job: &Job, recorded: &crate::worker::Recorded) -> Result<Option<JobState>, StoreError> {
         let dir = self.opts.work_dir.join(format!("job-{}", job.id));
         let mut out_of_space = false;
         let outcome = match self.steps(job, &dir).await {
@@ -159,8 +160,9 @@ impl Repacker<'_> {
             tracing::warn!(repo.id = %job.repo_id, job.id = job.id, "the job was taken over; its outcome is not recorded");
             return Ok(None);
         };
+        // The lease is gone now; the heartbeat lets the rest finish.
+        recorded.set();
         // A job that ended without a mirror leaves none: an empty repo it created goes, and its name with it.
-        // No worker claims a job that ended, and the heartbeat lets this one finish (`worker::Heartbeat`).
         if matches!(state, JobState::Failed | JobState::Skipped) && !self.opts.pull_request {
             publish::abandon(self.hub, self.store, &job.repo_id).await;
         }

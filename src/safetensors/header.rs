@@ -12,9 +12,9 @@ use super::dtype::Dtype;
 use super::error::HeaderError;
 
 /// Bytes of the little-endian header-length prefix.
-pub(crate) const LEN_PREFIX: u64 = 8;
+pub const LEN_PREFIX: u64 = 8;
 /// The reference reader's cap on `N`.
-pub(crate) const MAX_HEADER_LEN: u64 = 100_000_000;
+pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// One tensor entry of a header.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +86,7 @@ impl Header {
 }
 
 /// Reads `N` from the first 8 bytes and checks it against the cap and the file size.
-pub(crate) fn read_header_len(prefix: &[u8], file_size: u64) -> Result<u64, HeaderError> {
+pub fn read_header_len(prefix: &[u8], file_size: u64) -> Result<u64, HeaderError> {
     let Some(len_bytes) = prefix.get(..LEN_PREFIX as usize) else {
         return Err(HeaderError::TooSmall { file_size });
     };
@@ -106,7 +106,7 @@ pub(crate) fn read_header_len(prefix: &[u8], file_size: u64) -> Result<u64, Head
 ///
 /// `prefix` may be the whole file or any prefix of it that holds `8 + N` bytes; with less,
 /// [`HeaderError::Incomplete`] says how many bytes are needed.
-pub(crate) fn parse(prefix: &[u8], file_size: u64) -> Result<Header, HeaderError> {
+pub fn parse(prefix: &[u8], file_size: u64) -> Result<Header, HeaderError> {
     let header_len = read_header_len(prefix, file_size)?;
     let needed = LEN_PREFIX + header_len;
     let Some(json) = prefix.get(LEN_PREFIX as usize..needed as usize) else {
