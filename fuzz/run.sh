@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz one target: `bash fuzz/run.sh [TARGET] [SECONDS]` (defaults: parse_header, 600 s). Targets:
 #   parse_header  the strict header parser and the planner (corpus seeded with the small fixtures)
-#   listing       a listing page through the gate
+#   listing       a listing page through the checks of `untrusted`
 #   link          `Link` headers through pagination
 #   rate_limit    `RateLimit`/`Retry-After` values through the pacer
 # Needs `cargo install cargo-fuzz`. cargo-fuzz wants nightly flags, which RUSTC_BOOTSTRAP=1 unlocks on the

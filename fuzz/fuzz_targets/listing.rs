@@ -1,10 +1,10 @@
-//! Any bytes as a listing page: parsing never panics; every entry the gate lets through has a valid id,
+//! Any bytes as a listing page: parsing never panics; every entry the checks of `untrusted` let through has a valid id,
 //! commit and paths (so it encodes to itself and stays inside a directory), and every entry it refuses is
 //! recorded with an id and reason that hold no control character.
 
 #![no_main]
 
-use hubalign::gate;
+use hubalign::untrusted;
 use hubalign::hub::listing::sort_entries;
 use libfuzzer_sys::fuzz_target;
 
@@ -14,8 +14,8 @@ fuzz_target!(|data: &[u8]| {
     let (repos, invalid) = sort_entries(items);
     assert_eq!(repos.len() + invalid.len(), count, "every entry is kept or refused");
     for r in &repos {
-        assert!(gate::check_repo_id(&r.id).is_ok());
-        assert_eq!(gate::encode_path(&r.id), r.id);
+        assert!(untrusted::check_repo_id(&r.id).is_ok());
+        assert_eq!(untrusted::encode_path(&r.id), r.id);
         for path in r.shard_paths() {
             let p = std::path::Path::new(&path);
             assert!(p.components().all(|c| matches!(c, std::path::Component::Normal(_))), "{path:?}");

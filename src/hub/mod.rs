@@ -23,7 +23,7 @@ pub(crate) mod info;
 pub(crate) mod latency;
 pub mod listing;
 pub mod pacing;
-pub(crate) mod pages;
+pub mod pages;
 pub(crate) mod post;
 pub mod probe;
 pub mod repo_ref;

@@ -4,7 +4,7 @@ pub(crate) mod classify;
 pub(crate) mod direct;
 pub(crate) mod dtype;
 pub(crate) mod error;
-pub(crate) mod header;
+pub mod header;
 pub mod plan;
 pub(crate) mod pump;
 pub mod read;
