@@ -50,7 +50,7 @@ impl Uploader<'_> {
     /// Uploads `first`, then each shard named on `kept` as it comes, until the channel closes; as many at once
     /// as half the cores. A failed upload is only logged: the publish step sends that shard again.
     pub(crate) async fn run(&self, first: String, mut kept: UnboundedReceiver<String>) -> Ahead {
-        // Half the cores: the download and the MLX check need the rest. With all of them, a 2-core `serve`
+        // Half the cores: the download and its repair need the rest. With all of them, a 2-core `serve`
         // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let at_once = (cores / 2).max(1);
