@@ -14,6 +14,11 @@ use crate::support::{hubalign, python, stdout};
 
 /// `hubalign ARGS` as alice, publishing to `alice`, checking on the CPU, with its work directory in `work`.
 pub(super) fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
+    worker_with(endpoint, db, work, args, python())
+}
+
+/// [`worker`], its MLX check run by `python`.
+pub(super) fn worker_with(endpoint: &str, db: &Path, work: &Path, args: &[&str], python: &Path) -> Output {
     hubalign()
         .args(args)
         .args(["--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
@@ -21,7 +26,7 @@ pub(super) fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> O
         .arg("--work-dir")
         .arg(work)
         .arg("--python")
-        .arg(python())
+        .arg(python)
         .output()
         .unwrap()
 }
