@@ -1,6 +1,8 @@
 //! The crawler: list MLX repos, probe the header of every shard of each repo whose commit changed, and record
-//! what loaders would copy. Resumable: a repo is recorded once all its shards are probed (in one transaction
-//! with the others probed meanwhile), and a later run skips every repo already audited at its listed commit.
+//! what loaders would copy.
+//!
+//! A run can resume. A repo is recorded once all its shards are probed, in one transaction with the repos
+//! probed meanwhile. A later run skips every repo already audited at its listed commit.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -89,7 +91,7 @@ pub struct AuditSummary {
     pub run_id: i64,
     /// Its counters.
     pub stats: RunStats,
-    /// Why it stopped before the end (a wait longer than allowed, the deadline); the next run resumes.
+    /// Why the run stopped early, such as a wait longer than allowed or the deadline. The next run resumes.
     pub interrupted: Option<String>,
 }
 
@@ -105,7 +107,7 @@ pub enum AuditError {
     Store(#[from] StoreError),
 }
 
-/// Why a crawl ended early without failing: the run is `interrupted` and the next one resumes.
+/// Why a crawl ended early. An `Interrupted` run resumes in the next run; a `Failed` one returns its error.
 enum Stop {
     Interrupted(String),
     Failed(AuditError),
@@ -127,8 +129,8 @@ pub async fn audit(
     audit_until(client, store, opts, events, std::future::pending()).await
 }
 
-/// [`audit`], ended early when `stop` resolves (to the reason, `Ctrl-C`): the run is then recorded
-/// `interrupted` with what it did up to there (repos and shards probed, requests, bytes), and the next run
+/// Runs [`audit`], and ends it early when `stop` resolves to a reason such as `Ctrl-C`. The run is then
+/// recorded `interrupted` with its work so far: repos and shards probed, requests, bytes. The next run
 /// resumes after the repos recorded.
 #[tracing::instrument(name = "audit", skip_all, fields(endpoint = %client.endpoint()))]
 pub async fn audit_until(
@@ -139,7 +141,7 @@ pub async fn audit_until(
     stop: impl Future<Output = String>,
 ) -> Result<AuditSummary, AuditError> {
     store.interrupt_stale_runs().await?;
-    // The client may serve many runs (a `serve` replica's): this run's requests are those after this point.
+    // A `serve` replica's client may serve many runs. This run counts only the requests after this point.
     let before = client.stats.snapshot();
     let query_text = opts.query.first_url("");
     let run = store.start_run(client.endpoint(), &query_text, opts.started_by.as_deref()).await?;
@@ -147,8 +149,8 @@ pub async fn audit_until(
     debug_panic();
     let mut stats = RunStats::default();
     let crawling = tokio::time::timeout(opts.deadline, crawl(client, store, opts, run, &mut stats, events));
-    // Dropping the crawl at `stop` leaves `stats` with what it counted: a batch of repos is recorded in one
-    // transaction and counted once it committed, so a repo is either wholly recorded and counted, or neither.
+    // Dropping the crawl at `stop` keeps what `stats` counted so far. A batch is counted only after its
+    // transaction commits. So a repo is either recorded and counted, or neither.
     let result = tokio::select! {
         timed = crawling => match timed {
             Ok(result) => result,
@@ -182,8 +184,8 @@ pub async fn audit_until(
     }
 }
 
-/// The tests of `serve`'s supervision make audits panic: debug builds panic in the first
-/// `HUBALIGN_DEBUG_PANIC_AUDITS` audits of the process.
+/// Panics in the first `HUBALIGN_DEBUG_PANIC_AUDITS` audits of the process, in debug builds only. The tests
+/// of `serve`'s supervision use it.
 #[cfg(debug_assertions)]
 fn debug_panic() {
     use std::sync::OnceLock;
@@ -195,7 +197,8 @@ fn debug_panic() {
     assert!(left.fetch_sub(1, Ordering::SeqCst) <= 0, "HUBALIGN_DEBUG_PANIC_AUDITS: a panic the tests asked for");
 }
 
-/// A Hub error that ends the run as interrupted (the next run resumes), or as failed.
+/// Maps a Hub error to a stop. A wait longer than allowed interrupts the run, and the next run resumes. Any
+/// other error fails the run.
 fn stop_for(e: HubError, wrap: impl FnOnce(HubError) -> AuditError) -> Stop {
     match e {
         HubError::WaitTooLong { .. } => Stop::Interrupted(e.to_string()),
@@ -203,15 +206,14 @@ fn stop_for(e: HubError, wrap: impl FnOnce(HubError) -> AuditError) -> Stop {
     }
 }
 
-/// Repos recorded per transaction, at most. The recording half takes whatever has arrived, so a batch grows
-/// only when recording falls behind the probes; a batch costs the same few statements as one repo.
+/// The most repos recorded in one transaction. The recording half takes whatever has arrived. So a batch
+/// grows only when recording falls behind the probes. A batch costs the same few statements as one repo.
 const RECORD_BATCH: usize = 64;
 
-/// Lists, probes and records at once: the probes of a page's repos start as soon as the page is recorded,
-/// while the next pages are read, and outcomes are recorded while the next probes run. Listing and probing
-/// draw on different quotas (the Hub's API and resolver buckets), so a crawl takes as long as the slower of
-/// the two instead of their sum; the Hub-scale rehearsal measured the listing of 94,000 repos alone at
-/// 30–46 s before the first probe. The three halves run on this task, joined: whichever fails first ends
+/// Lists, probes and records at once. The probes of a page's repos start once the page is recorded, while
+/// the next pages are read. Outcomes are recorded while the next probes run. Listing and probing draw on
+/// different Hub quotas, the API and resolver buckets. So a crawl takes as long as the slower of the two,
+/// not their sum; see BENCHMARKS.md. The three halves run joined on this task, and the first to fail ends
 /// the others.
 async fn crawl(
     client: &HubClient,
@@ -229,9 +231,9 @@ async fn crawl(
     Ok(())
 }
 
-/// One crawl: what its three halves share. They count and tell progress through locks because all three
-/// run on one task: a lock is never contended, and is held for one synchronous step, never across an
-/// `await` (a `Mutex`, not a `RefCell`, keeps the crawl's future `Send` for `serve`'s spawned runs).
+/// What one crawl's three halves share. All three run on one task, so their locks are never contended. A
+/// lock is held for one synchronous step, never across an `await`. A `Mutex`, not a `RefCell`, keeps the
+/// crawl's future `Send` for `serve`'s spawned runs.
 struct Crawl<'a> {
     client: &'a HubClient,
     store: &'a Store,
@@ -251,7 +253,7 @@ impl<'a> Crawl<'a> {
     }
 
     /// The listing half: reads every page, records it, and sends each repo that needs probing to `found`.
-    /// Ends (closing `found`) once the last page is recorded and what it no longer lists is marked.
+    /// It returns, closing `found`, once the last page is recorded and the unlisted repos are marked.
     async fn list(&self, found: tokio::sync::mpsc::UnboundedSender<ListedRepo>) -> Result<(), Stop> {
         let (client, store, opts, run) = (self.client, self.store, self.opts, self.run);
         let mut pending = 0u64;
@@ -269,7 +271,7 @@ impl<'a> Crawl<'a> {
             }
             let refused: Vec<RefusedEntry> = page.invalid.iter().map(refused_entry).collect();
             store.record_invalid_listings(run, &refused).await?;
-            // Mirrors are not sources: not audited, and (if an earlier crawl took one for a source) forgotten.
+            // Mirrors are not sources. The crawl skips them and forgets any that an earlier crawl recorded.
             let (mirrors, sources): (Vec<ListedRepo>, Vec<ListedRepo>) =
                 page.repos.into_iter().partition(|r| is_mirror(&r.id, &r.tags, &opts.own_namespaces));
             page.repos = sources;
@@ -283,9 +285,8 @@ impl<'a> Crawl<'a> {
             listed += page.repos.len() as u64;
             for repo in page.repos.into_iter().zip(flags).filter(|(_, p)| *p).map(|(r, _)| r) {
                 pending += 1;
-                // The probing half ends only after this one does (it waits for `found` to close), or when it
-                // fails, and then `try_join!` drops this half too: a send that finds no receiver has nothing
-                // left to do.
+                // The probing half waits for `found` to close, so it ends after this half unless it fails.
+                // If it fails, `try_join!` drops this half too. So a failed send has nothing left to do.
                 let _ = found.send(repo);
             }
             {
@@ -298,9 +299,9 @@ impl<'a> Crawl<'a> {
                 next = pages.next(&url, &page.headers).map_err(|e| stop_for(e, AuditError::Listing))?;
             }
         }
-        // The whole listing was read: what it no longer shows is gone from the population the reports
-        // describe. Not after an empty listing (a Hub that answered nothing is not a Hub that deleted
-        // everything), nor after a limited one.
+        // The whole listing was read, so the repos it no longer shows leave the population the reports
+        // describe. Skip this after a limited listing. Skip it after an empty one too: a Hub that answered
+        // nothing did not delete everything.
         if opts.query.limit.is_none() && listed > 0 {
             let gone = store.mark_unlisted(run).await?;
             if gone > 0 {
@@ -311,16 +312,16 @@ impl<'a> Crawl<'a> {
         Ok(())
     }
 
-    /// The probing half: probes the repos `found` sends, `opts.concurrency` at once, and hands each outcome
-    /// to the recording half once its requests are done: no network call inside a transaction. Ends (closing
-    /// `probed`) once `found` is closed and every probe has answered.
+    /// The probing half: probes the repos `found` sends, `opts.concurrency` at once. It hands each outcome to
+    /// the recording half once its requests are done, so no network call runs inside a transaction. It
+    /// returns, closing `probed`, once `found` is closed and every probe has answered.
     async fn probe(
         &self,
         mut found: tokio::sync::mpsc::UnboundedReceiver<ListedRepo>,
         probed: tokio::sync::mpsc::Sender<RepoOutcome>,
     ) -> Result<(), Stop> {
-        // `poll_fn`, not `unfold` over an `async` block: rustc cannot prove that block `Send` for every lifetime,
-        // which `serve`'s spawned runs need.
+        // Use `poll_fn`, not `unfold` over an `async` block. rustc cannot prove that block `Send` for every
+        // lifetime, and `serve`'s spawned runs need `Send`.
         let repos = futures_util::stream::poll_fn(move |cx| found.poll_recv(cx));
         let (client, opts) = (self.client, self.opts);
         let outcomes = repos
@@ -333,7 +334,7 @@ impl<'a> Crawl<'a> {
         let mut outcomes = std::pin::pin!(outcomes);
         while let Some(outcome) = outcomes.next().await {
             let outcome = outcome.map_err(|e| Stop::Interrupted(e.to_string()))?;
-            // As with `found`: a recording half that is gone has failed, and `try_join!` ends this one.
+            // As with `found`: a closed channel means the recording half failed, and `try_join!` ends this.
             if probed.send(outcome).await.is_err() {
                 break;
             }
@@ -341,8 +342,8 @@ impl<'a> Crawl<'a> {
         Ok(())
     }
 
-    /// The recording half: records what has arrived, up to `RECORD_BATCH` repos per transaction, and counts
-    /// each repo once its transaction committed (a crawl stopped midway stores what it recorded, no more).
+    /// The recording half: records what has arrived, up to `RECORD_BATCH` repos per transaction. It counts
+    /// each repo only after its transaction commits, so a crawl stopped midway counts only what it stored.
     async fn record(&self, mut probed: tokio::sync::mpsc::Receiver<RepoOutcome>) -> Result<(), Stop> {
         let mut batch = Vec::with_capacity(RECORD_BATCH);
         while probed.recv_many(&mut batch, RECORD_BATCH).await > 0 {
@@ -371,13 +372,13 @@ impl<'a> Crawl<'a> {
 pub enum Reread {
     /// Audited and recorded, in a run of its own.
     Recorded(RepoOutcome),
-    /// It does not have the tags the audit lists by (`--filter`), it is a mirror (which is never a source),
-    /// or it is gone and the store never knew it: nothing recorded.
+    /// Nothing is recorded. The repo lacks the tags the audit lists by (`--filter`), is a mirror, or is gone
+    /// and unknown to the store.
     Unlisted,
     /// The Hub's answer breaks the Hub's rules: nothing recorded.
     Refused(String),
-    /// The Hub answers the name with this other repo: it was renamed. The old name is recorded `renamed`
-    /// (if the store knew it); the new one is not read here.
+    /// The Hub answers the name with this other repo, so the repo was renamed. The old name is recorded
+    /// `renamed` if the store knew it. The new name is not read here.
     Renamed(String),
 }
 
@@ -390,11 +391,11 @@ pub struct Trigger<'a> {
     pub received_at: &'a str,
 }
 
-/// Reads one repo again as the crawl reads each (its info, then one range probe per shard) and records it in
-/// a run of kind `webhook`, started by `trigger`: for a webhook's hint. The run's request counts are
-/// the client's, so the caller gives it a client of its own. A repo the Hub reports gone,
-/// gated or disabled is recorded so (its mirror's lifecycle follows); one that fails otherwise returns the
-/// Hub's error, for the next crawl to retry.
+/// Reads one repo again for a webhook's hint, the way the crawl reads each: its info, then one range probe
+/// per shard. It records the repo in a run of kind `webhook`, started by `trigger`. The run's request counts
+/// are the client's, so the caller gives it a client of its own. A repo the Hub reports gone, gated or
+/// disabled is recorded so, and its mirror's lifecycle follows. Any other failure returns the Hub's error,
+/// for the next crawl to retry.
 #[tracing::instrument(name = "reread", skip_all, fields(repo.id = %repo))]
 pub async fn reread(
     client: &HubClient,
@@ -421,7 +422,7 @@ pub async fn reread(
         },
     };
     let renamed = listed.as_ref().err().and_then(|(_, to)| to.clone());
-    // A repo the Hub does not show, which the store never knew: nothing to record (and no row to record on).
+    // The Hub does not show the repo and the store never knew it: there is no row to record on.
     let known = store.repo(repo).await?;
     if listed.is_err() && known.is_none() {
         return Ok(renamed.map_or(Reread::Unlisted, Reread::Renamed));
@@ -446,7 +447,7 @@ pub async fn reread(
         }
     };
     if let Err(e) = store.record_repo(run, &outcome).await {
-        // The run says so, rather than staying `running` (crawls' leftovers are cleaned up; these are not).
+        // Mark the run failed so it does not stay `running`. interrupt_stale_runs clears only crawl runs.
         let _ = store.finish_run(run, "failed", &RunStats::default(), Some(&e.to_string())).await;
         return Err(e.into());
     }
@@ -473,16 +474,16 @@ pub enum RereadError {
     Store(#[from] StoreError),
 }
 
-/// Probes every shard of one repo at its listed commit. A wait longer than the client allows is returned as
-/// the error: it stops the run (which the next one resumes) rather than marking repo after repo as failed.
+/// Probes every shard of one repo at its listed commit. It returns a wait longer than the client allows as
+/// the error. That error stops the run, which the next one resumes, rather than failing repo after repo.
 pub async fn audit_repo(client: &HubClient, repo: ListedRepo, opts: &AuditOptions) -> Result<RepoOutcome, HubError> {
     let sha = repo.sha.clone().unwrap_or_else(|| "main".to_owned());
     let outcome = |state, shards, error| RepoOutcome { id: repo.id.clone(), sha: sha.clone(), state, shards, error };
     if repo.flags.disabled {
         return Ok(outcome(RepoState::Disabled, Vec::new(), None));
     }
-    // Probes are the crawl's scarcest budget (the Hub allows 5,000 resolver requests per 5 minutes): a repo
-    // listing more shards or files than any real one is recorded over the cap, none of its shards probed.
+    // Probes are the crawl's scarcest budget: the Hub allows 5,000 resolver requests per 5 minutes. A repo
+    // listing more shards or files than any real one is recorded as over the cap, with no shard probed.
     let paths = repo.shard_paths();
     if paths.len() > MAX_SHARDS || repo.siblings.len() > MAX_FILES {
         let why = format!(
@@ -535,7 +536,7 @@ fn shard_row(repo: &str, sha: &str, path: &str, probed: crate::hub::probe::Probe
         error: None,
         writer: None,
     };
-    // A size no Hub file can have is the pusher's claim, not a shard: its bytes count in no total.
+    // No Hub file can be this large, so the size is the pusher's claim. Its bytes count in no total.
     if probed.size > MAX_FILE_BYTES {
         let error = format!("claims {} bytes, more than the Hub's {MAX_FILE_BYTES}-byte limit for a file", probed.size);
         return ShardRow { error: Some(error), ..base };
@@ -584,8 +585,7 @@ fn refused_entry(bad: &InvalidListing) -> RefusedEntry {
 mod tests {
     use super::*;
 
-    /// A shard whose size no Hub file can have is recorded invalid, its bytes counting in no total, however
-    /// well formed its header.
+    /// A shard larger than any Hub file is recorded invalid, whatever its header. Its bytes count nowhere.
     #[test]
     fn a_shard_claiming_more_than_any_hub_file_counts_in_no_total() {
         let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;

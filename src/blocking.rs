@@ -1,19 +1,18 @@
 //! Batch work kept off the async executor and behind the pages in the CPU's queue.
 //!
-//! A repack re-lays, hashes, maps and MLX-loads gigabytes. On an executor thread that stalls every page and
-//! audit request sharing the runtime; on a thread of equal priority it still takes the cores a page needs
-//! (on two cores, `/healthz`'s p99 went from 1 ms to 11 ms during a 2 GiB repack with the work on tokio's
-//! blocking pool). So [`run`] gives each piece of batch work a thread of its own at the lowest priority
-//! ([`BATCH_NICE`]); threads and processes it starts inherit that. The heavy entry points call
-//! [`assert_off_executor`], so in debug builds (every test) a call from async code that forgot [`run`]
-//! panics at once instead of showing up as latency.
+//! A repack re-lays, hashes, maps and MLX-loads gigabytes. On an executor thread, that work stalls every page
+//! and audit request sharing the runtime. On a thread of equal priority, it still takes the cores a page
+//! needs; see BENCHMARKS.md. So [`run`] gives each piece of batch work its own thread at the lowest priority,
+//! [`BATCH_NICE`]. Threads and processes it starts inherit that priority. The heavy entry points call
+//! [`assert_off_executor`]. So in debug builds, which every test uses, async code that forgot [`run`] panics
+//! at once instead of showing up as latency.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-/// The nice value of batch threads, the lowest: a runnable page then gets about 68 times their share of a
-/// core. At nice 10 (about 9 times) the MLX check alone still took `/healthz`'s p99 from 1.4 ms to 16 ms on
-/// two cores; at 19, to 8 ms. Batch work loses nothing by it on an otherwise idle machine.
+/// The nice value of batch threads, the lowest. A runnable page then gets about 68 times their share of a
+/// core. Nice 10 gives about 9 times, which still let the MLX check slow `/healthz`; see BENCHMARKS.md.
+/// Batch work loses nothing by it on an otherwise idle machine.
 pub const BATCH_NICE: i32 = 19;
 
 /// The batch work could not run or did not finish.
@@ -39,7 +38,7 @@ pub enum BlockingError {
     },
 }
 
-/// Starts `work` at once on a low-priority thread of its own; the returned future waits for it without
+/// Starts `work` at once on a low-priority thread of its own. The returned future waits for it without
 /// holding an executor thread.
 pub fn run<T, F>(what: &'static str, work: F) -> impl Future<Output = Result<T, BlockingError>>
 where
@@ -47,7 +46,7 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    // The caller's span (its job, its repo) follows the work onto the thread.
+    // The caller's span, with its job and repo, follows the work onto the thread.
     let span = tracing::Span::current();
     let spawned = std::thread::Builder::new().name(format!("batch: {what}")).spawn(move || {
         let _in_span = span.enter();
@@ -64,15 +63,16 @@ where
     }
 }
 
-/// A tokio runtime whose threads all run at [`BATCH_NICE`], for a repack's async work: its downloads, and the
-/// uploads whose Xet chunking runs on the runtime that starts them. The server's own runtime keeps the pages.
+/// A tokio runtime whose threads all run at [`BATCH_NICE`], for a repack's async work. That work is its
+/// downloads and its uploads, whose Xet chunking runs on the runtime that starts them. The server's own
+/// runtime keeps the pages.
 pub struct BatchRuntime {
     handle: tokio::runtime::Handle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl BatchRuntime {
-    /// Starts the runtime, with `threads` workers, on a low-priority thread that its workers inherit it from.
+    /// Starts the runtime with `threads` workers on a low-priority thread. The workers inherit its priority.
     pub fn start(threads: usize) -> std::io::Result<BatchRuntime> {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -106,7 +106,7 @@ impl BatchRuntime {
 }
 
 impl Drop for BatchRuntime {
-    /// Lets the runtime's thread shut it down; tasks still running are dropped at their next await.
+    /// Lets the runtime's thread shut it down. Tasks still running are dropped at their next await.
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -114,8 +114,8 @@ impl Drop for BatchRuntime {
     }
 }
 
-/// In debug builds, panics when called on a thread of an async runtime (its executor or its blocking pool);
-/// plain threads, as the CLI's `fix` and `scan` and [`run`]'s use, pass.
+/// In debug builds, panics when called on an async runtime's thread, in its executor or its blocking pool.
+/// Plain threads pass, such as those of the CLI's `fix` and `scan` and of [`run`].
 pub fn assert_off_executor(what: &str) {
     if cfg!(debug_assertions) {
         let on_runtime = tokio::runtime::Handle::try_current().is_ok();
@@ -123,16 +123,16 @@ pub fn assert_off_executor(what: &str) {
     }
 }
 
-/// Makes the calling thread, and every thread it starts from now on, batch work: for the commands that run
-/// repacks and serve no pages (`repack`, `worker`). Their async work (the download, the upload's hashing and
-/// chunking) then shares the cores evenly with their threads of batch work, instead of starving them: the MLX
-/// check runs beside the upload, and at nice 19 against nice 0 it took four times as long.
+/// Makes the calling thread, and every thread it starts from now on, batch work. The commands that run
+/// repacks and serve no pages call it: `repack` and `worker`. Their async work then shares the cores evenly
+/// with their batch threads instead of starving them. That async work is the download and the upload's
+/// hashing and chunking. Otherwise the upload at nice 0 slows the MLX check beside it; see BENCHMARKS.md.
 pub fn run_as_batch(what: &str) {
     lower_priority(what);
 }
 
-/// This process's peak resident memory so far (`VmHWM`: processes it started are not in it), where the
-/// system says.
+/// This process's peak resident memory so far, where the system reports it. It reads `VmHWM`, which leaves
+/// out processes this one started.
 pub fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim();
@@ -140,7 +140,7 @@ pub fn peak_rss() -> Option<u64> {
 }
 
 /// Lowers this thread's priority. On Linux the nice value belongs to the thread, not the process, so the
-/// server's threads keep theirs; refused (some sandboxes), the work still runs.
+/// server's threads keep theirs. If the system refuses, as some sandboxes do, the work still runs.
 fn lower_priority(what: &str) {
     #[cfg(target_os = "linux")]
     let lowered = rustix::thread::gettid();
@@ -153,8 +153,8 @@ fn lower_priority(what: &str) {
     }
 }
 
-/// What ended a task that did not return: "cancelled", or "panicked: " and its message (control characters
-/// escaped: it goes to logs, the store and the dashboard).
+/// What ended a task that did not return: "cancelled", or "panicked: " and its message. The message goes to
+/// logs, the store and the dashboard, so its control characters are escaped.
 pub fn join_error_message(e: tokio::task::JoinError) -> String {
     if e.is_cancelled() {
         return "cancelled".into();

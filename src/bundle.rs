@@ -1,4 +1,4 @@
-//! Finding shards on disk and grouping them into bundles (one model directory each).
+//! Finds shards on disk and groups them into bundles, one model directory each.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -11,7 +11,7 @@ use thiserror::Error;
 pub const SHARD_SUFFIX: &str = ".safetensors";
 /// File-name suffix of a sharded bundle's index.
 pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
-/// Largest index read: one naming a hundred thousand tensors is a few MB.
+/// The largest index read. One naming a hundred thousand tensors is a few MB.
 pub const INDEX_CAP: u64 = 64 << 20;
 
 /// A directory's shards, with its index if it has one.
@@ -23,7 +23,8 @@ pub struct Bundle {
     pub shards: Vec<PathBuf>,
     /// The parsed `*.safetensors.index.json`.
     pub index: Option<BundleIndex>,
-    /// Whether the user named the directory (so its other files belong to the bundle) rather than single files.
+    /// Whether the user named the directory rather than single files. If so, its other files belong to the
+    /// bundle.
     pub whole_dir: bool,
 }
 
@@ -72,9 +73,9 @@ struct RawIndex {
 
 /// Turns files, bundle directories, trees of bundles and Hugging Face cache directories into bundles.
 ///
-/// Directories are walked recursively; symlinked files are followed (a cache's `snapshots/` are symlinks
-/// into `blobs/`), symlinked directories and hidden entries are not, so nothing is visited twice. Nothing
-/// but a regular file is ever read: special files named like shards are listed for the scan to report.
+/// It walks directories recursively. It follows symlinked files, because a cache's `snapshots/` are symlinks
+/// into `blobs/`. It skips symlinked directories and hidden entries, so nothing is visited twice. It reads
+/// only regular files. It lists special files named like shards for the scan to report.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<Bundle>, DiscoverError> {
     let mut by_dir: BTreeMap<PathBuf, (Vec<PathBuf>, bool)> = BTreeMap::new();
     for path in paths {
@@ -112,8 +113,8 @@ fn walk(dir: &Path, by_dir: &mut BTreeMap<PathBuf, (Vec<PathBuf>, bool)>) -> Res
         if file_type.is_dir() {
             walk(&path, by_dir)?;
         } else if is_shard_name(&path) && !std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
-            // FIFOs, devices, sockets and dangling links with a shard's name are listed too: the scan reports
-            // each as unreadable (never reading it) rather than passing over it in silence.
+            // List FIFOs, devices, sockets and dangling links with a shard's name too. The scan reports each
+            // as unreadable, without reading it, rather than passing over it in silence.
             let slot = by_dir.entry(dir.to_owned()).or_default();
             slot.0.push(path);
             slot.1 = true;
@@ -150,8 +151,8 @@ fn read_index(dir: &Path) -> Result<Option<BundleIndex>, DiscoverError> {
     Ok(Some(BundleIndex { path, weight_map: raw.weight_map }))
 }
 
-/// Whether `path` is, or resolves to, a content-addressed blob of a Hugging Face cache
-/// (`…/models--org--name/blobs/<hash>`), whose name must keep matching its content.
+/// Whether `path` is, or resolves to, a content-addressed blob of a Hugging Face cache:
+/// `…/models--org--name/blobs/<hash>`. Such a blob's name must keep matching its content.
 pub fn is_hf_cache_blob(path: &Path) -> bool {
     let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let parts: Vec<_> = resolved.components().collect();

@@ -1,7 +1,7 @@
-//! How errors are said: an error and its causes as one line, for a log or a report that has no `anyhow` to
-//! say it; and the error of a value that is none of the spellings a setting takes.
+//! How errors are worded. `with_causes` puts an error and its causes on one line, for a log or a report
+//! without `anyhow`. `Unrecognized` is the error for a value that matches none of a setting's spellings.
 
-/// A value that is not one a setting or a stored name takes: `expected` says what would be.
+/// A value that no setting or stored name takes. `expected` says what would be valid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{value}`: expected {expected}")]
 pub struct Unrecognized {
@@ -32,7 +32,7 @@ pub(crate) fn by_name<T: Copy>(value: &str, all: &[T], name: impl Fn(T) -> &'sta
         .ok_or_else(|| Unrecognized::one_of(value, all.iter().map(|&item| name(item))))
 }
 
-/// `e`, then each of its sources after `: `; a source whose text the line already holds is not said again.
+/// `e`, then each of its sources after `: `. A source whose text the line already holds is left out.
 pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();

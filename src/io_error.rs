@@ -11,7 +11,7 @@ use thiserror::Error;
 pub struct PathIoError {
     /// The file or directory concerned.
     pub path: PathBuf,
-    /// What was being done ("read", "rename into place", …).
+    /// What was being done: "read", "rename into place", ….
     pub op: &'static str,
     /// The failure.
     #[source]
@@ -26,7 +26,7 @@ impl PathIoError {
     }
 }
 
-/// The kind of the first I/O failure in `e`'s chain of causes, if any: what lets a caller tell a full disk
+/// The kind of the first I/O failure in `e`'s chain of causes, if any. It lets a caller tell a full disk
 /// from a bad file after the error has been wrapped.
 pub(crate) fn io_kind_in(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
     let mut cause = Some(e);

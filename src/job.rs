@@ -1,7 +1,13 @@
-//! A repack job's domain: where it is ([`JobState`]), what a failure means ([`FailureKind`]), where its MLX check
-//! runs ([`VerifyDevice`]), the job as recorded ([`Job`], [`JobEvent`]) and how a step ends ([`JobOutcome`]).
-//! What a job carries between its steps is in [`payload`]. The store keeps these and the pipeline moves them;
-//! neither owns them.
+//! The types of a repack job.
+//!
+//! - [`JobState`]: where the job is.
+//! - [`FailureKind`]: what a failure means.
+//! - [`VerifyDevice`]: where its MLX check runs.
+//! - [`Job`] and [`JobEvent`]: the job as recorded.
+//! - [`JobOutcome`]: how a step ends.
+//!
+//! [`payload`] holds what a job carries between its steps. The store keeps these types and the pipeline moves
+//! them; neither owns them.
 
 pub mod payload;
 
@@ -12,8 +18,7 @@ use sqlx::types::Json;
 
 use payload::{MlxRecord, Progress, Staged};
 
-/// Where a job is: one vocabulary from the database (stored as its snake_case name) to the JSON API and the
-/// runner protocol.
+/// Where a job is. The database (by snake_case name), the JSON API and the runner protocol share these names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -34,7 +39,7 @@ pub enum JobState {
     Published,
     /// Given up, with the reason.
     Failed,
-    /// Not to be done (policy, opt-out, nothing to fix), with the reason.
+    /// Not to be done, with the reason: policy, an opt-out, or nothing to fix.
     Skipped,
 }
 
@@ -114,7 +119,7 @@ impl std::str::FromStr for JobState {
     }
 }
 
-/// What a failure means for its job (stored by name beside the reason): ordered from the least serious.
+/// What a failure means for its job, ordered from the least serious. It is stored by name beside the reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -123,8 +128,9 @@ pub enum FailureKind {
     Transient,
     /// No attempt will: failed for good.
     Permanent,
-    /// Nothing succeeds until the operator acts (a refused token, a full disk): back to the queue without
-    /// spending an attempt, held for [`NEEDS_OPERATOR_HOLD`], and the worker stops claiming meanwhile.
+    /// Nothing succeeds until the operator acts, as with a refused token or a full disk. The job goes back to
+    /// the queue without spending an attempt, held for [`NEEDS_OPERATOR_HOLD`]. The worker stops claiming
+    /// meanwhile.
     NeedsOperator,
 }
 
@@ -149,9 +155,9 @@ impl std::str::FromStr for FailureKind {
     }
 }
 
-/// How long a job whose failure needs the operator waits before it is tried again, and how long the worker
-/// that met it pauses: long enough not to spend the Hub's patience on a refused token, short enough that a
-/// fixed one is noticed without a restart.
+/// How long a job that needs the operator waits before its next try, and how long its worker pauses. It is
+/// long enough to spare the Hub a refused token's retries. It is short enough to notice a fixed token without
+/// a restart.
 pub const NEEDS_OPERATOR_HOLD: Duration = Duration::from_secs(15 * 60);
 
 /// How many times a job's attempt is given back for needing the operator; after that each hold spends one.
@@ -180,11 +186,11 @@ pub struct Job {
     pub verify_device: VerifyDevice,
     /// The MLX load check's record, once it ran.
     pub verification: Option<Json<MlxRecord>>,
-    /// Where the bundle waits for the Metal check when the Hub is the rendezvous: the private mirror's
-    /// staged commit and the local checks; `None` when staged on a worker.
+    /// Where the bundle waits for the Metal check when the Hub is the rendezvous. It holds the private
+    /// mirror's staged commit and the local checks. `None` when the bundle is staged on a worker.
     pub staged: Option<Json<Staged>>,
-    /// What its last finished step left in its directory on the worker that ran it, for a later attempt
-    /// there to take up the work (not shown by the API: it names that machine's files and boot).
+    /// What its last finished step left in its directory on the worker that ran it. A later attempt there
+    /// takes up the work from it. The API does not show it, because it names that machine's files and boot.
     #[serde(skip_serializing)]
     pub progress: Option<Json<Progress>>,
     /// Attempts so far.
@@ -207,7 +213,7 @@ pub struct Job {
     pub created_at: String,
     /// When it last changed.
     pub updated_at: String,
-    /// When it ended (published, failed or skipped); `None` while it runs.
+    /// When it was published, failed or skipped; `None` while it runs.
     pub finished_at: Option<String>,
     /// In `--pr` mode: the pull request it opened on the source.
     pub pr_num: Option<i64>,
@@ -238,7 +244,8 @@ pub enum JobOutcome {
         /// Its commit.
         commit: String,
     },
-    /// In `--pr` mode: a pull request opened on the source (the job is `published`, its target the PR's page).
+    /// In `--pr` mode: a pull request opened on the source. The job is `published`, and its target is the
+    /// PR's page.
     Proposed {
         /// The pull request's number.
         num: i64,
@@ -254,7 +261,7 @@ pub enum JobOutcome {
         /// What it means for the job.
         kind: FailureKind,
     },
-    /// Back to the queue until `until` (Unix seconds), spending no attempt: a cap of the operator's policy
+    /// Back to the queue until `until` (Unix seconds), spending no attempt. A cap of the operator's policy
     /// is reached for now.
     Deferred {
         /// Why.
@@ -262,9 +269,9 @@ pub enum JobOutcome {
         /// When it may be claimed again.
         until: i64,
     },
-    /// Back to the queue, spending nothing, held for [`NEEDS_OPERATOR_HOLD`] (or until a worker whose checks
-    /// at start pass releases it): the worker's configuration failed, not the job (an interpreter that
-    /// cannot run or has no MLX). Counted as needing the operator, however often it happens.
+    /// Back to the queue, spending nothing. The worker's configuration failed, not the job: for example,
+    /// an interpreter that cannot run or has no MLX. The job is held for [`NEEDS_OPERATOR_HOLD`], or until a
+    /// worker whose start-up checks pass releases it. It counts as needing the operator, however often.
     Held {
         /// Why, naming the setting to mend.
         reason: String,
@@ -274,8 +281,8 @@ pub enum JobOutcome {
         /// Why.
         reason: String,
     },
-    /// Waiting for the macOS runner's Metal check; the lease is released. `staged` is the record of a bundle
-    /// staged on the Hub, `None` for one staged in the worker's directory.
+    /// Waiting for the macOS runner's Metal check, with the lease released. `staged` records a bundle
+    /// staged on the Hub; it is `None` for one staged in the worker's directory.
     AwaitMetal {
         /// The staged commit and the local checks, when the Hub is the rendezvous.
         staged: Option<Staged>,

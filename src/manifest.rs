@@ -1,7 +1,7 @@
 //! `MEI_ALIGN_MANIFEST.json`: what was changed in each shard, with the hashes that prove bit-identity.
 //!
-//! A superset of the schema written by Mei's `tools/align_safetensors.py`, so Mei's checks and its
-//! verification snippet work unchanged; the extra fields make a reorder checkable tensor by tensor.
+//! The schema is a superset of the one Mei's `tools/align_safetensors.py` writes, so Mei's checks and its
+//! verification snippet work unchanged. The extra fields make a reorder checkable tensor by tensor.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -40,8 +40,8 @@ pub struct Manifest {
     /// Shards left alone, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedShard>,
-    /// Files of the source repo a mirror does not carry, with the reason (a repack's; see
-    /// `repack::download::allow_list`).
+    /// Files of the source repo a mirror does not carry, with the reason. A repack fills it; see
+    /// `repack::download::allow_list`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
     /// Carried configs whose pointers to code were removed.
@@ -49,8 +49,8 @@ pub struct Manifest {
     pub edited: Vec<Edited>,
 }
 
-/// One shard's record. Fields after `repack_seconds` are hubalign's; they default when reading a manifest
-/// Mei's own tool wrote.
+/// One shard's record. Fields after `repack_seconds` are hubalign's. They take their defaults when read from
+/// a manifest Mei's own tool wrote.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ManifestShard {
     /// File name relative to the bundle.
@@ -59,13 +59,13 @@ pub struct ManifestShard {
     pub src_header_len: u64,
     /// Spaces added to the header.
     pub padding_bytes: u64,
-    /// Bytes in the data section (unchanged by any method).
+    /// Bytes in the data section. No method changes it.
     pub payload_bytes: u64,
     /// SHA-256 of the written data section; equal to the source's for `header_pad` and `unchanged`.
     pub payload_sha256: String,
     /// Number of tensors.
     pub tensors: u64,
-    /// Misaligned tensors after the rewrite (always 0).
+    /// Misaligned tensors after the rewrite: always 0.
     pub unaligned_after: u64,
     /// Wall time spent on this shard.
     pub repack_seconds: f64,
@@ -78,7 +78,7 @@ pub struct ManifestShard {
     /// Misaligned tensors in the source.
     #[serde(default)]
     pub unaligned_before: u64,
-    /// The digest fields this record carries, by name: which the digest set computed (see
+    /// The names of the digest fields this record carries: those the digest set computed (see
     /// [`Digests`](crate::safetensors::rewrite::Digests)). Empty in Mei's manifests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub digests: Vec<String>,
@@ -115,7 +115,7 @@ pub struct SkippedShard {
 /// A file of the source the mirror does not carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftOut {
-    /// Its path in the source repo, as the tree names it (untrusted text: escape it wherever it is shown).
+    /// Its path in the source repo, as the tree names it. It is untrusted text, so escape it wherever shown.
     pub file: String,
     /// Its size as the tree gives it.
     pub bytes: u64,
@@ -175,14 +175,14 @@ impl Manifest {
     pub fn write(&self, dir: &Path) -> Result<PathBuf, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
         let io_err = |source| ManifestError::Io { path: path.clone(), source };
-        // Serialized in memory first: written straight to the file, it took one write call per JSON token,
-        // some 22,000 of them for a shard of 1,400 tensors.
+        // Serialize in memory first. Writing straight to the file takes one write call per JSON token: some
+        // 22,000 for a shard of 1,400 tensors.
         let mut json = Vec::new();
         let mut ser =
             serde_json::Serializer::with_formatter(&mut json, serde_json::ser::PrettyFormatter::with_indent(b" "));
         self.serialize(&mut ser).map_err(|e| io_err(io::Error::other(e)))?;
         json.push(b'\n');
-        // As any new file, not the 0600 of a temporary one: the manifest ships with the model.
+        // The manifest ships with the model, so it gets a new file's usual mode, not a temporary file's 0600.
         crate::safe_fs::write_atomic(&path, &json).map_err(io_err)?;
         Ok(path)
     }

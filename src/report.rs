@@ -32,8 +32,8 @@ pub struct Publisher {
     pub gb_duplicated: f64,
 }
 
-/// The share of a publisher's repos that are affected: `affected / audited`, 0 when none was audited. The
-/// report and the public dataset both say it, and must say the same.
+/// The share of a publisher's repos that are affected: `affected / audited`, or 0 when none was audited. The
+/// report and the public dataset both use it, so they agree.
 pub fn share_affected(affected: i64, audited: i64) -> f64 {
     if audited > 0 { affected as f64 / audited as f64 } else { 0.0 }
 }

@@ -1,7 +1,9 @@
-//! Local files handled without trusting what is already on disk: only regular files are read as shards,
-//! indexes or manifests (a FIFO, device or socket is refused before a byte is read, so nothing hangs or
-//! reads forever), small files are read under a cap, and writes into an output or work directory replace a
-//! planted symlink instead of following it.
+//! Local file access that does not trust what is already on disk.
+//!
+//! - Only regular files are read as shards, indexes or manifests. A FIFO, device or socket is refused before
+//!   a byte is read, so nothing hangs or reads forever.
+//! - Small files are read under a cap.
+//! - Writes into an output or work directory replace a planted symlink instead of following it.
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
@@ -21,7 +23,7 @@ pub struct FileId {
 }
 
 impl FileId {
-    /// The identity of the regular file at `path` (a symlink is never followed), if it can be read.
+    /// The identity of the regular file at `path`, if it can be read. A symlink is never followed.
     pub fn of(path: &Path) -> Option<FileId> {
         FileId::of_metadata(&std::fs::symlink_metadata(path).ok()?)
     }
@@ -87,7 +89,7 @@ fn not_regular(meta: &Metadata) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("not a regular file but a {}; never read", kind_of(meta)))
 }
 
-/// Opens `path` for reading (following symlinks, as a user's path may) only if it is a regular file. The
+/// Opens `path` for reading only if it is a regular file. It follows symlinks, as a user's path may. The
 /// open itself cannot block: a FIFO is opened non-blocking, seen for what it is, and refused.
 pub fn open_regular(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
@@ -105,7 +107,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads a small regular file whole, refusing one larger than `cap` bytes (an index, a manifest, a card).
+/// Reads a small regular file whole, such as an index, a manifest or a card. Refuses one over `cap` bytes.
 pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
@@ -123,8 +125,8 @@ pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Makes `path` free for a new file: a symlink, special file or empty directory there is removed (never
-/// followed); a regular file is left for the write to replace. Nothing there is fine.
+/// Makes `path` free for a new file. It removes a symlink, special file or empty directory there, never
+/// following it. It leaves a regular file for the write to replace. Nothing there is fine.
 pub fn clear_for_write(path: &Path) -> io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_file() => Ok(()),
@@ -135,17 +137,17 @@ pub fn clear_for_write(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, created as any new file is (not the 0600
-/// of a temporary one), written and synced, then renamed over `path` (replacing a symlink there, never
-/// writing through it).
+/// Writes `bytes` to `path` atomically. It writes and syncs a temporary file beside `path`, then renames it
+/// over `path`. The temporary file gets a new file's usual mode, not a temporary file's 0600. The rename
+/// replaces a symlink at `path` and never writes through it.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     write_atomic_via(dir, path, bytes)
 }
 
-/// [`write_atomic`] with the temporary file in `dir` (on `path`'s file system): for a `path` in a directory
-/// that others list while it is written (a bundle being uploaded), where a temporary file beside it would be
-/// taken for one of theirs.
+/// [`write_atomic`] with the temporary file in `dir`, which must be on `path`'s file system. Use it when
+/// others list `path`'s directory during the write, as with a bundle being uploaded. They would take a
+/// temporary file beside `path` for one of theirs.
 pub fn write_atomic_via(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -159,15 +161,15 @@ pub fn write_atomic_via(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()>
     Ok(())
 }
 
-/// Creates (truncating) a file for writing without following a symlink at its name: one already there is
-/// replaced, and one planted between that check and the open makes the open fail rather than write through.
+/// Creates or truncates a file for writing without following a symlink at its name. A symlink already there
+/// is replaced. One planted between that check and the open makes the open fail, not write through.
 pub fn create_nofollow(path: &Path) -> io::Result<File> {
     clear_for_write(path)?;
     open_nofollow(path, OpenOptions::new().write(true).create(true).truncate(true))
 }
 
-/// Opens an existing file to read and append to (a partial download), failing on a symlink at its name
-/// rather than writing through it.
+/// Opens an existing file, such as a partial download, to read and append to. It fails on a symlink at its
+/// name rather than write through it.
 pub fn open_rw_nofollow(path: &Path) -> io::Result<File> {
     open_nofollow(path, OpenOptions::new().read(true).write(true))
 }
@@ -181,9 +183,9 @@ fn open_nofollow(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     options.open(path)
 }
 
-/// Creates `root/rel` as real directories, one component at a time: a symlink or file in the way is
-/// replaced by a directory, so nothing is ever created through a link out of `root`. `rel` must be
-/// relative with plain components only.
+/// Creates `root/rel` as real directories, one component at a time. A symlink or file in the way is
+/// replaced by a directory, so nothing is created through a link out of `root`. `rel` must be relative,
+/// with plain components only.
 pub fn create_dirs_nofollow(root: &Path, rel: &Path) -> io::Result<PathBuf> {
     let mut dir = root.to_owned();
     for component in rel.components() {

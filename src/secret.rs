@@ -3,14 +3,14 @@
 use axum::http::HeaderMap;
 use subtle::ConstantTimeEq;
 
-/// Whether `sent` is `expected`, in time that does not depend on how much of a guess was right (`subtle`); an
-/// empty `expected` (a secret not configured) never matches.
+/// Whether `sent` is `expected`. The time taken does not depend on how much of a guess was right (`subtle`).
+/// An empty `expected`, for a secret not configured, never matches.
 pub(crate) fn same_secret(sent: &str, expected: &str) -> bool {
     !expected.is_empty() && bool::from(sent.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// Whether the request carries `Authorization: Bearer <token>`. The scheme is case-insensitive (RFC 9110
-/// §11.1), so `bearer` and `BEARER` are the same; an empty token never matches.
+/// §11.1), so `bearer` and `BEARER` are the same. An empty token never matches.
 pub(crate) fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let sent = headers
         .get("authorization")

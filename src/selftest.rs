@@ -1,15 +1,16 @@
-//! `hubalign selftest`: every write the service makes, once, against a real Hub, in throwaway objects of a
-//! namespace the token owns, cleaned up afterwards.
+//! `hubalign selftest`: makes every write the service makes, once, against a real Hub. It writes to
+//! throwaway objects in a namespace the token owns, and cleans them up afterwards.
 //!
-//! It is how the first contact with a Hub becomes a check rather than a production job. Each step is a
-//! write path the service uses (see `docs/HUB_REQUESTS.md`), checked by reading back what it made:
-//! - the repo is created private;
-//! - a shard goes up through Xet and is committed on the head that was read;
-//! - a commit on a head that moved since is refused (the guard every mirror's commit relies on);
-//! - a pull request is opened (`create_pr=1`) and its number is read from the Hub's answer;
-//! - a discussion is opened;
-//! - a private collection holds the repo;
-//! - the repo is made public, then private again.
+//! It makes the first contact with a Hub a check rather than a production job. Each step is a write path the
+//! service uses (see `docs/HUB_REQUESTS.md`). Each step checks its write by reading back what it made.
+//!
+//! - The repo is created private.
+//! - A shard goes up through Xet and is committed on the head that was read.
+//! - A commit on a head that moved since is refused. Every mirror's commit relies on this guard.
+//! - A pull request is opened (`create_pr=1`), and its number is read from the Hub's answer.
+//! - A discussion is opened.
+//! - A private collection holds the repo.
+//! - The repo is made public, then private again.
 //!
 //! The repo and the collection are deleted at the end, whatever failed before.
 
@@ -80,7 +81,8 @@ fn shard_bytes() -> Vec<u8> {
     bytes
 }
 
-/// A self-test under way: the client, the namespace, the throwaway repo (unique per run) and the steps so far.
+/// A self-test under way: the client, the namespace, the throwaway repo and the steps so far. The repo's
+/// name is unique per run.
 struct Run<'a> {
     hub: &'a HubClient,
     namespace: &'a str,
@@ -89,7 +91,7 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Keeps a step's outcome; whether it passed.
+    /// Keeps a step's outcome, and returns whether it passed.
     fn record(&mut self, name: &'static str, outcome: Result<String, StepError>) -> bool {
         let passed = outcome.is_ok();
         let detail = match outcome {
@@ -118,7 +120,8 @@ impl Run<'_> {
         }
     }
 
-    /// The shard through Xet, committed on the head just read; returns that head, which the commit moved past.
+    /// Sends the shard through Xet and commits it on the head just read. Returns that head, which the commit
+    /// moved past.
     async fn upload(&self, scratch: &Path) -> Result<(String, String), StepError> {
         let parent = self.head().await?;
         let path = scratch.join("model.safetensors");
@@ -195,7 +198,7 @@ impl Run<'_> {
         }
     }
 
-    /// A private collection holding the repo; its slug, for the cleanup.
+    /// Makes a private collection holding the repo. Its slug goes to `slug`, for the cleanup.
     async fn collection(&self, slug: &mut Option<String>) -> Result<String, StepError> {
         let title = format!("hubalign selftest {}", self.repo.rsplit('-').next().unwrap_or("run"));
         let made =
@@ -216,7 +219,8 @@ impl Run<'_> {
         }
     }
 
-    /// Public, then private again, each read back: a setting that did nothing cannot pass.
+    /// Makes the repo public, then private again, and reads each back. So a setting that did nothing cannot
+    /// pass.
     async fn visibility(&self) -> Result<String, StepError> {
         for private in [false, true] {
             self.hub.set_private(&self.repo, private).await?;

@@ -1,5 +1,5 @@
-//! UTC timestamps as the store keeps them (`YYYY-MM-DDTHH:MM:SSZ`, which sorts as text on both backends), on
-//! chrono's calendar; and clock arithmetic that a duration from outside cannot make panic.
+//! UTC timestamps as the store keeps them, on chrono's calendar. The form `YYYY-MM-DDTHH:MM:SSZ` sorts as
+//! text on both backends. Also clock arithmetic that a duration from outside cannot make panic.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -9,8 +9,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 const FAR_AHEADS: [Duration; 3] =
     [Duration::from_secs(100 * 365 * 86_400), Duration::from_secs(365 * 86_400), Duration::from_secs(86_400)];
 
-/// `now + d`, or the farthest of 100 years, a year or a day ahead that the clock can hold: a duration from
-/// outside (a `Retry-After`, a flag) never makes the arithmetic panic.
+/// `now + d`. If the clock cannot hold it, the farthest of 100 years, a year or a day ahead that it can. So a
+/// duration from outside, such as a `Retry-After` or a flag, never makes the arithmetic panic.
 pub fn instant_after(now: Instant, d: Duration) -> Instant {
     now.checked_add(d).or_else(|| FAR_AHEADS.iter().find_map(|f| now.checked_add(*f))).unwrap_or(now)
 }
@@ -23,15 +23,15 @@ pub fn system_after(t: SystemTime, d: Duration) -> SystemTime {
 /// The store's format: seconds, `Z`.
 const STORED: &str = "%Y-%m-%dT%H:%M:%SZ";
 
-/// Formats seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`; a time past chrono's range (year 262,143)
+/// Formats seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`. A time past chrono's range, year 262,143,
 /// reads as the epoch.
 pub fn format_utc(unix_seconds: u64) -> String {
     let t = i64::try_from(unix_seconds).ok().and_then(|s| DateTime::<Utc>::from_timestamp(s, 0)).unwrap_or_default();
     t.format(STORED).to_string()
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SSZ` (what [`format_utc`] writes) into seconds since the Unix epoch: a date the
-/// calendar does not have (`2026-02-31`) or any other shape is `None`.
+/// Parses `YYYY-MM-DDTHH:MM:SSZ`, as [`format_utc`] writes it, into seconds since the Unix epoch. Returns
+/// `None` for a date the calendar does not have (`2026-02-31`) or any other shape.
 pub fn parse_utc(s: &str) -> Option<i64> {
     // chrono's `%Y` takes a sign and more digits; the stored form has exactly four.
     if s.len() != 20 {
@@ -40,7 +40,7 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     NaiveDateTime::parse_from_str(s, STORED).ok().map(|t| t.and_utc().timestamp())
 }
 
-/// Seconds since the Unix epoch at `t`, rounded up (so a time to wait for is never early); 0 before it.
+/// Seconds since the Unix epoch at `t`, rounded up so a time to wait for is never early. 0 before the epoch.
 pub fn unix_seconds_after(t: SystemTime) -> i64 {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(d.as_secs() + u64::from(d.subsec_nanos() > 0)).unwrap_or(i64::MAX)

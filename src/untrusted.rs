@@ -7,16 +7,16 @@ use std::fmt::Write as _;
 
 use thiserror::Error;
 
-/// Longest namespace or repo name the Hub accepts.
+/// The longest namespace or repo name the Hub accepts.
 pub const MAX_NAME_LEN: usize = 96;
-/// Longest file path taken from a listing or tree (git allows 4096; no model needs more than this).
+/// The longest file path taken from a listing or tree. Git allows 4096, but no model needs more than this.
 pub const MAX_PATH_LEN: usize = 1024;
-/// Longest branch or tag name taken as a revision.
+/// The longest branch or tag name taken as a revision.
 pub const MAX_REVISION_LEN: usize = 256;
 /// How much of a refused value an error message quotes.
 const QUOTED_LEN: usize = 120;
 
-/// A value from outside that breaks the Hub's rules; `value` is already escaped and shortened.
+/// A value from outside that breaks the Hub's rules. `value` is already escaped and shortened.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{what} {value}: {reason}")]
 pub struct Invalid {
@@ -41,8 +41,12 @@ pub fn quote(value: &str) -> String {
     format!("\"{}\"", escape_control(&cut))
 }
 
-/// Checks `namespace/name` against the Hub's rules: exactly one `/`; each part 1–96 characters of
-/// `[A-Za-z0-9._-]`, starting and ending with a letter, digit or `_`; no `--` or `..`; not ending in `.git`.
+/// Checks `namespace/name` against the Hub's rules:
+///
+/// - The id has exactly one `/`.
+/// - Each part has 1–96 characters of `[A-Za-z0-9._-]`.
+/// - Each part starts and ends with a letter, digit or `_`, and has no `--` or `..`.
+/// - The name does not end in `.git`.
 pub fn check_repo_id(id: &str) -> Result<(), Invalid> {
     let fail = |reason| Err(invalid("repo id", id, reason));
     let Some((namespace, name)) = id.split_once('/') else { return fail("not namespace/name") };
@@ -73,12 +77,12 @@ pub fn check_repo_id(id: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// The namespace of a repo id: the part before its `/` (all of it when there is none).
+/// The namespace of a repo id: the part before its `/`, or all of it when there is none.
 pub fn namespace_of(id: &str) -> &str {
     id.split_once('/').map_or(id, |(ns, _)| ns)
 }
 
-/// Checks a namespace (a user or organisation name) by the same rules as a repo id's parts.
+/// Checks a namespace, a user or organisation name, by the same rules as a repo id's parts.
 pub fn check_namespace(namespace: &str) -> Result<(), Invalid> {
     check_repo_id(&format!("{namespace}/x")).map_err(|e| Invalid { what: "namespace", value: quote(namespace), ..e })
 }
@@ -92,9 +96,9 @@ pub fn check_commit(sha: &str) -> Result<(), Invalid> {
     }
 }
 
-/// Checks a revision a person typed (a commit, a branch, a tag, `refs/pr/N`): printable ASCII without
-/// spaces, no `..`, no leading `/` or `-`, at most [`MAX_REVISION_LEN`] characters. It is still encoded
-/// wherever it is used.
+/// Checks a revision a person typed: a commit, a branch, a tag, or `refs/pr/N`. It must be printable ASCII
+/// without spaces or `\`, with no `..` and no leading `/` or `-`, and at most [`MAX_REVISION_LEN`]
+/// characters. It is still encoded wherever it is used.
 pub fn check_revision(rev: &str) -> Result<(), Invalid> {
     let fail = |reason| Err(invalid("revision", rev, reason));
     if rev.is_empty() || rev.len() > MAX_REVISION_LEN {
@@ -131,7 +135,8 @@ pub fn check_repo_path(path: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// One path segment (or a whole revision) percent-encoded for a URL: everything but `[A-Za-z0-9._~-]`.
+/// One path segment, or a whole revision, percent-encoded for a URL. Every byte but `[A-Za-z0-9._~-]` is
+/// encoded.
 pub fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -144,20 +149,21 @@ pub fn encode_segment(s: &str) -> String {
     out
 }
 
-/// A `/`-separated path (a repo id, a file path) with each segment percent-encoded and the `/` kept.
+/// A `/`-separated path, such as a repo id or a file path, with each segment percent-encoded and `/` kept.
 pub fn encode_path(path: &str) -> String {
     path.split('/').map(encode_segment).collect::<Vec<_>>().join("/")
 }
 
-/// Whether a character must not reach a terminal as it is: C0 and C1 controls, DEL, and the Unicode
-/// formatting characters that reorder or hide text (bidirectional overrides and isolates, zero-width marks).
+/// Whether a character must not reach a terminal as it is. These are C0 and C1 controls, DEL, and the
+/// Unicode formatting characters that reorder or hide text: bidirectional overrides and isolates, and
+/// zero-width marks.
 fn is_escaped(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
-/// `s` with every control or text-reordering character written as `\u{…}` (and `\` as `\\` whenever
-/// something was escaped, so the escaping cannot be forged). Borrowed when nothing needs escaping.
+/// `s` with every control or text-reordering character written as `\u{…}`. Whenever something is escaped,
+/// `\` is written as `\\` too, so the escaping cannot be forged. Borrowed when nothing needs escaping.
 pub fn escape_control(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_escaped) {
         return Cow::Borrowed(s);

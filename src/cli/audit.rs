@@ -61,22 +61,22 @@ pub(super) struct AuditArgs {
 /// How long the Hub may hold a run: shared by `audit`, `worker` and `serve`.
 #[derive(Args, Clone, Copy)]
 pub(super) struct HubBounds {
-    /// The longest wait the Hub may ask for (`Retry-After`, a `RateLimit` reset); a longer one ends the run as
+    /// The longest wait the Hub may ask for (`Retry-After`, a `RateLimit` reset). A longer wait ends the run as
     /// interrupted, naming the wait, and the next run resumes.
     #[arg(long, env = "HUBALIGN_MAX_WAIT", default_value_t = hubalign::hub::DEFAULT_MAX_WAIT.as_secs(), value_name = "SECS")]
     pub max_wait: u64,
-    /// The longest an audit may run; one that reaches it ends as interrupted and the next run resumes.
+    /// The longest an audit may run. An audit that reaches it ends as interrupted, and the next run resumes.
     #[arg(long, env = "HUBALIGN_DEADLINE", default_value_t = hubalign::audit::DEFAULT_DEADLINE.as_secs(), value_name = "SECS")]
     pub deadline: u64,
 }
 
 impl HubBounds {
-    /// The client, with the wait bound applied.
+    /// Builds the client with the wait bound applied.
     pub(super) fn client(&self, config: HubConfig) -> anyhow::Result<HubClient> {
         Ok(HubClient::new(config, RetryPolicy::default())?.with_max_wait(Duration::from_secs(self.max_wait)))
     }
 
-    /// The audit's deadline.
+    /// Returns the audit's deadline.
     pub(super) fn deadline(&self) -> Duration {
         Duration::from_secs(self.deadline.max(1))
     }
@@ -106,7 +106,8 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
         let bar = progress(0, "{spinner} {pos}/{len} repos, eta {eta} {wide_msg}");
         tracing::info!(endpoint = %client.endpoint(), store = %args.store.shown(), "audit started");
         let mut shards = 0u64;
-        // Without a terminal (a log file, a pipe, systemd), a progress line at most every 10 s instead of the bar.
+        // Without a terminal (a log file, a pipe, systemd), log a progress line at most every 10 s instead of
+        // drawing the bar.
         let mut said = std::time::Instant::now();
         let mut events = |event: AuditEvent| {
             match event {
@@ -135,8 +136,8 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
             }
             bar.set_message(line);
         };
-        // Ctrl-C or SIGTERM ends the run as interrupted, with what it did recorded; every repo recorded so far
-        // is complete (one transaction each), and the next run resumes after them.
+        // Ctrl-C or SIGTERM ends the run as interrupted, with what it did recorded. Each repo is recorded in one
+        // transaction, so every recorded repo is complete, and the next run resumes after them.
         let pressed = std::sync::atomic::AtomicBool::new(false);
         let ctrl_c = async {
             let signal = super::stop_signal().await;

@@ -2,7 +2,7 @@
 //!
 //! The file only supplies what the command line and the environment leave unset, so the order is
 //! flags > environment > file > built-in defaults. The file is turned into flags before clap parses, so
-//! every value goes through the same validation as when typed; keys that are not flags are refused.
+//! every value goes through the same validation as when typed. Keys that are not flags are refused.
 
 use std::ffi::OsString;
 
@@ -31,7 +31,7 @@ pub(super) fn expand(argv: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     Ok(out)
 }
 
-/// `--config FILE` among the subcommand's arguments, else `HUBALIGN_CONFIG`.
+/// Finds `--config FILE` among the subcommand's arguments, else takes `HUBALIGN_CONFIG`.
 fn config_path(args: &[OsString]) -> Option<std::path::PathBuf> {
     let mut args = args.iter().filter_map(|a| a.to_str());
     while let Some(a) = args.next() {

@@ -21,17 +21,17 @@ pub(super) struct DatasetArgs {
 enum DatasetCommand {
     /// Write today's snapshot of the public audit into a directory, as the dataset repo holds it.
     ///
-    /// Only what the Hub shows anyone: repos last audited public (neither private, gated nor disabled), their
-    /// shards, their public mirrors, and each publisher's sums over them. Writes
+    /// Holds only what the Hub shows anyone. That is the repos last audited public (neither private, gated
+    /// nor disabled), their shards, their public mirrors, and each publisher's sums over them. Writes
     /// <table>/<date>/part-NN.parquet for the tables repos, shards, mirrors and publishers, and README.md (the
     /// dataset card), over what the directory held for that date.
     Write(WriteArgs),
     /// Publish today's snapshot to a dataset repo on the Hub: only the files that changed, in one commit.
     ///
-    /// Creates the repo (public) if it does not exist, and records it as hubalign's. A repo that exists must be
-    /// hubalign's (recorded in the store, or its card carries hubalign's marker); any other is refused. A file
-    /// whose bytes the repo already holds (the same LFS oid, or the same git blob for the card) is not sent; a
-    /// part of the same day the snapshot no longer has is deleted; so are the other days of the tables that
+    /// Creates the repo (public) if it does not exist, and records it as hubalign's. An existing repo must be
+    /// hubalign's: recorded in the store, or with hubalign's marker in its card. Any other repo is refused.
+    /// Files the repo already holds are not sent (the same LFS oid, or the same git blob for the card). Parts
+    /// of the same day that the snapshot no longer has are deleted. So are the other days of the tables that
     /// name repos (repos, shards, mirrors). Earlier days of publishers are kept. A snapshot that changed
     /// nothing commits nothing.
     Push(PushArgs),
@@ -80,13 +80,13 @@ pub(super) fn run(args: &DatasetArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// The date asked for, or today (UTC).
+/// Returns the date asked for, or today (UTC).
 fn day(date: Option<&String>) -> String {
     date.cloned().unwrap_or_else(hubalign::dataset::today)
 }
 
-/// The store's snapshot of `date` (today if none) and its tables' parts, once `repo` is checked. Encoding is
-/// CPU work: done here, not on the runtime.
+/// Checks `repo`, then returns the store's snapshot of `date` (today if none) and its tables' parts. Encoding
+/// is CPU work, so it runs here, not on the runtime.
 fn snapshot(
     runtime: &tokio::runtime::Runtime,
     store: &StoreArgs,
@@ -172,8 +172,8 @@ fn write(args: &WriteArgs) -> anyhow::Result<Exit> {
         }
         hubalign::safe_fs::write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
     }
-    // A part of that day the snapshot no longer has (its publishers' repos all went private, say) goes, so
-    // that the directory holds the snapshot and nothing of an older one.
+    // Remove the parts of that day that the snapshot no longer has, say because a publisher's repos all went
+    // private. The directory then holds this snapshot and nothing of an older one.
     for rel in hubalign::dataset::day_parts(date).into_iter().filter(|rel| !files.contains_key(rel)) {
         remove_if_there(&args.out.join(&rel))?;
     }

@@ -1,5 +1,6 @@
-//! `hubalign demo`: the whole mission offline. A simulated Hub with bundles made by the real writers, the
-//! service against it, the first audit and republishing, the report, and the dashboard left running.
+//! `hubalign demo`: runs the whole mission offline. It lays out a simulated Hub with bundles made by the real
+//! writers and runs the service against it. It waits for the first audit and republishing, prints the
+//! report, and leaves the dashboard running.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -134,7 +135,7 @@ fn build_world(fixtures: &Path, hub_root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A Python that imports `mlx.core`: the given one, else the test venv (built on first use).
+/// Returns a Python that imports `mlx.core`: the given one, else the test venv, built on first use.
 fn find_python(checkout: &Path, given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let has_mlx = |p: &Path| Command::new(p).args(["-c", "import mlx.core"]).output().is_ok_and(|o| o.status.success());
     if let Some(p) = given {

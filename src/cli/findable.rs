@@ -17,7 +17,8 @@ pub(super) struct FindableArgs {
     /// Keep the target namespace's Collections in step with the public mirrors.
     #[arg(long)]
     collections: bool,
-    /// Post the notes on mirrored sources that are due (one per source, ever; none in a namespace that closed one).
+    /// Post the notes on mirrored sources that are due: one per source, ever, and none in a namespace that
+    /// closed a note.
     #[arg(long)]
     note_sources: bool,
     /// Notes posted at most by this pass.
@@ -54,7 +55,7 @@ pub(super) fn run(args: &FindableArgs) -> anyhow::Result<Exit> {
         let store = args.store.open_existing().await?;
         let mut failed = 0;
         if args.collections {
-            // A failure of the collections is said and counted; the notes are still tried, as `serve` does.
+            // Report and count a failure of the collections pass, then still try the notes, as `serve` does.
             let mode = if args.dry_run { collections::Mode::DryRun } else { collections::Mode::Apply };
             let done = match collections::sync(&hub, &store, &args.target_namespace, mode).await {
                 Ok(done) => done,

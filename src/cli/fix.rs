@@ -32,10 +32,11 @@ pub(super) struct FixArgs {
     /// Say what would be done; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Which SHA-256 digests the manifest records. `minimal`: what proves the result bit-identical, each
-    /// computed in the one pass that reads the bytes (the payload's for a header-padded shard, which proves
-    /// every tensor; each tensor's and the new payload's for a reordered one). `all`: also the source file's,
-    /// the source payload's, the new file's and every tensor's. Each shard's `digests` field lists its own.
+    /// Which SHA-256 digests the manifest records. `minimal` records what proves the result bit-identical,
+    /// each digest computed in the one pass that reads the bytes. For a header-padded shard, that is the
+    /// payload's digest, which proves every tensor. For a reordered shard, it is each tensor's and the new
+    /// payload's. `all` also records the source file's, the source payload's, the new file's and every
+    /// tensor's. Each shard's `digests` field lists its own.
     #[arg(long, value_enum, default_value = "minimal")]
     digests: DigestsArg,
     /// `table` for people; `json` prints one object per bundle per line; `csv` one row per shard.
@@ -43,7 +44,7 @@ pub(super) struct FixArgs {
     format: Format,
 }
 
-/// `--digests`.
+/// The values of `--digests`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum DigestsArg {
     Minimal,

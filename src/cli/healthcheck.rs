@@ -1,5 +1,5 @@
-//! `hubalign healthcheck`: asks a running service's `/healthz` and exits 0 on a 2xx answer, for a container's
-//! `HEALTHCHECK` (the image carries no HTTP client of its own).
+//! `hubalign healthcheck`: asks a running service's `/healthz` and exits 0 on a 2xx answer. It serves a
+//! container's `HEALTHCHECK`, because the image carries no HTTP client of its own.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ pub(super) struct HealthcheckArgs {
     timeout: u64,
 }
 
-/// Runs it: prints the answer's first line; exit 0 on 2xx (`ok` or `degraded`), 4 otherwise.
+/// Asks the endpoint and prints the answer's first line. Exits 0 on 2xx (`ok` or `degraded`), else 4.
 pub(super) fn run(args: &HealthcheckArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {

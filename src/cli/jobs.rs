@@ -1,5 +1,5 @@
-//! `hubalign jobs`: the repack queue for the operator, `list` (filtered as `/api/jobs` is) and `retry` (one job,
-//! or every failed job a filter picks), recorded in each job's history as the command's.
+//! `hubalign jobs`: the repack queue for the operator. `list` filters jobs as `/api/jobs` does. `retry` puts
+//! back one job, or every failed job a filter picks, and each job's history says the command retried it.
 
 use clap::{Args, Subcommand};
 use hubalign::job::{FailureKind, Job, JobState};
@@ -21,7 +21,7 @@ pub(super) struct JobsArgs {
 
 #[derive(Subcommand)]
 enum JobsCommand {
-    /// The jobs, newest first: id, repo, state, attempts, last change and reason.
+    /// List the jobs, newest first: id, repo, state, attempts, last change and reason.
     List(ListArgs),
     /// Put failed (or skipped) jobs back in the queue with their attempts reset: the given ids, or with
     /// `--failed` every failed job the filters pick.

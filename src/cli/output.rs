@@ -27,9 +27,9 @@ pub(super) fn json_lines<T: Serialize>(items: impl IntoIterator<Item = T>) -> an
     Ok(())
 }
 
-/// Prints flat rows as CSV (RFC 4180, by the `csv` crate): a header from the first row's field names, fields
-/// quoted when they must be, the data as it is (a newline stays a newline, inside quotes). On a terminal, where
-/// a person reads it, control characters are escaped as everywhere else text from outside is shown.
+/// Prints flat rows as CSV (RFC 4180, by the `csv` crate). The header comes from the first row's field
+/// names. Fields are quoted when they must be, and the data stays as it is: a newline stays a newline, inside
+/// quotes. On a terminal, control characters are escaped, as everywhere else text from outside is shown.
 pub(super) fn csv<T: Serialize>(rows: &[T]) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let on_terminal = stdout.is_terminal();
@@ -56,12 +56,12 @@ fn write_csv<T: Serialize, W: Write>(rows: &[T], out: W, escape: bool) -> anyhow
     Ok(())
 }
 
-/// `n` and the noun in the number it takes: `count(1, "shard", "shards")` is `1 shard`.
+/// Formats `n` with the noun in the matching number: `count(1, "shard", "shards")` is `1 shard`.
 pub(super) fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// Decimal gigabytes and friends, as the Hub and the seeds count them.
+/// Formats a byte count in decimal units (GB and friends), as the Hub and the seeds count them.
 pub(super) fn bytes(n: u64) -> String {
     hubalign::report::human_bytes(n)
 }
@@ -91,8 +91,8 @@ pub(super) fn progress(len: u64, template: &str) -> ProgressBar {
     bar
 }
 
-/// Where log lines go: stderr, with the progress bar being drawn (if any) cleared while a line is written and
-/// drawn again after it, so that lines never overwrite the bar nor the bar a line.
+/// Writes log lines to stderr. It clears the progress bar, if one is drawn, while it writes a line, and draws
+/// the bar again after it. Lines and the bar thus never overwrite each other.
 #[derive(Clone, Copy, Default)]
 pub(super) struct LogWriter;
 
@@ -127,7 +127,7 @@ pub(super) fn table(rows: &[Vec<String>]) -> String {
     let mut out = String::new();
     for row in rows {
         let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        // Cells were escaped before measuring, below; nothing from outside reaches the terminal raw.
+        // Cells were escaped before measuring, so nothing from outside reaches the terminal raw.
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }

@@ -1,5 +1,5 @@
-//! The checks at start of `serve`, `worker` and `repack` (and `verify-runner`'s interpreter), and
-//! `hubalign doctor`, which prints them all with the environment they read, as `hf env` does.
+//! The start-up checks of `serve`, `worker` and `repack`, and of `verify-runner`'s interpreter. `hubalign
+//! doctor` prints them all with the environment they read, as `hf env` does.
 
 use std::path::{Path, PathBuf};
 
@@ -51,7 +51,7 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
             }
             Some(store)
         }
-        // A location that cannot be a store is a setting to mend; one that does not answer now may later.
+        // A location that cannot be a store is a setting to mend; one that does not answer now may answer later.
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             findings.push(Finding::fail("store", super::describe(&e), "check --db (or DATABASE_URL)"));
             None
@@ -70,7 +70,8 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
         (Some(dir), _) => dir.clone(),
         (None, default) => {
             let dir = default.unwrap_or_else(|_| hubalign::store::default_db_path().with_extension("work"));
-            // The default is ours to make, parents and all (a store elsewhere leaves the data directory unmade).
+            // The default directory is ours, so make its parents too. A store elsewhere leaves the data
+            // directory unmade.
             if let Some(parent) = dir.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
@@ -81,8 +82,8 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
     let work_ok = work.status != Status::Fail;
     findings.push(work);
     let mlx_script = work_dir.join("verify_mlx.py");
-    // A worker runs the MLX check itself on the CPU, or with Metal on Apple silicon; elsewhere a Metal job goes
-    // to the macOS runner.
+    // A worker runs the MLX check itself on the CPU, or with Metal on Apple silicon. Elsewhere, a Metal job
+    // goes to the macOS runner.
     let device = match args.verify_device {
         Device::Cpu => Some("cpu"),
         Device::Metal if cfg!(target_os = "macos") => Some("gpu"),
@@ -110,7 +111,8 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
     Checked { report: Report { findings }, who, store, work_dir, mlx_script }
 }
 
-/// The checks' failures as the error that stops a start (exit 2), or the warnings logged.
+/// Logs the warnings, and returns the failures as the error that stops a start. The command then exits 2 for
+/// a setting to mend, and 4 when the failures are only things out of reach.
 pub(super) fn stop_unless_passed(report: &Report) -> anyhow::Result<()> {
     for warning in report.findings.iter().filter(|f| f.status == Status::Warn) {
         tracing::warn!(check = warning.check, "{}", warning.detail);
@@ -127,7 +129,7 @@ pub(super) fn stop_unless_passed(report: &Report) -> anyhow::Result<()> {
     .into())
 }
 
-/// The interpreter check of `verify-runner`: its own Python and device, in a scratch directory.
+/// Checks `verify-runner`'s interpreter: its own Python and device, in a scratch directory.
 pub(super) async fn check_runner(python: &Path, script: &Path, device: &str, scratch: &Path) -> anyhow::Result<()> {
     let check = MlxCheck { python: python.to_owned(), script: script.to_owned(), device: device.to_owned() };
     let report = Report { findings: vec![preflight::mlx(&check, scratch).await] };
@@ -144,7 +146,7 @@ pub(super) struct DoctorArgs {
     json: bool,
 }
 
-/// The environment the checks read, said without secrets.
+/// The environment the checks read, shown without secrets.
 #[derive(serde::Serialize)]
 struct Environment {
     hubalign: &'static str,
@@ -158,7 +160,7 @@ struct Environment {
     verify_device: &'static str,
 }
 
-/// `hubalign doctor`: every check, whether or not the others pass; exit 0 when a worker with these
+/// Runs `hubalign doctor`: every check, whether or not the others pass. Exits 0 when a worker with these
 /// settings would start, 4 when it would not.
 pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
     let runtime = tokio::runtime::Runtime::new()?;

@@ -59,7 +59,8 @@ pub(super) struct PolicyArgs {
     #[arg(long, value_name = "FILE")]
     opt_out: Option<PathBuf>,
     /// The popularity floor: a source becomes a job once the Hub counts this many downloads of it over 30
-    /// days (or `--min-likes` likes), so that a push by a stranger, or a flood of them, is not republished.
+    /// days, or `--min-likes` likes. The floor keeps a stranger's push, or a flood of them, from being
+    /// republished.
     #[arg(long, default_value_t = DEFAULT_MIN_DOWNLOADS, value_name = "N")]
     min_downloads: i64,
     /// The popularity floor's likes, as `--min-downloads`.
@@ -71,7 +72,7 @@ pub(super) struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    /// The policy, with the opt-out file read.
+    /// Builds the policy, reading the opt-out file.
     pub(super) fn policy(
         &self,
         device: VerifyDevice,
@@ -104,19 +105,19 @@ pub(super) struct WorkerLoopArgs {
     /// Run the jobs there are and exit, instead of polling for more.
     #[arg(long)]
     once: bool,
-    /// Only run jobs: leave queueing the audit's affected repos and checking the mirrors' sources to
-    /// `serve`'s scheduler (many worker hosts beside `serve` replicas on one PostgreSQL store).
+    /// Only run jobs. Leave queueing the audit's affected repos and checking the mirrors' sources to
+    /// `serve`'s scheduler. Use it for many worker hosts beside `serve` replicas on one PostgreSQL store.
     #[arg(long)]
     drain_only: bool,
-    /// Serve the macOS runners' API (claim a job waiting for the Metal check, fetch its shards, post the
-    /// result) on this address: HOST:PORT, the host an address or a name.
+    /// Serve the macOS runners' API on this address: HOST:PORT, where HOST is an address or a name. Runners
+    /// claim a job waiting for the Metal check there, fetch its shards and post the result.
     #[arg(long, value_name = "HOST:PORT", requires = "runner_token")]
     runner_listen: Option<String>,
     /// The token runners must present.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
-    /// Serve `GET /healthz` on this address (HOST:PORT), answered as `serve` answers it, for a probe
-    /// (Kubernetes, a load balancer).
+    /// Serve `GET /healthz` on this address (HOST:PORT), answered as `serve` answers it. Use it for a probe
+    /// such as Kubernetes or a load balancer.
     #[arg(long, env = "HUBALIGN_HEALTH_LISTEN", value_name = "HOST:PORT")]
     health_listen: Option<String>,
 }
@@ -124,22 +125,23 @@ pub(super) struct WorkerLoopArgs {
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("rendezvous").required(true).args(["service", "db"]))]
 pub(super) struct RunnerArgs {
-    /// The service that serves the runner API (`hubalign worker --runner-listen`): jobs staged on a worker.
+    /// The service that serves the runner API (`hubalign worker --runner-listen`), for jobs staged on a
+    /// worker.
     #[arg(long, value_name = "URL")]
     service: Option<String>,
     /// The runner token, with `--service` (the `--runner-token` of `worker` and `serve`).
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
-    /// Claim through this store instead (a `postgres://` URL, or the SQLite file on one machine): jobs that
-    /// workers staged on the Hub (`--metal-handoff hub`), downloaded from the Hub; nothing needs to reach
-    /// this runner.
+    /// Claim through this store instead: a `postgres://` URL, or the SQLite file on one machine. The runner
+    /// then takes jobs that workers staged on the Hub (`--metal-handoff hub`) and downloads them from the
+    /// Hub. Nothing needs to reach this runner.
     #[arg(long, value_name = "PATH|URL")]
     db: Option<hubalign::store::Location>,
     /// Hub endpoint, with `--db` [default: HF_ENDPOINT, else https://huggingface.co].
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
     /// Hub token that may read the target namespace's private repos, with `--db` [default: HF_TOKEN, else
-    /// the token file under HF_HOME]; never logged. (`--hub-token`, its former name, still works.)
+    /// the token file under HF_HOME]; never logged. `--hub-token`, its former name, still works.
     #[arg(long, alias = "hub-token", value_name = "TOKEN")]
     token: Option<String>,
     /// Seconds a check may take before another runner may take the job, with `--db`.
@@ -148,8 +150,9 @@ pub(super) struct RunnerArgs {
     /// Python with `mlx` installed.
     #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
     python: PathBuf,
-    /// Where MLX runs the check: `metal` (the GPU of Apple silicon), or `cpu` (standing in for it, in tests);
-    /// the values of the workers' `--verify-device`. (`--device gpu|cpu`, its former spelling, still works.)
+    /// Where MLX runs the check: `metal` (the GPU of Apple silicon), or `cpu` (standing in for it, in tests).
+    /// These are the values of the workers' `--verify-device`. `--device gpu|cpu`, its former spelling,
+    /// still works.
     #[arg(long, alias = "device", value_enum, default_value = "metal")]
     verify_device: RunnerDevice,
     /// This runner's name in the jobs' history.
@@ -171,7 +174,7 @@ enum RunnerDevice {
 }
 
 impl RunnerDevice {
-    /// The device as the check script names it.
+    /// Returns the device as the check script names it.
     fn mlx(self) -> &'static str {
         match self {
             RunnerDevice::Metal => "gpu",
@@ -187,8 +190,8 @@ pub(super) struct Setup {
     pub(super) device: VerifyDevice,
 }
 
-/// The checks at start (`preflight`), then what every job of this process shares. A check that fails stops
-/// here, before any job is claimed; once all pass, jobs held for the operator are released.
+/// Runs the start-up checks (`preflight`), then builds what every job of this process shares. A failed check
+/// stops here, before any job is claimed. Once all checks pass, jobs held for the operator are released.
 pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     if let Some(namespace) = &args.target_namespace {
         untrusted::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
@@ -201,7 +204,8 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
     };
     // `target_namespace` is `--target-namespace`, checked above, or the token's user, which `hub::identity`
     // checked as it read it.
-    // Held jobs wait for a mended configuration: released only by a worker whose interpreter was checked.
+    // Held jobs wait for the operator to mend the configuration. Only a worker whose interpreter was checked
+    // releases them.
     if checked.report.passed_check("python") {
         let released = store.release_holds().await?;
         if released > 0 {
@@ -209,7 +213,8 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         }
     }
     let (work_dir, mlx_script) = (checked.work_dir, checked.mlx_script);
-    // Written by this build whether or not the checks ran it: a script an older build left must not be run.
+    // Write this build's script even if the checks did not run it, so a script left by an older build never
+    // runs.
     std::fs::write(&mlx_script, preflight::VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
     let device = VerifyDevice::from(args.verify_device);
     let opts = RepackOptions {
@@ -244,16 +249,16 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the repack command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        // Listened for from the start: SIGTERM or Ctrl-C lets the job in hand finish within the grace period,
-        // then releases it.
+        // Listen for signals from the start. SIGTERM or Ctrl-C lets the job in hand finish within the grace
+        // period, then releases it.
         let mut signal = tokio::spawn(super::stop_signal());
         untrusted::check_repo_id(&args.repo).map_err(|e| UsageError(format!("REPO: {e}")))?;
         if let Some(rev) = &args.revision {
             untrusted::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
         }
         let s = setup(&args.worker).await?;
-        // Any letter case names the repo, as on the Hub: the store's spelling if it knows the repo, else the
-        // Hub's, so that one repo is one job whatever the spelling typed.
+        // Any letter case names the repo, as on the Hub. Use the store's spelling if it knows the repo, else
+        // the Hub's, so one repo is one job whatever the spelling typed.
         let (sha, hub_spelling) = match &args.revision {
             Some(sha) => (sha.clone(), None),
             None => {
@@ -358,7 +363,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let s = setup(&args.worker).await?;
         let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
-        // `serve`'s service with the audit, the pages and the webhooks off.
+        // Run `serve`'s service with the audit, the pages and the webhooks off.
         let (store, hub) = (s.store.clone(), Arc::new(s.hub));
         let health = Arc::new(Health::of(hub.clone()));
         let mut service = Service::new(health.clone());
@@ -383,8 +388,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
             let router = hubalign::serve::health_router(s.store.clone(), health.clone());
             service.http(listener, router, Limits::default());
         }
-        // Queue the audit's affected repos and check the mirrors' sources now (a failure here is the
-        // operator's to mend, said at once), then every 30 s beside the loop.
+        // Queue the audit's affected repos and check the mirrors' sources now, then every 30 s beside the
+        // loop. A failure now is the operator's to mend, so it stops the command at once.
         if !args.drain_only {
             queue_and_reconcile(&store, &hub, &policy).await?;
         }
@@ -401,7 +406,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
         };
         let when_idle = if args.once { WhenIdle::Stop } else { WhenIdle::Wait };
         service.worker("the worker", workers.worker(""), when_idle);
-        // SIGTERM (systemd's and Kubernetes' stop) as Ctrl-C: the job in hand finishes, then the worker stops.
+        // SIGTERM, which systemd and Kubernetes send to stop, acts as Ctrl-C: the job in hand finishes, then
+        // the worker stops.
         let summaries = service.run(super::stopped(), true).await;
         let summary = summaries.first().copied().unwrap_or_default();
         println!(
@@ -418,8 +424,8 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// Makes private the mirrors whose source stopped being public (following renamed ones), then queues the
-/// affected repos by policy; the mirrors made private are printed.
+/// Makes private the mirrors whose source stopped being public, following renamed sources. Then queues the
+/// affected repos by policy, and prints the mirrors made private.
 async fn queue_and_reconcile(
     store: &hubalign::store::Store,
     hub: &HubClient,
@@ -481,8 +487,8 @@ pub(super) fn run_runner(args: &RunnerArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// The runner's loop over `way`: a pass, then another, a minute apart while nothing waits; with `once`, until
-/// nothing waits.
+/// Checks jobs through `way`, one after another. When nothing waits, it sleeps a minute and asks again; with
+/// `once`, it returns instead.
 async fn check_until_idle<R: Rendezvous>(way: &R, setup: &CheckSetup, once: bool) -> anyhow::Result<Exit>
 where
     R::Error: std::error::Error + Send + Sync + 'static,

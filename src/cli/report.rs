@@ -17,7 +17,8 @@ pub(super) struct ReportArgs {
     /// Create the database (empty, with its tables) if it does not exist, instead of refusing the path.
     #[arg(long)]
     create_db: bool,
-    /// Per namespace: repos audited and affected, shards by verdict, GB a copying loader duplicates (the default).
+    /// Per namespace: repos audited and affected, shards by verdict, GB a copying loader duplicates (the
+    /// default).
     #[arg(long)]
     by_publisher: bool,
     /// Per writer (`__metadata__.format`).

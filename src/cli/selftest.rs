@@ -1,4 +1,4 @@
-//! `hubalign selftest`: every write path once against a Hub, in throwaway objects, cleaned up afterwards.
+//! `hubalign selftest`: tries every write path once against a Hub, on throwaway objects it then deletes.
 
 use anyhow::Context;
 use clap::Args;

@@ -24,16 +24,16 @@ pub(super) struct ServeArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     worker: WorkerArgs,
-    /// Address of the dashboard, the JSON API and /metrics: HOST:PORT, the host an address or a name
+    /// Address of the dashboard, the JSON API and /metrics: HOST:PORT, where HOST is an address or a name
     /// (`localhost:8080`, `[::1]:8080`, `0.0.0.0:8080`).
     #[arg(long, env = "HUBALIGN_LISTEN", default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
     listen: String,
-    /// Seconds from the start of one audit to the start of the next; the first starts at once unless the
-    /// store's last audit started less than SECS ago.
+    /// Seconds from the start of one audit to the start of the next. The first audit starts at once, unless
+    /// the store's last audit started less than SECS ago.
     #[arg(long, env = "HUBALIGN_INTERVAL", default_value_t = 86_400, value_name = "SECS")]
     interval: u64,
     /// Audit at the times of this cron expression instead, in UTC: five fields (`0 3 * * *`), six with
-    /// seconds first, or `@daily`/`@hourly`; the first audit waits for the first of them.
+    /// seconds first, or `@daily`/`@hourly`. The first audit waits for the first of these times.
     #[arg(long, env = "HUBALIGN_CRON", value_name = "EXPR", conflicts_with = "interval")]
     cron: Option<String>,
     /// Repack workers.
@@ -53,43 +53,45 @@ pub(super) struct ServeArgs {
     /// The macOS runners' token; without it their API is not served.
     #[arg(long, env = "HUBALIGN_RUNNER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     runner_token: Option<String>,
-    /// Most connections the dashboard's listener keeps open; at the limit, the one that has waited longest
-    /// without sending a request is closed to make room.
+    /// Most connections the dashboard's listener keeps open. At the limit, it closes the connection that has
+    /// waited longest without sending a request.
     #[arg(long, env = "HUBALIGN_MAX_CONNECTIONS", default_value_t = 1024, value_name = "N")]
     max_connections: usize,
     /// Seconds a connection may take to send a complete request (after opening, or after its last answer)
     /// before it is closed.
     #[arg(long, env = "HUBALIGN_HEADER_TIMEOUT", default_value_t = 10, value_name = "SECS")]
     header_timeout: u64,
-    /// The administrators' token: enables `POST /api/admin/audit` (audit now) and
-    /// `POST /api/admin/jobs/{id}/retry`, answered only with `Authorization: Bearer <token>`.
+    /// The administrators' token. It enables `POST /api/admin/audit` (audit now) and
+    /// `POST /api/admin/jobs/{id}/retry`, which answer only requests with `Authorization: Bearer <token>`.
     #[arg(long, env = "HUBALIGN_ADMIN_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// Seconds the scheduler lease holds unrenewed. Replicas sharing a store (PostgreSQL, or one SQLite file)
-    /// all serve pages and run workers; the lease's holder alone runs the scheduled audits, and when it dies
-    /// another takes over within about this long.
+    /// all serve pages and run workers. Only the lease's holder runs the scheduled audits. When it dies,
+    /// another replica takes over within about this long.
     #[arg(long, env = "HUBALIGN_SCHEDULER_LEASE", default_value_t = 30, value_name = "SECS")]
     scheduler_lease: u64,
-    /// Never take the scheduler lease: this replica serves the pages, the APIs and the webhook and runs its
-    /// workers, and leaves the audits to the replicas without this flag (an administrator's "audit now"
-    /// asked of it is kept in the store for them). For replicas that only serve readers.
+    /// Never take the scheduler lease. This replica serves the pages, the APIs and the webhook, and runs its
+    /// workers. It leaves the audits to the replicas without this flag. An administrator's "audit now" sent
+    /// to it waits in the store for them. Use it for replicas that only serve readers.
     #[arg(long, env = "HUBALIGN_NO_SCHEDULER")]
     no_scheduler: bool,
-    /// The secret configured on the Hub's webhook: serves `POST /api/hub/webhook`, which takes it in the
-    /// `X-Webhook-Secret` header or a `?secret=` query parameter, and reads each repo a payload names again
-    /// (the scheduled audit stays the backstop). Not served without it.
+    /// The secret configured on the Hub's webhook. With it, serve answers `POST /api/hub/webhook`, which
+    /// takes the secret in the `X-Webhook-Secret` header or a `?secret=` query parameter. The webhook reads
+    /// again each repo a payload names; the scheduled audit stays the backstop. Without it, the webhook is
+    /// not served.
     #[arg(long, env = "HUBALIGN_WEBHOOK_SECRET", value_name = "SECRET", hide_env_values = true)]
     webhook_secret: Option<String>,
     /// After each audit, publish its public results to this dataset repo (NAMESPACE/NAME) as Parquet tables,
-    /// as `hubalign dataset push` does: only the files that changed, in one commit; none if nothing did.
+    /// as `hubalign dataset push` does. It commits only the files that changed, in one commit, and makes no
+    /// commit if nothing changed.
     #[arg(long, env = "HUBALIGN_PUBLISH_DATASET", value_name = "REPO")]
     publish_dataset: Option<String>,
-    /// After each audit, keep the mirror namespace's Collections in step with the public mirrors: one per
-    /// source namespace ("Aligned MLX: NAMESPACE") and one for all ("Aligned MLX mirrors").
+    /// After each audit, keep the mirror namespace's Collections in step with the public mirrors. There is
+    /// one per source namespace ("Aligned MLX: NAMESPACE") and one for all ("Aligned MLX mirrors").
     #[arg(long, env = "HUBALIGN_COLLECTIONS")]
     collections: bool,
-    /// After each audit, post one short note on each mirrored source's discussion tab linking its public
-    /// mirror: never twice on a repo, and none on any repo of a namespace that closed one.
+    /// After each audit, post one short note on each mirrored source's discussion tab, linking its public
+    /// mirror. It never posts twice on a repo, nor on any repo of a namespace that closed a note.
     #[arg(long, env = "HUBALIGN_NOTE_SOURCES")]
     note_sources: bool,
     /// Notes on sources posted per audit at most (--note-sources); the rest wait for the next audit.
@@ -104,7 +106,8 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             Some(expr) => Schedule::cron(expr)?,
             None => Schedule::Every(Duration::from_secs(args.interval.max(1))),
         };
-        // Bound first: a busy address is reported before the Hub is asked anything or a line claims to serve.
+        // Bind first, so a busy address is reported before any Hub request and before the line that says
+        // where it serves.
         let listener = std::net::TcpListener::bind(args.listen.as_str())
             .with_context(|| format!("cannot listen on {} (--listen, or HUBALIGN_LISTEN)", args.listen))?;
         let url = format!("http://{}/", listener.local_addr()?);
@@ -119,8 +122,8 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 "--publish-dataset, --collections and --note-sources write to the Hub: give a token with write access (--token, HF_TOKEN)"
             );
         }
-        // The dataset's namespace may not be the mirrors' (whose access the checks at start judged): a token
-        // that may not write there is said now, not after the first audit.
+        // The dataset's namespace may differ from the mirrors', which the start-up checks judged. Report a
+        // token that may not write there now, not after the first audit.
         if publishing {
             use hubalign::hub::identity::{Permission, WriteAccess};
             let who = s.hub.identity().await.context("asking the Hub who the token is")?;
@@ -129,13 +132,13 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
                 if let WriteAccess::Refused(why) = who.may_write(namespace) {
                     anyhow::bail!("--publish-dataset {repo}: the token may not write to {namespace}: {why}");
                 }
-                // Someone else's dataset repo of that name is said now, not after the first audit.
+                // Check now, not after the first audit, that a dataset repo of that name is not someone else's.
                 hubalign::dataset::push::check_destination((&s.hub, &s.store), repo)
                     .await
                     .map_err(|e| anyhow::anyhow!("--publish-dataset {repo}: {e}"))?;
             }
-            // A fine-grained token holds collections and discussions apart from repos; notes go to sources of
-            // any namespace.
+            // A fine-grained token holds collection and discussion rights apart from repo ones. Notes go to
+            // sources in any namespace.
             let needs = [
                 (args.collections, "--collections", who.may(Permission::CollectionWrite, &s.opts.target_namespace)),
                 (args.note_sources, "--note-sources", who.may_everywhere(Permission::DiscussionWrite)),

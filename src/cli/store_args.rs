@@ -1,7 +1,7 @@
 //! Where the audit store is: `--db PATH|URL`, else `DATABASE_URL` (a path, `sqlite:PATH` or
-//! `postgres://…`), else the user's data directory. A location is checked before anything is opened: an
-//! unknown scheme, or a file in a directory that is not there, is the caller's mistake (exit 2), never a new
-//! store made somewhere nobody looks.
+//! `postgres://…`), else the user's data directory. A location is checked before anything is opened. An
+//! unknown scheme, or a file in a directory that is not there, is the caller's mistake (exit 2). It never
+//! makes a new store somewhere nobody looks.
 
 use std::path::PathBuf;
 
@@ -13,15 +13,15 @@ use super::UsageError;
 /// The store's location.
 #[derive(Args, Clone, Debug)]
 pub(super) struct StoreArgs {
-    /// SQLite database file (a path, or sqlite:PATH), or a PostgreSQL server's `postgres://user@host/db` URL
-    /// (one store that many workers and replicas share); the file's directory must exist [default:
+    /// SQLite database file (a path, or sqlite:PATH), or a PostgreSQL server's `postgres://user@host/db` URL.
+    /// Many workers and replicas can share a server's store. The file's directory must exist [default:
     /// DATABASE_URL if set, else $XDG_DATA_HOME/hubalign/hubalign.db].
     #[arg(long, value_name = "PATH|URL")]
     db: Option<Location>,
 }
 
 impl StoreArgs {
-    /// Where the store is: `--db`, else `DATABASE_URL`; `None` for the default file.
+    /// Returns where the store is: `--db`, else `DATABASE_URL`; `None` for the default file.
     pub(super) fn location(&self) -> anyhow::Result<Option<Location>> {
         if let Some(db) = &self.db {
             return Ok(Some(db.clone()));
@@ -32,7 +32,7 @@ impl StoreArgs {
         }
     }
 
-    /// The store's location as it may be shown (a server's without its password).
+    /// Returns the store's location for display, without a server's password.
     pub(super) fn shown(&self) -> String {
         match self.location() {
             Ok(Some(location)) => location.to_string(),
@@ -40,8 +40,9 @@ impl StoreArgs {
         }
     }
 
-    /// Where a worker stages bundles unless told: beside the database (`NAME.work/`), so two stores on one
-    /// machine never share staged files; beside the default file for a server's store.
+    /// Returns where a worker stages bundles unless told. For a database file, that is beside it
+    /// (`NAME.work/`), so two stores on one machine never share staged files. For a server's store, it is
+    /// beside the default file.
     pub(super) fn default_work_dir(&self) -> anyhow::Result<PathBuf> {
         Ok(match self.location()? {
             Some(Location::Sqlite(db)) => db.with_extension("work"),
@@ -49,8 +50,8 @@ impl StoreArgs {
         })
     }
 
-    /// Opens a store that must already exist (for reading it): a database file that is not there is a
-    /// mistyped path, not an empty store to report on.
+    /// Opens a store that must already exist, for reading it. A missing database file is a mistyped path,
+    /// not an empty store to report on.
     pub(super) async fn open_existing(&self) -> anyhow::Result<Store> {
         let path = match self.location()? {
             Some(Location::Sqlite(path)) => path,

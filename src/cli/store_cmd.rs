@@ -1,5 +1,5 @@
-//! `hubalign store export | import`: a store's records as JSON Lines, to move from SQLite to PostgreSQL (or
-//! back) and to compare two stores row for row.
+//! `hubalign store export | import`: writes and reads a store's records as JSON Lines. Use it to move from
+//! SQLite to PostgreSQL or back, and to compare two stores row for row.
 
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
@@ -25,20 +25,22 @@ enum StoreAction {
     Export {
         #[command(flatten)]
         store: StoreArgs,
-        /// Write here (whole or not at all: a temporary file renamed at the end) instead of to stdout.
+        /// Write here instead of to stdout. The file appears whole or not at all: a temporary file is renamed
+        /// at the end.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
-    /// Create the store or bring its tables up to date (what every command does when it opens the store), and
-    /// exit: a deployment's migration step, before its services start.
+    /// Create the store or bring its tables up to date, as every command does when it opens the store, and
+    /// exit. Use it as a deployment's migration step, before its services start.
     Migrate {
         #[command(flatten)]
         store: StoreArgs,
     },
     /// Read an export into an empty store, in one transaction: all of it or, on any error, nothing.
     ///
-    /// To move a one-machine store to PostgreSQL: `hubalign store export --db OLD.db --out store.jsonl`, then
-    /// `hubalign store import --db postgres://… store.jsonl`, with no worker or service running on OLD.db.
+    /// To move a one-machine store to PostgreSQL, run `hubalign store export --db OLD.db --out store.jsonl`,
+    /// then `hubalign store import --db postgres://… store.jsonl`. No worker or service may run on OLD.db
+    /// meanwhile.
     Import {
         #[command(flatten)]
         store: StoreArgs,

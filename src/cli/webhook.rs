@@ -1,5 +1,5 @@
-//! `hubalign webhook create | list | delete`: the token's user's Hub webhooks, through the Hub's webhooks API,
-//! to point the publishers' events at `serve --webhook-secret`.
+//! `hubalign webhook create | list | delete`: manages the token's user's Hub webhooks through the Hub's
+//! webhooks API. The webhooks point the publishers' events at `serve --webhook-secret`.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};

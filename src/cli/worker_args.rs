@@ -1,5 +1,5 @@
-//! The options `repack`, `worker`, `serve` and `doctor` share: where the Hub is, who publishes, where the
-//! store and the work go, how jobs are checked and published.
+//! The options that `repack`, `worker`, `serve` and `doctor` share. They say where the Hub is, who
+//! publishes, where the store and the work go, and how jobs are checked and published.
 
 use std::path::PathBuf;
 
@@ -47,10 +47,10 @@ pub(super) struct WorkerArgs {
     /// the local CPU check.
     #[arg(long, value_enum, default_value = "metal")]
     pub(super) verify_device: Device,
-    /// Where a bundle waits for the Metal check: `api` in the work directory, fetched by runners over the
-    /// runner API (`--runner-listen`), which they must reach; `hub` committed to the still-private mirror,
-    /// which runners download with only the database and the Hub to reach (`verify-runner --db`), and which
-    /// any worker then publishes.
+    /// Where a bundle waits for the Metal check. `api` keeps it in the work directory, and runners fetch it
+    /// over the runner API (`--runner-listen`), which they must reach. `hub` commits it to the still-private
+    /// mirror. Runners then need to reach only the database and the Hub (`verify-runner --db`), and any
+    /// worker publishes the mirror afterwards.
     #[arg(long, default_value = "api", value_name = "api|hub")]
     pub(super) metal_handoff: MetalHandoff,
     /// Directory for downloads and repaired bundles; jobs waiting for the Metal check keep their files here
@@ -60,35 +60,36 @@ pub(super) struct WorkerArgs {
     /// Python with `mlx` installed, for the MLX load check.
     #[arg(long, env = "HUBALIGN_PYTHON", default_value = "python3", value_name = "PYTHON")]
     pub(super) python: PathBuf,
-    /// Put the mirrors' data sections on this many bytes (a power of two up to 16384). Without it repairs
-    /// pad to 8 and shards no loader copies from are left as they are.
+    /// Put the mirrors' data sections on this many bytes (a power of two up to 16384). Without it, repairs
+    /// pad to 8 and leave alone the shards that no loader copies from.
     #[arg(long, value_name = "BYTES")]
     pub(super) alignment: Option<Alignment>,
-    /// Open a pull request on the source repo with the repaired files instead of publishing a mirror (never
-    /// two for the same commit; a closed one is taken as "no").
+    /// Open a pull request on the source repo with the repaired files instead of publishing a mirror. It
+    /// never opens two for the same commit, and takes a closed one as "no".
     #[arg(long)]
     pub(super) pr: bool,
-    /// Seconds a step may take before another worker may take the job over (a crashed worker's job is
-    /// picked up again after this).
+    /// Seconds a job's lease lasts. A running worker renews it every third of this, however long a step
+    /// takes. A worker that crashed or stalled loses its job to another once the lease runs out.
     #[arg(long, default_value_t = 1800, value_name = "SECS")]
     pub(super) lease_secs: u64,
-    /// Seconds the job in hand may go on after SIGTERM or Ctrl-C; then it is stopped and released, so the
-    /// next worker takes it up at once. The default fits deploy/'s 1800 s before a stopping process is killed.
+    /// Seconds the job in hand may go on after SIGTERM or Ctrl-C. Then the worker stops and releases it, so
+    /// the next worker takes it up at once. The default fits deploy/'s 1800 s before a stopping process is
+    /// killed.
     #[arg(long, default_value_t = hubalign::worker::DEFAULT_STOP_GRACE.as_secs(), value_name = "SECS")]
     pub(super) stop_grace_secs: u64,
     /// The largest bundle a job downloads; a larger one is refused with the reason.
     #[arg(long, default_value_t = hubalign::repack::DEFAULT_MAX_BUNDLE_BYTES as f64 / 1e9, value_name = "GB")]
     pub(super) max_bundle_gb: f64,
-    /// Also mirror private sources of the target namespace itself, as private mirrors there (never public,
-    /// never for another owner's private repos, never for gated ones).
+    /// Also mirror private sources of the target namespace itself, as private mirrors there. These mirrors
+    /// are never public. The flag never covers another owner's private repos, nor gated ones.
     #[arg(long)]
     pub(super) private_mirrors: bool,
-    /// Connections a job's download holds at once, shared by the files it fetches at once; a file fetched
-    /// alone comes in 4 MiB ranges over several of them (a CDN limits each connection's rate).
+    /// Connections a job's download holds at once, shared by the files it fetches at once. A file fetched
+    /// alone comes in 4 MiB ranges over several of them, because a CDN limits each connection's rate.
     #[arg(long, default_value_t = hubalign::repack::download::DEFAULT_CONNECTIONS, value_name = "N")]
     pub(super) download_connections: usize,
-    /// New mirrors of one source namespace per UTC day; a job over the cap waits for the next day without
-    /// spending an attempt (mirrors already published are updated whatever the cap).
+    /// New mirrors of one source namespace per UTC day. A job over the cap waits for the next day without
+    /// spending an attempt. Updates to mirrors already published ignore the cap.
     #[arg(long, default_value_t = DEFAULT_MIRROR_CAPS.per_namespace, value_name = "N")]
     pub(super) max_new_mirrors_per_namespace: u32,
     /// New mirrors in all per UTC day, as `--max-new-mirrors-per-namespace`.
@@ -99,7 +100,7 @@ pub(super) struct WorkerArgs {
 }
 
 impl WorkerArgs {
-    /// A Hub client of its own, with the same endpoint, token and bounds.
+    /// Builds a Hub client of its own, with the same endpoint, token and bounds.
     pub(super) fn hub_client(&self) -> anyhow::Result<HubClient> {
         self.bounds.client(super::hub_config(self.endpoint.clone(), self.token.clone())?)
     }

@@ -1,6 +1,7 @@
-//! The dataset's card: front matter the Hub reads (licence, one config per table so the viewer shows each),
-//! then what the data is, how its figures are computed, every column, and a query to start from. Every figure
-//! in it is a count of the snapshot's own rows; nothing from a source repo is written into it.
+//! Renders the dataset's card. It starts with front matter the Hub reads: the licence, and one config per
+//! table so that the viewer shows each. Then it says what the data is, how its figures are computed, what
+//! every column holds, and a query to start from. Every figure in it counts the snapshot's own rows. Nothing
+//! from a source repo is written into it.
 
 use std::collections::BTreeSet;
 
@@ -19,8 +20,8 @@ struct Table {
     name: &'static str,
     columns: &'static [Column],
     /// Whether it gets a config: the snapshot has rows of it, or the repo holds its parts of other days. A
-    /// config whose files match nothing breaks the viewer and `load_dataset` (and an empty Parquet file
-    /// breaks `datasets`' reader), so a table with neither gets none.
+    /// config whose files match nothing breaks the viewer and `load_dataset`. An empty Parquet file breaks
+    /// `datasets`' reader. So a table with neither gets no config.
     listed: bool,
 }
 
@@ -30,7 +31,7 @@ struct CardData<'a> {
     repo: &'a str,
     date: &'a str,
     tables: Vec<Table>,
-    /// Whether any table gets a config (an empty `configs:` is not valid front matter for the Hub).
+    /// Whether any table gets a config. An empty `configs:` is not valid front matter for the Hub.
     any_listed: bool,
     repos: usize,
     shards: usize,
@@ -40,8 +41,8 @@ struct CardData<'a> {
     gb: String,
 }
 
-/// The card of `snapshot`, published as the dataset repo `repo` whose `earlier` tables have parts of other
-/// days.
+/// Renders the card of `snapshot`, published as the dataset repo `repo`. `earlier` names the tables that have
+/// parts of other days.
 pub fn render(snapshot: &Snapshot, repo: &str, earlier: &BTreeSet<String>) -> Result<String, minijinja::Error> {
     let copied: i64 = snapshot.repos.iter().map(|r| r.misaligned_bytes).sum();
     let tables: Vec<Table> = COLUMNS
@@ -106,7 +107,7 @@ mod tests {
         // A table with no rows today whose parts of other days the repo holds keeps its config.
         let kept = render(&snapshot, "ops/audit", &BTreeSet::from(["mirrors".to_owned()])).unwrap();
         assert!(kept.split("---").nth(1).unwrap().contains("config_name: mirrors"));
-        // With no table to list, no `configs` key at all.
+        // With no table to list, the front matter has no `configs` key at all.
         let empty =
             render(&Snapshot { date: "2026-12-04".into(), ..Snapshot::default() }, "ops/audit", &BTreeSet::new());
         assert!(!empty.unwrap().split("---").nth(1).unwrap().contains("configs"));

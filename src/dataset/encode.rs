@@ -1,4 +1,4 @@
-//! Rows to Parquet bytes, written the same way every time.
+//! Encodes rows as Parquet bytes, the same way every time.
 
 use std::sync::Arc;
 
@@ -8,8 +8,8 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::record::RecordWriter;
 
-/// `rows` as one Parquet file of one row group, Snappy-compressed (what the Hub's own conversions use, and
-/// every reader of `hf://` reads), naming hubalign (without its version) as its writer.
+/// Encodes `rows` as one Parquet file of one row group, Snappy-compressed. The Hub's own conversions use
+/// Snappy, and every reader of `hf://` reads it. The file names hubalign, without its version, as its writer.
 pub(crate) fn parquet<R>(rows: &[R]) -> Result<Vec<u8>, ParquetError>
 where
     for<'a> &'a [R]: RecordWriter<R>,
@@ -17,7 +17,8 @@ where
     let schema = rows.schema()?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        // No version: an upgrade that writes the same rows writes the same bytes, and rewrites nothing.
+        // Name no version, so an upgrade that writes the same rows writes the same bytes and rewrites
+        // nothing.
         .set_created_by("hubalign".to_owned())
         .build();
     let mut bytes = Vec::new();

@@ -1,16 +1,18 @@
-//! The audit as a public dataset: what the crawl learned, as Parquet tables anyone can query (the Hub's
-//! dataset viewer, DuckDB over `hf://datasets/...`, `datasets.load_dataset`), with a card.
+//! Publishes the audit as a public dataset. It writes what the crawl learned as Parquet tables, with a card.
+//! Anyone can query them: the Hub's dataset viewer, DuckDB over `hf://datasets/...`, or
+//! `datasets.load_dataset`.
 //!
-//! Only what the Hub shows anyone goes in (the store's `dataset` queries say which rows). Each table is cut by
-//! snapshot date and, within a day, into [`BUCKETS`] files by the publisher's namespace, so a crawl that
-//! changed a few repos rewrites only the files holding them: `<table>/<date>/part-NN.parquet`.
+//! Only what the Hub shows anyone goes in; the store's `dataset` queries pick the rows. Each table is cut by
+//! snapshot date. Within a day, it is cut into [`BUCKETS`] files by the publisher's namespace:
+//! `<table>/<date>/part-NN.parquet`. So a crawl that changed a few repos rewrites only the files holding
+//! them.
 //!
-//! The tables that name repos hold the newest day only: each snapshot deletes their other days, so a repo
+//! The tables that name repos hold the newest day only. Each snapshot deletes their other days, so a repo
 //! that left the public is named nowhere after the next snapshot. Only [`HISTORY_TABLES`] keep earlier days:
-//! sums per publisher, which name no repo. Rewriting every earlier day at each retraction would read and
-//! rewrite the whole history each time; the sums keep what the history is for (trends) at no such cost.
-//! Files are written the same way from the same rows (sorted rows, fixed writer properties), so an unchanged
-//! file has the same bytes, and the same SHA-256, as the one already published.
+//! sums per publisher, which name no repo. Why: rewriting every earlier day at each retraction would read and
+//! rewrite the whole history each time. The sums keep what the history is for, trends, at no such cost. Files
+//! are written the same way from the same rows, with sorted rows and fixed writer properties. So an unchanged
+//! file has the same bytes and the same SHA-256 as the one already published.
 
 pub mod card;
 pub(crate) mod encode;
@@ -29,18 +31,18 @@ pub fn today() -> String {
     chrono::Utc::now().format("%Y-%m-%d").to_string()
 }
 
-/// Files per table and day: namespaces are spread over this many by a hash of the name.
+/// Files per table and day. A hash of the namespace spreads namespaces over this many.
 pub const BUCKETS: u8 = 16;
 
 /// The tables whose earlier days are kept: they name no repo. Every other table holds the newest day only.
 pub const HISTORY_TABLES: &[&str] = &["publishers"];
 
-/// The mark in the dataset card: the service knows a dataset repo as its own by it when the store's record
+/// The mark in the dataset card. By it, the service knows a dataset repo as its own when the store's record
 /// is lost.
 pub const MARKER: &str = "<!-- hubalign:dataset -->";
 
-/// Lines every card of earlier releases (before [`MARKER`]) holds together: a card with both is taken as
-/// marked, so that an upgrade keeps publishing to the repo it published to.
+/// Lines that every card of earlier releases holds together; those cards carry no [`MARKER`]. A card with
+/// both lines counts as marked, so that an upgrade keeps publishing to the repo it published to.
 pub const EARLIER_CARD: [&str; 2] =
     ["pretty_name: Safetensors alignment of MLX models on the Hub", "[hubalign]: https://github.com/hubalign/hubalign"];
 
@@ -55,8 +57,9 @@ pub fn is_day(date: &str) -> bool {
     chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_ok_and(|d| d.format("%Y-%m-%d").to_string() == date)
 }
 
-/// The parts of the repo-naming tables on days other than `date`, for each `(table, day)` a listing found:
-/// a snapshot of `date` deletes them. Days that are not `YYYY-MM-DD` and tables kept as history give none.
+/// Lists the parts of the repo-naming tables on days other than `date`, for each `(table, day)` a listing
+/// found. A snapshot of `date` deletes them. Days not spelled `YYYY-MM-DD`, and tables kept as history, give
+/// none.
 pub fn stale_parts<'a>(
     found: impl IntoIterator<Item = (&'a str, &'a str)>,
     date: &str,
@@ -108,9 +111,10 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The store's public rows, dated `date` (`YYYY-MM-DD`).
+    /// Reads the store's public rows, dated `date` (`YYYY-MM-DD`).
     pub async fn of(store: &Store, date: &str) -> Result<Snapshot, DatasetError> {
-        // Exactly `YYYY-MM-DD`: the date names directories and fills a column, so only its one spelling.
+        // Accept exactly `YYYY-MM-DD`. The date names directories and fills a column, so it takes one
+        // spelling.
         if !is_day(date) {
             return Err(DatasetError::Date(date.to_owned()));
         }
@@ -119,7 +123,8 @@ impl Snapshot {
         let mut shards: Vec<_> = rows.shards.into_iter().map(|s| ShardRecord::of(s, date)).collect();
         let mut mirrors: Vec<_> = rows.mirrors.into_iter().map(|m| MirrorRecord::of(m, date)).collect();
         let mut publishers: Vec<_> = rows.publishers.into_iter().map(|p| PublisherRecord::of(p, date)).collect();
-        // In byte order, whatever the database's collation: the same rows give the same bytes on every backend.
+        // Sort in byte order, whatever the database's collation. Then the same rows give the same bytes on
+        // every backend.
         repos.sort_by(|a, b| a.repo_id.cmp(&b.repo_id));
         shards.sort_by(|a, b| (&a.repo_id, &a.file).cmp(&(&b.repo_id, &b.file)));
         mirrors.sort_by(|a, b| a.source.cmp(&b.source));
@@ -127,13 +132,13 @@ impl Snapshot {
         Ok(Snapshot { date: date.to_owned(), repos, shards, mirrors, publishers })
     }
 
-    /// Every table's parts, by their path in the dataset repo. A part with no rows is not written. The card
-    /// (`README.md`, [`Snapshot::card`]) is not among them: which tables it lists depends on what the
-    /// destination already holds, which only the writer can see.
+    /// Encodes every table's parts, keyed by their path in the dataset repo. A part with no rows is not
+    /// written. The card (`README.md`, [`Snapshot::card`]) is not among them. The tables it lists depend on
+    /// what the destination already holds, and only the writer can see that.
     pub fn parts(&self) -> Result<BTreeMap<String, Vec<u8>>, DatasetError> {
         let mut files = BTreeMap::new();
         let date = &self.date;
-        // A shard's or a mirror's namespace is its repo's (ids are checked `namespace/name` by the crawl).
+        // A shard's or a mirror's namespace is its repo's. The crawl checks that ids are `namespace/name`.
         let namespace_of = |repo: &str| crate::untrusted::namespace_of(repo).to_owned();
         parts(&mut files, ("repos", date), &self.repos, |r| r.namespace.clone())?;
         parts(&mut files, ("shards", date), &self.shards, |s| namespace_of(&s.repo_id))?;
@@ -142,8 +147,8 @@ impl Snapshot {
         Ok(files)
     }
 
-    /// The dataset card, for the repo `repo` whose tables `earlier` have parts of other days (each such
-    /// table keeps its config even with no rows today).
+    /// Renders the dataset card for the repo `repo`. `earlier` names the tables that have parts of other
+    /// days. Each such table keeps its config even with no rows today.
     pub fn card(&self, repo: &str, earlier: &std::collections::BTreeSet<String>) -> Result<String, DatasetError> {
         Ok(card::render(self, repo, earlier)?)
     }
@@ -175,8 +180,8 @@ pub fn tables_with_other_days(root: &std::path::Path, date: &str) -> std::collec
         .collect()
 }
 
-/// The bucket of `namespace`: the first byte of its SHA-256, modulo [`BUCKETS`] (the same on every machine
-/// and in every release, unlike the standard library's hasher).
+/// The bucket of `namespace`: the first byte of its SHA-256, modulo [`BUCKETS`]. Unlike the standard
+/// library's hasher, it is the same on every machine and in every release.
 pub fn bucket(namespace: &str) -> u8 {
     sha2::Sha256::digest(namespace.as_bytes())[0] % BUCKETS
 }

@@ -1,13 +1,16 @@
-//! Publishing a snapshot to its dataset repo: only the files whose bytes differ from what the repo holds, in
-//! one commit on the head they were compared against; nothing at all when nothing changed.
+//! Publishes a snapshot to its dataset repo. It sends only the files whose bytes differ from what the repo
+//! holds. It sends them in one commit on the head they were compared against. When nothing changed, it sends
+//! nothing.
 //!
-//! The repo must be the service's: its card marked ([`super::MARKER`]), or, before its first push, no card
-//! and a record in the store of its creation. Any other is refused before anything is written.
+//! The repo must be the service's. Either its card carries the mark ([`super::MARKER`]), or it has no card
+//! yet and the store records its creation. The second case covers a repo before its first push. Any other
+//! repo is refused before anything is written.
 //!
-//! A file is unchanged when the repo's tree names the same content: the SHA-256 as the LFS oid of a file in
-//! LFS or the CAS, or the git blob id of a small one (the card). A part the repo holds for the snapshot's day
-//! that the snapshot no longer has (a bucket whose publishers all went private) is deleted, and so are the
-//! other days of the tables that name repos ([`super::stale_parts`]). Earlier days of the sums stay.
+//! A file is unchanged when the repo's tree names the same content. For a file in LFS or the CAS, the LFS oid
+//! must equal its SHA-256. For a small file such as the card, the git blob id must match. A part the repo
+//! holds for the snapshot's day is deleted if the snapshot no longer has it. That happens when all the
+//! publishers of a bucket went private. The other days of the tables that name repos are deleted too
+//! ([`super::stale_parts`]). Earlier days of the sums stay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -41,7 +44,7 @@ const CARD_CAP: usize = 1 << 20;
 pub struct Pushed {
     /// The commit made; `None` when nothing had changed, or in a dry run.
     pub commit: Option<String>,
-    /// Whether the repo did not exist: the push created it (or, in a dry run, would).
+    /// Whether the repo did not exist, so the push created it. In a dry run, the push would have.
     pub created: bool,
     /// Files written by the commit (new or changed), by path.
     pub written: Vec<String>,
@@ -72,17 +75,18 @@ pub enum PushError {
     /// Uploading the files failed.
     #[error(transparent)]
     Upload(#[from] RepackError),
-    /// The branch moved between the comparison and the commit: another writer, or this very commit sent
-    /// before and its answer lost. The next push compares again (and finds nothing to do in the second case).
+    /// The branch moved between the comparison and the commit. Either another writer committed, or this very
+    /// commit landed and its answer was lost. The next push compares again. In the second case it finds
+    /// nothing to do.
     #[error(
         "{0}: the branch moved during the push (another writer, or this commit landed and its answer was lost); the next push compares again"
     )]
     Moved(String),
-    /// The dataset repo exists and is private: the dataset is published public, and a private repo of that
+    /// The dataset repo exists and is private. The dataset is published public, so a private repo of that
     /// name is not written into.
     #[error("{0} exists and is private; give a public dataset repo, or make it public")]
     Private(String),
-    /// The dataset repo exists and the service did not make it: it is not written into.
+    /// The dataset repo exists, but the service did not make it, so nothing is written into it.
     #[error(
         "{0} exists and hubalign did not make it: its README.md does not carry {marker}. Nothing was written. \
           Choose another dataset repo with --repo (serve: --publish-dataset)",
@@ -92,7 +96,7 @@ pub enum PushError {
     /// The store could not be read or written.
     #[error("the store's record of the dataset repo")]
     Store(#[from] StoreError),
-    /// The repo holds a newer day than the snapshot's: pushing it would delete the newer day's tables.
+    /// The repo holds a newer day than the snapshot's. Pushing would delete the newer day's tables.
     #[error("{repo} holds {newest}, newer than the snapshot's {date}; push a snapshot of {newest} or later")]
     Older {
         /// The dataset repo.
@@ -119,8 +123,9 @@ pub enum PushError {
     },
 }
 
-/// Pushes the snapshot's `parts` (by path) and its card to the public dataset repo `repo`, creating it if it
-/// does not exist; files to upload are staged in `scratch` first. A repo that exists must be ours.
+/// Pushes the snapshot's files, keyed by path, and its card to the public dataset repo `repo`. It creates the
+/// repo if it does not exist. It stages the files to upload in `scratch` first. A repo that exists must be
+/// ours.
 pub async fn push(
     (hub, store): (&HubClient, &Store),
     repo: &str,
@@ -133,7 +138,7 @@ pub async fn push(
         |what: &'static str| move |source| PushError::Hub { what, repo: repo.to_owned(), source: Box::new(source) };
     let mut created = false;
     let head = match hub.head_of(target).await.map_err(failed("reading the head"))? {
-        // The card names a public dataset; a private repo of that name is the operator's, not this one's.
+        // The card names a public dataset. A private repo of that name is the operator's, not this one's.
         Some((_, true)) => return Err(PushError::Private(repo.to_owned())),
         Some((head, false)) => {
             ensure_ours((hub, store), repo, &head, mode).await?;
@@ -145,12 +150,13 @@ pub async fn push(
             return Ok(Pushed { created: true, written, bytes_written, ..Pushed::default() });
         }
         None => {
-            // Claimed before it is created: a creation whose answer is lost (then a 409) is still known as ours.
+            // Record the claim before creating the repo. Then a creation whose answer is lost, followed by a
+            // 409, is still known as ours.
             store.record_owned(OwnedKind::Dataset, repo).await?;
             let made = match hub.create_dataset_repo(repo, false).await {
                 Ok(made) => made,
                 Err(e) => {
-                    // Not made: a repo someone makes under that name later is theirs.
+                    // The repo was not made, so a repo someone makes under that name later is theirs.
                     store.forget_owned(OwnedKind::Dataset, repo).await?;
                     return Err(failed("creating")(e));
                 }
@@ -163,8 +169,8 @@ pub async fn push(
             })?;
             match made {
                 Created::New => created = true,
-                // Ours with its answer lost, or someone's made meanwhile: a repo that already has a card is not
-                // one this push made a moment ago.
+                // Either ours with its answer lost, or someone else's made meanwhile. A repo that already has
+                // a card is not one this push made a moment ago.
                 Created::Existed => {
                     let card = ["README.md".to_owned()];
                     let held = hub.paths_info_of(target, &head, &card).await.map_err(failed("reading the card"))?;
@@ -177,8 +183,8 @@ pub async fn push(
             head
         }
     };
-    // The days each table holds: the repo-naming tables' other days are deleted, and a table of sums with no
-    // rows today keeps its config while the repo holds its parts of other days.
+    // List the days each table holds. The other days of the tables that name repos are deleted. A table of
+    // sums with no rows today keeps its config while the repo holds its parts of other days.
     let mut found: Vec<(&str, String)> = Vec::new();
     for (table, _) in super::tables::COLUMNS {
         let dirs = hub.dirs_of(target, &head, table).await.map_err(failed("listing a table's days"))?;
@@ -201,8 +207,8 @@ pub async fn push(
     let card = snapshot.card(repo, &earlier).map_err(|e| PushError::Card(Box::new(e)))?;
     files.insert("README.md".to_owned(), card.into_bytes());
     let files = &files;
-    // Only the paths this snapshot may write or delete: the card, the day's parts and the other days' of the
-    // tables that name repos.
+    // Ask only for the paths this snapshot may write or delete: the card, the day's parts, and the other
+    // days' parts of the tables that name repos.
     let deletable: std::collections::BTreeSet<String> =
         super::day_parts(&snapshot.date).into_iter().chain(stale).collect();
     let asked: Vec<String> = std::iter::once("README.md".to_owned())
@@ -212,7 +218,7 @@ pub async fn push(
         .into_iter()
         .collect();
     let tree = hub.paths_info_of(target, &head, &asked).await.map_err(failed("reading the files' ids"))?;
-    // Both ids of each file, in the one pass over its bytes: the LFS oid and the git blob id.
+    // Compute both ids of each file in one blocking job: the LFS oid and the git blob id.
     let all = files.clone();
     let digests = crate::blocking::run("hashing a dataset's files", move || -> HashMap<String, (String, String)> {
         all.iter().map(|(p, b)| (p.clone(), (crate::hashing::sha256_hex(b), crate::hashing::git_blob_oid(b)))).collect()
@@ -252,11 +258,11 @@ pub async fn push(
     Ok(pushed)
 }
 
-/// What a push must do: each of `files` (with its `digests`, SHA-256 and git blob id) written unless `held`
-/// (what the Hub answered for the asked paths) names the same content; each `deletable` part the repo holds
-/// and the snapshot does not have, deleted. Only names this snapshot builds are looked up, so whatever else
-/// the Hub answered (a path never asked for, `../x`) is neither written nor deleted. Also returns the SHA-256
-/// of each file to write.
+/// Decides what a push must do. `digests` gives each file's SHA-256 and git blob id. `held` is what the Hub
+/// answered for the asked paths. Each of `files` is written unless `held` names the same content. Each
+/// `deletable` part that the repo holds and the snapshot does not have is deleted. Only names this snapshot
+/// builds are looked up. So whatever else the Hub answered, such as a path never asked for or `../x`, is
+/// neither written nor deleted. Also returns the SHA-256 of each file to write.
 fn compare(
     files: &BTreeMap<String, Vec<u8>>,
     digests: &HashMap<String, (String, String)>,
@@ -285,8 +291,9 @@ fn compare(
     (pushed, sha256)
 }
 
-/// Checks, writing nothing, that a push to `repo` may go ahead: the repo does not exist yet, or it is public
-/// and ours. `serve` asks at start, so that a repo of someone else's is named before the first audit.
+/// Checks that a push to `repo` may go ahead, and writes nothing. It may if the repo does not exist yet, or
+/// if it is public and ours. `serve` asks at start, so that it names someone else's repo before the first
+/// audit.
 pub async fn check_destination((hub, store): (&HubClient, &Store), repo: &str) -> Result<(), PushError> {
     let failed = |source| PushError::Hub { what: "reading the head", repo: repo.to_owned(), source: Box::new(source) };
     match hub.head_of(RepoRef::dataset(repo)).await.map_err(failed)? {
@@ -296,10 +303,10 @@ pub async fn check_destination((hub, store): (&HubClient, &Store), repo: &str) -
     }
 }
 
-/// Refuses `repo` at `head` unless it is ours. Its card decides first: a marked card is ours (then recorded,
-/// unless in a dry run), and a card without the mark is not, whatever the store says (the repo was deleted and
-/// made again by someone). A repo without a card is ours only if the store records it (made, and its first
-/// push not done).
+/// Refuses `repo` at `head` unless it is ours. Its card decides first. A marked card makes it ours, and the
+/// store then records it, unless in a dry run. A card without the mark makes it not ours, whatever the store
+/// says: someone deleted the repo and made it again. A repo without a card is ours only if the store records
+/// it. That is a repo made whose first push is not done.
 async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str, mode: Mode) -> Result<(), PushError> {
     let url = hub.resolve_url(&format!("datasets/{repo}"), head, "README.md");
     let card = match hub.get(Bucket::Resolvers, &url, &[], BodyLimit::Prefix(CARD_CAP)).await {
@@ -323,8 +330,8 @@ async fn ensure_ours((hub, store): (&HubClient, &Store), repo: &str, head: &str,
     }
 }
 
-/// Writes `files` into `scratch`, each under its path in the repo (built by the snapshot: table, date and
-/// part names only); their paths here.
+/// Writes `files` into `scratch`, each under its path in the repo, and returns their paths here. The snapshot
+/// builds those paths from table, date and part names only.
 fn stage(scratch: &Path, files: &[(String, Vec<u8>)]) -> Result<Vec<upload::BundleFile>, PushError> {
     let mut staged = Vec::with_capacity(files.len());
     for (rel, bytes) in files {

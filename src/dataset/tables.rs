@@ -1,5 +1,5 @@
-//! The dataset's four tables, one struct per row, each column documented once: in [`COLUMNS`], which the
-//! card lists and a test holds to the Parquet schema.
+//! Defines the dataset's four tables, with one struct per row. [`COLUMNS`] documents each column once. The
+//! card lists it, and a test holds it to the Parquet schema.
 
 use parquet_derive::ParquetRecordWriter;
 use serde::Serialize;
@@ -205,7 +205,7 @@ pub(crate) const COLUMNS: [(&str, &[Column]); 4] = [
 impl RepoRecord {
     /// The row of `repo` in the snapshot of `date`.
     pub fn of(repo: PublicRepo, date: &str) -> RepoRecord {
-        // As the reports count it: bytes duplicated.
+        // A repo is affected when a loader duplicates any of its bytes, as the reports count it.
         let affected = repo.misaligned_bytes > 0;
         let state = match (affected, repo.mirror.is_some(), repo.shards_invalid > 0) {
             (true, true, _) => "mirrored",
@@ -252,8 +252,8 @@ impl ShardRecord {
 }
 
 impl MirrorRecord {
-    /// The row of `mirror` in the snapshot of `date`; its check's record read from the job's JSON (a record
-    /// that does not parse gives no check columns).
+    /// The row of `mirror` in the snapshot of `date`. Its check's record comes from the job's JSON. A record
+    /// that does not parse gives no check columns.
     pub fn of(mirror: PublicMirror, date: &str) -> MirrorRecord {
         let record: Option<crate::job::payload::MlxRecord> =
             mirror.verification.as_deref().and_then(|json| serde_json::from_str(json).ok());

@@ -1,17 +1,18 @@
-//! The operator's Collections of mirrors, made to hold exactly the public mirrors of public sources: one per
-//! source namespace ("Aligned MLX: {namespace}") and one for all ("Aligned MLX mirrors").
+//! Keeps the operator's Collections of mirrors holding exactly the public mirrors of public sources. There is
+//! one per source namespace ("Aligned MLX: {namespace}") and one for all ("Aligned MLX mirrors").
 //!
-//! The Hub is read each pass (the collections of the owner, then the items of each managed one the listing
-//! may have cut), so nothing is kept here that could drift from it: a removed item or a collection deleted by
-//! hand is mended by the next pass.
+//! Each pass reads the Hub: the owner's collections, then the items of each managed one whose listing may be
+//! cut. Nothing is kept here that could drift from the Hub. So the next pass mends a removed item or a
+//! collection deleted by hand.
 //!
-//! A collection is managed when its title is one of those names and it is ours. Ours means the store records
-//! its slug, or its description carries [`MARKER`] or is an earlier release's (a lost store, an upgrade; it
-//! is then recorded). A collection of
-//! another namespace that a listing shows is ignored. One of a managed title that is not ours is refused: it
-//! is named, and left as it is. In a managed collection, a model the store does not list as a public mirror
-//! is removed; any other kind of item (a paper the operator added) is left alone. One collection's or item's
-//! failure is logged and the others go on.
+//! A collection is managed when its title is one of those names and it is ours. It is ours when the store
+//! records its slug. It is also ours when its description carries [`MARKER`] or is an earlier release's; the
+//! pass then records it. That covers a lost store and an upgrade.
+//!
+//! A collection of another namespace that a listing shows is ignored. One with a managed title that is not
+//! ours is refused: it is named, and left as it is. In a managed collection, a model the store does not list
+//! as a public mirror is removed. Any other kind of item, such as a paper the operator added, is left alone.
+//! One collection's or item's failure is logged and the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,18 +25,17 @@ use crate::store::{Store, StoreError};
 pub const ALL_TITLE: &str = "Aligned MLX mirrors";
 /// The prefix of a source namespace's collection title.
 pub const NAMESPACE_PREFIX: &str = "Aligned MLX: ";
-/// The Hub's longest title: a namespace too long for it gets no collection of its own (it is in the one
-/// for all).
+/// The Hub's longest title. A namespace too long for it gets no collection of its own, only the one for all.
 pub const MAX_TITLE: usize = 60;
 /// Why a mirror deleted on the Hub is no longer public, as the store records it.
 pub const GONE: &str = "the mirror was deleted on the Hub";
 /// The note each item carries: the operator's words, none of the source's.
 pub const ITEM_NOTE: &str = "Re-laid so memory-mapping loaders copy no tensor; its card names the source.";
-/// The mark in the description of every collection the service makes: it knows its own by it when the
-/// store's record is lost.
+/// The mark in the description of every collection the service makes. It tells the service its own
+/// collections when the store's record is lost.
 pub const MARKER: &str = "[hubalign:collection]";
-/// The description of the collections earlier releases made (before [`MARKER`]): one that reads exactly so
-/// is taken as marked, so that an upgrade keeps the collections it kept.
+/// The description of the collections that releases before [`MARKER`] made. A collection with exactly this
+/// description counts as marked, so an upgrade keeps managing it.
 pub const EARLIER_DESCRIPTION: &str = "Copies of MLX models whose safetensors are re-laid so that a memory-mapping \
                                        loader maps every tensor without copying it. Kept by hubalign.";
 /// The description of every collection the service makes.
@@ -51,7 +51,7 @@ pub enum Mode {
     DryRun,
 }
 
-/// A collection of a managed title that the service did not make: it is left as it is.
+/// A collection with a managed title that the service did not make. It is left as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{owner} has a collection titled {title:?} ({slug}) that hubalign did not make: no record of it in the \
@@ -76,11 +76,11 @@ pub struct CollectionsSynced {
     pub added: usize,
     /// Items removed.
     pub removed: usize,
-    /// Mirrors the Hub no longer has (deleted by hand): recorded as no longer public.
+    /// Mirrors deleted by hand, which the Hub no longer has. They are recorded as no longer public.
     pub gone: BTreeSet<String>,
-    /// Collections or items that failed this pass, with why (the next pass tries again).
+    /// Collections or items that failed this pass, with why. The next pass tries again.
     pub failed: Vec<(String, String)>,
-    /// Collections of a managed title that are not ours: each left as it is.
+    /// Collections with a managed title that are not ours. Each is left as it is.
     pub refused: Vec<NotOurs>,
     /// In a dry run, each change the pass would make, one line each.
     pub planned: Vec<String>,
@@ -123,7 +123,7 @@ pub fn wanted(mirrors: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>
     out
 }
 
-/// Makes the owner's managed collections hold exactly the store's public mirrors (only those under `owner`).
+/// Makes the owner's managed collections hold exactly the store's public mirrors under `owner`.
 #[tracing::instrument(skip_all, fields(owner = %owner))]
 pub async fn sync(
     hub: &HubClient,
@@ -142,7 +142,7 @@ pub async fn sync(
         .map(|m| (m.source, m.mirror))
         .collect();
     let wanted = wanted(&mirrors);
-    // The store's own spelling of each mirror, for recording one gone (the collections compare lower-cased).
+    // The store's own spelling of each mirror, for recording one gone. The collections compare lower-cased.
     let spelled: BTreeMap<String, String> = mirrors.iter().map(|(_, m)| (m.to_ascii_lowercase(), m.clone())).collect();
     let listed =
         hub.collections_of(owner).await.map_err(|source| CollectionsError::Hub { owner: owner.to_owned(), source })?;
@@ -160,7 +160,7 @@ pub async fn sync(
             done.refused.push(NotOurs { owner: owner.to_owned(), title: c.title.clone(), slug: c.slug.clone() });
             continue;
         }
-        // Two of one title cannot exist on the Hub; the first listed is kept if it answers so.
+        // The Hub cannot hold two collections of one title. If its answer lists two anyway, keep the first.
         slugs.entry(c.title.clone()).or_insert(c);
     }
     for refused in &done.refused {
@@ -197,7 +197,8 @@ fn in_namespace(c: &CollectionRef, owner: &str) -> bool {
     c.owner.eq_ignore_ascii_case(owner) && crate::untrusted::namespace_of(&c.slug).eq_ignore_ascii_case(owner)
 }
 
-/// Whether the collection `c` is the service's: recorded in the store, or marked (then recorded, unless dry).
+/// Whether the collection `c` is the service's: recorded in the store, or marked. A marked one is then
+/// recorded, except in a dry run.
 async fn is_ours(store: &Store, c: &CollectionRef, mode: Mode) -> Result<bool, StoreError> {
     if store.owns(OwnedKind::Collection, &c.slug).await? {
         return Ok(true);
@@ -234,7 +235,7 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// Makes the collection `title` (`listed` if it exists) hold `want`.
+    /// Makes the collection `title` hold `want`. `listed` is the collection, if it exists.
     async fn keep(
         &self,
         title: &str,
@@ -264,8 +265,8 @@ impl Pass<'_> {
                     fresh = true;
                     slug
                 }
-                // Made meanwhile (another replica, or an answer lost), or someone else's the listing did not
-                // show: the Hub's 409 names it, and it is read to tell.
+                // It was made meanwhile, by another replica or with a lost answer. Or it is someone else's,
+                // and the listing did not show it. The Hub's 409 names it, and reading it tells which.
                 CollectionCreated::Existed(slug) => {
                     let found = hub.collection(&slug).await?;
                     if !in_namespace(&found, self.owner) || !is_ours(store, &found, self.mode).await? {
@@ -276,7 +277,7 @@ impl Pass<'_> {
                 }
             },
         };
-        // The listing showed every item of a small collection: it is not read again.
+        // The listing showed every item of a small collection, so it is not read again.
         let items = match listed.and_then(|l| l.items.clone()) {
             Some(items) => items,
             // Nor is one just made, which holds nothing yet.
@@ -285,7 +286,8 @@ impl Pass<'_> {
         };
         let held: BTreeSet<String> =
             items.iter().filter(|i| i.kind == "model").map(|i| i.id.to_ascii_lowercase()).collect();
-        // Each item on its own: one the Hub refuses (a mirror deleted by hand, say) is named and the rest go on.
+        // Handle each item on its own. One the Hub refuses, such as a mirror deleted by hand, is named and
+        // the rest go on.
         for item in items.iter().filter(|i| i.kind == "model" && !want.contains(&i.id.to_ascii_lowercase())) {
             let shown = crate::untrusted::escape_control(&item.id).into_owned();
             if self.mode == Mode::DryRun {
@@ -313,9 +315,9 @@ impl Pass<'_> {
                     tracing::info!(collection = %slug, repo.id = %mirror, "added to the collection");
                     done.added += 1;
                 }
-                // The Hub says the mirror does not exist. Once its info says so too (not a mirror the Hub is
-                // still creating), the store stops calling it public, so neither the collections nor the
-                // dataset list it.
+                // The Hub says the mirror does not exist. Once its info says so too, the store stops calling
+                // it public. So neither the collections nor the dataset list it. The second check spares a
+                // mirror the Hub is still creating.
                 Err(e) if e.error_code() == Some("RepoNotFound") => self.gone(&slug, mirror, e, done).await,
                 Err(e) => done.failed.push((format!("{slug}: {mirror}"), e.to_string())),
             }

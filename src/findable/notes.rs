@@ -1,19 +1,24 @@
 //! One short note on a mirrored source's discussion tab (`serve --note-sources`), linking its public mirror.
 //!
-//! At most one per source, ever: the store records each note, a source is claimed in the store before its
-//! note is posted (so two processes never both post), the post is sent once (a lost answer is not retried into
-//! a second discussion), and before posting the source's own discussions are read for one by this account with
-//! the note's title, so a lost store does not post twice. A process that dies between its claim and its post
-//! leaves the source without a note rather than risk a second.
+//! A source gets at most one note, ever:
 //!
-//! Opting out is closing the note: a namespace that closed any note gets no further one on any of its repos.
+//! - The store records each note.
+//! - A source is claimed in the store before its note is posted, so two processes never both post.
+//! - The post is sent once. A lost answer is not retried into a second discussion.
+//! - Before posting, the source's discussions are searched for one by this account with the note's title. So
+//!   a lost store does not post twice.
+//!
+//! A process that dies between its claim and its post leaves the source without a note rather than risk a
+//! second.
+//!
+//! Closing the note opts out: a namespace that closed any note gets no further one on any of its repos.
 //! Each pass asks the Hub about [`STATUS_CHECKS`] of a namespace's open notes, those asked about longest ago
-//! first, so every note's turn comes. A store that knows no note in a namespace (a new namespace, or a lost
-//! store) reads the discussions of the first [`SCAN`] of its mirrored sources for one first.
+//! first. So every note's turn comes. The store may know no note in a namespace: a new namespace, or a lost
+//! store. Then the pass first reads the discussions of the first [`SCAN`] of its mirrored sources for one.
 //!
-//! How many sources a pass tries is the operator's cap. A source that refuses a note for good (gone, or its
-//! discussions disabled) is recorded and never tried again; a token the Hub refuses stops the pass. One
-//! source's failure is logged and the others go on.
+//! The operator caps how many sources a pass tries. A source that refuses a note for good is recorded and
+//! never tried again: it is gone, or its discussions are disabled. A token the Hub refuses stops the pass.
+//! One source's failure is logged and the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,17 +28,18 @@ use crate::untrusted;
 
 /// The note's title, which also finds it again among the source's discussions.
 pub const NOTE_TITLE: &str = "An aligned copy of this model for memory-mapping loaders";
-/// A namespace's open notes whose status a pass asks the Hub for, the newest first.
+/// How many of a namespace's open notes a pass asks the Hub about, those asked about longest ago first.
 pub const STATUS_CHECKS: i64 = 10;
-/// A namespace's mirrored sources whose discussions are read for an earlier note when the store knows none.
+/// How many of a namespace's mirrored sources a pass reads for an earlier note, when the store knows none.
 pub const SCAN: usize = 20;
 
 /// Who posts the notes and how many a pass may try.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotePolicy {
-    /// The account the token posts as (its notes are found again by it).
+    /// The account the token posts as. Its notes are found again by this name.
     pub author: String,
-    /// Sources a pass tries at most (posted, found already there, or failed); the rest wait for the next.
+    /// The most sources a pass tries, whether posted, found already there, or failed. The rest wait for the
+    /// next pass.
     pub max_per_pass: usize,
 }
 
@@ -42,14 +48,14 @@ pub struct NotePolicy {
 pub struct NotesPosted {
     /// Sources that got their note, by id.
     pub posted: Vec<String>,
-    /// Notes already on the Hub (recorded, not posted again).
+    /// Notes already on the Hub: recorded, not posted again.
     pub found: usize,
-    /// Sources whose discussions refused the note for good (disabled, forbidden, gone): recorded, never tried
-    /// again, so they cannot take the cap of every pass.
+    /// Sources whose discussions refused the note for good: disabled, or the repo gone. They are recorded and
+    /// never tried again, so they cannot take the cap of every pass.
     pub refused: Vec<String>,
     /// Namespaces seen to have closed a note this pass.
     pub declined: Vec<String>,
-    /// Sources that failed, with why, for the log and the command's summary (the next pass tries again).
+    /// Sources that failed, with why, for the log and the command's summary. The next pass tries again.
     pub failed: Vec<(String, String)>,
 }
 
@@ -97,9 +103,9 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
     }
     let mut done = NotesPosted::default();
     let mut tried = 0;
-    // Whether each namespace with something due has closed a note, asked of the Hub once a pass.
+    // Whether each namespace with something due has closed a note. The Hub is asked once a pass.
     let mut checked: BTreeMap<String, bool> = BTreeMap::new();
-    // Sources whose discussions this pass read and found no note of this account in: not read again.
+    // Sources whose discussions this pass read without finding this account's note. They are not read again.
     let mut clean: BTreeSet<String> = BTreeSet::new();
     for (source, mirror) in &mirrored {
         if noted.contains(&source.to_ascii_lowercase()) {
@@ -133,8 +139,8 @@ pub async fn post(hub: &HubClient, store: &Store, policy: &NotePolicy) -> Result
             Ok(Posted::New) => done.posted.push(source.clone()),
             Ok(Posted::Refused) => done.refused.push(source.clone()),
             Ok(Posted::Held) => {}
-            // The token may not post discussions (a 401, or a 403 that is not the repo's): every other
-            // source would fail alike, so the pass stops here and says why.
+            // The token may not post discussions: a 401, or a 403 that is not the repo's. Every other source
+            // would fail alike, so the pass stops here and says why.
             Err(NoteError::Hub(e)) if token_refused(&e) => {
                 tracing::warn!(error = %e, "the Hub refuses this token's discussions; no note is posted this pass");
                 done.failed.push((source.clone(), e.to_string()));
@@ -175,9 +181,10 @@ enum Posted {
 /// What the store records for a source whose discussions refused the note for good: no discussion number.
 pub const REFUSED: i64 = -1;
 
-/// Whether the namespace has closed a note: the newest of its open notes the store knows are asked of the
-/// Hub (each found closed is recorded); if the store knows none, its mirrored sources' discussions are read
-/// for notes of this account (each found is recorded). A source the Hub cannot answer for now counts as open.
+/// Whether the namespace has closed a note. It asks the Hub about the open notes the store knows, those asked
+/// about longest ago first, and records each found closed. If the store knows none, it reads its mirrored
+/// sources' discussions for notes of this account, and records each found. A note the Hub cannot answer for
+/// now counts as open.
 async fn closed_any(
     hub: &HubClient,
     store: &Store,
@@ -225,8 +232,8 @@ async fn closed_any(
     Ok(closed)
 }
 
-/// The note on `source`: found among its discussions if one is there already, else posted; recorded either
-/// way. `read` says this pass already read them and found none.
+/// The note on `source`. It is found among the source's discussions if one is there already, else posted.
+/// It is recorded either way. `read` says this pass already read the discussions and found none.
 async fn one(
     hub: &HubClient,
     store: &Store,
@@ -250,8 +257,8 @@ async fn one(
         }
         return Ok(Posted::Found { closed });
     }
-    // Claimed first, so that another process (a replica that took the lease over, `hubalign findable` beside
-    // `serve`) that read the same discussions does not post a second note.
+    // Claim the source first. Another process may have read the same discussions, such as a replica that took
+    // the lease over, or `hubalign findable` beside `serve`. The claim stops it posting a second note.
     if !store.claim_note(source, mirror).await? {
         return Ok(Posted::Held);
     }
@@ -269,9 +276,9 @@ async fn one(
     Ok(Posted::New)
 }
 
-/// Whether the Hub's answer refuses a note for good: the repo is gone (404), or its discussions are disabled
-/// (a 403 saying so). Asking again each pass would change nothing and take the cap from the sources that can
-/// take one. Any other refusal may be the token's or the request's, and is not recorded.
+/// Whether the Hub's answer refuses a note for good. The repo is gone (404), or its discussions are disabled
+/// (a 403 saying so). Asking again each pass would change nothing, and would take the cap from sources that
+/// can take a note. Any other refusal may be the token's or the request's, and is not recorded.
 fn for_good(e: &HubError) -> bool {
     match e {
         HubError::Status { status, .. } if status.as_u16() == 404 => true,
@@ -309,8 +316,8 @@ mod tests {
         }
     }
 
-    /// Found by review: any 400, 403 or 422 recorded the source as refusing for good, so a token without the
-    /// discussions scope used every source up in one pass. Only a repo gone or its discussions disabled are.
+    /// Only a repo gone or its discussions disabled refuse a note for good. If any 400, 403 or 422 did, a
+    /// token without the discussions scope would use up every source in one pass.
     #[test]
     fn only_a_repo_gone_or_its_discussions_disabled_refuse_a_note_for_good() {
         assert!(for_good(&status(404, "Repository not found")));

@@ -1,4 +1,4 @@
-//! Repairing bundles: in place or into a new directory, with the manifest; invalid shards are never rewritten.
+//! Repairs bundles in place or into a new directory, with the manifest. Invalid shards are never rewritten.
 
 mod record;
 mod report;
@@ -43,9 +43,9 @@ pub struct FixOptions {
     pub dry_run: bool,
     /// Which digests go into the manifest.
     pub digests: Digests,
-    /// A directory of shards the repack worker's download already repaired as they streamed, each with its
-    /// record ([`StreamedRecord`], written by `repack::repair`): such a shard is linked into the output with its record, not rewritten
-    /// from its source, which is only a stub.
+    /// A directory of shards the repack worker's download already repaired as they streamed. Each has its
+    /// record ([`StreamedRecord`], written by `repack::repair`). Such a shard is linked into the output with
+    /// its record. It is not rewritten from its source, which is only a stub.
     pub prepared: Option<PathBuf>,
 }
 
@@ -65,7 +65,7 @@ pub enum FixError {
         /// The directory.
         path: PathBuf,
     },
-    /// `--out` lies inside the source bundle: the copy would copy itself.
+    /// `--out` lies inside the source bundle, so the copy would copy itself.
     #[error("{}: --out is inside the bundle {}; choose a directory outside it", path.display(), source_dir.display())]
     OutInsideSource {
         /// The output directory.
@@ -93,8 +93,8 @@ pub enum FixError {
     Manifest(#[from] ManifestError),
 }
 
-/// Repairs `bundles` as `opts` says. Refusals (cache blobs, symlinks, a bad `--out`) are checked for all
-/// bundles before anything is written; a shard that fails mid-way is reported and leaves its original intact.
+/// Repairs `bundles` as `opts` says. It checks every bundle for refusals before writing anything: cache
+/// blobs, symlinks, a bad `--out`. A shard that fails mid-way is reported and leaves its original intact.
 pub fn fix(bundles: &[Bundle], opts: &FixOptions, events: &mut dyn FnMut(FixEvent<'_>)) -> Result<FixReport, FixError> {
     crate::blocking::assert_off_executor("fix");
     preflight(bundles, opts)?;
@@ -102,7 +102,7 @@ pub fn fix(bundles: &[Bundle], opts: &FixOptions, events: &mut dyn FnMut(FixEven
     for bundle in bundles {
         planned.push(bundle.shards.iter().map(|p| plan_shard(p, opts.alignment)).collect::<Vec<_>>());
     }
-    // Progress counts payload bytes streamed; a dry run streams none.
+    // Progress counts payload bytes streamed. A dry run streams none.
     let total: u64 = if opts.dry_run {
         0
     } else {
@@ -165,8 +165,9 @@ fn preflight(bundles: &[Bundle], opts: &FixOptions) -> Result<(), FixError> {
     Ok(())
 }
 
-/// `path` made absolute, each existing prefix canonicalized (symlinks resolved, as the kernel would) and the
-/// components that do not exist yet appended as written, so a directory still to be created can be placed.
+/// `path` made absolute. Each existing prefix is canonicalized, resolving symlinks as the kernel would. The
+/// components that do not exist yet are appended as written, so a directory still to be created can be
+/// placed.
 fn resolve_lexically(path: &Path) -> PathBuf {
     let absolute =
         if path.is_absolute() { path.to_owned() } else { std::env::current_dir().unwrap_or_default().join(path) };
@@ -236,9 +237,8 @@ fn fix_bundle(
     for planned in plans {
         let (shard_fix, entry) = fix_shard(planned, &out_dir, opts, previous.as_ref(), events);
         match (&entry, &shard_fix.error) {
-            // No loader copies from it, but its data does not start on 8: it is left as it is, and listed
-            // with the shards left alone, where Mei's check (which wants every listed shard's data on 8)
-            // does not look.
+            // No loader copies from it, but its data does not start on 8. Leave it as it is, and list it with
+            // the shards left alone. Mei's check wants every listed shard's data on 8, and skips that list.
             (Some(e), _) if e.method == Method::Unchanged && (8 + e.written_header_len()) % 8 != 0 => {
                 let start = 8 + e.written_header_len();
                 let reason =
@@ -373,9 +373,9 @@ fn fix_shard(
     }
 }
 
-/// The shard `name` as the download repaired it, linked (or copied) to `dst`, with its record; `None` when
-/// it was downloaded whole. A source that is a stub (it has holes) without a matching record is an error:
-/// rewriting it would write its holes.
+/// Links or copies the shard as the download repaired it to `dst`, and returns its record. Returns `None`
+/// when the shard was downloaded whole. A stub source, one with holes, without a matching record is an
+/// error: rewriting it would write its holes.
 fn prepared_shard(
     dir: &Path,
     source: &Path,
@@ -416,7 +416,7 @@ enum PreparedError {
     },
 }
 
-/// Whether a file has holes: a stub the download left of a streamed shard.
+/// Whether a file has holes, as a stub the download left of a streamed shard does.
 fn is_stub(path: &Path) -> bool {
     #[cfg(unix)]
     {

@@ -1,5 +1,5 @@
-//! The record kept beside a shard repaired as it downloaded (`repack::repair` writes it): what lets `fix` take
-//! that shard as done instead of rewriting it, and a resumed download skip it.
+//! The record kept beside a shard repaired as it downloaded. `repack::repair` writes it. It lets `fix` take
+//! that shard as done instead of rewriting it, and lets a resumed download skip it.
 
 use std::path::{Path, PathBuf};
 
@@ -16,9 +16,9 @@ pub struct StreamedRecord {
     pub lfs_oid: String,
     /// The manifest's record of the shard.
     pub entry: ManifestShard,
-    /// The repaired file as it was when its digests were taken: the upload names the record's `file_sha256`
-    /// as the file's LFS oid only while the file there is still this one. Absent in records that carry no
-    /// `file_sha256`, and in those older sessions wrote.
+    /// The repaired file as it was when its digests were taken. The upload uses the record's `file_sha256` as
+    /// the file's LFS oid only while the file there is still this one. Absent in records without a
+    /// `file_sha256`, and in records from builds that did not write it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hashed: Option<FileId>,
 }
@@ -29,7 +29,8 @@ impl StreamedRecord {
         dir.join(format!("{file}.record.json"))
     }
 
-    /// The record of `file` in `dir`, if there is one and its repaired file is in place, as long as recorded.
+    /// The record of `file` in `dir`, if there is one and its repaired file is in place with the recorded
+    /// length.
     pub fn read(dir: &Path, file: &str) -> Option<StreamedRecord> {
         let bytes = crate::safe_fs::read_capped(&StreamedRecord::path(dir, file), 64 << 20).ok()?;
         let record: StreamedRecord = serde_json::from_slice(&bytes).ok()?;
@@ -38,8 +39,8 @@ impl StreamedRecord {
         (repaired.is_file() && repaired.len() == size).then_some(record)
     }
 
-    /// The SHA-256 of the whole repaired file `file` in `dir`, as its record gives it, while the file there is
-    /// still the very one it was taken from (so an upload need not read every byte again to name it).
+    /// The SHA-256 of the whole repaired file `file` in `dir`, as its record gives it. Returns it only while
+    /// the file there is the very one it was taken from. So an upload need not read every byte to name it.
     pub fn file_sha256(dir: &Path, file: &str) -> Option<String> {
         let record = StreamedRecord::read(dir, file)?;
         let digest = record.entry.file_sha256;

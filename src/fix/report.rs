@@ -22,11 +22,11 @@ pub enum FixEvent<'a> {
 pub struct ShardFix {
     /// The source shard.
     pub path: String,
-    /// Where the result is (null for a dry run or a failure).
+    /// Where the result is; null for a dry run or a failure.
     pub output: Option<String>,
     /// The source's verdict.
     pub verdict: Verdict,
-    /// How it was (or would be) rewritten; null when invalid.
+    /// How it was rewritten, or would be in a dry run; null when invalid.
     pub method: Option<Method>,
     /// The source's `N`.
     pub header_len_before: Option<u64>,
@@ -44,8 +44,8 @@ pub struct ShardFix {
     pub seconds: f64,
     /// Why it was skipped or failed; null on success.
     pub error: Option<String>,
-    /// The kind of the I/O failure behind `error`, if one: a full disk is the machine's fault, not the
-    /// shard's (the repack worker holds such a job for the operator). Not part of the report.
+    /// The kind of the I/O failure behind `error`, if any. A full disk is the machine's fault, not the
+    /// shard's, and the repack worker holds such a job for the operator. Not part of the report.
     #[serde(skip)]
     pub io_kind: Option<std::io::ErrorKind>,
 }
@@ -68,7 +68,7 @@ pub struct BundleFix {
 /// Totals over a fix run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FixTotals {
-    /// Shards rewritten (or that would be, in a dry run).
+    /// Shards rewritten, or that would be in a dry run.
     pub rewritten: u64,
     /// Shards already aligned.
     pub unchanged: u64,

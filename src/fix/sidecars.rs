@@ -8,9 +8,9 @@ use crate::manifest::MANIFEST_FILE;
 use crate::safe_fs;
 use crate::safetensors::rewrite::TEMP_SUFFIX;
 
-/// Copies every file of the bundle that is not a shard (config, tokenizer, index, licence…), recursively,
-/// following symlinks in the source so a cache snapshot yields real files, but never one in the output: a
-/// symlink already there is replaced, never written through. Only regular files are read.
+/// Copies every file of the bundle that is not a shard, recursively: config, tokenizer, index, licence….
+/// It follows symlinks in the source, so a cache snapshot yields real files. It never follows one in the
+/// output: a symlink already there is replaced, never written through. Only regular files are read.
 pub(super) fn copy_sidecars(src: &Path, dst: &Path) -> Result<Vec<String>, FixError> {
     let mut copied = Vec::new();
     copy_tree(src, dst, Path::new(""), &mut copied)?;

@@ -1,4 +1,4 @@
-//! SHA-256 helpers: hex digests, digests fed in pairs, and one digest per consecutive span of a byte stream.
+//! Computes SHA-256 digests: as hex, fed in pairs, or one per consecutive span of a byte stream.
 
 use sha2::{Digest, Sha256};
 
@@ -28,8 +28,8 @@ pub fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Feeds the next `len` bytes of `reader` to `sink`, a MiB at a time; a reader that ends first (a file that
-/// shrank since its size was read) is an error.
+/// Feeds the next `len` bytes of `reader` to `sink`, a MiB at a time. Fails if the reader ends first, as when
+/// a file shrank since its size was read.
 pub fn feed_exact(reader: &mut dyn std::io::Read, len: u64, sink: &mut dyn FnMut(&[u8])) -> std::io::Result<()> {
     let mut buf = vec![0u8; 1 << 20];
     let mut left = len;
@@ -54,7 +54,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
     finish_hex(Sha256::new_with_prefix(data))
 }
 
-/// Git's blob id: `sha1("blob {len}\0" + content)`, what the Hub reports as a regular file's `oid`.
+/// Computes git's blob id, `sha1("blob {len}\0" + content)`. The Hub reports it as a regular file's `oid`.
 pub fn git_blob_oid(content: &[u8]) -> String {
     use sha1::Sha1;
     let mut h = Sha1::new();
@@ -65,7 +65,7 @@ pub fn git_blob_oid(content: &[u8]) -> String {
 
 /// Hashes a stream that is the concatenation of spans of known lengths, giving one digest per span.
 ///
-/// Used for per-tensor hashes while the payload streams past: tensors are contiguous, so the stream splits at
+/// It takes per-tensor hashes while the payload streams past. Tensors are contiguous, so the stream splits at
 /// their boundaries. Zero-length spans get the digest of the empty string.
 #[derive(Debug)]
 pub struct SpanHasher {
@@ -122,7 +122,7 @@ impl SpanHasher {
         }
     }
 
-    /// The digests, one per span; `None` if the stream ended early.
+    /// Returns the digests, one per span, or `None` if the stream ended early.
     pub fn finish(self) -> Option<Vec<String>> {
         (self.digests.len() == self.lens.len()).then_some(self.digests)
     }
@@ -161,7 +161,7 @@ mod tests {
         short.update(&data[..50]);
         assert_eq!(short.finish(), None);
 
-        // Fed in step with a whole-stream digest, bytes past the last span included.
+        // Feed it in step with a whole-stream digest, which also gets the bytes past the last span.
         let mut trailing = data.clone();
         trailing.extend_from_slice(b"after the spans");
         for chunk in [1, 7, 64, 1000] {

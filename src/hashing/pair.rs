@@ -1,5 +1,6 @@
-//! What the interleaved SHA-256 kernels (`sha_ni` on x86, `sha_arm` on aarch64) share: the round constants,
-//! and running the kernel on the blocks both streams have, the rest one stream after the other.
+//! Holds what the interleaved SHA-256 kernels share: `sha_ni` on x86 and `sha_arm` on aarch64. They share the
+//! round constants and one driver. The driver runs the kernel on the blocks both streams have, then hashes
+//! the rest one stream after the other.
 
 #![allow(unsafe_code)]
 
@@ -17,11 +18,12 @@ pub(super) const K: [u32; 64] = [
     0xc67178f2,
 ];
 
-/// An interleaved kernel: compresses as many blocks into each state, the same count for both.
+/// An interleaved kernel. It compresses the same number of blocks into each state.
 pub(super) type Interleaved = unsafe fn(&mut [u32; 8], &[[u8; 64]], &mut [u32; 8], &[[u8; 64]]);
 
-/// Compresses `a_blocks` into `a` and `b_blocks` into `b`: with `interleaved` for as many blocks as both
-/// have when `available`, then the blocks only one has (or all of them, when not) one after the other.
+/// Compresses `a_blocks` into `a` and `b_blocks` into `b`. When `available`, it runs `interleaved` on as many
+/// blocks as both have. It compresses the other blocks one stream after the other. When not `available`, that
+/// is all of them.
 ///
 /// `available` must be true only when the CPU has every feature `interleaved` is compiled for.
 pub(super) fn compress_pair_with(

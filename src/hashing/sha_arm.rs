@@ -1,11 +1,12 @@
 //! Two SHA-256 compressions interleaved on one core with the Armv8 SHA-2 instructions.
 //!
 //! As with SHA-NI, one stream waits on the latency of each `sha256h`/`sha256h2` pair before the next four
-//! rounds can start; a second, independent stream fills those cycles. Intel's ISA-L crypto library ships
-//! aarch64 multi-buffer SHA-256 kernels of two to four interleaved streams for the same reason. This
-//! project has no Arm machine to measure it on: `sha256_rate PATH` and `sha256_rate --pair PATH` (the
-//! program in `bench/src/bin` that `bench/fix_bench.py` runs) print the one- and two-stream rates where they run, and
-//! the kernel's results are checked against `sha2` under `qemu-aarch64` (`tests/aarch64`).
+//! rounds can start. A second, independent stream fills those cycles. Intel's ISA-L crypto library ships
+//! aarch64 multi-buffer SHA-256 kernels of two to four interleaved streams for the same reason. This project
+//! has no Arm machine to measure it on. Where an Arm machine is at hand, `sha256_rate PATH` and
+//! `sha256_rate --pair PATH` print the one- and two-stream rates. That program lives in `bench/src/bin`, and
+//! `bench/fix_bench.py` runs it. The tests check the kernel's results against `sha2` under `qemu-aarch64`
+//! (`tests/aarch64`).
 
 #![allow(unsafe_code)]
 
@@ -20,9 +21,9 @@ pub fn available() -> bool {
     std::arch::is_aarch64_feature_detected!("sha2")
 }
 
-/// Compresses `a_blocks` into `a` and `b_blocks` into `b`, four rounds of one beside four rounds of the
-/// other for as many blocks as both have. Without the SHA-2 instructions, or for the blocks only one has,
-/// it hashes them one after the other.
+/// Compresses `a_blocks` into `a` and `b_blocks` into `b`. For as many blocks as both have, it runs four
+/// rounds of one beside four rounds of the other. Without the SHA-2 instructions, or for the blocks only one
+/// has, it hashes them one after the other.
 pub fn compress_pair(a: &mut [u32; 8], a_blocks: &[[u8; 64]], b: &mut [u32; 8], b_blocks: &[[u8; 64]]) {
     super::pair::compress_pair_with(available(), compress_pair_sha2, (a, a_blocks), (b, b_blocks));
 }

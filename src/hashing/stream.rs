@@ -1,5 +1,5 @@
-//! A SHA-256 in progress that can be fed in step with another one, so that two digests of the same bytes
-//! (the payload and the whole file, say) cost one core about 1.35 times one digest's time rather than twice.
+//! Computes SHA-256 in a form that can be fed in step with another digest. Two digests of the same bytes,
+//! such as the payload and the whole file, then cost one core about 1.35 times one digest's time, not twice.
 
 use sha2::block_api::compress256;
 
@@ -27,7 +27,7 @@ impl Default for Sha256Stream {
 }
 
 impl Sha256Stream {
-    /// A digest already fed `prefix`.
+    /// Makes a digest already fed `prefix`.
     pub fn with_prefix(prefix: &[u8]) -> Sha256Stream {
         let mut s = Sha256Stream::default();
         s.update(prefix);
@@ -42,12 +42,12 @@ impl Sha256Stream {
         self.keep(tail);
     }
 
-    /// The lower-case hex digest.
+    /// Returns the lower-case hex digest.
     pub fn finish_hex(mut self) -> String {
         let bits = self.bytes.wrapping_mul(8);
         let mut padding = [0u8; 2 * BLOCK];
         padding[0] = 0x80;
-        // One 0x80 byte, zeros, and the length in bits, ending on a block boundary.
+        // Pad with one 0x80 byte, zeros, and the length in bits, to end on a block boundary.
         let zeros = (BLOCK + 56 - (self.pending_len + 1) % BLOCK) % BLOCK;
         let end = 1 + zeros + 8;
         padding[1 + zeros..end].copy_from_slice(&bits.to_be_bytes());
@@ -57,7 +57,7 @@ impl Sha256Stream {
         to_hex(&digest)
     }
 
-    /// Tops the pending partial block up from `data`, compressing it once full; returns the rest of `data`.
+    /// Tops up the pending partial block from `data` and compresses it once full. Returns the rest of `data`.
     fn absorb_pending<'d>(&mut self, data: &'d [u8]) -> &'d [u8] {
         self.bytes += data.len() as u64;
         if self.pending_len == 0 {
@@ -74,7 +74,7 @@ impl Sha256Stream {
     }
 
     /// Keeps the bytes after the last whole block. A non-empty tail means the pending block was filled and
-    /// compressed first, so it starts a new one; an empty one leaves a partial pending block as it is.
+    /// compressed first, so the tail starts a new one. An empty tail leaves a partial pending block as it is.
     fn keep(&mut self, tail: &[u8]) {
         if !tail.is_empty() {
             debug_assert_eq!(self.pending_len, 0);
@@ -98,8 +98,9 @@ pub enum PairKernel {
 }
 
 impl PairKernel {
-    /// The fastest this CPU supports. Debug builds hash sequentially: there the interleaved kernel is not
-    /// optimized, while `sha2` is (see `Cargo.toml`), and the tests exercise both through [`update_both_with`].
+    /// Picks the fastest kernel this CPU supports. Debug builds hash sequentially, because there the
+    /// interleaved kernel is not optimized while `sha2` is (see `Cargo.toml`). The tests exercise both
+    /// through [`update_both_with`].
     pub fn detect() -> PairKernel {
         #[cfg(target_arch = "x86_64")]
         if !cfg!(debug_assertions) && super::sha_ni::available() {
@@ -119,7 +120,7 @@ pub fn update_both(a: &mut Sha256Stream, a_data: &[u8], b: &mut Sha256Stream, b_
     update_both_with(*KERNEL.get_or_init(PairKernel::detect), a, a_data, b, b_data);
 }
 
-/// [`update_both`] with the kernel given.
+/// Runs [`update_both`] with the given kernel.
 pub fn update_both_with(kernel: PairKernel, a: &mut Sha256Stream, a_data: &[u8], b: &mut Sha256Stream, b_data: &[u8]) {
     let (a_blocks, a_tail) = a.absorb_pending(a_data).as_chunks::<BLOCK>();
     let (b_blocks, b_tail) = b.absorb_pending(b_data).as_chunks::<BLOCK>();
@@ -170,7 +171,7 @@ mod tests {
 
     #[test]
     fn this_machine_interleaves_where_it_can() {
-        // The reference machine and CI have SHA-NI; a release build there must use it.
+        // The reference machine and CI have SHA-NI. A release build there must use it.
         #[cfg(target_arch = "x86_64")]
         assert_eq!(
             crate::hashing::sha_ni::available(),

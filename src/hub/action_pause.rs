@@ -29,8 +29,8 @@ struct Streak {
 }
 
 impl ActionPause {
-    /// Records a refusal at `now`; returns when actions may start again. Refusals of actions sent before the
-    /// pause began are one refusal, not a streak.
+    /// Records a refusal at `now` and returns when actions may start again. Refusals of actions sent before
+    /// the pause began count as one refusal, not a streak.
     pub(crate) fn refused(&self, now: SystemTime) -> SystemTime {
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(until) = state.until.filter(|until| *until > now) {
@@ -49,7 +49,7 @@ impl ActionPause {
         state.refusals = 0;
     }
 
-    /// When actions may start again, if that is after `now`.
+    /// Returns when actions may start again, if that is after `now`.
     pub(crate) fn until(&self, now: SystemTime) -> Option<SystemTime> {
         let state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.until.filter(|until| *until > now)

@@ -1,5 +1,6 @@
-//! The Hub's Collections API, as far as keeping the mirrors' collections needs it (hf-hub 1.0 has none): a
-//! namespace's collections, one collection's items, creating one, adding and removing a model.
+//! The Hub's Collections API, as far as keeping the mirrors' collections needs it; hf-hub 1.0 has none. It
+//! lists a namespace's collections and one collection's items, creates a collection, and adds and removes a
+//! model.
 //!
 //! Slugs and item ids come from the Hub and go back into URLs: each is checked for its shape before use.
 
@@ -12,7 +13,8 @@ use crate::untrusted;
 /// Items a listing shows of each collection: a collection listed with fewer shows them all.
 pub const LISTED_ITEMS: usize = 4;
 
-/// A collection as listed: its slug, owner, title, description, and its items when the listing shows them all.
+/// A collection as listed: its slug, owner, title and description. Its items come too when the listing shows
+/// them all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectionRef {
     /// `namespace/title-words-id`.
@@ -23,8 +25,8 @@ pub struct CollectionRef {
     pub title: String,
     /// Its description (empty when it has none).
     pub description: String,
-    /// Every item, when the listing showed fewer than [`LISTED_ITEMS`] (and so all of them); `None` when it
-    /// may have cut them, and the collection must be read.
+    /// Every item, when the listing showed fewer than [`LISTED_ITEMS`] and so all of them. `None` when the
+    /// listing may have cut them, and the collection must be read.
     pub items: Option<Vec<CollectionItem>>,
 }
 
@@ -101,8 +103,8 @@ fn malformed(url: &str, detail: impl Into<String>) -> HubError {
 }
 
 /// Whether `slug` has the Hub's shape: a valid namespace, `/`, then words of letters, digits, `_` and `.`
-/// joined by `-`, ending in the collection's hex id. Nothing that a URL parser would resolve (`.`, `..`) or
-/// that would start another path segment or a query passes.
+/// joined by `-`, ending in the collection's hex id. Nothing passes that a URL parser would resolve (`.`,
+/// `..`), or that would start another path segment or a query.
 fn check_slug(slug: &str) -> bool {
     slug.split_once('/').is_some_and(|(ns, rest)| {
         untrusted::check_namespace(ns).is_ok()
@@ -124,7 +126,7 @@ impl HubClient {
         format!("{}/api/collections", self.endpoint())
     }
 
-    /// Every collection `owner` has that this token can see, following the listing's pages.
+    /// Returns every collection of `owner` that this token can see, following the listing's pages.
     pub async fn collections_of(&self, owner: &str) -> Result<Vec<CollectionRef>, HubError> {
         let first = format!("{}?owner={}&limit=100", self.collections_url(), untrusted::encode_segment(owner));
         let mut pages = super::pages::Pagination::new(self.endpoint(), &first);
@@ -135,13 +137,13 @@ impl HubClient {
             let listed: Vec<Listed> =
                 serde_json::from_slice(&fetched.body).map_err(|e| malformed(&url, format!("collections: {e}")))?;
             for c in listed {
-                // One odd entry is not the others' problem: it is left out, and named.
+                // One odd entry is not the others' problem: leave it out, and name it.
                 if !check_slug(&c.slug) {
                     tracing::warn!(slug = %untrusted::quote(&c.slug), "the Hub listed a collection whose slug is not one; left out");
                     continue;
                 }
-                // Items that fail their check are read again with the collection, where a failure is that
-                // collection's alone.
+                // Items that fail their check are read again with the collection, where a failure affects that
+                // collection alone.
                 let items = (c.items.len() < LISTED_ITEMS).then(|| checked(&url, c.items).ok()).flatten();
                 let description = c.description.unwrap_or_default();
                 out.push(CollectionRef { slug: c.slug, owner: c.owner.name, title: c.title, description, items });
@@ -153,7 +155,7 @@ impl HubClient {
         }
     }
 
-    /// The collection `slug`, with every item this token can see.
+    /// Reads the collection `slug`, with every item this token can see.
     pub async fn collection(&self, slug: &str) -> Result<CollectionRef, HubError> {
         let url = self.collection_url(slug)?;
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
@@ -170,13 +172,13 @@ impl HubClient {
         })
     }
 
-    /// Every item of the collection `slug` this token can see.
+    /// Returns every item of the collection `slug` that this token can see.
     pub async fn collection_items(&self, slug: &str) -> Result<Vec<CollectionItem>, HubError> {
         Ok(self.collection(slug).await?.items.unwrap_or_default())
     }
 
-    /// Creates a collection `title` in `namespace`, public or private. One of that title that exists already
-    /// is the Hub's 409, whose body carries its `slug` (huggingface_hub's `create_collection` reads it there).
+    /// Creates a collection `title` in `namespace`, public or private. If one of that title exists already,
+    /// the Hub answers 409 with its `slug` in the body, where huggingface_hub's `create_collection` reads it.
     pub async fn create_collection(
         &self,
         namespace: &str,

@@ -18,8 +18,8 @@ use super::{BodyLimit, HubClient, HubError, SMALL_CAP};
 /// Where a write lands: a repo's main branch, or a new pull request against it.
 ///
 /// Only the repo's writers may write to `main`. Anyone signed in may open a pull request, but the Hub wants
-/// it said on the preupload, the Xet write token and the commit (`create_pr=1`); without it a non-writer gets
-/// 403 "pass `create_pr=1` as a query parameter to create a Pull Request".
+/// `create_pr=1` on the preupload, the Xet write token and the commit. Without it, a non-writer gets 403
+/// "pass `create_pr=1` as a query parameter to create a Pull Request".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteTo<'a> {
     /// The repo.
@@ -29,12 +29,12 @@ pub struct WriteTo<'a> {
 }
 
 impl<'a> WriteTo<'a> {
-    /// A new pull request against `repo`'s main branch.
+    /// Targets a new pull request against `repo`'s main branch.
     pub fn pull_request(repo: RepoRef<'a>) -> WriteTo<'a> {
         WriteTo { repo, pull_request: true }
     }
 
-    /// `rest` under the repo's API, with `?create_pr=1` for a pull request.
+    /// Builds the URL of `rest` under the repo's API, with `?create_pr=1` for a pull request.
     fn api(self, hub: &HubClient, rest: &str) -> String {
         let url = hub.repo_api(self.repo, rest);
         if self.pull_request { format!("{url}?create_pr=1") } else { url }
@@ -42,14 +42,14 @@ impl<'a> WriteTo<'a> {
 }
 
 impl<'a> From<RepoRef<'a>> for WriteTo<'a> {
-    /// The repo's main branch.
+    /// Targets the repo's main branch.
     fn from(repo: RepoRef<'a>) -> WriteTo<'a> {
         WriteTo { repo, pull_request: false }
     }
 }
 
 impl<'a> From<&'a str> for WriteTo<'a> {
-    /// The main branch of the model repo `id`.
+    /// Targets the main branch of the model repo `id`.
     fn from(id: &'a str) -> WriteTo<'a> {
         RepoRef::model(id).into()
     }
@@ -172,8 +172,8 @@ enum CommitLine<'a> {
     },
 }
 
-/// The commit's answer, with the Hub's keys (huggingface_hub's `CommitInfo`): `pullRequestUrl` only when the
-/// commit opened a pull request.
+/// The commit's answer, with the Hub's keys (huggingface_hub's `CommitInfo`). It has `pullRequestUrl` only
+/// when the commit opened a pull request.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CommitAnswer {
@@ -209,8 +209,8 @@ pub struct Committed {
     pub sent: u64,
 }
 
-/// The number of the pull request on `repo` that a `…/{repo}/discussions/{num}` URL names, as huggingface_hub
-/// reads it; `None` for a URL of another repo, or a number that is not one.
+/// Returns the number of the pull request on `repo` that a `…/{repo}/discussions/{num}` URL names, as
+/// huggingface_hub reads it. Returns `None` for a URL of another repo, or a number that is not one.
 fn pull_request_number(url: &str, repo: RepoRef<'_>) -> Option<u64> {
     let (before, num) = url.rsplit_once("/discussions/")?;
     let names_repo = before.to_ascii_lowercase().ends_with(&format!("/{}", repo.git_path()).to_ascii_lowercase());
@@ -223,8 +223,8 @@ fn pull_request_number(url: &str, repo: RepoRef<'_>) -> Option<u64> {
 /// Why a commit was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitRefused {
-    /// The branch is no longer at the parent named (412): another commit came first, perhaps this one, sent
-    /// before and its answer lost.
+    /// The branch is no longer at the parent named (412). Another commit came first, perhaps this one, sent
+    /// before with its answer lost.
     #[error("the branch moved since the upload began")]
     Moved,
     /// Anything else.
@@ -237,9 +237,9 @@ impl HubClient {
         HubError::Malformed { url: url.to_owned(), detail: format!("{what}: {e}") }
     }
 
-    /// Asks which of `files` go to LFS for a write `to` a repo (one question, at most 256 files, as the Hub
-    /// takes them); the others travel inline in the commit. An empty file is never LFS. Returns the LFS paths
-    /// and the bytes sent.
+    /// Asks which of `files` go to LFS for a write `to` a repo. It asks once, for at most 256 files, as the
+    /// Hub takes them. The others travel inline in the commit. An empty file is never LFS. Returns the LFS
+    /// paths and the bytes sent.
     #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %to.repo, files = files.len()))]
     pub async fn preupload(&self, to: WriteTo<'_>, files: &[PreuploadFile]) -> Result<(Vec<String>, u64), HubError> {
         let url = to.api(self, "preupload/main");
@@ -264,26 +264,27 @@ impl HubClient {
         Ok((lfs, sent))
     }
 
-    /// Where the CAS write token for a write `to` a repo comes from (and is refreshed). For a pull request
-    /// this is huggingface_hub's URL, whose revision is `None` (`_xet.xet_connection_info_refresh_url`).
+    /// Returns where the CAS write token for a write `to` a repo comes from and is refreshed. For a pull
+    /// request, this is huggingface_hub's URL, whose revision is `None` (`_xet.xet_connection_info_refresh_url`).
     pub fn xet_write_token_url(&self, to: WriteTo<'_>) -> String {
         to.api(self, if to.pull_request { "xet-write-token/None" } else { "xet-write-token/main" })
     }
 
-    /// A CAS write token for a write `to` a repo. Every repo on the Hub is Xet-backed, so a 404 means the repo
-    /// is missing or hidden from this token, and is an error like any other.
+    /// Fetches a CAS write token for a write `to` a repo. Every repo on the Hub is Xet-backed. A 404 thus
+    /// means the repo is missing or hidden from this token, and is an error like any other.
     pub async fn xet_write_token(&self, to: WriteTo<'_>) -> Result<XetToken, HubError> {
         let url = self.xet_write_token_url(to);
         let answer = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
         serde_json::from_slice(&answer.body).map_err(|e| Self::malformed(&url, "Xet write token", e))
     }
 
-    /// Commits `changes` `to` a repo on top of `parent` (the head of `main`, read right before): to `main`, or
-    /// as a new pull request. Returns the commit, the pull request's number, and the bytes sent.
+    /// Commits `changes` `to` a repo on top of `parent`, the head of `main` read right before. The commit goes
+    /// to `main`, or opens a new pull request. Returns the commit, the pull request's number, and the bytes
+    /// sent.
     ///
-    /// A commit to `main` names its parent, so sending it again after a lost answer cannot make a second
-    /// commit: if the first one landed, the Hub refuses the second with 412 ([`CommitRefused::Moved`]). A
-    /// pull request is opened by its commit, so that commit is sent once: a resend would open a second one.
+    /// A commit to `main` names its parent, so a resend after a lost answer cannot make a second commit. If
+    /// the first one landed, the Hub refuses the second with 412 ([`CommitRefused::Moved`]). A pull request is
+    /// opened by its commit, so that commit is sent once: a resend would open a second one.
     #[tracing::instrument(level = "debug", skip_all, fields(repo.id = %to.repo, pull_request = to.pull_request, parent = %parent))]
     pub async fn commit(
         &self,

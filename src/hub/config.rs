@@ -1,7 +1,7 @@
-//! Where the Hub is and who we are, following the Hub's own conventions: `HF_ENDPOINT`, `HF_TOKEN`,
-//! `HF_TOKEN_PATH`, the token file under `HF_HOME` (`~/.cache/huggingface/token`), `HF_HUB_OFFLINE` (no
-//! request at all) and `HF_HUB_DISABLE_IMPLICIT_TOKEN` (only a token given on the command line is sent), read
-//! as `huggingface_hub` reads them.
+//! Where the Hub is and who we are, read from the settings `huggingface_hub` reads, as it reads them. These
+//! are `HF_ENDPOINT`, `HF_TOKEN`, `HF_TOKEN_PATH` and the token file under `HF_HOME`
+//! (`~/.cache/huggingface/token`). `HF_HUB_OFFLINE` forbids any request. `HF_HUB_DISABLE_IMPLICIT_TOKEN`
+//! sends only a token given on the command line.
 
 use std::path::PathBuf;
 
@@ -18,7 +18,7 @@ impl Token {
         Token(secret.into())
     }
 
-    /// The secret, for an `Authorization` header only.
+    /// Returns the secret, for an `Authorization` header only.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -53,9 +53,9 @@ pub enum ConfigError {
 }
 
 impl HubConfig {
-    /// Resolves the endpoint and token: explicit values first, then the environment, then the token file
-    /// (neither of the last two under `HF_HUB_DISABLE_IMPLICIT_TOKEN`). Refused under `HF_HUB_OFFLINE`: every
-    /// caller is about to ask the Hub something.
+    /// Resolves the endpoint and token: explicit values first, then the environment, then the token file.
+    /// `HF_HUB_DISABLE_IMPLICIT_TOKEN` rules out the last two for the token. Returns an error under
+    /// `HF_HUB_OFFLINE`, because every caller is about to ask the Hub something.
     pub fn resolve(endpoint: Option<String>, token: Option<String>) -> Result<HubConfig, ConfigError> {
         let endpoint = endpoint.or_else(|| env("HF_ENDPOINT")).unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
         let endpoint = endpoint.trim_end_matches('/').to_owned();
@@ -73,18 +73,19 @@ pub fn env_flag(key: &str) -> bool {
     env(key).is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&v.trim().to_ascii_uppercase().as_str()))
 }
 
-/// Where the token [`HubConfig::resolve`] takes comes from, for `doctor` (which never shows the token).
+/// Returns where the token that [`HubConfig::resolve`] takes comes from, for `doctor`, which never shows the
+/// token.
 pub fn token_origin(explicit: Option<String>) -> Option<String> {
     find_token(explicit).map(|(_, origin)| origin)
 }
 
-/// An environment variable's value, unless unset or blank.
+/// Returns an environment variable's value, unless it is unset or blank.
 fn env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The token and where it came from: `explicit`, then `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, the token file;
-/// only `explicit` under `HF_HUB_DISABLE_IMPLICIT_TOKEN`.
+/// Returns the token and where it came from: `explicit`, then `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, then the
+/// token file. Under `HF_HUB_DISABLE_IMPLICIT_TOKEN`, only `explicit` counts.
 fn find_token(explicit: Option<String>) -> Option<(Token, String)> {
     if env_flag("HF_HUB_DISABLE_IMPLICIT_TOKEN") {
         let text = explicit?;
@@ -105,7 +106,8 @@ fn find_token(explicit: Option<String>) -> Option<(Token, String)> {
     (!text.is_empty()).then(|| (Token(text.to_owned()), origin))
 }
 
-/// `HF_TOKEN_PATH`, else `$HF_HOME/token`, else `$XDG_CACHE_HOME/huggingface/token`, else `~/.cache/huggingface/token`.
+/// Returns the token file's path: `HF_TOKEN_PATH`, else `$HF_HOME/token`, else
+/// `$XDG_CACHE_HOME/huggingface/token`, else `~/.cache/huggingface/token`.
 fn token_file() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("HF_TOKEN_PATH") {
         return Some(PathBuf::from(p));

@@ -1,5 +1,5 @@
-//! A repo's pull requests, for the repack worker's de-duplication and the `--pr` bookkeeping, and its
-//! discussions, for the one note on a mirrored source (hf-hub 1.0 has no discussions API).
+//! A repo's pull requests, for the repack worker's de-duplication and the `--pr` bookkeeping. Also its
+//! discussions, for the one note on a mirrored source. hf-hub 1.0 has no discussions API.
 
 use serde::Deserialize;
 
@@ -63,8 +63,9 @@ struct Author {
 }
 
 impl HubClient {
-    /// The first page of the repo's discussions of `kind` (`pull_request`, `discussion`) by `author`, as the
-    /// Hub lists them; the callers filter again, as a Hub that ignores a filter must not widen what they see.
+    /// Returns the first page of the repo's discussions of `kind` (`pull_request`, `discussion`) by `author`,
+    /// as the Hub lists them. The callers filter again, because a Hub that ignores a filter must not widen
+    /// what they see.
     async fn discussions_listed(&self, repo: &str, kind: &str, author: &str) -> Result<Vec<Item>, HubError> {
         let url = format!(
             "{}/api/models/{}/discussions?type={kind}&status=all&author={}",
@@ -78,7 +79,8 @@ impl HubClient {
         Ok(listing.discussions)
     }
 
-    /// The repo's pull requests titled `title` by `author`, as its first page of discussions lists them.
+    /// Returns the repo's pull requests titled `title` by `author`, as its first page of discussions lists
+    /// them.
     pub async fn pull_requests(&self, repo: &str, title: &str, author: &str) -> Result<Vec<PullRequestInfo>, HubError> {
         let listing = self.discussions_listed(repo, "pull_request", author).await?;
         Ok(listing
@@ -88,8 +90,8 @@ impl HubClient {
             .collect())
     }
 
-    /// The repo's discussions (not pull requests) opened by `author`, as its first page of discussions lists
-    /// them (newest first).
+    /// Returns the repo's discussions opened by `author`, newest first, as its first page of discussions lists
+    /// them. Pull requests are left out.
     pub async fn discussions_by(&self, repo: &str, author: &str) -> Result<Vec<DiscussionInfo>, HubError> {
         let listing = self.discussions_listed(repo, "discussion", author).await?;
         Ok(listing
@@ -99,7 +101,7 @@ impl HubClient {
             .collect())
     }
 
-    /// One discussion's status now (`open`, `closed`).
+    /// Returns one discussion's status now (`open`, `closed`).
     pub async fn discussion_status(&self, repo: &str, num: u64) -> Result<String, HubError> {
         let url = self.model_api(repo, &format!("discussions/{num}"));
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
@@ -111,18 +113,18 @@ impl HubClient {
         Ok(item.status)
     }
 
-    /// Opens a discussion on `repo` titled `title` with `description`; its number.
+    /// Opens a discussion on `repo` titled `title` with `description`, and returns its number.
     pub async fn open_discussion(&self, repo: &str, title: &str, description: &str) -> Result<u64, HubError> {
         let url = self.model_api(repo, "discussions");
         let body = serde_json::json!({ "title": title, "description": description, "pullRequest": false });
-        // Once: a retry after a lost answer would open a second discussion.
+        // Send once: a retry after a lost answer would open a second discussion.
         let fetched = self.post_action_once(&url, "application/json", body.to_string().into_bytes()).await?;
         let opened: Opened = serde_json::from_slice(&fetched.body)
             .map_err(|e| HubError::Malformed { url: url.clone(), detail: format!("discussion: {e}") })?;
         Ok(opened.num)
     }
 
-    /// One pull request, as its page describes it now.
+    /// Returns one pull request, as its page describes it now.
     pub async fn pull_request(&self, repo: &str, num: u64) -> Result<PullRequestInfo, HubError> {
         let url = self.model_api(repo, &format!("discussions/{num}"));
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;

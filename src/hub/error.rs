@@ -51,8 +51,8 @@ pub enum HubError {
         /// The most this client waits.
         max_seconds: u64,
     },
-    /// A write refused by the Hub's hourly quota on an action (commits, repo creations, discussions), a 429
-    /// that names no wait: this client sends no such action until `until`.
+    /// A write refused by the Hub's hourly quota on an action (commits, repo creations, discussions). The
+    /// refusal is a 429 that names no wait. This client sends no such action until `until`.
     #[error("{url}: the Hub's hourly quota on this action is spent ({message}); this client's actions pause until {}", crate::time::format_utc(u64::try_from(*until).unwrap_or(0)))]
     ActionQuota {
         /// The URL.

@@ -1,7 +1,7 @@
-//! Who a token belongs to and where it may write, from `GET /api/whoami-v2`: the account, its organisations
-//! with the role it holds in each, and the token's own role (`read`, `write`, or `fineGrained` with scoped
-//! permissions). Read before any job starts, so a token that cannot publish is said at once instead of after
-//! a whole download.
+//! Who a token belongs to and where it may write, from `GET /api/whoami-v2`. The answer names the account,
+//! its organisations with the role it holds in each, and the token's own role. That role is `read`, `write`,
+//! or `fineGrained` with scoped permissions. Callers read this before any job starts, so a token that
+//! cannot publish is reported at once instead of after a whole download.
 
 use serde::Deserialize;
 
@@ -75,7 +75,7 @@ pub enum Permission {
 }
 
 impl Permission {
-    /// The permission's name in a token's answer.
+    /// Returns the permission's name in a token's answer.
     pub fn name(self) -> &'static str {
         match self {
             Permission::RepoWrite => "repo.write",
@@ -107,9 +107,10 @@ pub struct Entity {
 pub enum WriteAccess {
     /// It may.
     Granted,
-    /// It may not, and why (said for the operator, with the fix).
+    /// It may not, and why, said for the operator with the fix.
     Refused(String),
-    /// The answer does not say (an older Hub, or a role this client does not know): the first write will.
+    /// The answer does not say, as with an older Hub or a role this client does not know. The first write
+    /// will tell.
     Unknown(String),
 }
 
@@ -117,12 +118,12 @@ pub enum WriteAccess {
 const WRITING_ORG_ROLES: [&str; 3] = ["admin", "write", "contributor"];
 
 impl Identity {
-    /// Whether this token may write to `namespace`: the user's own or an organisation where the user may
-    /// write, with a token whose role allows writing there.
+    /// Whether this token may write to `namespace`. The namespace must be the user's own, or an organisation
+    /// where the user may write. The token's role must also allow writing there.
     pub fn may_write(&self, namespace: &str) -> WriteAccess {
         let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
         if token.and_then(|t| t.role.as_deref()) == Some("read") {
-            // Said first: no namespace helps a read token.
+            // Check this first: no namespace helps a read token.
             return self.may(Permission::RepoWrite, namespace);
         }
         let member = namespace == self.name || self.orgs.iter().any(|o| o.name == namespace);
@@ -146,19 +147,19 @@ impl Identity {
         self.may(Permission::RepoWrite, namespace)
     }
 
-    /// Whether this token holds `permission` on `namespace`. A write token holds every one; a fine-grained
-    /// token, those it was given there or everywhere. Membership is [`Identity::may_write`]'s to judge.
+    /// Whether this token holds `permission` on `namespace`. A write token holds every one. A fine-grained
+    /// token holds those it was given there or everywhere. [`Identity::may_write`] judges membership.
     pub fn may(&self, permission: Permission, namespace: &str) -> WriteAccess {
         self.holds(permission, Some(namespace))
     }
 
-    /// Whether this token holds `permission` on every namespace: what a pull request or a note on anyone's
-    /// repo needs. A fine-grained token must have been given it everywhere (`global`).
+    /// Whether this token holds `permission` on every namespace, as a pull request or a note on anyone's repo
+    /// needs. A fine-grained token must have been given it everywhere (`global`).
     pub fn may_everywhere(&self, permission: Permission) -> WriteAccess {
         self.holds(permission, None)
     }
 
-    /// [`Identity::may`] on `namespace`, or everywhere when it is `None`.
+    /// Applies [`Identity::may`] to `namespace`, or to every namespace when it is `None`.
     fn holds(&self, permission: Permission, namespace: Option<&str>) -> WriteAccess {
         let token = self.auth.as_ref().and_then(|a| a.access_token.as_ref());
         match token.and_then(|t| t.role.as_deref()) {
@@ -194,7 +195,7 @@ impl Identity {
 }
 
 impl HubClient {
-    /// Who the token belongs to and what it may do; the name checked as a namespace.
+    /// Asks who the token belongs to and what it may do, and checks the name as a namespace.
     pub async fn identity(&self) -> Result<Identity, HubError> {
         let url = format!("{}/api/whoami-v2", self.endpoint());
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;
@@ -204,7 +205,7 @@ impl HubClient {
         Ok(who)
     }
 
-    /// The user the token belongs to, checked as a namespace.
+    /// Returns the user the token belongs to, checked as a namespace.
     pub async fn whoami(&self) -> Result<String, HubError> {
         Ok(self.identity().await?.name)
     }

@@ -10,7 +10,7 @@ use crate::untrusted;
 /// What the Hub says of a repo now.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ModelInfo {
-    /// The repo the answer is for: another one than asked for when the name was moved.
+    /// The repo the answer is for. It differs from the one asked for when the name was moved.
     #[serde(default)]
     pub id: Option<String>,
     /// The head commit of the default branch.
@@ -31,13 +31,14 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// The repo's new name, when the Hub answered a question about `asked` with another repo (a rename) whose
-    /// id passes the checks of `untrusted`. Another letter case of `asked` is the same repo on the Hub, not a rename.
+    /// Returns the repo's new name when the Hub answered a question about `asked` with another repo (a
+    /// rename). The new id must pass the checks of `untrusted`. Another letter case of `asked` is the same
+    /// repo on the Hub, not a rename.
     pub fn renamed(&self, asked: &str) -> Option<&str> {
         self.id.as_deref().filter(|id| !id.eq_ignore_ascii_case(asked) && untrusted::check_repo_id(id).is_ok())
     }
 
-    /// The licence the Hub tags it with, if it passes the Hub's rules for a name.
+    /// Returns the licence the Hub tags it with, if it passes the Hub's rules for a name.
     pub fn license(&self) -> Option<String> {
         self.tags.iter().find_map(|t| t.strip_prefix("license:")).filter(|l| is_plain_word(l)).map(str::to_owned)
     }
@@ -55,21 +56,22 @@ fn is_plain_word(s: &str) -> bool {
 pub enum Entry {
     /// The repo, as a listing entry, with its tags.
     Listed(Box<ListedRepo>, Vec<String>),
-    /// The Hub answered with another repo, which passed the checks of `untrusted`: the name was moved to this one.
+    /// The Hub answered with another repo, which passed the checks of `untrusted`. The name was moved to this
+    /// one.
     Renamed(String),
     /// The answer breaks the Hub's rules; nothing of it is used.
     Refused(String),
 }
 
 impl HubClient {
-    /// The commit `repo`'s main branch is at and whether the repo is private, or `None` if the repo does not
-    /// exist (a 404).
+    /// Returns the commit `repo`'s main branch is at, and whether the repo is private. Returns `None` if the
+    /// repo does not exist (a 404).
     pub async fn head_of(&self, repo: super::repo_ref::RepoRef<'_>) -> Result<Option<(String, bool)>, HubError> {
         self.revision_of(repo, "main").await
     }
 
-    /// The commit `revision` (a branch, or `refs/pr/N`) of `repo` is at and whether the repo is private, or
-    /// `None` if either does not exist (a 404).
+    /// Returns the commit that `revision` (a branch, or `refs/pr/N`) of `repo` is at, and whether the repo is
+    /// private. Returns `None` if either does not exist (a 404).
     pub async fn revision_of(
         &self,
         repo: super::repo_ref::RepoRef<'_>,
@@ -94,7 +96,7 @@ impl HubClient {
         Ok(Some((head.sha, head.private)))
     }
 
-    /// The repo's current state, read with the token (so a private repo it may see is seen as private).
+    /// Reads the repo's current state with the token, so a private repo the token may see shows as private.
     pub async fn model_info(&self, repo: &str) -> Result<ModelInfo, HubError> {
         let url = self.model_api(repo, "");
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;
@@ -102,10 +104,10 @@ impl HubClient {
             .map_err(|e| HubError::Malformed { url, detail: format!("model info: {e}") })
     }
 
-    /// One repo read as the crawl reads each listed one (its commit, flags and files, through the same checks
-    /// as a listing page's entries), with its tags for the audit's filters. The Hub answers a renamed repo's
-    /// old name with the repo under its new name: that answer is `Entry::Renamed`, the only proof of a move
-    /// hubalign acts on.
+    /// Reads one repo as the crawl reads each listed one: its commit, flags and files, through the same checks
+    /// as a listing page's entries. It also returns the tags, for the audit's filters. The Hub answers a
+    /// renamed repo's old name with the repo under its new name. That answer is `Entry::Renamed`, the only
+    /// proof of a move hubalign acts on.
     pub async fn repo_entry(&self, repo: &str) -> Result<Entry, HubError> {
         let url = self.model_api(repo, "");
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(INFO_CAP)).await?;

@@ -1,8 +1,8 @@
-//! How long the Hub takes to answer, per rate-limit bucket and outcome: one histogram for the whole process
-//! (every client observes into it), which `serve`'s `/metrics` exposes as
-//! `hubalign_hub_request_duration_seconds`. Measured from sending a request to its answer, each attempt
-//! on its own: with the body for the answers read whole (listings, info), to the headers for a streamed
-//! download.
+//! How long the Hub takes to answer, per rate-limit bucket and outcome. One histogram serves the whole
+//! process, and every client observes into it. `serve`'s `/metrics` exposes it as
+//! `hubalign_hub_request_duration_seconds`. Each attempt is measured on its own, from sending the request to
+//! its answer. For answers read whole (listings, info) that includes the body; for a streamed download it
+//! ends at the headers.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -100,7 +100,7 @@ impl ListedRepo {
         self.siblings.iter().try_for_each(|s| untrusted::check_repo_path(&s.rfilename))
     }
 
-    /// Its `*.safetensors` files, sorted.
+    /// Returns its `*.safetensors` files, sorted.
     pub fn shard_paths(&self) -> Vec<String> {
         let mut v: Vec<String> =
             self.siblings.iter().map(|s| s.rfilename.clone()).filter(|p| p.ends_with(".safetensors")).collect();
@@ -146,7 +146,7 @@ pub struct Page {
 }
 
 impl ListQuery {
-    /// The first page's URL; later pages come from `Link` headers, checked by `hub::pages::Pagination`.
+    /// Builds the first page's URL. Later pages come from `Link` headers, checked by `hub::pages::Pagination`.
     pub fn first_url(&self, endpoint: &str) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         for f in &self.filters {
@@ -164,8 +164,8 @@ impl ListQuery {
     }
 }
 
-/// Splits a listing page's items into entries that pass the checks of `untrusted` and entries that do not. An item that is
-/// not even a repo object is invalid too; the page as a whole must be a JSON array.
+/// Splits a listing page's items into entries that pass the checks of `untrusted` and entries that do not. An
+/// item that is not even a repo object is invalid too. The page as a whole must be a JSON array.
 pub fn sort_entries(items: Vec<serde_json::Value>) -> (Vec<ListedRepo>, Vec<InvalidListing>) {
     let mut repos = Vec::new();
     let mut invalid = Vec::new();

@@ -1,16 +1,16 @@
-//! The Hub client: listing, single-request range probes, trees, repo info and downloads, and the write
-//! protocol (`commit`: preupload, the Xet write token, the NDJSON commit, to `main` or as a pull request),
-//! with per-bucket pacing, retries, a pause for the Hub's quota on actions (`action_pause`), and a cap on
-//! every body and every wait. Requests and answers are typed here; nothing outside this module builds these
-//! URLs or reads these answers.
+//! The Hub client. It lists repos, probes ranges in single requests, and reads trees, repo info and
+//! downloads. It also speaks the write protocol (`commit`): preupload, the Xet write token, and the NDJSON
+//! commit, to `main` or as a pull request. Requests are paced per bucket and retried. A cap bounds every
+//! body and every wait. Actions pause while the Hub's quota on them is spent (`action_pause`). Requests and
+//! answers are typed here; nothing outside this module builds these URLs or reads these answers.
 //!
-//! Requests are sent as `huggingface_hub` sends them (`docs/HUB_REQUESTS.md` lists where they differ, and
-//! why). hf-hub 1.x serves repo deletion, wrapped in `repos`, and hf-xet the CAS upload itself
-//! (`repack::upload`, with the token from `commit`). Reads go through here: hf-hub's listing sends one
-//! `filter` and no `expand`, its retries ignore `RateLimit`/`Retry-After` (so a tight quota fails the crawl),
-//! its range reads send a HEAD first or go through Xet reconstruction (several requests where the audit's
-//! budget is one), and its snapshot download lists the tree again and writes wherever that second listing
-//! says. The Hub is not trusted: see `SECURITY.md`.
+//! Requests are sent as `huggingface_hub` sends them; `docs/HUB_REQUESTS.md` lists where they differ, and
+//! why. hf-hub 1.x serves repo deletion, wrapped in `repos`. hf-xet serves the CAS upload itself
+//! (`repack::upload`, with the token from `commit`). Reads go through here, because hf-hub's fall short.
+//! Its listing sends one `filter` and no `expand`. Its retries ignore `RateLimit`/`Retry-After`, so a tight
+//! quota fails the crawl. Its range reads send a HEAD first or go through Xet reconstruction, several
+//! requests where the audit's budget is one. Its snapshot download lists the tree again and writes wherever
+//! that second listing says. The Hub is not trusted: see `SECURITY.md`.
 
 pub(crate) mod action_pause;
 pub mod collections;
@@ -73,8 +73,8 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
-    /// What was counted after `before` (an earlier snapshot of the same counters): one run's share of a
-    /// client that serves many runs.
+    /// Returns what was counted after `before`, an earlier snapshot of the same counters. This gives one
+    /// run's share of a client that serves many runs.
     pub fn since(&self, before: &StatsSnapshot) -> StatsSnapshot {
         StatsSnapshot {
             api_requests: self.api_requests.saturating_sub(before.api_requests),
@@ -87,7 +87,7 @@ impl StatsSnapshot {
 }
 
 impl RequestStats {
-    /// The counts now.
+    /// Returns the counts now.
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             api_requests: self.api_requests.load(Ordering::Relaxed),
@@ -99,7 +99,7 @@ impl RequestStats {
     }
 }
 
-/// A response whose body was read completely (a body shorter than announced is a retry, never a result).
+/// A response whose body was read completely. A body shorter than announced is retried, never returned.
 #[derive(Debug, Clone)]
 pub struct Fetched {
     /// The final URL, after redirects.
@@ -108,7 +108,7 @@ pub struct Fetched {
     pub status: StatusCode,
     /// The final response's headers.
     pub headers: HeaderMap,
-    /// The Hub's own response's headers (the first of a redirect chain), which carry `RateLimit`.
+    /// The headers of the Hub's own response, the first of a redirect chain. They carry `RateLimit`.
     pub hub_headers: HeaderMap,
     /// The body, or its first bytes for [`BodyLimit::Prefix`].
     pub body: Bytes,
@@ -136,7 +136,7 @@ pub enum BodyLimit {
     Whole(usize),
 }
 
-/// Largest listing page read: a full page of 1,000 repos with their file names is a few MB.
+/// Largest listing page read. A full page of 1,000 repos with their file names is a few MB.
 pub const LISTING_PAGE_CAP: usize = 64 << 20;
 /// Largest tree page read.
 pub const TREE_PAGE_CAP: usize = 16 << 20;
@@ -157,15 +157,15 @@ const MAX_RATE_LIMITED: u32 = 50;
 /// own: a little more than the Hub's five-minute windows.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(360);
 
-/// The first wait after a 429 that names no wait and is not the Hub's quota on actions (the CDN's edge); it
-/// doubles with each such refusal of the same request, within the longest wait allowed.
+/// The first wait after a 429 from the CDN's edge: one that names no wait and is not the Hub's quota on
+/// actions. The wait doubles with each such refusal of the same request, within the longest wait allowed.
 pub const DEFAULT_EDGE_WAIT: Duration = Duration::from_secs(30);
 
 /// The Hub client.
 #[derive(Debug)]
 pub struct HubClient {
     http: reqwest::Client,
-    /// For downloads: no limit on the whole transfer, but on each wait for the next bytes.
+    /// For downloads: it limits each wait for the next bytes, not the whole transfer.
     stream_http: reqwest::Client,
     config: HubConfig,
     api: Pacer,
@@ -177,7 +177,7 @@ pub struct HubClient {
     action_pause: action_pause::ActionPause,
     /// What was sent and received.
     pub stats: RequestStats,
-    /// hf-hub's client, for the requests it serves well (see `repos`), made at first use.
+    /// hf-hub's client, for the requests it serves well (see `repos`). It is made at first use.
     hf: std::sync::OnceLock<hf_hub::HFClient>,
 }
 
@@ -194,14 +194,14 @@ impl From<String> for Failure {
 }
 
 impl HubClient {
-    /// A client for `config`; HTTP errors are returned, never panicked on.
+    /// Builds a client for `config`. It returns HTTP errors and never panics on them.
     pub fn new(config: HubConfig, retry: RetryPolicy) -> Result<HubClient, HubError> {
         let builder = || {
             reqwest::Client::builder()
                 .user_agent(concat!("hubalign/", env!("CARGO_PKG_VERSION")))
                 .connect_timeout(Duration::from_secs(10))
-                // Redirects are followed by hand: the Hub's answer carries the rate-limit headers, the
-                // storage's does not, and the token must not travel to another origin.
+                // Follow redirects by hand. The Hub's answer carries the rate-limit headers and the storage's
+                // does not. The token must also not travel to another origin.
                 .redirect(reqwest::redirect::Policy::none())
         };
         let client_error = |e: reqwest::Error| HubError::Malformed {
@@ -225,37 +225,37 @@ impl HubClient {
         })
     }
 
-    /// The longest wait the Hub may ask for before a request fails with [`HubError::WaitTooLong`].
+    /// Sets the longest wait the Hub may ask for before a request fails with [`HubError::WaitTooLong`].
     pub fn with_max_wait(mut self, max_wait: Duration) -> HubClient {
         self.max_wait = max_wait;
         self
     }
 
-    /// The first wait after a 429 at the edge, which names no wait ([`DEFAULT_EDGE_WAIT`] unless set).
+    /// Sets the first wait after a 429 at the edge, which names no wait ([`DEFAULT_EDGE_WAIT`] unless set).
     pub fn with_edge_wait(mut self, edge_wait: Duration) -> HubClient {
         self.edge_wait = edge_wait;
         self
     }
 
-    /// Until when the Hub's hourly quota on actions pauses this client's actions (commits, repo creations,
-    /// discussions), if it does now.
+    /// Returns until when the Hub's hourly quota on actions pauses this client's actions, if it does now.
+    /// Actions are commits, repo creations and discussions.
     pub fn actions_paused_until(&self) -> Option<std::time::SystemTime> {
         self.action_pause.until(std::time::SystemTime::now())
     }
 
-    /// `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty: a model's API URL.
+    /// Builds a model's API URL: `{endpoint}/api/models/{repo}`, then `/{rest}` unless it is empty.
     pub(crate) fn model_api(&self, repo: &str, rest: &str) -> String {
         self.repo_api(repo_ref::RepoRef::model(repo), rest)
     }
 
-    /// `{endpoint}/api/{models|datasets}/{id}`, then `/{rest}` unless it is empty: the one place a repo's API
-    /// URL is made, with the id percent-encoded.
+    /// Builds `{endpoint}/api/{models|datasets}/{id}`, then `/{rest}` unless it is empty. This is the one
+    /// place that makes a repo's API URL, and it percent-encodes the id.
     pub(crate) fn repo_api(&self, repo: repo_ref::RepoRef<'_>, rest: &str) -> String {
         let base = format!("{}/api/{}/{}", self.endpoint(), repo.api_segment(), untrusted::encode_path(repo.id));
         if rest.is_empty() { base } else { format!("{base}/{rest}") }
     }
 
-    /// The endpoint, without a trailing slash.
+    /// Returns the endpoint, without a trailing slash.
     pub fn endpoint(&self) -> &str {
         &self.config.endpoint
     }
@@ -272,9 +272,9 @@ impl HubClient {
         }
     }
 
-    /// Sends `GET url` (with `extra` headers) until it succeeds or fails for good: paced per bucket, 429s waited
-    /// out as the Hub says (up to the maximum wait), transient failures retried with backoff. Reads the body
-    /// within `limit`.
+    /// Sends `GET url`, with `extra` headers, until it succeeds or fails for good. Requests are paced per
+    /// bucket. A 429 is waited out as the Hub says, up to the maximum wait. Transient failures are retried
+    /// with backoff. Reads the body within `limit`.
     pub async fn get(
         &self,
         bucket: Bucket,
@@ -315,8 +315,8 @@ impl HubClient {
         }
     }
 
-    /// The error for an action refused by the Hub's quota on actions, with the pause it starts for every
-    /// action of this client.
+    /// Builds the error for an action that the Hub's quota on actions refused. It also starts the pause for
+    /// every action of this client.
     fn action_refused(&self, url: &str, message: String) -> HubError {
         let until = self.action_pause.refused(std::time::SystemTime::now());
         let seconds = until.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_secs();
@@ -346,7 +346,7 @@ impl HubClient {
         let mut refusals = 0;
         loop {
             self.paced(bucket, url).await?;
-            // Checked before each send: another job's refusal may have started a pause during a wait.
+            // Check before each send: another job's refusal may have started a pause during a wait.
             if ask.action
                 && let Some(until) = self.actions_paused_until()
             {
@@ -424,7 +424,7 @@ impl HubClient {
             }
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
             let delay = self.retry.delay(attempts, jitter_unit());
-            // Said at warn: an unreachable Hub otherwise looks like a silent hang for the length of the retries.
+            // Log at warn: otherwise an unreachable Hub looks like a silent hang for the length of the retries.
             tracing::warn!(
                 url,
                 attempt = attempts,
@@ -454,9 +454,9 @@ impl HubClient {
         req
     }
 
-    /// One attempt, following redirects with the same headers (a `Range` stays, the token stays on the Hub).
-    /// Every answer, even an error status, is `Ok` so the caller can read its headers; with no `limit`, a
-    /// successful answer's body is left for the caller.
+    /// Makes one attempt, following redirects with the same headers: a `Range` stays, and the token stays on
+    /// the Hub. Every answer, even an error status, is `Ok`, so the caller can read its headers. With no
+    /// `limit`, a successful answer's body is left for the caller.
     async fn attempt(&self, url: &str, ask: &Ask<'_>, limit: Option<BodyLimit>) -> Result<Exchange, Failure> {
         let mut target = url.to_owned();
         let mut hub_headers = None;
@@ -464,7 +464,7 @@ impl HubClient {
         for _ in 0..=MAX_REDIRECTS {
             let r = self.build(&target, ask, limit.is_none()).send().await.map_err(|e| describe(&e))?;
             let location = r.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            // A body is never sent on to another place: a redirected POST is the Hub's answer.
+            // Never send a body on to another place: a redirected POST is the Hub's answer.
             match location.filter(|_| r.status().is_redirection() && ask.method == reqwest::Method::GET) {
                 Some(location) => {
                     hub_headers.get_or_insert_with(|| r.headers().clone());
@@ -504,7 +504,7 @@ impl HubClient {
         Ok(Exchange::Read(Fetched { url: target, status, headers, hub_headers, body }))
     }
 
-    /// Reads a body within `limit`; a body shorter than its `Content-Length` is a transient failure.
+    /// Reads a body within `limit`. A body shorter than its `Content-Length` is a transient failure.
     async fn read_body(&self, mut response: reqwest::Response, url: &str, limit: BodyLimit) -> Result<Bytes, Failure> {
         let announced = response.content_length();
         if let (BodyLimit::Whole(cap), Some(n)) = (limit, announced)
@@ -547,20 +547,21 @@ impl HubClient {
     }
 }
 
-/// What one exchange sends: a GET with extra headers, a DELETE, or a POST or PUT of a body (sent again after
-/// a failure like a GET, so only a request that a second send cannot make twice is sent this way).
+/// What one exchange sends: a GET with extra headers, a DELETE, or a POST or PUT of a body. A POST or PUT is
+/// sent again after a failure, as a GET is. Only a request that cannot take effect twice may go this way; the
+/// others set `once`.
 pub(super) struct Ask<'a> {
     extra: &'a [(&'static str, String)],
     method: reqwest::Method,
     /// The content type and the body of a POST or PUT.
     body: Option<(&'a str, Bytes)>,
-    /// Sent at most once past the rate limiter: a request the Hub may have carried out though its answer was
-    /// lost (a 5xx, a timeout) is not sent again, for one the Hub would carry out twice.
+    /// Sent at most once past the rate limiter, for a request the Hub would carry out twice. The Hub may have
+    /// carried it out though its answer was lost (a 5xx, a timeout), so it is not sent again.
     once: bool,
     /// An error status whose answer the caller reads (a 409 that names what exists), rather than an error.
     answered: Option<StatusCode>,
-    /// One of the actions the Hub counts per user per hour (a commit, a repo's creation, a discussion): held
-    /// back while those are paused, and its refusal by that quota starts the pause.
+    /// One of the actions the Hub counts per user per hour: a commit, a repo's creation, a discussion. It is
+    /// held back while those are paused, and its refusal by that quota starts the pause.
     action: bool,
 }
 
@@ -586,7 +587,7 @@ impl<'a> Ask<'a> {
         Ask { method: reqwest::Method::DELETE, ..Ask::get(&[]) }
     }
 
-    /// This ask, as one of the actions the Hub counts per user per hour.
+    /// Marks this ask as one of the actions the Hub counts per user per hour.
     pub(super) fn action(self) -> Ask<'a> {
         Ask { action: true, ..self }
     }
@@ -651,8 +652,8 @@ pub fn describe(e: &reqwest::Error) -> String {
     msg
 }
 
-/// How long a 429 says to wait: the window's reset when `RateLimit` says nothing is left, else `Retry-After`
-/// (at least a second); `None` when it names no wait.
+/// Returns how long a 429 says to wait. That is the window's reset when `RateLimit` says nothing is left,
+/// else `Retry-After`, at least a second. Returns `None` when it names no wait.
 fn announced_wait(headers: &HeaderMap) -> Option<Duration> {
     let seconds = match parse_rate_limit(headers) {
         Some(l) if l.remaining == 0 => Some(l.reset_seconds),
@@ -661,8 +662,9 @@ fn announced_wait(headers: &HeaderMap) -> Option<Duration> {
     seconds.map(|s| Duration::from_secs(s.max(1)))
 }
 
-/// The Hub's words when a 429 is its hourly quota on an action ("You have exceeded our hourly quotas for
-/// action: commit", as `datasets` issue 6257 recorded it), escaped; `None` for any other 429.
+/// Returns the Hub's words, escaped, when a 429 is its hourly quota on an action. `datasets` issue 6257
+/// recorded them as "You have exceeded our hourly quotas for action: commit". Returns `None` for any
+/// other 429.
 fn action_quota_message(url: &str, exchange: &Exchange) -> Option<String> {
     let Exchange::Read(fetched) = exchange else { return None };
     match status_error(url, fetched) {
@@ -676,7 +678,7 @@ fn status_error(url: &str, fetched: &Fetched) -> HubError {
     let body_message = serde_json::from_slice::<serde_json::Value>(&fetched.body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned));
-    // The Hub's own words go into logs and terminals: control characters escaped here, once.
+    // The Hub's own words go into logs and terminals, so escape control characters here, once.
     let escaped = |s: String| untrusted::escape_control(&s).into_owned();
     HubError::Status {
         url: url.to_owned(),

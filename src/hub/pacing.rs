@@ -1,5 +1,5 @@
-//! Per-bucket pacing from the Hub's `RateLimit` headers: slow down before the quota runs out, and after a 429
-//! send nothing into the closed window.
+//! Paces each bucket from the Hub's `RateLimit` headers. It slows down before the quota runs out, and after a
+//! 429 it sends nothing into the closed window.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,13 +43,13 @@ pub fn parse_rate_limit_value(value: &str) -> Option<RateLimit> {
     Some(RateLimit { remaining: remaining?, reset_seconds: reset? })
 }
 
-/// `Retry-After` in seconds (the Hub sends integers; HTTP dates are not used). A number too large for
-/// `u64` saturates rather than being ignored: a Hub that asks for forever is told no by the caller's cap.
+/// Parses `Retry-After` in seconds. The Hub sends integers, so HTTP dates are not read. A number too large
+/// for `u64` saturates rather than being ignored: the caller's cap then refuses a Hub that asks for forever.
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<u64> {
     parse_seconds(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
 }
 
-/// A non-negative integer of seconds, saturating at `u64::MAX`; anything else is `None`.
+/// Parses a non-negative integer of seconds, saturating at `u64::MAX`; anything else is `None`.
 fn parse_seconds(s: &str) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() || s.len() > 64 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -84,11 +84,12 @@ pub struct Pacer {
 const RESET_MARGIN: Duration = Duration::from_millis(50);
 
 impl Pacer {
-    /// How long to wait before sending, reserving a slot if none is needed. Call until it returns zero.
+    /// Returns how long to wait before sending, and reserves a slot when no wait is needed. Call it until it
+    /// returns zero.
     ///
-    /// While the bucket's state is unknown (the first request, or a window that reset with no quota known),
-    /// one request goes out and the rest wait for its `RateLimit` answer, so a crawl starting with many
-    /// workers does not burst into a quota it has not seen.
+    /// The bucket's state is unknown at the first request, or after a window reset with no quota known. Then
+    /// one request goes out and the rest wait for its `RateLimit` answer. A crawl starting with many workers
+    /// thus does not burst into a quota it has not seen.
     pub fn reserve(&self, now: Instant) -> Duration {
         let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.unlimited {
@@ -99,8 +100,8 @@ impl Pacer {
             if now < open_at {
                 return open_at.saturating_duration_since(now);
             }
-            // A new window: unknown until an answer from inside it says. Answers still in flight from the old
-            // window can only lower the count, so this never sends more than the quota.
+            // A new window stays unknown until an answer from inside it says. Answers still in flight from the
+            // old window can only lower the count, so this never sends more than the quota.
             s.remaining = None;
             s.reset_at = None;
         }
@@ -124,7 +125,7 @@ impl Pacer {
         let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.probing = false;
         let Some(limit) = parse_rate_limit(headers) else {
-            // A server that never sent limits is not paced; one that did keeps being, and an answer that says
+            // Do not pace a server that never sent limits, and keep pacing one that did. An answer that says
             // nothing leaves an unknown window unknown, so the next request finds out.
             if !s.seen_limits {
                 s.unlimited = true;
@@ -137,7 +138,8 @@ impl Pacer {
         s.seen_limits = true;
         s.named_wait = (limit.remaining == 0).then_some(limit.reset_seconds);
         let reset_at = crate::time::instant_after(now, Duration::from_secs(limit.reset_seconds));
-        // Requests already in flight were counted down locally; never trust a larger figure from an older response.
+        // Requests already in flight were counted down locally. Never trust a larger figure from an older
+        // response.
         s.remaining = Some(match (s.remaining, s.reset_at) {
             (Some(mine), Some(old)) if crate::time::instant_after(old, Duration::from_secs(1)) >= reset_at => {
                 mine.min(limit.remaining)
@@ -147,7 +149,7 @@ impl Pacer {
         s.reset_at = Some(reset_at);
     }
 
-    /// The wait the Hub named for the window now closed, in seconds as it named them.
+    /// Returns the wait the Hub named for the window now closed, in seconds as it named them.
     pub fn named_wait(&self) -> Option<u64> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).named_wait
     }
@@ -157,12 +159,12 @@ impl Pacer {
         *self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = State::default();
     }
 
-    /// After a request that taught nothing (a network failure): let another one find out.
+    /// Lets another request find out the state, after a request that taught nothing (a network failure).
     pub fn release(&self) {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).probing = false;
     }
 
-    /// After a 429: nothing more until `wait` has passed.
+    /// Records a 429: nothing more goes out until `wait` has passed.
     pub fn refused(&self, wait: Duration, now: Instant) {
         let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.probing = false;

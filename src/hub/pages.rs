@@ -1,6 +1,7 @@
-//! Following `Link: <…>; rel="next"` as far as it is safe to: on the endpoint's own origin, never to a page
-//! already read, and for a bounded number of pages. A Hub that links a page to itself, or away to another
-//! host, ends the listing with an error instead of holding the crawl forever or sending the token elsewhere.
+//! Follows `Link: <…>; rel="next"` as far as it is safe to. It stays on the endpoint's own origin, never
+//! reads a page twice, and follows a bounded number of pages. A Hub that links a page to itself, or to
+//! another host, ends the listing with an error. The crawl then neither hangs forever nor sends the token
+//! elsewhere.
 
 use std::collections::HashSet;
 

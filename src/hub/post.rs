@@ -1,5 +1,5 @@
-//! Writes to the Hub's API: a JSON or NDJSON body POSTed, a setting PUT, an object DELETEd; each answer read
-//! within a bound.
+//! Writes to the Hub's API: POSTs a JSON or NDJSON body, PUTs a setting, or DELETEs an object. Each answer is
+//! read within a bound.
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 
@@ -7,9 +7,10 @@ use super::pacing::Bucket;
 use super::{Ask, BodyLimit, Exchange, Fetched, HubClient, HubError, SMALL_CAP};
 
 impl HubClient {
-    /// POSTs `body` to `url` on the Hub (the token goes along) and reads the answer (at most 1 MiB), paced,
-    /// waited out on 429 and retried like a GET; a non-success status is the Hub's error. Only for requests
-    /// that a second send cannot carry out twice (a question, or a commit that names its parent).
+    /// POSTs `body` to `url` on the Hub, with the token, and reads the answer (at most 1 MiB). The request is
+    /// paced, waits out a 429 and is retried like a GET. A non-success status is the Hub's error. Use it only
+    /// for requests that a second send cannot carry out twice, such as a question or a commit that names its
+    /// parent.
     pub async fn post(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::post(content_type, body.into());
         self.send(url, &ask).await
@@ -22,16 +23,16 @@ impl HubClient {
         self.send(url, &Ask::post(content_type, body.into()).action()).await
     }
 
-    /// [`HubClient::post_action`] sent once: a failure that leaves it unknown whether the Hub carried it out
-    /// (a 5xx, a timeout, a cut connection) is returned, not retried. For an action the Hub would carry out
-    /// twice (opening a discussion, or a pull request by its commit); only a 429 that names a wait, which the
-    /// Hub did not act on, is waited out and sent again.
+    /// Sends [`HubClient::post_action`] once. A failure that leaves it unknown whether the Hub carried it out
+    /// (a 5xx, a timeout, a cut connection) is returned, not retried. Use it for an action the Hub would carry
+    /// out twice: opening a discussion, or a pull request by its commit. Only a 429 that names a wait is waited
+    /// out and sent again, since the Hub did not act on it.
     pub async fn post_action_once(&self, url: &str, content_type: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         self.send(url, &Ask::post_once(content_type, body.into()).action()).await
     }
 
-    /// Like [`HubClient::post`], but an answer of status `answered` is returned for the caller to read (a
-    /// 409 whose body names what exists), not made an error.
+    /// Like [`HubClient::post`], but returns an answer of status `answered` for the caller to read, not as an
+    /// error. An example is a 409 whose body names what exists.
     pub async fn post_answering(
         &self,
         url: &str,
@@ -43,8 +44,8 @@ impl HubClient {
         self.send(url, &ask).await
     }
 
-    /// PUTs a JSON `body` to `url` on the Hub, like [`HubClient::post`]: for a setting, which a second send
-    /// sets to the same value.
+    /// PUTs a JSON `body` to `url` on the Hub, like [`HubClient::post`]. Use it for a setting, which a second
+    /// send sets to the same value.
     pub async fn put_json(&self, url: &str, body: Vec<u8>) -> Result<Fetched, HubError> {
         let ask = Ask::put("application/json", body.into());
         self.send(url, &ask).await
@@ -55,7 +56,7 @@ impl HubClient {
         self.send(url, &Ask::delete()).await.map(drop)
     }
 
-    /// [`HubClient::delete`], where an object already gone (404) is no error.
+    /// Does what [`HubClient::delete`] does, but an object already gone (404) is no error.
     pub async fn delete_unless_gone(&self, url: &str) -> Result<(), HubError> {
         match self.delete(url).await {
             Err(HubError::Status { status: reqwest::StatusCode::NOT_FOUND, .. }) => Ok(()),
@@ -71,7 +72,8 @@ impl HubClient {
         }
     }
 
-    /// The token as an `Authorization` header, for a request to `url` on the Hub (none for another origin).
+    /// Returns the token as an `Authorization` header for a request to `url` on the Hub; none for another
+    /// origin.
     pub fn auth_headers(&self, url: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         let token = self.config.token.as_ref().filter(|_| super::same_origin(url, &self.config.endpoint));

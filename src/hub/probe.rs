@@ -1,5 +1,5 @@
-//! Reading a remote shard's header with one range request (two only when the header is longer than the
-//! first read).
+//! Reads a remote shard's header with one range request, or two when the header is longer than the first
+//! read.
 
 use super::pacing::Bucket;
 use super::{BodyLimit, Fetched, HubClient, HubError};
@@ -22,7 +22,7 @@ pub struct Probed {
     pub requests: u32,
 }
 
-/// Total size from `Content-Range: bytes a-b/TOTAL`, or the length of a plain 200.
+/// Returns the total size from `Content-Range: bytes a-b/TOTAL`, or the length of a plain 200.
 fn total_size(fetched: &Fetched) -> Option<u64> {
     if let Some(range) = fetched.headers.get(reqwest::header::CONTENT_RANGE).and_then(|v| v.to_str().ok()) {
         return range.rsplit('/').next().and_then(|t| t.trim().parse().ok());
@@ -35,10 +35,9 @@ fn range_header(start: u64, end_inclusive: u64) -> [(&'static str, String); 1] {
 }
 
 /// Parses a probed header on tokio's blocking pool, not on the task that asked. A header may be up to
-/// 100 MB of JSON (a fraction of a second), and a crawl parses hundreds a second: on the crawl's own task,
-/// at 100,000 repos, the parsing held one core (profiled: most of the crawl's thread, its allocations
-/// first) while the other sat partly idle. A parse that panics (a parser bug this header found) fails this
-/// probe only, naming the URL.
+/// 100 MB of JSON, and a crawl parses hundreds a second. On the crawl's own task, parsing held one core
+/// while the other sat partly idle; see BENCHMARKS.md. A parse that panics, on a parser bug this header
+/// found, fails this probe only and names the URL.
 async fn parse_off_executor(
     url: &str,
     prefix: Vec<u8>,
@@ -53,7 +52,7 @@ async fn parse_off_executor(
 }
 
 impl HubClient {
-    /// The resolve URL of a file at a commit, every part percent-encoded.
+    /// Builds the resolve URL of a file at a commit, with every part percent-encoded.
     pub fn resolve_url(&self, repo: &str, revision: &str, path: &str) -> String {
         format!(
             "{}/{}/resolve/{}/{}",
@@ -64,9 +63,9 @@ impl HubClient {
         )
     }
 
-    /// Reads a shard's header: `bytes=0-(probe-1)`, following the redirect to storage, and a second, exact
-    /// request only when the header is longer than what arrived. A server that ignores the range is read only
-    /// as far as needed.
+    /// Reads a shard's header with `bytes=0-(probe-1)`, following the redirect to storage. A second, exact
+    /// request follows only when the header is longer than what arrived. A server that ignores the range is
+    /// read only as far as needed.
     pub async fn probe_header(&self, repo: &str, sha: &str, path: &str, probe_bytes: u64) -> Result<Probed, HubError> {
         let url = self.resolve_url(repo, sha, path);
         let probe_bytes = probe_bytes.max(8);

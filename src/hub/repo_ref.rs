@@ -1,5 +1,5 @@
-//! Which repository a call is about: models and datasets are apart on the Hub (`alice/x` may be both), with
-//! their API under `/api/models/…` and `/api/datasets/…` and their git paths under `/{id}` and
+//! Which repository a call is about. Models and datasets are apart on the Hub, and `alice/x` may be both.
+//! Their APIs live under `/api/models/…` and `/api/datasets/…`, and their git paths under `/{id}` and
 //! `/datasets/{id}`. The mirrors are models; the audit's public dataset is a dataset.
 
 /// The kind of a repository.
@@ -21,17 +21,17 @@ pub struct RepoRef<'a> {
 }
 
 impl<'a> RepoRef<'a> {
-    /// The model repository `id`.
+    /// Names the model repository `id`.
     pub fn model(id: &'a str) -> RepoRef<'a> {
         RepoRef { kind: RepoKind::Model, id }
     }
 
-    /// The dataset repository `id`.
+    /// Names the dataset repository `id`.
     pub fn dataset(id: &'a str) -> RepoRef<'a> {
         RepoRef { kind: RepoKind::Dataset, id }
     }
 
-    /// The API's path segment for the kind: `models` or `datasets`.
+    /// Returns the API's path segment for the kind: `models` or `datasets`.
     pub fn api_segment(self) -> &'static str {
         match self.kind {
             RepoKind::Model => "models",
@@ -39,7 +39,7 @@ impl<'a> RepoRef<'a> {
         }
     }
 
-    /// The repository's path under the endpoint, percent-encoded: `{id}` or `datasets/{id}`.
+    /// Returns the repository's path under the endpoint, percent-encoded: `{id}` or `datasets/{id}`.
     pub fn git_path(self) -> String {
         let id = crate::untrusted::encode_path(self.id);
         match self.kind {

@@ -1,6 +1,6 @@
 //! Repos as the worker manages them: created, deleted, made public or private.
 //! Creation and settings are sent as huggingface_hub sends them (`visibility`, not `private`).
-//! Deletion goes through hf-hub, whose errors become [`HubError`]s, so the rest of hubalign has one error type.
+//! Deletion goes through hf-hub. Its errors become [`HubError`]s, so the rest of hubalign has one error type.
 
 use hf_hub::{HFError, RepoTypeModel};
 use reqwest::StatusCode;
@@ -13,12 +13,12 @@ use super::{HubClient, HubError};
 pub enum Created {
     /// It was made now.
     New,
-    /// A repo of that name exists (409): whose it is, is for the caller to find out.
+    /// A repo of that name exists (409). The caller finds out whose it is.
     Existed,
 }
 
-/// The Hub's 409 to a creation while another by the same user is in progress (huggingface_hub's
-/// `create_repo` sends it again on this text).
+/// The Hub's 409 to a creation while another by the same user is in progress. huggingface_hub's
+/// `create_repo` sends the request again on this text.
 const CREATE_IN_PROGRESS: &str = "another conflicting operation is in progress";
 
 /// A repo's `visibility`, as huggingface_hub names it in a creation and in settings.
@@ -29,14 +29,15 @@ fn visibility(private: bool) -> &'static str {
 /// Creation requests sent at most while the Hub answers [`CREATE_IN_PROGRESS`].
 const CREATE_ATTEMPTS: u32 = 8;
 
-/// `namespace/name` as its two parts, as hf-hub's model handle takes them.
+/// Splits `namespace/name` into its two parts, as hf-hub's model handle takes them.
 fn parts(repo: &str) -> Result<(&str, &str), HubError> {
     repo.split_once('/')
         .ok_or_else(|| HubError::Malformed { url: repo.to_owned(), detail: "not namespace/name".into() })
 }
 
-/// hf-hub's failure as the Hub's: a status where the Hub answered one (with its error code, message and
-/// request id), a malformed-answer error naming `what` otherwise (a transport failure, tried again).
+/// Turns hf-hub's failure into the Hub's. Where the Hub answered with a status, it returns that status with
+/// its error code, message and request id. Otherwise it returns a malformed-answer error naming `what` (a
+/// transport failure, tried again).
 fn from_hf(what: &str, e: HFError) -> HubError {
     let context = match &e {
         HFError::Http { context }
@@ -62,7 +63,7 @@ fn from_hf(what: &str, e: HFError) -> HubError {
 }
 
 impl HubClient {
-    /// hf-hub's client for this endpoint and token, made once per client.
+    /// Returns hf-hub's client for this endpoint and token, made once per client.
     fn hf(&self) -> Result<&hf_hub::HFClient, HubError> {
         if let Some(hf) = self.hf.get() {
             return Ok(hf);
@@ -77,21 +78,21 @@ impl HubClient {
         Ok(self.hf.get_or_init(|| built))
     }
 
-    /// Creates the model repo `repo` (`namespace/name`), private; one that exists is [`Created::Existed`].
+    /// Creates the model repo `repo` (`namespace/name`), private. One that exists is [`Created::Existed`].
     pub async fn create_private_repo(&self, repo: &str) -> Result<Created, HubError> {
         self.create_repo(RepoRef::model(repo), true).await
     }
 
-    /// Creates the dataset repo `repo` (`namespace/name`), public or private; one that exists is
+    /// Creates the dataset repo `repo` (`namespace/name`), public or private. One that exists is
     /// [`Created::Existed`].
     pub async fn create_dataset_repo(&self, repo: &str, private: bool) -> Result<Created, HubError> {
         self.create_repo(RepoRef::dataset(repo), private).await
     }
 
-    /// `POST /api/repos/create` as huggingface_hub sends it (`name`, `organization`, `visibility`, and `type`
-    /// for a dataset). A 409 that says another creation by this user is in progress is sent again after a
-    /// wait, as huggingface_hub does, at most [`CREATE_ATTEMPTS`] times in all; any other 409 means the repo
-    /// exists.
+    /// Sends `POST /api/repos/create` as huggingface_hub sends it: `name`, `organization`, `visibility`, and
+    /// `type` for a dataset. After a 409 that says another creation by this user is in progress, it waits and
+    /// sends the request again, as huggingface_hub does. It sends at most [`CREATE_ATTEMPTS`] requests in all.
+    /// Any other 409 means the repo exists.
     async fn create_repo(&self, repo: RepoRef<'_>, private: bool) -> Result<Created, HubError> {
         let (organization, name) = parts(repo.id)?;
         let mut ask = serde_json::json!({

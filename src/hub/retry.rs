@@ -16,16 +16,16 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// 8 attempts, 250 ms doubling to at most 10 s: at most about 35 s of waiting per request.
+    /// 8 attempts, with 250 ms doubling to at most 10 s: at most about 26 s of waiting per request.
     fn default() -> Self {
         RetryPolicy { max_attempts: 8, base_delay: Duration::from_millis(250), max_delay: Duration::from_secs(10) }
     }
 }
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt + 1` (`attempt` ≥ 1): "full jitter" (AWS's name), uniformly in `[0, d]`
-    /// where `d` doubles from the base up to the cap, so concurrent workers that failed together spread over the
-    /// whole window instead of meeting again at its middle.
+    /// Returns the wait before attempt `attempt + 1` (`attempt` ≥ 1), with "full jitter" (AWS's name). The
+    /// wait is uniform in `[0, d]`, where `d` doubles from the base up to the cap. Workers that failed together
+    /// thus spread over the whole window instead of meeting again at its middle.
     pub fn delay(&self, attempt: u32, jitter_unit: f64) -> Duration {
         let doubled = self.base_delay.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
         doubled.min(self.max_delay).mul_f64(jitter_unit.clamp(0.0, 1.0))
@@ -42,8 +42,8 @@ pub fn is_transient_error(e: &reqwest::Error) -> bool {
     e.is_connect() || e.is_timeout() || e.is_body() || e.is_request() || e.is_decode()
 }
 
-/// A uniform draw in `[0, 1)` for [`RetryPolicy::delay`], from a per-thread generator seeded by the OS
-/// (`fastrand`, which `tempfile` already brings): workers started in the same instant still draw apart.
+/// A uniform draw in `[0, 1)` for [`RetryPolicy::delay`], from a per-thread generator seeded by the OS. It
+/// uses `fastrand`, which `tempfile` already brings. Workers started in the same instant still draw apart.
 pub fn jitter_unit() -> f64 {
     fastrand::f64()
 }

@@ -1,6 +1,6 @@
-//! A repo's files at a commit with their hashes. Written here because hf-hub 1.0's tree entries drop the
-//! LFS `oid` (they read `sha256`, which the tree endpoint does not send), and downloads must be checked
-//! against exactly that hash.
+//! A repo's files at a commit with their hashes. hubalign reads trees itself because hf-hub 1.0's tree
+//! entries drop the LFS `oid`: they read `sha256`, which the tree endpoint does not send. Downloads must be
+//! checked against exactly that hash.
 
 use serde::Deserialize;
 
@@ -49,13 +49,14 @@ struct DirEntry {
 const PATHS_PER_REQUEST: usize = 1000;
 
 impl HubClient {
-    /// Every file of `repo` at `revision`, following the tree's pagination (each page at most
-    /// [`TREE_PAGE_CAP`] bytes, never a page twice). Paths are returned as listed: the caller checks them.
+    /// Lists every file of `repo` at `revision`, following the tree's pagination. Each page is at most
+    /// [`TREE_PAGE_CAP`] bytes, and no page is read twice. Paths are returned as listed; the caller checks
+    /// them.
     pub async fn tree(&self, repo: &str, revision: &str) -> Result<Vec<TreeFile>, HubError> {
         self.tree_of(repo.into(), revision).await
     }
 
-    /// [`tree`](Self::tree) of a repository of any kind.
+    /// Does what [`tree`](Self::tree) does, for a repository of any kind.
     pub async fn tree_of(&self, repo: super::repo_ref::RepoRef<'_>, revision: &str) -> Result<Vec<TreeFile>, HubError> {
         let rest = format!("tree/{}?recursive=true&expand=false", untrusted::encode_segment(revision));
         let first = self.repo_api(repo, &rest);
@@ -72,9 +73,9 @@ impl HubClient {
         Ok(files)
     }
 
-    /// Of `paths` in `repo` at `revision`, the files that exist, in one request (`paths-info`): what a writer
-    /// that knows which paths it may touch needs, whatever else the repo has accumulated. Paths are returned
-    /// as the Hub answered them: the caller compares them with its own.
+    /// Returns which of `paths` exist as files in `repo` at `revision`. It asks `paths-info`, in one request
+    /// per `PATHS_PER_REQUEST` paths. A writer that knows which paths it may touch needs no more, whatever
+    /// else the repo holds. Paths are returned as the Hub answered them; the caller compares them with its own.
     pub async fn paths_info_of(
         &self,
         repo: super::repo_ref::RepoRef<'_>,
@@ -83,7 +84,7 @@ impl HubClient {
     ) -> Result<Vec<TreeFile>, HubError> {
         let url = self.repo_api(repo, &format!("paths-info/{}", untrusted::encode_segment(revision)));
         let mut files = Vec::new();
-        // A bounded number of paths per request, however many are asked about.
+        // Send a bounded number of paths per request, however many are asked about.
         for chunk in paths.chunks(PATHS_PER_REQUEST) {
             let body = serde_json::json!({ "paths": chunk, "expand": false });
             let fetched = self.post(&url, "application/json", body.to_string().into_bytes()).await?;
@@ -94,8 +95,8 @@ impl HubClient {
         Ok(files)
     }
 
-    /// The directories directly under `path` in `repo` at `revision`, as the first page of its tree lists
-    /// them (paths as the Hub answered them: the caller compares them with its own).
+    /// Returns the directories directly under `path` in `repo` at `revision`, as the first page of its tree
+    /// lists them. Paths are returned as the Hub answered them; the caller compares them with its own.
     pub async fn dirs_of(
         &self,
         repo: super::repo_ref::RepoRef<'_>,

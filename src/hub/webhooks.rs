@@ -1,5 +1,5 @@
-//! The Hub's webhooks API (`/api/settings/webhooks`): the webhooks of the token's user, which may watch any
-//! users and organisations, each POSTing the repo events of the namespaces it watches to one URL.
+//! The Hub's webhooks API (`/api/settings/webhooks`) for the token's user. Each webhook may watch any users
+//! and organisations. It POSTs the repo events of the namespaces it watches to one URL.
 
 use serde::{Deserialize, Serialize};
 
@@ -71,7 +71,7 @@ impl HubClient {
         Ok(created.webhook)
     }
 
-    /// The token's user's webhooks.
+    /// Lists the token's user's webhooks.
     pub async fn list_webhooks(&self) -> Result<Vec<Webhook>, HubError> {
         let url = self.webhooks_url();
         let fetched = self.get(Bucket::Api, &url, &[], BodyLimit::Whole(SMALL_CAP)).await?;

@@ -1,7 +1,11 @@
-//! What a job carries from one step to the next, persisted on its row as JSON and read back as these types
-//! through `sqlx::types::Json`: what the download and the re-layout left in the job's directory
-//! (`jobs.progress`), the MLX check's record (`jobs.verification`), and the bundle staged on the Hub for the
-//! Metal check (`jobs.staged`). A step reads its input here, never by indexing a document.
+//! What a job carries from one step to the next. The job's row stores each part as JSON, in these columns.
+//! `sqlx::types::Json` reads them back as these types.
+//!
+//! - `jobs.progress`: what the download and the re-layout left in the job's directory.
+//! - `jobs.verification`: the MLX check's record.
+//! - `jobs.staged`: the bundle staged on the Hub for the Metal check.
+//!
+//! A step reads its input through these types, never by indexing a document.
 
 use std::collections::BTreeMap;
 
@@ -9,14 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::LeftOut;
 
-/// What the last finished step left for the next one, recorded with the state the job moves to (one
-/// transaction), so that the row says both which step runs and what it starts from. A later attempt on the
-/// same machine, by the same build with the same settings, takes up the work from there when the job's
-/// directory is still exactly as recorded; anywhere else it starts again.
+/// What the last finished step left for the next one. It is recorded in one transaction with the job's new
+/// state, so the row says both which step runs and what it starts from. A later attempt takes up the work
+/// only on the same machine, by the same build, with the same settings. The job's directory must also be
+/// exactly as recorded. Otherwise the attempt starts again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Progress {
-    /// The download's end (the input of the re-layout): every file the mirror carries is in the job's
+    /// The download's end, and the re-layout's input. Every file the mirror carries is in the job's
     /// directory, each checked against the Hub's hash as it arrived.
     Downloaded {
         /// The source's files the mirror leaves out, for its manifest.
@@ -24,12 +28,13 @@ pub enum Progress {
         /// The job's directory as the download left it.
         files: WorkFiles,
     },
-    /// The re-layout's end (the input of the checks): the staged bundle with its manifest, beside the source.
+    /// The re-layout's end, and the checks' input: the staged bundle with its manifest, beside the source.
     Relaid {
         /// The job's directory as the re-layout left it.
         files: WorkFiles,
     },
-    /// A step this build does not know (a newer one recorded it): nothing to take up, the job starts again.
+    /// A step this build does not know, recorded by a newer build. There is nothing to take up, so the job
+    /// starts again.
     #[serde(other)]
     Unknown,
 }
@@ -44,16 +49,16 @@ impl Progress {
     }
 }
 
-/// The files of a job's directory as a step left them: enough for a later attempt to tell that it finds them
-/// untouched (the same files, lengths and modification times), that the machine has not restarted since (a
-/// process that dies leaves its written pages to the kernel; a machine that restarts may lose what was never
-/// flushed), and that the same build made them with the same settings.
+/// The files of a job's directory as a step left them. A later attempt uses them to check three things.
+/// The files are untouched: the same files, lengths and modification times. The machine has not restarted
+/// since: a dead process leaves its written pages to the kernel, but a restart may lose unflushed pages. The
+/// same build made them with the same settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkFiles {
     /// The kernel's id of the boot the files were written in.
     pub boot: String,
-    /// The build that made them (its version and its executable's identity) and the settings that shape
-    /// them (the alignment).
+    /// The build that made them, by version and executable identity, and the settings that shape them: the
+    /// alignment.
     pub made_by: String,
     /// Every regular file, by path under the job's directory, in path order.
     pub files: Vec<WorkFile>,
@@ -84,8 +89,8 @@ pub struct MlxLmLoad {
     /// The config's `model_type`, as the source wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,
-    /// Whether the weights were checked by name and shape without being read (a bundle larger than the
-    /// check's memory).
+    /// Whether the weights were checked by name and shape without being read. The check does this for a
+    /// bundle larger than its memory.
     #[serde(default)]
     pub lazy: bool,
     /// Why it was not loaded: a model type mlx-lm does not support, or no config.
@@ -94,7 +99,7 @@ pub struct MlxLmLoad {
 }
 
 /// The MLX load check's record, as `deploy/verify_mlx.py` prints it and a runner posts it. Every field but
-/// `ok` may be missing (a record from an older runner, or one that failed before MLX was imported).
+/// `ok` may be missing. An older runner omits them, and so does a run that failed before importing MLX.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MlxRecord {
     /// Whether every array loaded bit-identical to the source's.
@@ -112,7 +117,7 @@ pub struct MlxRecord {
     /// Arrays loaded and compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensors: Option<u64>,
-    /// How long it took, as the script measured it (kept as printed).
+    /// How long it took, as the script measured and printed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<serde_json::Number>,
     /// The check's peak resident memory.
@@ -130,14 +135,14 @@ pub struct MlxRecord {
     /// What each check the script runs after the load found, by the check's name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub checks: BTreeMap<String, Figures>,
-    /// Whatever else the script said (a newer script's fields, a test's probes), kept as it was said.
+    /// Whatever else the script said, kept as said: a newer script's fields, a test's probes.
     #[serde(flatten)]
     pub more: serde_json::Map<String, serde_json::Value>,
 }
 
 impl MlxRecord {
-    /// The record the card names while the check still runs beside the upload: the device and the MLX it
-    /// announced, before any count is known.
+    /// The record the card names while the check still runs beside the upload. It holds the device and the
+    /// MLX version announced, before any count is known.
     pub fn announced(device: &str, mlx_version: Option<String>) -> Self {
         MlxRecord { ok: true, device: device.to_owned(), mlx_version, ..MlxRecord::default() }
     }
@@ -178,8 +183,8 @@ impl LocalChecks {
     }
 
     /// What the check `name` found.
-    /// A row written before the list knows only the three counts; the structural, index and memory-map checks
-    /// are read from them.
+    /// A row written before the list holds only the three counts. The structural, index and memory-map
+    /// checks are read from them.
     pub fn figures_of(&self, name: &str) -> Option<Figures> {
         if !self.figures.is_empty() {
             return self.figures.get(name).cloned();
@@ -199,7 +204,7 @@ impl LocalChecks {
 /// What the card says of the source beyond the Hub's answer, read from its files while they were here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceFacts {
-    /// The licence its README names (for a source the Hub gives no licence for).
+    /// The licence its README names, for a source the Hub gives no licence for.
     pub license: Option<String>,
     /// Bytes a copying loader duplicates in it.
     pub before_bytes: u64,
@@ -214,7 +219,7 @@ pub struct SourceFacts {
 /// What a job records of a bundle staged on the Hub for the Metal check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Staged {
-    /// The mirror's commit that holds the repaired bundle (no model card yet).
+    /// The mirror's commit that holds the repaired bundle, without a model card yet.
     pub commit: String,
     /// The structural and memory-map checks' counts, for the card.
     pub checks: LocalChecks,

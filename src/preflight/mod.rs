@@ -1,10 +1,14 @@
-//! What every job needs, checked before any job starts: the token may write where the mirrors go, the work
-//! directory is writable with room, and the interpreter imports MLX and passes the worker's own check on a
-//! probe bundle. `serve`, `worker`, `repack` and `verify-runner` stop at start with the failures and their
-//! fixes; `hubalign doctor` prints every finding. A mistyped flag thus costs no job: before these checks, a
-//! wrong `--python` was found out only after a whole download, and failed the job for good.
+//! Checks what every job needs before any job starts:
 //!
-//! Owns the judgement of a setting; must not touch the queue (the caller releases held jobs once all pass).
+//! - The token may write where the mirrors go.
+//! - The work directory is writable, with room.
+//! - The interpreter imports MLX and passes the worker's own check on a probe bundle.
+//!
+//! `serve`, `worker`, `repack` and `verify-runner` stop at start with the failures and their fixes.
+//! `hubalign doctor` prints every finding. So a mistyped flag costs no job. Without these checks, a wrong
+//! `--python` would show only after a whole download, and fail the job for good.
+//!
+//! This module judges settings. It must not touch the queue; the caller releases held jobs once all pass.
 
 mod probe;
 
@@ -24,7 +28,7 @@ pub use probe::{MlxCheck, mlx};
 pub enum Status {
     /// It is as every job needs.
     Ok,
-    /// It may be; the first job will tell (said, not fatal).
+    /// It may be; the first job will tell. Reported, not fatal.
     Warn,
     /// Every job would fail: the service does not start.
     Fail,
@@ -43,7 +47,7 @@ pub struct Finding {
     pub detail: String,
     /// What to do about it, when it did not pass.
     pub fix: Option<String>,
-    /// A failure that may pass on its own (the Hub or the store out of reach now), not a setting to mend.
+    /// A failure that may pass on its own, not a setting to mend: the Hub or the store is out of reach now.
     #[serde(skip)]
     pub temporary: bool,
 }
@@ -93,7 +97,7 @@ impl Report {
         self.failures().next().is_none()
     }
 
-    /// Whether every failure is one that may pass on its own (nothing to mend in the settings).
+    /// Whether every failure is one that may pass on its own, with nothing to mend in the settings.
     pub fn only_unreachable(&self) -> bool {
         self.failures().all(|f| f.temporary)
     }
@@ -103,7 +107,7 @@ impl Report {
         self.findings.iter().any(|f| f.check == check && f.status == Status::Ok)
     }
 
-    /// The report as `doctor` judges it: a clock off the store's fails there, though it only warns at start.
+    /// The report as `doctor` judges it. A clock off the store's fails there, though it only warns at start.
     pub fn strict(mut self) -> Report {
         for f in self.findings.iter_mut().filter(|f| f.check == CLOCK && f.status == Status::Warn) {
             f.status = Status::Fail;
@@ -125,9 +129,9 @@ impl Report {
 /// The name of the clock check: a warning at start, a failure for `doctor`.
 pub const CLOCK: &str = "clock";
 
-/// How far this machine's clock is from the store's: `skew` seconds behind it (negative: ahead). Leases,
-/// backoffs and run times use the store's clock, so a skewed machine still takes no lease early; but its
-/// logs, its progress times and the Hub's token expiry are read on its own clock.
+/// How far this machine's clock is from the store's: `skew` seconds behind it, or ahead when negative.
+/// Leases, backoffs and run times use the store's clock, so a skewed machine still takes no lease early. But
+/// its logs, its progress times and the Hub's token expiry are read on its own clock.
 pub fn clock(skew: i64) -> Finding {
     let tolerance = crate::store::clock::SKEW_TOLERANCE_SECS;
     if skew.abs() <= tolerance {
@@ -153,8 +157,8 @@ pub enum Publishing {
     PullRequests,
 }
 
-/// The token: present, accepted, and allowed to write where the work goes. Gives the token's user and the
-/// namespace the mirrors go to (`target`, else the user's own) when the Hub said who it is.
+/// Checks the token: present, accepted, and allowed to write where the work goes. When the Hub says who it
+/// is, also returns the token's user and the mirrors' namespace: `target`, else the user's own.
 pub async fn token(
     hub: &HubClient,
     target: Option<&str>,
@@ -180,7 +184,7 @@ pub async fn token(
     };
     let namespace = target.unwrap_or(&who.name).to_owned();
     let access = match publishing {
-        // A pull request goes to a source of any namespace: a fine-grained token needs it everywhere.
+        // A pull request goes to a source of any namespace, so a fine-grained token needs it everywhere.
         Publishing::PullRequests => who.may_everywhere(Permission::DiscussionWrite),
         Publishing::Mirrors => who.may_write(&namespace),
     };
@@ -208,8 +212,8 @@ pub async fn token(
     (finding, Some((who.name, namespace)))
 }
 
-/// The work directory: there (made if only it is missing, not its parent), writable, with room for the
-/// reserve every job keeps free.
+/// Checks the work directory: there, writable, and with room for the reserve every job keeps free. It is
+/// made if it is missing, but not if its parent is.
 pub fn work_dir(dir: &Path) -> Finding {
     const CHECK: &str = "work directory";
     let shown = dir.display();

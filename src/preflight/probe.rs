@@ -1,6 +1,7 @@
-//! The interpreter's check: a probe bundle (one small MLX-style shard whose tensors sit off their widths, as
-//! MLX's writer leaves them) re-laid by the worker's own repair, then judged by the worker's own MLX check
-//! (`repack::checks::mlx`, the same script, device and limits): what passes here is what every job's check needs.
+//! The interpreter's check. The probe bundle is one small MLX-style shard whose tensors sit off their widths,
+//! as MLX's writer leaves them. The worker's own repair re-lays it. Then the worker's own MLX check judges it
+//! (`repack::checks::mlx`, with the same script, device and limits). So what passes here is what every job's
+//! check needs.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,7 @@ pub struct MlxCheck {
 
 const CHECK: &str = "python";
 
-/// Runs the worker's MLX check on a probe bundle made under `scratch` (removed after).
+/// Runs the worker's MLX check on a probe bundle made under `scratch`, and removes the bundle after.
 pub async fn mlx(check: &MlxCheck, scratch: &Path) -> Finding {
     let python = check.python.display().to_string();
     let dir = match tempfile::Builder::new().prefix("hubalign-preflight-").tempdir_in(scratch) {
@@ -80,7 +81,7 @@ pub async fn mlx(check: &MlxCheck, scratch: &Path) -> Finding {
     }
 }
 
-/// Why the probe bundle could not be made (a bug, or a work directory that cannot hold it).
+/// Why the probe bundle could not be made: a bug, or a work directory that cannot hold it.
 #[derive(Debug, thiserror::Error)]
 enum ProbeError {
     #[error("{0}")]
@@ -94,7 +95,7 @@ enum ProbeError {
 }
 
 /// Writes the probe shard under `root/source` and re-lays it into `root/output` with its manifest, as a job's
-/// re-layout does; returns the output directory.
+/// re-layout does. Returns the output directory.
 fn probe_bundle(root: &Path) -> Result<PathBuf, ProbeError> {
     let source = root.join("source");
     let output = root.join("output");
@@ -115,8 +116,8 @@ fn probe_bundle(root: &Path) -> Result<PathBuf, ProbeError> {
     Ok(output)
 }
 
-/// A shard as MLX writes one: two tensors packed back to back after an unpadded header, so the first one's
-/// file offset is not a multiple of its width and the repair pads the header.
+/// A shard as MLX writes one: two tensors packed back to back after an unpadded header. So the first
+/// tensor's file offset is not a multiple of its width, and the repair pads the header.
 fn probe_shard() -> Vec<u8> {
     let header = br#"{"__metadata__":{"format":"mlx"},"probe.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"probe.b":{"dtype":"F16","shape":[2],"data_offsets":[16,20]}}"#;
     let mut shard = (header.len() as u64).to_le_bytes().to_vec();

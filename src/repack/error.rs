@@ -222,9 +222,9 @@ impl RepackError {
 }
 
 impl FailureKind {
-    /// What an HTTP error status means for a job, once a repo's own state (gated, gone, disabled) is ruled
-    /// out: 401, 402 and 403 (the token is refused, the account cannot pay, the token may not write there)
-    /// need the operator; every other status is tried again.
+    /// Maps an HTTP error status to a failure kind, once the repo's own state (gated, gone, disabled) is
+    /// ruled out. 401, 402 and 403 need the operator: the token is refused, the account cannot pay, or the
+    /// token may not write there. Every other status is tried again.
     pub fn of_status(status: StatusCode) -> FailureKind {
         match status {
             StatusCode::UNAUTHORIZED | StatusCode::PAYMENT_REQUIRED | StatusCode::FORBIDDEN => {
@@ -234,8 +234,9 @@ impl FailureKind {
         }
     }
 
-    /// What a local file failure means: a full disk or quota, a read-only file system or a denied
-    /// permission is the machine's state, not the job's.
+    /// Maps a local file failure to a failure kind.
+    /// A read-only file system or a denied permission needs the operator.
+    /// Anything else is tried again, a full disk or quota included.
     pub fn of_io(kind: io::ErrorKind) -> FailureKind {
         match kind {
             io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied => FailureKind::NeedsOperator,

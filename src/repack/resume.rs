@@ -1,13 +1,12 @@
-//! Where a claimed job takes up its work, read from its row and its directory: the one place that decides
-//! which way a job goes.
+//! Decides where a claimed job takes up its work, from its row and its directory.
+//! This is the one place that decides which way a job goes.
 //!
-//! A step's end is recorded with the state the job moves to and what the step left ([`Progress`]): the
-//! download's files, then the staged bundle. A later attempt on the same machine that finds the job's
-//! directory exactly as recorded (the same files, inodes, lengths and modification times, the same boot, the
-//! same build and alignment) takes up the work from there, without fetching or re-laying again; anything
-//! else starts again. What is skipped is
-//! only the work that made the files: the structural, memory-map and MLX checks still run on the staged
-//! bundle before anything is published.
+//! Each step's end records the job's next state and what the step left ([`Progress`]): the download's files,
+//! then the staged bundle. A later attempt may find the job's directory exactly as recorded. That means the
+//! same files, inodes, lengths and modification times, the same boot, and the same build and alignment.
+//! Then it takes up the work from there, without fetching or re-laying again; anything else starts again.
+//! Only the work that made the files is skipped. The structural, memory-map and MLX checks still run on the
+//! staged bundle before anything is published.
 
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -38,8 +37,8 @@ pub(super) enum Resume {
     },
     /// From the checks: the staged bundle is in the job's directory as the re-layout left it.
     Check,
-    /// Back from a runner that checked the bundle staged in this work directory (or from a publish that
-    /// stopped half-way): publish it with the check's record.
+    /// Publishes the staged bundle with the check's record. The job comes back from a runner that checked the
+    /// bundle in this work directory, or from a publish that stopped half-way.
     PublishChecked {
         /// The MLX check's record, for the card.
         record: MlxRecord,
@@ -54,10 +53,10 @@ pub(super) enum Resume {
 }
 
 impl Resume {
-    /// Where `job` resumes, with its files (if any) in `dir`, for a worker whose files are `made_by` (see
-    /// [`made_by`]). A job in `publishing` without the check's record, or whose staged files are on another
-    /// worker's disk, starts again: its download is verified anew and nothing unchecked is published. Reads
-    /// the directory: call it off the executor.
+    /// Decides where `job` resumes, with its files (if any) in `dir`, for a worker whose files are `made_by`
+    /// (see [`made_by`]). Some jobs in `publishing` start again: those without the check's record, and those
+    /// whose staged files are on another worker's disk. Their download is then verified anew, and nothing
+    /// unchecked is published. It reads the directory, so call it off the executor.
     pub(super) fn of(job: &Job, dir: &Path, made_by: Option<&str>) -> Resume {
         if job.state == JobState::Publishing {
             return Resume::publishing(job, dir);
@@ -106,9 +105,10 @@ fn parts(progress: &Progress) -> &'static [&'static str] {
     }
 }
 
-/// What makes a worker's files what they are: this build (its version, and its executable's length and
-/// modification time, so that a deploy of another build with the same version number is told apart) and the
-/// alignment it re-lays to. `None` when the executable cannot be read: nothing is then taken up.
+/// Names what makes a worker's files what they are: this build and the alignment it re-lays to.
+/// The build is its version, and its executable's length and modification time. The executable's metadata
+/// tells apart two builds with the same version number. Returns `None` when the executable cannot be read;
+/// nothing is then taken up.
 pub(super) fn made_by(alignment: Alignment) -> Option<String> {
     let exe = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
     let modified = exe.modified().ok()?.duration_since(UNIX_EPOCH).ok()?.as_nanos();
@@ -116,14 +116,15 @@ pub(super) fn made_by(alignment: Alignment) -> Option<String> {
     Some(format!("hubalign {version} ({} bytes, modified {modified} ns), alignment {alignment:?}", exe.len()))
 }
 
-/// Most entries a job directory's record lists: the tree's cap, for the source, the repaired shards and the
-/// staged bundle, and the directories themselves.
+/// Most entries a job directory's record lists. It allows the tree's cap for each of the source, the repaired
+/// shards, the staged bundle and the directories themselves.
 const MAX_ENTRIES: usize = 4 * crate::sources::MAX_FILES + 16;
 
-/// The subdirectories `parts` of the job directory `dir` as they are now (a missing one is empty), made by
-/// `made_by`, for a later attempt to compare with; `None` where no later attempt could trust them: on a
-/// system without a boot id, or when they hold anything but regular files and directories (a link, a
-/// device), more entries than any job writes, or cannot be read.
+/// Records the subdirectories `parts` of the job directory `dir` as they are now, made by `made_by`, for a
+/// later attempt to compare with. A missing subdirectory counts as empty.
+/// Returns `None` where no later attempt could trust the record. A system without a boot id gives `None`.
+/// So do subdirectories that cannot be read or hold more entries than any job writes. So does anything but
+/// regular files and directories, such as a link or a device.
 pub(super) fn snapshot(dir: &Path, (parts, made_by): (&[&str], &str)) -> Option<WorkFiles> {
     let boot = boot_id()?;
     let mut files = Vec::new();
@@ -202,8 +203,8 @@ mod tests {
     /// The build and settings the tests' files are made by.
     const BY: &str = "hubalign (test), alignment 8";
 
-    /// Which way a claimed job goes is read from its state, its typed payloads and its staged files, and a
-    /// job that cannot prove its check passed starts again instead of publishing.
+    /// A claimed job's way follows from its state, its typed payloads and its staged files.
+    /// A job that cannot prove its check passed starts again instead of publishing.
     #[tokio::test]
     async fn a_job_resumes_where_its_row_says() {
         let dir = tempfile::tempdir().unwrap();
@@ -228,8 +229,9 @@ mod tests {
         assert_eq!(Resume::of(&job, &work, Some(BY)), Resume::PublishStaged { staged, record });
     }
 
-    /// A step's record is taken up only while the directory is exactly as the step left it: a file written
-    /// again (even to the same length), a file added or removed, or another boot, starts the job again.
+    /// A step's record is taken up only while the directory is exactly as the step left it.
+    /// The job starts again after a file is written again (even to the same length), added or removed, or
+    /// after another boot.
     #[tokio::test]
     async fn a_steps_record_holds_only_while_its_files_are_untouched() {
         let dir = tempfile::tempdir().unwrap();

@@ -9,10 +9,10 @@ use super::header::Header;
 
 /// A target alignment for the data section: a power of two from 1 to 16384 (the Apple-silicon page).
 ///
-/// By default ([`Alignment::DEFAULT`]) only what a loader needs counts: a shard is aligned when every tensor
-/// is, wherever its data section starts, and a fix pads the data start to 8 bytes only when some tensor
-/// needs it. An alignment asked for explicitly ([`Alignment::new`], `--alignment N`) is a requirement on the
-/// data start itself (16384 for page-aligned data), and verdicts are judged against it.
+/// By default ([`Alignment::DEFAULT`]), only what a loader needs counts. A shard is aligned when every tensor
+/// is, wherever its data section starts. A fix pads the data start to 8 bytes only when some tensor needs it.
+/// An alignment asked for explicitly ([`Alignment::new`], `--alignment N`) requires the data start itself to
+/// sit on it, for example 16384 for page-aligned data. Verdicts are then judged against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "u64", into = "u64")]
 pub struct Alignment {
@@ -23,7 +23,7 @@ pub struct Alignment {
 impl Alignment {
     /// Largest accepted alignment: a 16 KiB page.
     pub const MAX: u64 = 16_384;
-    /// Only the tensors' own alignment counts; a fix pads the data start to 8 bytes, what every dtype
+    /// Only the tensors' own alignment counts. A fix pads the data start to 8 bytes, which every dtype
     /// safetensors defines needs.
     pub const DEFAULT: Alignment = Alignment { bytes: 8, data_start: false };
 
@@ -77,8 +77,8 @@ impl fmt::Display for Alignment {
     }
 }
 
-/// What a shard needs, judged by what a loader does: it copies a tensor whose file offset is not a multiple
-/// of its width, and nothing else.
+/// What a shard needs, judged by what a loader does. A loader copies a tensor whose file offset is not a
+/// multiple of its width, and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -86,7 +86,7 @@ pub enum Verdict {
     Aligned,
     /// Padding the header fixes every tensor; the payload stays byte for byte.
     HeaderPad,
-    /// Some tensor's offset within the data is itself unaligned: tensors must be reordered.
+    /// Some tensor's offset within the data is itself unaligned, so tensors must be reordered.
     Relayout,
     /// The file breaks the format; it is never rewritten.
     Invalid,
@@ -133,8 +133,8 @@ pub struct ShardAlignment {
     pub misaligned_tensors: u64,
     /// Their bytes: what a copying mmap loader duplicates into anonymous memory.
     pub misaligned_bytes: u64,
-    /// Whether the data section starts on the target alignment (which matters to the verdict only when that
-    /// alignment was asked for).
+    /// Whether the data section starts on the target alignment. It matters to the verdict only when that
+    /// alignment was asked for.
     pub data_start_aligned: bool,
     /// What the shard needs.
     pub verdict: Verdict,
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn header_pad_when_relative_offsets_are_aligned() {
-        // Vary a name's length until 8 + N is odd: both f32 tensors then sit misaligned in the file while
+        // Vary a name's length until 8 + N is odd. Both f32 tensors then sit misaligned in the file, but
         // their offsets within the data stay multiples of 4.
         let a = (1..9)
             .map(|len| {
@@ -238,7 +238,8 @@ mod tests {
 
     #[test]
     fn a_shard_no_loader_copies_is_aligned_wherever_its_data_starts() {
-        // All BF16 at even offsets: vary a name until the data starts at an even offset that is not 0 mod 8.
+        // All tensors are BF16 at even offsets. Vary a name until the data starts at an even offset that is
+        // not 0 mod 8.
         let (h, a) = (1..17)
             .map(|len| {
                 let t = [SynthTensor::filled(&"w".repeat(len), "BF16", &[4]), SynthTensor::filled("v", "BF16", &[3])];
@@ -250,7 +251,7 @@ mod tests {
             .find(|(_, a)| a.data_start_mod8 % 2 == 0 && a.data_start_mod8 != 0)
             .unwrap();
         assert_eq!((a.misaligned_tensors, a.verdict, a.data_start_aligned), (0, Verdict::Aligned, false));
-        // Asked for a data start on 8 (or a page), it is not aligned, and padding reaches it.
+        // With an explicit data start on 8 or on a page, the shard is not aligned, and padding fixes it.
         for explicit in [8, 16384] {
             let v = classify(&h, Alignment::new(explicit).unwrap());
             assert_eq!((v.misaligned_tensors, v.verdict), (0, Verdict::HeaderPad), "--alignment {explicit}");

@@ -1,9 +1,9 @@
-//! Writing a stream to a file past the page cache (`O_DIRECT`), from the buffers the hashing already reads.
+//! Writes a stream to a file past the page cache (`O_DIRECT`), from the buffers the hashing already reads.
 //!
 //! A header-padded shard is its new prefix followed by the source's payload, in order. Copying it with
-//! copy_file_range costs the kernel about a CPU-second per 2 GiB here (page-cache pages allocated, filled
-//! and written back), a core that `fix` needs for hashing. Writing the bytes it has read anyway, straight to
-//! the disk, costs a copy into an aligned staging buffer and almost nothing in the kernel.
+//! copy_file_range makes the kernel allocate, fill and write back page-cache pages. That costs CPU that `fix`
+//! needs for hashing: about a CPU-second per 2 GiB here. Writing the bytes already read straight to the disk
+//! costs a copy into an aligned staging buffer. It costs almost nothing in the kernel.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -11,9 +11,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// The alignment `O_DIRECT` wants of offsets, lengths and memory; 4 KiB covers every block size in use.
+/// The alignment `O_DIRECT` wants of offsets, lengths and memory. 4 KiB covers every block size in use.
 const DIRECT_ALIGN: usize = 4096;
-/// Bytes gathered before each write: large enough that each write keeps the disk busy for milliseconds,
+/// Bytes gathered before each write. Each write is large enough to keep the disk busy for milliseconds. It is
 /// small enough that a download writing two shards at once stays within its memory bound.
 const STAGING_BYTES: usize = 4 << 20;
 
@@ -38,9 +38,9 @@ impl Staging {
 /// A write for the I/O thread: the buffer, how much of it, and where in the file.
 type Job = (Staging, usize, u64);
 
-/// Writes a stream front to back into an existing file, through `O_DIRECT` where the file system takes it and
-/// through the page cache otherwise. Two staging buffers take turns: one fills while a thread of its own
-/// writes the other, so the disk is never left waiting while the next buffer is filled.
+/// Writes a stream front to back into an existing file. It uses `O_DIRECT` where the file system takes it and
+/// the page cache otherwise. Two staging buffers take turns: one fills while a thread of its own writes the
+/// other. So the disk never waits while the next buffer fills.
 pub(crate) struct DirectWriter {
     buffered: File,
     staging: Option<Staging>,
@@ -49,7 +49,8 @@ pub(crate) struct DirectWriter {
     written: u64,
     to_io: Option<std::sync::mpsc::SyncSender<Job>>,
     back: std::sync::mpsc::Receiver<(Staging, io::Result<()>)>,
-    /// Buffers with the I/O thread now, and buffers made (two at most: one filling while one is written).
+    /// Buffers now with the I/O thread, and buffers made. At most two are made: one fills while one is
+    /// written.
     in_flight: usize,
     allocated: usize,
     io: Option<std::thread::JoinHandle<()>>,
@@ -59,8 +60,8 @@ pub(crate) struct DirectWriter {
 }
 
 impl DirectWriter {
-    /// A writer into `path`, already open as `buffered`, from its first byte. `prefer_direct` false, or a
-    /// file system that refuses `O_DIRECT`, writes through the page cache instead.
+    /// Makes a writer into `path`, already open as `buffered`, from its first byte. It writes through the
+    /// page cache if `prefer_direct` is false or the file system refuses `O_DIRECT`.
     pub(crate) fn new(path: &Path, buffered: File, prefer_direct: bool) -> DirectWriter {
         let direct_file = prefer_direct.then(|| open_direct(path).ok()).flatten();
         let still_direct = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(direct_file.is_some()));
@@ -102,7 +103,7 @@ impl DirectWriter {
         self.direct.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Appends bytes to the stream; errors are the file's.
+    /// Appends bytes to the stream. Errors come from the file.
     pub(crate) fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let took = self.stage(data)?;
@@ -114,11 +115,12 @@ impl DirectWriter {
         Ok(())
     }
 
-    /// Writes what is staged, waits for every write, and cuts the file to the stream's length; the caller
-    /// syncs it.
+    /// Writes what is staged, waits for every write, and cuts the file to the stream's length. The caller
+    /// syncs the file.
     pub(crate) fn finish(mut self) -> io::Result<u64> {
         let len = self.written + self.filled as u64;
-        // A direct write must end on the alignment: the tail goes out zero-padded and the file is cut back.
+        // A direct write must end on the alignment. So the tail goes out zero-padded, and the file is cut
+        // back.
         let padded = self.filled.next_multiple_of(DIRECT_ALIGN);
         let filled = self.filled;
         self.current()?.bytes()[filled..padded].fill(0);
@@ -134,8 +136,8 @@ impl DirectWriter {
         Ok(len)
     }
 
-    /// The buffer being filled: the one in hand, a second one while there are not two, or the next to come
-    /// back from the I/O thread (one being written, one waiting to be).
+    /// Returns the buffer to fill. That is the one in hand, or a new one while fewer than two exist.
+    /// Otherwise it waits for the next buffer back from the I/O thread.
     fn current(&mut self) -> io::Result<&mut Staging> {
         if self.staging.is_none() {
             let next = if self.allocated < 2 {
@@ -173,7 +175,7 @@ impl DirectWriter {
         Ok(())
     }
 
-    /// Waits for a write to finish; its buffer comes back, or its error.
+    /// Waits for a write to finish and returns its buffer, or its error.
     fn take_back(&mut self) -> io::Result<Staging> {
         let (staging, result) = self.back.recv().map_err(|_| io::Error::other("the direct writer's thread stopped"))?;
         self.in_flight -= 1;
@@ -193,7 +195,7 @@ impl Target {
         if let Some(direct) = &self.direct {
             match write_all_at(direct, data, offset) {
                 Ok(()) => return Ok(()),
-                // Opened but refused on writing (some file systems): the page cache it is, from here on.
+                // Some file systems open the file but refuse the write. Use the page cache from here on.
                 Err(e) if e.raw_os_error() == Some(EINVAL) => {
                     self.direct = None;
                     self.still_direct.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -219,7 +221,8 @@ fn open_direct(path: &Path) -> io::Result<File> {
     OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path)
 }
 
-/// Other systems have no `O_DIRECT` (macOS's `F_NOCACHE` is a different call); they write through the cache.
+/// Other systems have no `O_DIRECT`, so they write through the cache. macOS's `F_NOCACHE` is a different
+/// call.
 #[cfg(not(target_os = "linux"))]
 fn open_direct(_path: &Path) -> io::Result<File> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
@@ -242,7 +245,7 @@ mod tests {
     use super::*;
 
     fn write_through(prefer_direct: bool, prefix: &[u8], pieces: &[usize]) -> (Vec<u8>, Vec<u8>, bool) {
-        // Under target/, on the disk the project builds on, not a tmpfs.
+        // Write under target/, on the disk the project builds on, not on a tmpfs.
         let parent = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
         std::fs::create_dir_all(parent).unwrap();
         let dir = tempfile::tempdir_in(parent).unwrap();
@@ -271,7 +274,7 @@ mod tests {
                 let (written, expected, direct) = write_through(prefer_direct, prefix, &pieces);
                 assert_eq!(written.len(), expected.len());
                 assert!(written == expected, "direct {prefer_direct}, prefix {}", prefix.len());
-                // This project builds on ext4, which takes O_DIRECT; the fast path must be the one tested.
+                // This project builds on ext4, which takes O_DIRECT. The test must cover the fast path.
                 #[cfg(target_os = "linux")]
                 assert_eq!(direct, prefer_direct, "O_DIRECT refused under {}", env!("CARGO_MANIFEST_DIR"));
             }

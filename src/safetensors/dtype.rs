@@ -4,8 +4,8 @@ use std::fmt;
 
 /// An element type as named in a safetensors header.
 ///
-/// The list and its order follow the reference crate's `Dtype` enum (v0.8), whose declaration order is
-/// "increasing alignment order"; the bit widths are those of its `bitsize()`.
+/// The list and its order follow the reference crate's `Dtype` enum (v0.8). Its declaration order is
+/// "increasing alignment order". The bit widths are those of its `bitsize()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs, non_camel_case_types)]
 pub enum Dtype {
@@ -60,7 +60,8 @@ impl Dtype {
         Dtype::U64,
     ];
 
-    /// Parses the header spelling (`"BF16"`, `"F8_E4M3"`, …); `None` for anything the reference rejects.
+    /// Parses the header spelling (`"BF16"`, `"F8_E4M3"`, …). Returns `None` for anything the reference
+    /// rejects.
     pub fn from_name(name: &str) -> Option<Dtype> {
         Dtype::ALL.into_iter().find(|d| d.name() == name)
     }
@@ -112,8 +113,8 @@ impl Dtype {
         }
     }
 
-    /// The byte alignment a zero-copy loader needs for a tensor of this type: its element width in bytes
-    /// (C64 counts as 8, as MLX's `size_of` does); sub-byte types only need whole bytes.
+    /// The byte alignment a zero-copy loader needs for a tensor of this type: its element width in bytes. C64
+    /// counts as 8, as MLX's `size_of` does. Sub-byte types only need whole bytes.
     pub fn natural_alignment(self) -> u64 {
         (self.bits() / 8).max(1)
     }

@@ -1,4 +1,4 @@
-//! Why a safetensors header was refused: one variant per rule of the reference reader.
+//! Says why a safetensors header was refused, with one variant per rule of the reference reader.
 
 use thiserror::Error;
 
@@ -26,7 +26,7 @@ pub enum HeaderError {
         /// Size of the whole file.
         file_size: u64,
     },
-    /// The bytes handed over stop before the header does; not a defect of the file.
+    /// The bytes handed over stop before the header does. This is not a defect of the file.
     #[error("need {needed} bytes to read the whole header, have {available}")]
     Incomplete {
         /// `8 + N`.
@@ -60,7 +60,7 @@ pub enum HeaderError {
         /// What was wrong.
         detail: String,
     },
-    /// The same key twice; the format disallows it and a re-layout could not keep both.
+    /// The same key appears twice. The format disallows it, and a re-layout could not keep both.
     #[error("key `{key}` appears twice in the header")]
     DuplicateKey {
         /// The repeated key.
@@ -140,7 +140,7 @@ pub enum HeaderError {
         /// Bytes after the header.
         present: u64,
     },
-    /// Bytes after the last tensor; the reference rejects files not fully covered.
+    /// Bytes follow the last tensor. The reference rejects files that the tensors do not fully cover.
     #[error("{} unindexed bytes after the last tensor (data is {present} bytes, tensors cover {indexed})", present - indexed)]
     TrailingBytes {
         /// Bytes the header indexes.

@@ -1,4 +1,4 @@
-//! Strict parsing of the `u64 N | JSON header | data` layout, from a byte prefix and the file size.
+//! Parses the `u64 N | JSON header | data` layout strictly, from a byte prefix and the file size.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ pub struct TensorInfo {
     pub begin: u64,
     /// One past the end, relative to the data section.
     pub end: u64,
-    /// Fields the format does not define; readers ignore them, a re-layout keeps them.
+    /// Fields the format does not define. Readers ignore them; a re-layout keeps them.
     pub extra: Map<String, Value>,
 }
 
@@ -40,7 +40,7 @@ impl TensorInfo {
     }
 }
 
-/// The `__metadata__` entry, kept as written so a re-layout can reproduce it.
+/// The `__metadata__` entry, kept as written so that a re-layout can reproduce it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum HeaderMetadata {
     /// No `__metadata__` key.
@@ -104,8 +104,8 @@ pub fn read_header_len(prefix: &[u8], file_size: u64) -> Result<u64, HeaderError
 
 /// Parses and validates a header from the first bytes of a file of `file_size` bytes.
 ///
-/// `prefix` may be the whole file or any prefix of it that holds `8 + N` bytes; with less,
-/// [`HeaderError::Incomplete`] says how many bytes are needed.
+/// `prefix` may be the whole file or any prefix of it that holds `8 + N` bytes. With less, it returns
+/// [`HeaderError::Incomplete`], which says how many bytes are needed.
 pub fn parse(prefix: &[u8], file_size: u64) -> Result<Header, HeaderError> {
     let header_len = read_header_len(prefix, file_size)?;
     let needed = LEN_PREFIX + header_len;
@@ -134,7 +134,7 @@ fn parse_json(text: &str) -> Result<(HeaderMetadata, Vec<TensorInfo>), HeaderErr
     }
 }
 
-/// The reference reader's offset walk: sorted spans must tile `[0, data_len)` exactly.
+/// Walks the offsets as the reference reader does: the sorted spans must tile `[0, data_len)` exactly.
 fn validate_layout(header: &Header) -> Result<(), HeaderError> {
     let mut expected = 0u64;
     for t in &header.tensors {
@@ -181,8 +181,8 @@ struct RawTensor {
     extra: Map<String, Value>,
 }
 
-/// Deserializes the top-level object while recording typed errors that serde's own error type would flatten
-/// into text (which tensor, which rule).
+/// Deserializes the top-level object and records typed errors, naming the tensor and the rule. serde's own
+/// error type would flatten them into text.
 struct HeaderSeed<'a> {
     typed: &'a RefCell<Option<HeaderError>>,
 }

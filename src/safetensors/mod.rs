@@ -1,4 +1,5 @@
-//! The safetensors format: strict parsing, alignment classification, layout planning and re-layout.
+//! Reads and rewrites the safetensors format. It parses headers strictly, classifies alignment, plans a
+//! layout and rewrites a shard.
 
 pub(crate) mod classify;
 pub(crate) mod direct;

@@ -1,4 +1,4 @@
-//! Layout planning: the new header and where each tensor's bytes go, without touching any file.
+//! Plans a new layout: the new header, and where each tensor's bytes go. Planning touches no file.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -7,7 +7,7 @@ use thiserror::Error;
 use super::classify::{Alignment, Verdict, classify};
 use super::header::{Header, HeaderMetadata, LEN_PREFIX};
 
-/// MLX refuses `N >= 100,000,000` (the reference reader allows `==`), so plans stay one byte under.
+/// MLX refuses `N >= 100,000,000`, so plans stay one byte under. The reference reader allows `==`.
 pub const MAX_PLANNED_HEADER_LEN: u64 = 99_999_999;
 
 /// How a shard is rewritten.
@@ -16,11 +16,11 @@ pub const MAX_PLANNED_HEADER_LEN: u64 = 99_999_999;
 pub enum Method {
     /// Already aligned: bytes stay as they are.
     Unchanged,
-    /// Same JSON plus trailing spaces; payload byte for byte. The default, because it is the only method of
-    /// Mei's tool, whose manifests lack the field.
+    /// Keeps the JSON, adds trailing spaces, and keeps the payload byte for byte. It is the default because
+    /// it is the only method of Mei's tool, whose manifests lack the field.
     #[default]
     HeaderPad,
-    /// Tensors reordered by width, largest first; offsets rewritten, every tensor's bytes kept.
+    /// Reorders tensors by width, largest first, and rewrites offsets. Every tensor's bytes are kept.
     Relayout,
 }
 
@@ -100,8 +100,8 @@ pub enum PlanError {
 
 /// Plans the rewrite of a validated shard. `raw_json` is the source's `N` header bytes as read.
 ///
-/// The data section goes on `max(target, widest dtype present)` so every tensor can be naturally aligned
-/// whatever the target; header padding is used when it suffices, reordering only when it does not.
+/// The data section goes on `max(target, widest dtype present)`, so every tensor can be naturally aligned
+/// whatever the target. Header padding is used when it suffices; reordering only when it does not.
 pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<LayoutPlan, PlanError> {
     let widest = header.tensors.iter().map(|t| t.dtype.natural_alignment()).max().unwrap_or(1);
     let data_alignment = target.get().max(widest);
@@ -111,14 +111,14 @@ pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<Layou
         .map(|t| Placement { src_begin: t.begin, dst_begin: t.begin, len: t.byte_len() })
         .collect();
     match classify(header, target).verdict {
-        // Aligned already: every tensor is, and the data starts on the target (not necessarily on the widest
-        // dtype, which a tensor at a compensating relative offset does not need).
+        // Already aligned: every tensor is, and the data starts on the target. It need not start on the
+        // widest dtype, since a tensor at a compensating relative offset does not need that.
         Verdict::Aligned => Ok(LayoutPlan {
             method: Method::Unchanged,
             header: raw_json.to_vec(),
             padding_bytes: 0,
             placements: identity,
-            // Only a data start asked for is one to keep; otherwise wherever it is serves every tensor.
+            // Keep the data start only if one was asked for. Otherwise its current place serves every tensor.
             data_alignment: if target.requires_data_start() { target.get() } else { 1 },
         }),
         Verdict::HeaderPad => {
@@ -129,8 +129,8 @@ pub fn plan(header: &Header, raw_json: &[u8], target: Alignment) -> Result<Layou
     }
 }
 
-/// Stable reorder by natural alignment, widest first: every span before a tensor is then a multiple of its
-/// alignment, so an aligned data start aligns them all, with no gaps.
+/// Reorders tensors stably by natural alignment, widest first. Every span before a tensor is then a multiple
+/// of its alignment, so an aligned data start aligns them all, with no gaps.
 fn relayout(header: &Header, data_alignment: u64) -> Result<LayoutPlan, PlanError> {
     let mut order: Vec<usize> = (0..header.tensors.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(header.tensors[i].dtype.natural_alignment()));

@@ -1,11 +1,12 @@
-//! Moving a byte stream while hashing it on the other cores.
+//! Moves a byte stream while the other cores hash it.
 //!
-//! SHA-256 runs at ~2 GB/s per core with SHA-NI, slower than the disks this runs on, and a rewrite needs up to
-//! four digests of every byte. So the calling thread only reads, and the digests are spread over lanes that
-//! each hash every chunk on a thread of their own: one digest per lane while there are cores for them, else
-//! two, which a lane feeds in step ([`update_both`]), interleaving their compressions on one core (2.87 GB/s
-//! of the pair against 1.79 GB/s for one digest). An optional writer gets every chunk too, on a thread of
-//! its own.
+//! SHA-256 runs at about 2 GB/s per core with SHA-NI, slower than the disks this runs on. A rewrite needs up
+//! to four digests of every byte. So the calling thread only reads. The digests are spread over lanes, and
+//! each lane hashes every chunk on a thread of its own. A lane holds one digest while there are cores for
+//! them, else two. A lane with two feeds them in step ([`update_both`]), interleaving their compressions on
+//! one core. That is faster than hashing them one after the other: 2.87 GB/s for the pair against 1.79 GB/s
+//! for one digest.
+//! An optional writer also gets every chunk, on a thread of its own.
 
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -15,12 +16,12 @@ use std::thread::ScopedJoinHandle;
 
 use crate::hashing::{Sha256Stream, SpanHasher, update_both};
 
-/// Bytes per chunk. With the buffers in flight this bounds the pump's memory at about 6 chunks.
+/// Bytes per chunk. With the buffers in flight, this bounds the pump's memory at about 6 chunks.
 pub(crate) const CHUNK_BYTES: usize = 4 << 20;
-/// Buffers allocated at most; the reader waits for a returned one beyond that.
+/// Buffers allocated at most. Beyond that, the reader waits for one to come back.
 const MAX_BUFFERS: usize = 6;
 
-/// A running digest: of the whole stream, or one per consecutive span of it (per tensor).
+/// A running digest of the whole stream, or one per consecutive span of it, such as per tensor.
 #[derive(Debug)]
 pub(crate) enum Digest {
     /// One digest of everything fed.
@@ -30,7 +31,7 @@ pub(crate) enum Digest {
 }
 
 impl Digest {
-    /// A whole-stream digest already fed `prefix`.
+    /// Makes a whole-stream digest already fed `prefix`.
     pub(crate) fn whole_with_prefix(prefix: &[u8]) -> Digest {
         Digest::Whole(Sha256Stream::with_prefix(prefix))
     }
@@ -53,7 +54,7 @@ impl Digest {
         }
     }
 
-    /// The hex digest of a whole-stream digest; `None` for a span digest.
+    /// Returns the hex digest of a whole-stream digest, or `None` for a span digest.
     pub(crate) fn into_whole_hex(self) -> Option<String> {
         match self {
             Digest::Whole(h) => Some(h.finish_hex()),
@@ -61,7 +62,8 @@ impl Digest {
         }
     }
 
-    /// The per-span digests of a span digest; `None` for a whole-stream digest or a stream that ended early.
+    /// Returns the per-span digests of a span digest. Returns `None` for a whole-stream digest or a stream
+    /// that ended early.
     pub(crate) fn into_spans(self) -> Option<Vec<String>> {
         match self {
             Digest::Spans(h) => h.finish(),
@@ -73,9 +75,9 @@ impl Digest {
 /// Where a pump failed.
 #[derive(Debug)]
 pub(crate) enum PumpError {
-    /// Reading the input.
+    /// Reading the input failed.
     Read(io::Error),
-    /// The writer (writing the output).
+    /// The writer failed to write the output.
     Write(io::Error),
 }
 
@@ -84,14 +86,14 @@ pub(crate) type Writer<'w> = &'w mut (dyn FnMut(&[u8]) -> io::Result<()> + Send)
 
 type Chunk = Arc<Vec<u8>>;
 
-/// How many lanes `digests` digests get on `cores` cores: one each while there are cores, but never more than
-/// two to a lane.
+/// Counts the lanes that `digests` digests get on `cores` cores. Each digest gets its own lane while there
+/// are cores, but a lane never takes more than two.
 fn lane_count(digests: usize, cores: usize) -> usize {
     digests.min(cores.max(digests.div_ceil(2)))
 }
 
-/// Deals `digests` into lanes, remembering each one's place; a span digest and a whole one share a lane
-/// where they must pair, as [`SpanHasher::update_with`] feeds both in one pass.
+/// Deals `digests` into lanes and remembers each one's place. A span digest and a whole one share a lane
+/// where they must pair, because [`SpanHasher::update_with`] feeds both in one pass.
 fn spread(digests: Vec<Digest>, cores: usize) -> Vec<Vec<(usize, Digest)>> {
     let count = lane_count(digests.len(), cores);
     let mut lanes: Vec<Vec<(usize, Digest)>> = (0..count).map(|_| Vec::new()).collect();
@@ -101,10 +103,10 @@ fn spread(digests: Vec<Digest>, cores: usize) -> Vec<Vec<(usize, Digest)>> {
     lanes
 }
 
-/// Reads up to `len` bytes from `reader` chunk by chunk. Each chunk goes to every digest, spread over lanes
-/// as the available cores allow, and to `writer`, each lane and the writer on a scoped thread of its own, so
-/// this thread only reads. Returns the digests in the order given and the bytes read, which is less than
-/// `len` only if the reader ended early. A failing writer stops the pump.
+/// Reads up to `len` bytes from `reader` chunk by chunk. Each chunk goes to every digest and to `writer`. The
+/// digests are spread over lanes as the available cores allow. Each lane and the writer run on a scoped
+/// thread of their own, so this thread only reads. Returns the digests in the order given and the bytes read.
+/// The count is less than `len` only if the reader ended early. A failing writer stops the pump.
 pub(crate) fn pump(
     reader: &mut dyn Read,
     len: u64,
@@ -118,7 +120,8 @@ pub(crate) fn pump(
     let consumers = lanes.len() + usize::from(writer.is_some());
     let write_failed = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        // Each buffer comes back once per consumer: with room for all of them, no consumer waits to return one.
+        // Each buffer comes back once per consumer. The channel has room for all of them, so no consumer
+        // waits to return one.
         let (back_tx, back_rx) = sync_channel::<Chunk>(consumers * MAX_BUFFERS);
         let mut senders = Vec::new();
         let mut subscribe = || {
@@ -168,7 +171,7 @@ pub(crate) fn pump(
     })
 }
 
-/// A consumer's result; its panic, if it panicked, carries on here.
+/// Returns a consumer's result. If the consumer panicked, its panic carries on here.
 fn join<T>(thread: ScopedJoinHandle<'_, T>) -> T {
     thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
@@ -203,12 +206,12 @@ fn feed(
     Ok(offset)
 }
 
-/// A buffer every consumer is done with, or a new one while fewer than [`MAX_BUFFERS`] exist.
+/// Returns a buffer every consumer is done with, or a new one while fewer than [`MAX_BUFFERS`] exist.
 fn next_buffer(returned: &Receiver<Chunk>, allocated: &mut usize) -> Vec<u8> {
     loop {
         let back = if *allocated < MAX_BUFFERS { returned.try_recv().ok() } else { returned.recv().ok() };
         match back {
-            // Each buffer comes back once per consumer; the last copy back is the one we can reuse.
+            // Each buffer comes back once per consumer. We can reuse it when the last copy comes back.
             Some(chunk) => {
                 if let Ok(buf) = Arc::try_unwrap(chunk) {
                     return buf;
@@ -222,7 +225,7 @@ fn next_buffer(returned: &Receiver<Chunk>, allocated: &mut usize) -> Vec<u8> {
     }
 }
 
-/// Fills `buf` unless the reader ends first; returns the bytes read.
+/// Fills `buf` unless the reader ends first. Returns the bytes read.
 pub(crate) fn read_full(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
@@ -308,7 +311,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, PumpError::Write(e) if e.to_string() == "disk full"));
-        // The writer was tried once, and the reader stopped within the chunks already in flight.
+        // The pump tried the writer once, and the reader stopped within the chunks already in flight.
         assert_eq!(calls, 1);
         assert!(read_chunks <= 2 * MAX_BUFFERS, "read {read_chunks} of 64 chunks after the failure");
     }

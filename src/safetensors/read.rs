@@ -1,4 +1,4 @@
-//! Reading a shard's header from disk with as few bytes as possible.
+//! Reads a shard's header from disk with as few bytes as possible.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ pub enum ReadError {
         /// The rule it breaks.
         #[source]
         source: HeaderError,
-        /// Bytes read before the rule was found broken, so an audit's count of reads stays true.
+        /// Bytes read before the broken rule was found. It keeps an audit's count of reads true.
         bytes_read: u64,
     },
 }
@@ -55,9 +55,9 @@ impl ReadError {
     }
 }
 
-/// Reads and validates the header of the shard at `path`, reading exactly the `8 + N` header bytes: the
-/// length prefix, then the header. (Remote probes, where a round trip costs more than bytes, read a generous
-/// prefix in one request instead and hand it to `header::parse`.)
+/// Reads and validates the header of the shard at `path`. It reads exactly the `8 + N` header bytes: the
+/// length prefix, then the header. Remote probes instead read a generous prefix in one request and hand it to
+/// `header::parse`, since there a round trip costs more than bytes.
 pub fn read_shard_header(path: &Path) -> Result<ShardHeader, ReadError> {
     let io_err = |source| ReadError::Io { path: path.to_owned(), source };
     let format_err = |source, bytes_read| ReadError::Format { path: path.to_owned(), source, bytes_read };

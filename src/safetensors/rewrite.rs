@@ -1,5 +1,5 @@
-//! The streaming re-layout writer: bounded memory whatever the shard size, every hash in the same pass,
-//! atomic replacement.
+//! Rewrites a shard with a new layout in one stream. Memory stays bounded whatever the shard size. Every hash
+//! is taken in the same pass, and the result replaces the destination atomically.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -25,13 +25,14 @@ pub const TEMP_SUFFIX: &str = ".hubalign.tmp";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Digests {
-    /// The smallest set that proves the result bit-identical: a header-padded or unchanged shard keeps its
-    /// payload and every tensor's offset in it, so the payload's digest proves every tensor; a reordered one
-    /// gets each tensor's digest (checked against the source's) and its new payload's.
+    /// Takes the smallest set that proves the result bit-identical. A header-padded or unchanged shard keeps
+    /// its payload and every tensor's offset in it. So the payload's digest proves every tensor. A reordered
+    /// shard gets each tensor's digest, checked against the source's, and its new payload's.
     #[default]
     Minimal,
-    /// Also the source file's (what the Hub's LFS oid is checked against), the source payload's, the new
-    /// file's (the mirror's LFS oid) and each tensor's, whatever the method.
+    /// Also takes the source file's, the source payload's, the new file's and each tensor's, whatever the
+    /// method. The Hub's LFS oid is checked against the source file's digest. The new file's digest is the
+    /// mirror's LFS oid.
     All,
 }
 
@@ -40,7 +41,7 @@ pub enum Digests {
 pub struct ShardHashes {
     /// The source file.
     pub src_file_sha256: Option<String>,
-    /// The source data section (the same digest as the written one where the payload is kept).
+    /// The source data section. It equals the written one when the payload is kept.
     pub src_payload_sha256: Option<String>,
     /// The written file (its LFS oid).
     pub new_file_sha256: Option<String>,
@@ -81,10 +82,11 @@ pub enum RewriteError {
 /// Progress callback: called with the number of payload bytes just processed.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
-/// Rewrites `src` to `dst` (which may be `src` itself) following `plan`, atomically: a temporary file in
-/// `dst`'s directory is written, synced, checked (header re-parsed: every tensor aligned, the same names,
-/// dtypes, shapes and metadata) and only then renamed over `dst`. The digests `digests` asks for are taken
-/// from the source as it is read (see [`Digests`]); the result is not read back.
+/// Rewrites `src` to `dst` following `plan`, atomically. `dst` may be `src` itself. It writes and syncs a
+/// temporary file in `dst`'s directory, then checks it, then renames it over `dst`. The check re-parses the
+/// header: every tensor is aligned, with the same names, dtypes, shapes and metadata. It takes the digests
+/// `digests` asks for from the source as it reads it (see [`Digests`]). It never reads the result back to
+/// hash it.
 pub fn rewrite(
     src: &Path,
     shard: &ShardHeader,
@@ -103,8 +105,8 @@ pub fn rewrite(
         .tempfile_in(dir)
         .map_err(io_error(dir, "create temporary file"))?;
     let temp_path = temp.path().to_owned();
-    // Temporary files are private (0600); the result keeps the source's mode, or an in-place fix would lock
-    // everyone else out of a shared model directory.
+    // Temporary files are private (0600). The result keeps the source's mode, so an in-place fix does not
+    // lock everyone else out of a shared model directory.
     let source_mode = std::fs::metadata(src).map_err(io_error(src, "stat"))?.permissions();
     temp.as_file().set_permissions(source_mode).map_err(io_error(&temp_path, "set permissions"))?;
 
@@ -113,7 +115,7 @@ pub fn rewrite(
     let out = temp.as_file_mut();
 
     let hashes = if plan.keeps_payload() {
-        // The result is the new prefix and then the payload as it is: written from the very buffers the
+        // The result is the new prefix followed by the unchanged payload. We write the very buffers the
         // hashing reads, past the page cache (see `direct`).
         let buffered = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
         let mut writer = DirectWriter::new(&temp_path, buffered, true);
@@ -135,9 +137,10 @@ pub fn rewrite(
         relay_direct(src, shard, plan, &prefix, (&temp_path, DirectWriter::new(&temp_path, buffered, true)), progress)?
     } else {
         out.write_all(&prefix).map_err(io_error(&temp_path, "write"))?;
-        // The kernel moves the bytes (copy_file_range: about half the CPU of read + write here) on a thread of
-        // its own, in the new order, while this thread reads the source front to back for each tensor's
-        // digest, and another reads it in the new order for the new payload's: the result is never read back.
+        // The kernel copies the bytes in the new order with copy_file_range, on a thread of its own. It takes
+        // about half the CPU of read + write. This thread reads the source front to back for each tensor's
+        // digest. Another thread reads it in the new order for the new payload's digest. So the result is
+        // never read back.
         let moves = plan_moves(shard, plan);
         let copy_from = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
         let copy_to = out.try_clone().map_err(io_error(&temp_path, "reopen"))?;
@@ -229,9 +232,9 @@ fn open_unchanged(src: &Path, shard: &ShardHeader) -> Result<File, RewriteError>
     Ok(file)
 }
 
-/// Reads the source once, front to back, computing what `want` asks (spread over the cores by [`pump`]) and
-/// handing the payload to `writer` (writing the file named with it) when given. Returns the source's digests
-/// and the new file's.
+/// Reads the source once, front to back, and computes the digests `want` asks for. [`pump`] spreads the
+/// hashing over the cores. When `writer` is given, it also gets the payload and writes it to the file named
+/// with it. Returns the source's digests and the new file's.
 fn stream_source(
     src: &Path,
     shard: &ShardHeader,
@@ -275,8 +278,8 @@ impl DigestList {
         self.0.len() - 1
     }
 
-    /// Feeds `len` bytes of `reader` (read from `src`) to every digest and to `writer` (writing the file it
-    /// names); a reader that ends early is an error.
+    /// Feeds `len` bytes of `reader`, read from `src`, to every digest and to `writer` when given. The path
+    /// given with `writer` names the file it writes. Fails if the reader ends early.
     fn pump(
         self,
         src: &Path,
@@ -298,7 +301,7 @@ impl DigestList {
     }
 }
 
-/// The digests of a [`DigestList`] after its pump, each taken once by its place.
+/// Holds the digests of a [`DigestList`] after its pump. Each one is taken once, by its index.
 struct Finished(Vec<Option<Digest>>);
 
 impl Finished {
@@ -311,11 +314,11 @@ impl Finished {
     }
 }
 
-/// Re-lays a reordered shard with the default digests in one read of the source, in the new order: each
-/// chunk read goes to each tensor's digest, to the new payload's (one core each) and straight to the disk
-/// past the page cache. Per-tensor digests do not depend on the order they are taken in, and the bytes
-/// hashed are the very bytes written. Against copying with copy_file_range beside two more readers of the
-/// source, this saves a read of every byte and the kernel's copy, both CPU this needs for hashing.
+/// Re-lays a reordered shard with the default digests in one read of the source, in the new order. Each chunk
+/// goes to the tensor digests and to the new payload's digest, one core each. It also goes straight to the
+/// disk, past the page cache. Per-tensor digests do not depend on the order they are taken in. The bytes
+/// hashed are the very bytes written. Why: the copy_file_range path reads the source twice beside the
+/// kernel's copy. This path reads it once, which saves a read of every byte and the copy: CPU hashing needs.
 fn relay_direct(
     src: &Path,
     shard: &ShardHeader,
@@ -387,11 +390,11 @@ fn moves_in(order: &[usize], shard: &ShardHeader, plan: &LayoutPlan) -> Vec<Move
 /// Bytes copied between two requests to flush the copy to disk.
 const FLUSH_BYTES: u64 = 64 << 20;
 
-/// Copies each range with `io::copy`, which Linux serves with copy_file_range between files, and has a
-/// thread of its own flush what has landed each 64 MiB. The flushes keep the disk busy while the copy and the
-/// hashing go on, so the final fsync finds little left to write, and the copy never waits for the disk.
-/// Copying a 2 GiB shard here, flushing in line between pieces finished after 2.4–2.7 s, after the hashing;
-/// flushing on the side, after 1.1–1.3 s, as fast as `cp` + `sync`.
+/// Copies each range with `io::copy`, which Linux serves with copy_file_range between files. A thread of its
+/// own flushes what has landed every 64 MiB. The flushes keep the disk busy while the copy and the hashing go
+/// on. So the final fsync finds little left to write, and the copy never waits for the disk. On a 2 GiB shard,
+/// flushing in line between pieces finished after 2.4–2.7 s, after the hashing. Flushing on the side
+/// finished after 1.1–1.3 s, as fast as `cp` + `sync`.
 fn copy_moves(mut from: File, mut to: File, moves: &[Move]) -> io::Result<()> {
     let flush_to = to.try_clone()?;
     std::thread::scope(|scope| {
@@ -433,8 +436,9 @@ fn copy_ranges(from: &mut File, to: &mut File, moves: &[Move], flush: &mut dyn F
     to.flush()
 }
 
-/// Hashes the source's tensors in the order `moves` puts them (the new payload, and the new file after
-/// `prefix` when given), reading the source in that order: what the copier writes, without reading it back.
+/// Hashes the source's tensors in the order `moves` puts them, reading the source in that order. This gives
+/// the new payload's digest, and the new file's after `prefix` when given. So it hashes what the copier
+/// writes without reading the result back.
 fn hash_planned(src: &Path, moves: &[Move], prefix: Option<&[u8]>) -> Result<(Option<String>, String), RewriteError> {
     let file = crate::safe_fs::open_regular(src).map_err(io_error(src, "open"))?;
     let data_len: u64 = moves.iter().map(|m| m.len).sum();
@@ -472,7 +476,7 @@ impl Read for PlannedOrder<'_> {
     }
 }
 
-/// The written file must parse strictly, hold the same tensors, and be aligned as planned.
+/// Checks that the written file parses strictly, holds the same tensors, and is aligned as planned.
 fn check_result(src: &Path, temp: &Path, shard: &ShardHeader, plan: &LayoutPlan) -> Result<(), RewriteError> {
     let verify = |detail: String| RewriteError::Verify { path: src.to_owned(), detail };
     let written = read_shard_header(temp).map_err(|e| verify(format!("re-reading the result: {e}")))?;

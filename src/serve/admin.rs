@@ -1,5 +1,5 @@
-//! The endpoints that change state, served only when `serve` has an admin token and answered only to a
-//! request bearing it (compared in constant time, never logged).
+//! Serves the endpoints that change state, only when `serve` has an admin token. They answer only a request
+//! bearing it. The token is compared in constant time and never logged.
 
 use std::sync::Arc;
 
@@ -40,12 +40,13 @@ fn refused() -> Response {
     refused
 }
 
-/// `POST /api/admin/audit`: start an audit now (after the one running, if any; never two at once).
+/// `POST /api/admin/audit`: start an audit now, after the one running, if any. Two never run at once.
 async fn audit_now(State(api): State<AdminApi>, headers: HeaderMap) -> Response {
     if !bearer_matches(&headers, &api.token) {
         return refused();
     }
-    // In the store for whichever replica leads the schedule, and a wake-up for this one in case it does.
+    // Record the request in the store for whichever replica leads the schedule. Also wake this one, in case
+    // it leads.
     if let Err(e) = api.store.request(crate::store::leases::SCHEDULER).await {
         return super::api::failed(e);
     }

@@ -1,10 +1,10 @@
-//! What follows each audit on the replica that ran it, in a task of its own so the scheduler never waits for
-//! the Hub's writes: the public dataset pushed (`--publish-dataset`), then the mirrors' Collections kept in
-//! step (`--collections`) and the notes on sources posted (`--note-sources`).
+//! Runs what follows each audit on the replica that ran it. It runs in a task of its own, so the scheduler
+//! never waits for the Hub's writes. It pushes the public dataset (`--publish-dataset`). Then it keeps the
+//! mirrors' Collections in step (`--collections`) and posts the notes on sources (`--note-sources`).
 //!
-//! An audit that ends while a pass runs wakes one more pass after it (wakes are not queued beyond one), so a
-//! burst of audits costs at most two passes. Encoding the tables is CPU work and runs on a blocking thread;
-//! each part's failure is logged and leaves the others, and the next audit tries again.
+//! An audit that ends while a pass runs wakes one more pass after it. Wakes are not queued beyond one, so a
+//! burst of audits costs at most two passes. Encoding the tables is CPU work, so it runs on a blocking
+//! thread. A part that fails is logged and leaves the others alone. The next audit tries again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,7 +50,7 @@ pub(super) async fn run(
     }
 }
 
-/// One pass: the dataset, then the collections, then the notes.
+/// Runs one pass: the dataset, then the collections, then the notes.
 #[tracing::instrument(skip_all)]
 async fn pass(shared: &Shared, config: &AfterAuditConfig) {
     if let Some(repo) = &config.dataset {
@@ -120,7 +120,7 @@ enum PublishError {
     },
 }
 
-/// Today's snapshot pushed to `repo`.
+/// Pushes today's snapshot to `repo`.
 async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) -> Result<Pushed, PublishError> {
     let snapshot = Snapshot::of(&shared.store, &crate::dataset::today()).await?;
     let owned = snapshot.clone();
@@ -139,7 +139,7 @@ async fn push_dataset(shared: &Shared, repo: &str, scratch: &std::path::Path) ->
         crate::dataset::push::Mode::Apply,
     )
     .await;
-    // Removing the staged files is disk work too; its failure does not undo the push.
+    // Removing the staged files is disk work too. Its failure does not undo the push.
     if let Err(e) = crate::blocking::run("removing the dataset's staged files", move || drop(staging)).await {
         tracing::warn!(error = %e, "removing the dataset's staged files failed");
     }

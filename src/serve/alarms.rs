@@ -1,6 +1,7 @@
-//! What the service says when its work keeps failing while every task still runs: jobs held for the
-//! operator, the newest jobs all failed, the newest audit failed. `/healthz` answers `degraded` with them
-//! (200: a restart mends none of them), the overview shows each as a banner, `/metrics` counts them.
+//! Raises alarms when the service's work keeps failing while every task still runs. The alarms are: jobs held
+//! for the operator, the newest jobs all failed, the newest audit failed. `/healthz` answers `degraded` with
+//! them, with a 200, since a restart mends none of them. The overview shows each as a banner, and `/metrics`
+//! counts them.
 
 use serde::Serialize;
 
@@ -11,7 +12,7 @@ use crate::untrusted::escape_control;
 
 /// The newest ended jobs looked at.
 const RECENT_JOBS: i64 = 5;
-/// Failures in a row, among them, that make an alarm: fewer is a bad repo, not a broken service.
+/// Failures in a row, among them, that make an alarm. Fewer means a bad repo, not a broken service.
 const FAILING_IN_A_ROW: usize = 3;
 /// The longest reason quoted in an alarm.
 const REASON_CHARS: usize = 200;
@@ -28,7 +29,7 @@ pub(super) struct Alarm {
 /// The newest runs read for the alarms (a running one and the one before it).
 const NEWEST_RUNS: i64 = 2;
 
-/// The alarms, with what they were judged from that the pages show too (so that a page reads it once).
+/// The alarms, and the data they were judged from that the pages show too. So a page reads that data once.
 pub(super) struct Reading {
     /// What keeps failing.
     pub(super) alarms: Vec<Alarm>,
@@ -55,8 +56,8 @@ fn quoted(reason: Option<&str>) -> String {
     escape_control(&reason).into_owned()
 }
 
-/// The alarms, from the newest ended jobs (newest first), the jobs held with one of their reasons, and the
-/// newest runs (newest first; a running one is passed over).
+/// Judges the alarms from the newest ended jobs, the jobs held with one of their reasons, and the newest
+/// runs. Jobs and runs come newest first. A running run is passed over.
 fn judge(
     recent: &[(JobState, Option<String>)],
     (held, hold_reason): (i64, Option<String>),

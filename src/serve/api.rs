@@ -1,5 +1,6 @@
-//! The read-only JSON API and `/healthz`. Lists are JSON arrays, a page at a time (`limit`, `offset`, and a
-//! `Link: <…>; rel="next"` header while there may be more); `deploy/openapi.json` describes every answer.
+//! Serves the read-only JSON API and `/healthz`. Lists are JSON arrays, a page at a time: `limit`, `offset`,
+//! and a `Link: <…>; rel="next"` header while there may be more. `deploy/openapi.json` describes every
+//! answer.
 
 use axum::Json;
 use axum::extract::State;
@@ -13,10 +14,11 @@ use crate::store::StoreError;
 use crate::store::jobs::JobFilter;
 use crate::store::queries::RepoFilter;
 
-/// `GET /healthz`: 503 unless the store answers and every scheduler and worker loop is running (what a
-/// restart may mend); then `degraded` with each alarm on a line of its own while the work keeps failing
-/// (jobs held for the operator, the newest jobs all failed, the newest audit failed) or the Hub's quota on
-/// actions pauses every write (200, as a restart mends none of them), else `ok`.
+/// `GET /healthz`. Answers 503 unless the store answers and every scheduler and worker loop is running, since
+/// a restart may mend that. Answers `degraded`, with each alarm on a line of its own, while the work keeps
+/// failing or the Hub's quota on actions pauses every write. The work keeps failing when jobs are held for
+/// the operator, the newest jobs all failed, or the newest audit failed. `degraded` comes with a 200, as a
+/// restart mends none of them. Otherwise answers `ok`.
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     health(&state.store, &state.health).await
 }
@@ -56,7 +58,7 @@ pub(super) async fn publishers(State(state): State<AppState>) -> Response {
     crate::report::by_publisher(&state.store).await.map_or_else(failed, |rows| Json(rows).into_response())
 }
 
-/// Items a list answer holds unless `limit` says fewer; `limit` may ask for at most [`MAX_LIMIT`].
+/// Items a list answer holds when no `limit` is given. `limit` may ask for at most [`MAX_LIMIT`].
 const DEFAULT_LIMIT: i64 = 100;
 /// The most items one list answer holds.
 const MAX_LIMIT: i64 = 1000;
@@ -68,8 +70,8 @@ pub(super) struct Paging {
     offset: Option<i64>,
 }
 
-/// The list answer every list endpoint gives: 400 for a bad page, else the rows `fetch(limit, offset)`
-/// reads from the store as a [`page`].
+/// Gives the list answer of every list endpoint. It answers 400 for a bad page. Otherwise it answers the rows
+/// `fetch(limit, offset)` reads from the store, as a [`page`].
 async fn listed<T, F, Fut>(uri: &Uri, paging: Paging, fetch: F) -> Response
 where
     T: serde::Serialize,
@@ -107,7 +109,7 @@ fn page<T: serde::Serialize>(uri: &Uri, rows: &[T], limit: i64, offset: i64) -> 
     response
 }
 
-// Not `#[serde(flatten)] paging`: flattened, a query string's numbers and booleans no longer parse.
+// Do not use `#[serde(flatten)] paging`. Flattened, a query string's numbers and booleans no longer parse.
 #[derive(Deserialize)]
 pub(super) struct RepoQuery {
     namespace: Option<String>,
@@ -117,8 +119,8 @@ pub(super) struct RepoQuery {
 }
 
 /// `GET /api/repos[?namespace=NS][&affected=true|false][&limit=N&offset=M]`: every repo the store knows,
-/// audited or not (gated, private, disabled and invalid listing entries say so in `state`), most bytes
-/// duplicated first.
+/// audited or not, most bytes duplicated first. Gated, private, disabled and invalid listing entries say so
+/// in `state`.
 pub(super) async fn repos(State(state): State<AppState>, uri: Uri, ApiQuery(q): ApiQuery<RepoQuery>) -> Response {
     listed(&uri, Paging { limit: q.limit, offset: q.offset }, |limit, offset| {
         let filter = RepoFilter { namespace: q.namespace, affected: q.affected, limit, offset };
@@ -132,7 +134,7 @@ pub(super) async fn repo_shards(
     State(state): State<AppState>,
     ApiPath((ns, name)): ApiPath<(String, String)>,
 ) -> Response {
-    // Any letter case names the repo, as on the Hub: the store's spelling is looked up.
+    // Any letter case names the repo, as on the Hub, so look up the store's spelling.
     let asked = format!("{ns}/{name}");
     let id = match state.store.repo_spelled(&asked).await {
         Ok(spelled) => spelled.unwrap_or(asked),
@@ -171,8 +173,8 @@ impl JobQuery {
 }
 
 /// `GET /api/jobs[?state=S][&repo=NS/NAME][&failure_kind=K][&limit=N&offset=M]`: repack jobs, newest first,
-/// with their timestamps and the MLX check's record as a JSON object; 400 for a state or kind that does not
-/// exist.
+/// with their timestamps and the MLX check's record as a JSON object. Answers 400 for a state or kind that
+/// does not exist.
 pub(super) async fn jobs(State(state): State<AppState>, uri: Uri, ApiQuery(q): ApiQuery<JobQuery>) -> Response {
     let filter = match q.filter() {
         Ok(filter) => filter,

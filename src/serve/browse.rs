@@ -1,5 +1,5 @@
-//! The dashboard's ways to any repo: the search over names, and the list of every namespace (affected or
-//! not), a page at a time.
+//! Gives the dashboard's ways to any repo: the search over names, and the list of every namespace, affected
+//! or not, a page at a time.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,7 +15,7 @@ use super::pages::{page_error, page_failed, page_offset, page_out_of_range, rend
 /// Namespaces per page of the list.
 const NAMESPACES_PAGE: i64 = 200;
 
-/// The longest search the page takes (the longest repo id the Hub allows is 96 + 1 + 96 characters).
+/// The longest search the page takes. The longest repo id the Hub allows is 96 + 1 + 96 characters.
 const LONGEST_SEARCH: usize = 200;
 
 #[derive(Deserialize)]

@@ -1,6 +1,6 @@
-//! axum's `Query` and `Path` with the service's own rejections: a query or path that does not parse (`?limit=x`,
-//! `/api/admin/jobs/x/retry`) is `{"error": …}` under `/api/` and a page in the site's style elsewhere, as
-//! every other error of theirs, rather than axum's plain text.
+//! Wraps axum's `Query` and `Path` with the service's own rejections. A query or path that does not parse,
+//! such as `?limit=x` or `/api/admin/jobs/x/retry`, gets the answer every other error gets. Under `/api/`
+//! that is `{"error": …}`; elsewhere it is a page in the site's style. axum's plain text is never sent.
 
 use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;

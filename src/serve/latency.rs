@@ -1,6 +1,6 @@
-//! How long `serve` takes to answer, per route, method and status class: a histogram kept for the process's
-//! life and exposed by `/metrics` as `hubalign_http_request_duration_seconds`. Observed around each matched
-//! route (a path no route matches is not timed).
+//! Measures how long `serve` takes to answer, per route, method and status class. A histogram keeps the times
+//! for the process's life, and `/metrics` exposes it as `hubalign_http_request_duration_seconds`. The
+//! middleware times each matched route; a path no route matches is not timed.
 
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ pub(super) fn http_seconds() -> HttpSeconds {
     Family::new_with_constructor(histogram)
 }
 
-/// The middleware: times the route's answer (to its headers; a streamed body's transfer is not in it).
+/// The middleware: times the route's answer up to its headers. A streamed body's transfer is not counted.
 pub(super) async fn observe(
     State(seconds): State<HttpSeconds>,
     matched: Option<MatchedPath>,

@@ -1,7 +1,7 @@
-//! An HTTP listener that its clients cannot lock up: every connection must send a complete request within
-//! the header timeout of being accepted or of its previous answer, or it is closed; at most `max_connections`
-//! are open, and at that limit the connection that has waited longest without a request is closed to make
-//! room, so clients that hold connections open without asking anything cannot keep out one that asks.
+//! Serves HTTP so that clients cannot lock the listener up. Every connection must send a complete request
+//! within the header timeout, counted from its accept or its previous answer. Otherwise it is closed. At most
+//! `max_connections` are open. At that limit, the connection that has waited longest without a request is
+//! closed to make room. So clients that hold connections open without asking cannot keep out one that asks.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -25,9 +25,9 @@ use tower::Service;
 pub struct Limits {
     /// The most connections open at once.
     pub max_connections: usize,
-    /// How long a connection may go without a complete request (after it opens, or after its last answer).
+    /// How long a connection may go without a complete request, after it opens or after its last answer.
     pub header_timeout: Duration,
-    /// How long a request may take to be answered (the body streamed after is not counted).
+    /// How long a request may take to be answered. The body streamed after it does not count.
     pub request_timeout: Duration,
 }
 
@@ -102,8 +102,8 @@ impl Registry {
         self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
-    /// Closes the connection that has waited longest for a request; `false` if every one is busy. It leaves
-    /// the registry at once, so a burst of new connections closes as many old ones.
+    /// Closes the connection that has waited longest for a request. Returns `false` if every one is busy. The
+    /// closed connection leaves the registry at once, so a burst of new connections closes as many old ones.
     fn evict_oldest_waiting(&self) -> bool {
         let mut conns = self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let oldest = conns.iter().filter_map(|(id, c)| c.waiting_since().map(|t| (t, *id))).min_by_key(|(t, _)| *t);
@@ -129,8 +129,8 @@ impl Registry {
     }
 }
 
-/// Serves `app` on `listener` under `limits` until `shutdown` resolves; connections still open then are
-/// closed.
+/// Serves `app` on `listener` under `limits` until `shutdown` resolves. Then it closes the connections still
+/// open.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -170,14 +170,14 @@ pub async fn serve(
         let (stream, _) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                // Out of descriptors or a reset before accept: wait a little rather than spin.
+                // Out of descriptors, or a reset before accept. Wait a little rather than spin.
                 tracing::warn!(error = %e, "accepting a connection failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         if registry.len() >= limits.max_connections && !registry.evict_oldest_waiting() {
-            // Every connection is answering a request: refuse this one rather than queue it.
+            // Every connection is answering a request. Refuse this one rather than queue it.
             drop(stream);
             continue;
         }
@@ -227,7 +227,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
     }
 }
 
-/// Marks the connection idle again when dropped: with the response body, once sent (or abandoned).
+/// Marks the connection idle again when dropped. It drops with the response body, once sent or abandoned.
 struct Busy(Arc<Conn>);
 
 impl Drop for Busy {
@@ -309,7 +309,7 @@ mod tests {
         }
         let answered = tokio::time::timeout(Duration::from_secs(5), get(addr)).await.expect("answered at once");
         assert!(answered.ends_with("ok\n"), "{answered}");
-        // The limit holds through the burst: all but the newest few were closed to make room.
+        // The limit holds through the burst. All but the newest few were closed to make room.
         let mut closed = 0;
         for s in &mut idle {
             let mut buf = [0u8; 1];

@@ -1,6 +1,6 @@
-//! `GET /metrics`: the OpenMetrics text format read from the store, encoded by `prometheus-client` (the
-//! Prometheus project's Rust client, which adds `_total` to counters, units as suffixes, escapes label values and
-//! ends with `# EOF`), every label value present even at zero.
+//! Serves `GET /metrics` in the OpenMetrics text format, read from the store. `prometheus-client`, the
+//! Prometheus project's Rust client, encodes it. The encoder adds `_total` to counters and units as suffixes,
+//! escapes label values, and ends with `# EOF`. Every label value is present, even at zero.
 
 use axum::extract::State;
 use axum::http::header;
@@ -15,7 +15,8 @@ use prometheus_client::registry::{Registry, Unit};
 use super::{AppState, internal};
 use crate::job::JobState;
 
-/// The families of one scrape: values read from the store at this moment, so a fresh registry per request.
+/// The families of one scrape. They hold values read from the store at this moment, so each request gets a
+/// fresh registry.
 struct Exposition(Registry);
 
 /// One label's values with their samples.
@@ -53,7 +54,8 @@ impl Exposition {
         self.0.register(name, Self::help(help), family);
     }
 
-    /// A counter family; `name` without `_total`, which the encoder adds. The store's counts are never negative.
+    /// Registers a counter family. `name` leaves out `_total`, which the encoder adds. The store's counts are
+    /// never negative.
     fn counters(&mut self, name: &str, help: &str, (label, samples): Labelled<'_>) {
         let family = Family::<Vec<(String, String)>, Counter>::default();
         for (value, n) in samples {
@@ -119,7 +121,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         "Queued jobs held for the operator: the Hub refused the token, or the disk is full.",
         held,
     );
-    // Counters only go up: every run started, and every run ended by how; the running ones are a gauge.
+    // Counters only go up: every run started, and every run ended, by how. The running ones are a gauge.
     let started = run_counts.iter().map(|(_, n)| *n).sum::<i64>();
     m.counter("hubalign_audit_runs_started", "Audit runs started.", u64::try_from(started).unwrap_or(0));
     let ends = RUN_ENDS.map(|s| (s, count_of(&run_counts, s)));

@@ -1,5 +1,5 @@
-//! `hubalign serve`: one process that audits on a schedule, runs repack workers, and serves the dashboard,
-//! the JSON API, `/metrics`, the macOS runners' API and the administrators' endpoints.
+//! Runs `hubalign serve`: one process that audits on a schedule, runs repack workers, and serves the
+//! dashboard, the JSON API, `/metrics`, the macOS runners' API and the administrators' endpoints.
 
 mod admin;
 pub mod after_audit;
@@ -50,8 +50,8 @@ pub struct AppState {
     http_seconds: latency::HttpSeconds,
 }
 
-/// What is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count of
-/// audits and jobs whose task panicked (each was recorded as failed and the loop carried on).
+/// Tracks what is wrong with the service's own tasks: a scheduler or worker loop that stopped, or the count
+/// of audits and jobs whose task panicked. Each such task was recorded as failed, and its loop carried on.
 #[derive(Debug, Default)]
 pub struct Health {
     stopped: Mutex<std::collections::BTreeMap<String, String>>,
@@ -66,7 +66,8 @@ impl Health {
         Health { hub: Some(hub), ..Health::default() }
     }
 
-    /// What slows the service without stopping it: the Hub's quota on actions pausing every write.
+    /// Lists what slows the service without stopping it: the Hub's quota on actions, which pauses every
+    /// write.
     pub fn notices(&self) -> Vec<Notice> {
         let until = self.hub.as_ref().and_then(|hub| hub.actions_paused_until());
         until
@@ -79,13 +80,14 @@ impl Health {
             .collect()
     }
 
-    /// Loops that stopped while the service runs, with why; `/healthz` fails while there is any.
+    /// Lists the loops that stopped while the service runs, with the reason. `/healthz` fails while there is
+    /// any.
     pub fn problems(&self) -> Vec<String> {
         let stopped = self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         stopped.iter().map(|(task, why)| format!("{task} stopped: {why}")).collect()
     }
 
-    /// Audits and jobs whose task panicked since the start.
+    /// Counts the audits and jobs whose task panicked since the start.
     pub fn panics(&self) -> u64 {
         self.panics.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -117,7 +119,7 @@ fn internal(e: impl std::fmt::Display) -> axum::response::Response {
 
 /// How the service runs.
 pub struct ServeConfig {
-    /// The dashboard's socket, already bound (so a busy address is reported before anything starts).
+    /// The dashboard's socket, already bound so that a busy address is reported before anything starts.
     pub listener: std::net::TcpListener,
     /// The listener's connection limits and timeouts.
     pub limits: listener::Limits,
@@ -135,12 +137,12 @@ pub struct ServeConfig {
     pub runner_token: Option<String>,
     /// The administrators' token; the endpoints that change state are not served without one.
     pub admin_token: Option<String>,
-    /// How long the scheduler lease holds without renewal: after the leading replica dies, another starts
+    /// How long the scheduler lease holds without renewal. After the leading replica dies, another starts
     /// auditing within about this long.
     pub scheduler_lease: Duration,
-    /// Whether this replica may take the scheduler lease (`--no-scheduler` leaves the audits to others).
+    /// Whether this replica may take the scheduler lease. `--no-scheduler` leaves the audits to others.
     pub schedules: bool,
-    /// The Hub webhooks' endpoint and what acts on them; not served without it.
+    /// The Hub webhooks' endpoint and what acts on them. The endpoint is not served without it.
     pub webhook: Option<WebhookConfig>,
     /// What is published after each audit this replica runs.
     pub after_audit: after_audit::AfterAuditConfig,
@@ -165,8 +167,8 @@ pub struct Apis {
     pub webhook: Option<Arc<webhook::WebhookApi>>,
 }
 
-/// Builds the router: dashboard, JSON API, health, metrics, and (each with its secret) the runners', the
-/// administrators' and the Hub webhooks' APIs.
+/// Builds the router: dashboard, JSON API, health and metrics. When configured, it adds the runners', the
+/// administrators' and the Hub webhooks' APIs, each with its secret.
 pub fn router(
     store: Store,
     hub_url: String,
@@ -220,8 +222,8 @@ pub fn router(
     Ok(app.route_layer(axum::middleware::from_fn_with_state(http_seconds, latency::observe)))
 }
 
-/// The router of a process that serves only its health (`worker --health-listen`): `GET /healthz`, as
-/// `serve` answers it, for a probe.
+/// Builds the router of a process that serves only its health (`worker --health-listen`). It answers
+/// `GET /healthz` as `serve` does, for a probe.
 pub fn health_router(store: Store, health: Arc<Health>) -> Router {
     Router::new().route("/healthz", get(api::healthz_alone)).with_state((store, health))
 }
@@ -247,11 +249,11 @@ struct Shared {
     health: Arc<Health>,
 }
 
-/// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit (one at a time; one
-/// stopped by the shutdown is marked interrupted and resumed by the next, since stored repos are not probed
-/// again) and the workers, which finish the job in hand before stopping. Each audit and each job runs in a
-/// task of its own: one that panics is recorded as failed and the loop goes on; a loop that stops makes
-/// `/healthz` fail.
+/// Runs the service until `shutdown` resolves: the HTTP server, the scheduled audit and the workers. Audits
+/// run one at a time. The shutdown marks a running audit interrupted, and the next audit resumes it, since
+/// stored repos are not probed again. Workers finish the job in hand before stopping. Each audit and each job
+/// runs in a task of its own. A task that panics is recorded as failed, and the loop goes on. A loop that
+/// stops makes `/healthz` fail.
 pub async fn serve(
     config: ServeConfig,
     hub: Arc<HubClient>,

@@ -1,5 +1,6 @@
-//! `/`: the headline (how much of what loaders duplicate now has an aligned mirror), the figures, the trend
-//! over audits, the chart of the top namespaces and the sortable table of affected namespaces.
+//! Serves `/`. The headline says how much of what loaders duplicate now has an aligned mirror. Below it come
+//! the figures, the trend over audits, the chart of the top namespaces and the sortable table of affected
+//! namespaces.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -29,7 +30,8 @@ pub(super) struct SortQuery {
     sort: Option<String>,
 }
 
-/// What `/` reads from the store: six queries over the whole store (seven with webhooks), so it is kept until the next commit.
+/// What `/` reads from the store. It takes six queries over the whole store, seven with webhooks, so it is
+/// kept until the next commit.
 struct Figures {
     totals: Totals,
     publishers: Vec<Publisher>,
@@ -47,12 +49,12 @@ struct Figures {
     alarms: Vec<super::alarms::Alarm>,
 }
 
-/// The overview's figures as of the store's last commit: a page costs one `data_version` read until something
-/// changes, however large the store, and however busy the machine is with a repack.
+/// Keeps the overview's figures as of the store's last commit. A page costs one `data_version` read until
+/// something changes. That holds however large the store, and however busy a repack keeps the machine.
 pub(super) struct OverviewCache {
     changes: Changes,
     kept: tokio::sync::Mutex<Option<(i64, Arc<Figures>)>>,
-    /// Whether Hub webhooks are served: only then is their lag read.
+    /// Whether Hub webhooks are served. Only then is their lag read.
     webhooks: bool,
 }
 
@@ -66,7 +68,7 @@ impl OverviewCache {
     }
 
     async fn figures(&self, store: &Store) -> Result<Arc<Figures>, StoreError> {
-        // The version is read before the queries: a commit while they run makes the next page read again.
+        // Read the version before the queries. Then a commit while they run makes the next page read again.
         let version = self.changes.version().await?;
         if let (Some(version), Some((kept_version, figures))) = (version, self.kept.lock().await.as_ref())
             && version == *kept_version
@@ -104,7 +106,7 @@ impl OverviewCache {
     }
 }
 
-/// `/`.
+/// Serves `/`.
 pub(super) async fn overview(
     State(state): State<AppState>,
     super::extract::PageParams(q): super::extract::PageParams<SortQuery>,
@@ -186,8 +188,8 @@ pub(super) async fn overview(
     )
 }
 
-/// The webhook line: payloads since this replica started, by scope and by why they were turned away, and the
-/// newest push-to-mirror lag.
+/// Builds the webhook line. It counts payloads since this replica started, by scope and by the reason they
+/// were turned away. It also shows the newest push-to-mirror lag.
 fn webhook_summary(counters: &WebhookCounters, lag: Option<i64>) -> minijinja::Value {
     let listed = |rows: Vec<(&str, u64)>| {
         let parts: Vec<String> = rows.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();

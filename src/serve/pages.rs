@@ -1,4 +1,5 @@
-//! The dashboard: server-rendered HTML from `templates/dashboard/`, every value escaped, no external assets.
+//! Renders the dashboard as HTML on the server, from `templates/dashboard/`. Every value is escaped, and the
+//! pages load no external assets.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,11 +14,11 @@ use super::extract::{PageParams, PagePath};
 /// Repos per page on a namespace's page.
 const PAGE: i64 = 100;
 
-/// The templates, compiled once, HTML-escaped whatever their names.
+/// Compiles the templates once. They escape HTML whatever their names.
 pub(super) fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
-    // A missing value reads as a dash, never `None`; byte counts in the units people read.
+    // A missing value reads as a dash, never `None`. Byte counts show in the units people read.
     env.add_filter(
         "dash",
         |v: minijinja::Value| if v.is_none() || v.is_undefined() { minijinja::Value::from("—") } else { v },
@@ -47,8 +48,8 @@ pub(super) fn render(state: &AppState, name: &str, ctx: minijinja::Value) -> Res
 
 pub(super) use super::respond::page_error;
 
-/// Where page `page` of `size` rows starts: `None` for a page number out of range (negative, or past what an
-/// offset can hold), answered with [`page_out_of_range`].
+/// Where page `page` of `size` rows starts. Returns `None` for a page number out of range: negative, or past
+/// what an offset can hold. Callers answer that with [`page_out_of_range`].
 pub(super) fn page_offset(page: i64, size: i64) -> Option<i64> {
     page.checked_mul(size).filter(|o| *o >= 0)
 }
@@ -63,7 +64,8 @@ pub(super) fn page_failed(state: &AppState, e: impl std::fmt::Display) -> Respon
     page_error(state, StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 
-/// Any path no route takes: JSON under `/api/` (as every API error), a page in the site's style elsewhere.
+/// Answers any path no route takes. Under `/api/` it answers JSON, as every API error does. Elsewhere it
+/// answers a page in the site's style.
 pub(super) async fn not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
     if uri.path() == "/api" || uri.path().starts_with("/api/") {
         return super::respond::api_error(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()));
@@ -71,15 +73,15 @@ pub(super) async fn not_found(State(state): State<AppState>, uri: axum::http::Ur
     page_error(&state, StatusCode::NOT_FOUND, format!("There is no page at {}.", uri.path()))
 }
 
-/// The `time` filter: a stored UTC time as a `<time>` element that says it is UTC (and keeps it on hover,
-/// where the page's script shows local and relative time); anything else (`run by another replica`) as
-/// escaped text, a missing value as a dash.
+/// The `time` filter. It renders a stored UTC time as a `<time>` element that says it is UTC. The element
+/// keeps the UTC time on hover, where the page's script shows local and relative time. Anything else, such as
+/// `run by another replica`, stays escaped text. A missing value becomes a dash.
 fn time_element(v: minijinja::Value) -> minijinja::Value {
     let Some(text) = v.as_str().map(str::to_owned) else {
         return minijinja::Value::from(if v.is_none() || v.is_undefined() { "—".to_owned() } else { v.to_string() });
     };
-    // The stored form's characters only (chrono's parser alone would let a space or a one-digit field by),
-    // so that the slices below fall on characters and there is nothing to escape.
+    // Accept only the stored form's characters, since chrono's parser alone would let a space or a one-digit
+    // field by. Then the slices below fall on characters, and there is nothing to escape.
     let stored_chars = text.bytes().all(|b| b.is_ascii_digit() || b"-:TZ".contains(&b));
     if !stored_chars || crate::time::parse_utc(&text).is_none() {
         return minijinja::Value::from(text);
@@ -97,8 +99,8 @@ pub(super) struct PageQuery {
     page: Option<i64>,
 }
 
-/// `/ns/{namespace}`: its repos, a page at a time, each with its mirror and newest job; the namespace as the
-/// Hub spells it when asked in another case (names are case-insensitive there).
+/// `/ns/{namespace}`: its repos, a page at a time, each with its mirror and newest job. A namespace asked in
+/// another case redirects to the Hub's spelling, since names are case-insensitive there.
 pub(super) async fn namespace(
     State(state): State<AppState>,
     PagePath(namespace): PagePath<String>,
@@ -149,12 +151,13 @@ pub(super) async fn namespace(
     )
 }
 
-/// What a path segment must escape: RFC 3986's path-segment characters pass, everything else (space, `/`,
-/// `?`, `#`, `%`, non-ASCII) is percent-encoded.
+/// What a path segment must escape. RFC 3986's path-segment characters pass. Everything else is
+/// percent-encoded: space, `/`, `?`, `#`, `%` and non-ASCII.
 const SEGMENT: &percent_encoding::AsciiSet =
     &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
-/// `text` as one path segment of a link (a namespace is one already; this keeps it so whatever it holds).
+/// Encodes `text` as one path segment of a link. A namespace is one already; this keeps it so whatever it
+/// holds.
 pub(super) fn path_segment(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
 }
@@ -173,7 +176,7 @@ pub(super) struct JobsQuery {
 }
 
 /// `/jobs[?state=S][&repo=R][&failure_kind=K][&page=N]`: the jobs, newest first, a page at a time, as
-/// `/api/jobs` filters them; 400 for a state or kind that does not exist.
+/// `/api/jobs` filters them. Answers 400 for a state or kind that does not exist.
 pub(super) async fn jobs(State(state): State<AppState>, PageParams(q): PageParams<JobsQuery>) -> Response {
     let parsed = (
         q.state.as_deref().filter(|s| !s.is_empty()).map(str::parse::<crate::job::JobState>).transpose(),
@@ -319,7 +322,7 @@ mod tests {
             .unwrap();
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;&#x2f;script&gt;"), "{html}");
-        // The new ways in show names too: the list of every namespace, and a search's words and results.
+        // The other ways in show names too: the list of every namespace, and a search's words and results.
         let found = context! { repo_id => hostile, state => hostile, mirror => hostile, bytes => 1, gb => hostile };
         let pages = [
             (

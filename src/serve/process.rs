@@ -1,6 +1,6 @@
-//! The process's own figures for `/metrics`, under the names Prometheus's client libraries give them
-//! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`,
-//! `process_start_time_seconds`): read from `/proc/self` on Linux, absent elsewhere.
+//! Reads the process's own figures for `/metrics` from `/proc/self` on Linux. Elsewhere they are absent. They
+//! carry the names Prometheus's client libraries give them: `process_cpu_seconds_total`,
+//! `process_resident_memory_bytes`, `process_open_fds` and `process_start_time_seconds`.
 
 /// One reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -15,7 +15,7 @@ pub(super) struct ProcessFigures {
     pub(super) start_time: u64,
 }
 
-/// Reads them; `None` where `/proc` does not say.
+/// Reads them. Returns `None` where `/proc` does not say.
 pub(super) fn read() -> Option<ProcessFigures> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let boot = std::fs::read_to_string("/proc/stat").ok()?;
@@ -26,7 +26,7 @@ pub(super) fn read() -> Option<ProcessFigures> {
 /// The figures from `/proc/self/stat` and `/proc/stat`'s `btime`, with the clock's ticks per second and the
 /// page size.
 fn parse(stat: &str, boot: &str, (ticks, page): (u64, u64), open_fds: u64) -> Option<ProcessFigures> {
-    // The command name (field 2) is in parentheses and may hold spaces or parentheses: fields are counted
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses. So fields are counted
     // from the last `)`.
     let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
     // After the name: state is field 3, so field n is fields[n - 3].

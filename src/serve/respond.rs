@@ -1,5 +1,5 @@
-//! How the service answers with an error: JSON under `/api/`, a page in the site's style elsewhere. The API,
-//! the pages and the extractors all answer through here, so none of them names another.
+//! Answers with an error: JSON under `/api/`, a page in the site's style elsewhere. The API, the pages and
+//! the extractors all answer through here, so none of them names another.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -19,8 +19,8 @@ pub(super) fn failed(e: impl std::fmt::Display) -> Response {
     api_error(StatusCode::INTERNAL_SERVER_ERROR, e)
 }
 
-/// An error as a page in the site's style, with the way back (the navigation, the search): what a browser
-/// gets for a page that does not exist, a bad query or a store that failed.
+/// An error as a page in the site's style, with the way back: the navigation and the search. A browser gets
+/// it for a page that does not exist, a bad query or a store that failed.
 pub(super) fn page_error(state: &AppState, status: StatusCode, message: impl std::fmt::Display) -> Response {
     let message = message.to_string();
     let ctx = context! { status => status.as_u16(), title => status.canonical_reason().unwrap_or("Error"), message };

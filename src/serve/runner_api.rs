@@ -1,6 +1,7 @@
-//! The service's side of the macOS runner protocol (see `repack::metal::runner` for the protocol and the runner):
-//! claims of jobs waiting for the Metal check, their staged files, and the posted records. Mounted by `serve`
-//! beside the pages, and by `hubalign worker --runner-listen` alone (the same service, its pages off).
+//! Serves the service's side of the macOS runner protocol. `repack::metal::runner` describes the protocol and
+//! the runner. This side answers claims of jobs waiting for the Metal check, serves their staged files, and
+//! takes the posted records. `serve` mounts it beside the pages. `hubalign worker --runner-listen` mounts it
+//! alone: the same service, with its pages off.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,8 +65,8 @@ async fn claim(State(api): State<Arc<RunnerApi>>, headers: HeaderMap) -> Respons
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
         Err(e) => return super::api::failed(e),
     };
-    // Every file the mirror will carry (shards, manifest, config, tokenizer): the runner loads the bundle with
-    // mlx-lm as a reader does, and that reads more than the shards.
+    // List every file the mirror will carry: shards, manifest, config, tokenizer. The runner loads the bundle
+    // with mlx-lm as a reader does, and that reads more than the shards.
     let mut files: Vec<String> = std::fs::read_dir(staged(&api, job.id).join("aligned"))
         .map(|d| {
             d.filter_map(Result::ok)
@@ -87,7 +88,8 @@ async fn file(
     if authorized(&api, &headers).is_none() {
         return unauthorized();
     }
-    // Only the output: the check judges it by the manifest's digests, so the source never leaves the worker.
+    // Serve only the output. The check judges it by the manifest's digests, so the source never leaves the
+    // worker.
     if side != "aligned" || crate::untrusted::check_repo_path(&name).is_err() || name.contains('/') {
         return super::api::api_error(StatusCode::BAD_REQUEST, "no such staged file");
     }

@@ -1,7 +1,8 @@
-//! The one way a hubalign process is assembled: its tasks (an HTTP listener, the scheduler, the webhook
-//! task, the upkeep timer, the worker loops), each named, started on one stop signal, watched, and stopped
-//! together. `serve` turns every part on; `hubalign worker` is the same service with the audit, the pages
-//! and the webhooks off: its worker loop, its upkeep timer, and the runner API when asked.
+//! Assembles every hubalign process in one way. Its tasks are an HTTP listener, the scheduler, the webhook
+//! task, the upkeep timer and the worker loops. Each task is named, started on one stop signal, watched, and
+//! stopped with the others. `serve` turns every part on. `hubalign worker` is the same service with the
+//! audit, the pages and the webhooks off. It runs its worker loop, its upkeep timer, and the runner API when
+//! asked.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,7 +40,7 @@ pub struct Service {
 }
 
 impl Service {
-    /// A service with no task yet; `health` is where its tasks' ends are told (the `/healthz` of `serve`).
+    /// Makes a service with no task yet. `health` hears when its tasks end; it is the `/healthz` of `serve`.
     pub fn new(health: Arc<Health>) -> Service {
         let (stop_tx, stop) = watch::channel(false);
         Service { tasks: JoinSet::new(), names: HashMap::new(), workers: 0, stop_tx, stop, health }
@@ -75,8 +76,8 @@ impl Service {
         });
     }
 
-    /// Checks the mirrors' sources and queues the affected repos by `policy` every `every` (the worker's
-    /// timer; in `serve` the scheduler does this after each audit).
+    /// Checks the mirrors' sources and queues the affected repos by `policy` every `every`. This is the
+    /// worker's timer. In `serve`, the scheduler does this after each audit.
     pub fn upkeep(&mut self, hub: Arc<HubClient>, store: Store, policy: EnqueuePolicy, every: Duration) {
         let mut stop = self.stop_signal();
         self.spawn("the upkeep timer", async move {
@@ -90,7 +91,8 @@ impl Service {
         });
     }
 
-    /// Runs `worker` (one of the loops [`Workers`](super::workers::Workers) builds), named `name` in what `/healthz` says.
+    /// Runs `worker`, one of the loops [`Workers`](super::workers::Workers) builds. `/healthz` calls it
+    /// `name`.
     pub fn worker(&mut self, name: impl Into<String>, worker: WorkerLoop<RepackRunner>, when_idle: WhenIdle) {
         let stop = self.stop_signal();
         let id = self.tasks.spawn(async move { Ended::Worker(worker.run(stop, when_idle).await) }).id();
@@ -98,17 +100,17 @@ impl Service {
         self.workers += 1;
     }
 
-    /// Runs until `shutdown` resolves (or, with `until_workers_end`, until every worker loop has returned),
-    /// then stops every task and waits for them: the workers finish the job in hand. A task that ends before
-    /// is told to the health (unless it is a worker loop the service waits for); the others go on. Returns
-    /// what each worker loop did.
+    /// Runs until `shutdown` resolves. With `until_workers_end`, it also stops when every worker loop has
+    /// returned. Then it stops every task and waits for them; the workers finish the job in hand. A task that
+    /// ends early is told to the health, unless it is a worker loop the service waits for. The others go on.
+    /// Returns what each worker loop did.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>, until_workers_end: bool) -> Vec<LoopSummary> {
         let mut summaries = Vec::new();
         tokio::pin!(shutdown);
         loop {
             if self.tasks.is_empty() || (until_workers_end && summaries.len() == self.workers) {
                 if !until_workers_end {
-                    // Every task stopped (each already recorded): nothing left to watch but the shutdown.
+                    // Every task stopped, and each was recorded. Nothing is left to watch but the shutdown.
                     (&mut shutdown).await;
                 }
                 break;

@@ -1,8 +1,9 @@
-//! `POST /api/hub/webhook` (served with `--webhook-secret`): the Hub's webhook payloads, answered at once and
-//! acted on later. The secret is compared in constant time (header `X-Webhook-Secret` or `?secret=`); the body
-//! is capped and parsed strictly; a hint waits in a bounded queue with one entry per repo. A task reads each
-//! hinted repo again from the Hub, exactly as the crawl reads a listed one, records it, queues its job by the
-//! same policy, and takes the mirror of a source that is gone, private, gated or disabled private at once.
+//! Serves `POST /api/hub/webhook` when `--webhook-secret` is given. It answers the Hub's webhook payloads at
+//! once and acts on them later. The secret is compared in constant time, from the header `X-Webhook-Secret`
+//! or `?secret=`. The body is capped and parsed strictly. A hint waits in a bounded queue with one entry per
+//! repo. A task reads each hinted repo again from the Hub, exactly as the crawl reads a listed one. It
+//! records the repo and queues its job by the same policy. It makes the mirror private at once when the
+//! source is gone, private, gated or disabled.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ impl WebhookCounters {
         Self::by_scope(&self.received)
     }
 
-    /// Payloads whose hint was queued (or merged into its repo's), by scope.
+    /// Payloads whose hint was queued or merged into its repo's, by scope.
     pub fn accepted(&self) -> Vec<(&'static str, u64)> {
         Self::by_scope(&self.accepted)
     }
@@ -150,7 +151,7 @@ pub struct Rereader {
     pub store: Store,
     /// The crawl's options: its filters (`--filter`, `--author`) and probe.
     pub audit: AuditOptions,
-    /// Which repos become jobs (`--include`, `--skip`, opt-out also drop hints).
+    /// Which repos become jobs. `--include`, `--skip` and opt-out also drop hints.
     pub policy: EnqueuePolicy,
     /// What it counts.
     pub counters: Arc<WebhookCounters>,
@@ -168,18 +169,18 @@ impl Rereader {
         }
     }
 
-    /// Reads the hinted repos again (for a move, the old name, then the new), queues a job for an affected
-    /// one, follows a rename the Hub confirms, then makes private the mirror of each repo read whose source is
-    /// no longer public.
+    /// Reads the hinted repos again; for a move, the old name and then the new. It queues a job for an
+    /// affected repo and follows a rename the Hub confirms. Then it makes private the mirror of each repo
+    /// read whose source is no longer public.
     #[tracing::instrument(name = "webhook", skip_all)]
     pub async fn act(&self, hint: &Hint, received_at: &str) {
         let (mut todo, event): (VecDeque<(String, Option<String>)>, &str) = match hint {
             Hint::Changed { repo, head } => ([(repo.clone(), head.clone())].into(), "webhook: update"),
             Hint::Deleted { repo } => ([(repo.clone(), None)].into(), "webhook: delete"),
-            // The payload's new name is only a hint: the Hub's answer for the old name is what is followed.
+            // The payload's new name is only a hint. The task follows the Hub's answer for the old name.
             Hint::Moved { from, to } => ([(from.clone(), None), (to.clone(), None)].into(), "webhook: move"),
-            // The `--pr` bookkeeping records the end of hubalign's own pull request; a merged one changed the
-            // source, which is read again.
+            // The `--pr` bookkeeping records the end of hubalign's own pull request. A merged one changed the
+            // source, so the source is read again.
             Hint::PullRequestClosed { repo, num } => {
                 self.pull_request_ended(repo, *num).await;
                 ([(repo.clone(), None)].into(), "webhook: pull request closed")
@@ -187,10 +188,10 @@ impl Rereader {
         };
         let mut seen = HashSet::new();
         while let Some((repo, head)) = todo.pop_front() {
-            // A repo the store knows is read under the store's spelling of its id: the Hub matches ids in any
-            // case, so a payload spelled otherwise is the same repo, already audited or not.
+            // Read a repo the store knows under the store's spelling of its id. The Hub matches ids in any
+            // case, so a payload spelled otherwise names the same repo, audited or not.
             let repo = self.store.repo_spelled(&repo).await.ok().flatten().unwrap_or(repo);
-            // A chain of renames is followed a few steps, never round a loop.
+            // Follow a chain of renames a few steps, never round a loop.
             if seen.len() >= MAX_REPOS_PER_HINT || !seen.insert(repo.clone()) {
                 continue;
             }
@@ -213,7 +214,8 @@ impl Rereader {
         }
     }
 
-    /// Reads one repo again and queues its job; `Some(new name)` when the Hub answers it under another name.
+    /// Reads one repo again and queues its job. Returns `Some(new name)` when the Hub answers it under
+    /// another name.
     async fn read_again(&self, repo: &str, head: Option<&str>, trigger: Trigger<'_>) -> Option<String> {
         if let Err(why) = self.watched(repo) {
             tracing::debug!(repo.id = %repo, reason = why, "webhook for a repo outside the filters; dropped");
@@ -255,8 +257,9 @@ impl Rereader {
         None
     }
 
-    /// Records that hubalign's pull request `num` on `repo` was closed or merged, once the Hub says so: the
-    /// payload only says which to look at. A pull request no job of this store opened asks the Hub nothing.
+    /// Records that hubalign's pull request `num` on `repo` was closed or merged, once the Hub says so. The
+    /// payload only says which to look at. A pull request that no job of this store opened asks the Hub
+    /// nothing.
     async fn pull_request_ended(&self, repo: &str, num: u64) {
         if self.watched(repo).is_err() {
             return;
@@ -293,7 +296,8 @@ impl Rereader {
     }
 
     /// Carries the old name's mirror and jobs over to the new name, which the Hub gave for the old one. A new
-    /// name outside the filters is not followed: its mirror goes private, saying where the source went.
+    /// name outside the filters is not followed. The mirror goes private instead, saying where the source
+    /// went.
     async fn follow(&self, from: &str, to: &str) -> Result<(), StoreError> {
         if let Err(why) = self.watched(to) {
             if let Some(mirror) = self.store.mirror_of(from).await?.filter(|m| !m.private) {

@@ -1,5 +1,5 @@
-//! How repack workers are assembled, the one way for `serve` (several, on the batch runtime, beside the
-//! audit and the dashboard) and for `hubalign worker` (the same loop with the audit and the pages off).
+//! Assembles repack workers in one way for both processes. `serve` runs several on the batch runtime, beside
+//! the audit and the dashboard. `hubalign worker` runs the same loop with the audit and the pages off.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +21,13 @@ pub struct Workers {
     pub idle: Duration,
     /// Where jobs run: a runtime at a lower priority than the pages'.
     pub jobs_on: tokio::runtime::Handle,
-    /// Told when a job's task panicked (the service counts them for `/healthz`).
+    /// Told when a job's task panicked. The service counts these panics in `/metrics`.
     pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Workers {
-    /// The worker loop named `opts.worker` followed by `suffix` (unique per loop of the process).
+    /// Builds the worker loop named `opts.worker` followed by `suffix`. The suffix is unique per loop of the
+    /// process.
     pub fn worker(&self, suffix: &str) -> WorkerLoop<RepackRunner> {
         let mut opts = self.opts.clone();
         opts.worker = format!("{}{suffix}", opts.worker);

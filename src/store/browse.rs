@@ -1,5 +1,5 @@
-//! What the dashboard's browsing needs beyond the sums: every namespace a page at a time, a search over
-//! names, and for a page of repos their mirror and newest job.
+//! Reads what the dashboard's browsing needs beyond the sums. It lists every namespace a page at a time,
+//! searches names, and finds the mirror and newest job of each repo on a page.
 
 use serde::Serialize;
 
@@ -36,8 +36,8 @@ pub struct FoundRepo {
     pub mirror: Option<String>,
 }
 
-/// What a search found: namespaces and repos whose names hold the words, case-insensitively (as the Hub
-/// treats names), each by name, at most [`SEARCH_LIMIT`] of each.
+/// What a search found: namespaces and repos whose names hold the words, by name, at most [`SEARCH_LIMIT`]
+/// of each. Names match case-insensitively, as the Hub treats them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SearchHits {
     /// Namespaces.
@@ -59,16 +59,16 @@ pub struct RepoLinks {
     pub job_id: Option<i64>,
     /// That job's state.
     pub job_state: Option<String>,
-    /// That job's failure kind (`needs_operator` on a queued job: held).
+    /// That job's failure kind. A queued job with `needs_operator` is held.
     pub job_failure_kind: Option<String>,
 }
 
-/// The `LIKE … ESCAPE` character: not the backslash, whose meaning in a string literal PostgreSQL makes
-/// depend on a setting (`standard_conforming_strings`).
+/// The `LIKE … ESCAPE` character. It is not the backslash, because PostgreSQL makes the backslash's meaning
+/// in a string literal depend on a setting (`standard_conforming_strings`).
 const LIKE_ESCAPE: char = '!';
 
-/// `words` as a `LIKE` pattern that matches names holding them anywhere, lower-cased, with `%`, `_` and the
-/// escape character itself taken literally.
+/// Turns `words` into a lower-cased `LIKE` pattern that matches names holding them anywhere. The pattern
+/// takes `%`, `_` and the escape character itself literally.
 fn contains_pattern(words: &str) -> String {
     let mut pattern = String::from("%");
     for c in words.trim().to_lowercase().chars() {
@@ -82,11 +82,11 @@ fn contains_pattern(words: &str) -> String {
 }
 
 impl Store {
-    /// Every namespace the store knows, by name (in the backend's collation), `limit` of them after
-    /// `offset`: the way to the page of a namespace none of whose repos is affected.
+    /// Returns every namespace the store knows, by name in the backend's collation, `limit` of them after
+    /// `offset`. This is the way to the page of a namespace none of whose repos is affected.
     pub async fn namespaces_page(&self, limit: i64, offset: i64) -> Result<Vec<NamespaceRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
-            // The page's namespaces from the (namespace, state) index, then their sums.
+            // Take the page's namespaces from the (namespace, state) index, then their sums.
             "SELECT p.namespace, p.repos_listed, COALESCE(n.repos_audited, 0) AS repos_audited,
                 COALESCE(n.repos_affected, 0) AS repos_affected, COALESCE(n.misaligned_bytes, 0) AS misaligned_bytes
              FROM (SELECT namespace, COUNT(*) AS repos_listed FROM repos GROUP BY namespace
@@ -101,7 +101,7 @@ impl Store {
         .map_err(sql("namespaces"))
     }
 
-    /// How many namespaces the store knows.
+    /// Counts the namespaces the store knows.
     pub async fn namespace_count(&self) -> Result<i64, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar("SELECT COUNT(*) FROM (SELECT DISTINCT namespace FROM repos) AS n")
             .fetch_one(pool)
@@ -109,7 +109,8 @@ impl Store {
         .map_err(sql("namespace count"))
     }
 
-    /// The namespace as the store spells it, asked for in any case (the Hub's names are case-insensitive).
+    /// Returns the namespace as the store spells it, asked for in any case. The Hub's names are
+    /// case-insensitive.
     pub async fn namespace_spelled(&self, namespace: &str) -> Result<Option<String>, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT namespace FROM repos WHERE lower(namespace) = lower($1) ORDER BY namespace LIMIT 1"
@@ -120,7 +121,7 @@ impl Store {
         .map_err(sql("namespace spelling"))
     }
 
-    /// The repo id as the store spells it, asked for in any case.
+    /// Returns the repo id as the store spells it, asked for in any case.
     pub async fn repo_spelled(&self, repo: &str) -> Result<Option<String>, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT id FROM repos WHERE lower(id) = lower($1) ORDER BY id LIMIT 1"
@@ -131,7 +132,7 @@ impl Store {
         .map_err(sql("repo spelling"))
     }
 
-    /// Namespaces and repos whose names hold `words`, case-insensitively, by name.
+    /// Finds namespaces and repos whose names hold `words`, case-insensitively, by name.
     pub async fn search(&self, words: &str) -> Result<SearchHits, StoreError> {
         let pattern = contains_pattern(words);
         let namespaces = on_pool!(self, |pool| sqlx::query_scalar(
@@ -156,7 +157,7 @@ impl Store {
         Ok(SearchHits { namespaces, repos })
     }
 
-    /// For each of `repos`, its mirror and newest job, by id.
+    /// Returns, for each of `repos`, its mirror and newest job, by id.
     pub async fn repo_links(&self, repos: &[String]) -> Result<Vec<RepoLinks>, StoreError> {
         if repos.is_empty() {
             return Ok(Vec::new());
@@ -186,8 +187,8 @@ mod tests {
     use crate::store::queries::tests::shard;
     use crate::store::{ListingEntry, RepoOutcome, RepoState};
 
-    /// Namespaces affected and not, one never audited, a mirror and two jobs: every namespace is listed,
-    /// the search takes case and wildcards as the Hub would, and a page's repos come with their links.
+    /// The store holds namespaces affected and not, one never audited, a mirror and two jobs. Every namespace
+    /// is listed. The search treats case and wildcards as the Hub would. A page's repos come with their links.
     #[tokio::test]
     async fn every_namespace_and_every_name_can_be_reached() {
         for test in crate::store::both::stores().await {

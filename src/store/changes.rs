@@ -1,13 +1,13 @@
-//! Whether anything was committed to the store since the last look, by any connection of any process, so a
-//! page built from the whole store (the overview) is rebuilt only when something it reads may have changed.
+//! Tells whether any connection of any process committed to the store since the last look. A page built
+//! from the whole store (the overview) is then rebuilt only when something it reads may have changed.
 
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::Mutex;
 
 use super::{Pool, Store, StoreError, sql};
 
-/// A connection of its own that only reads SQLite's `data_version`: the value changes exactly when another
-/// connection commits, and the pool's connections are all "other" to this one.
+/// A connection of its own that only reads SQLite's `data_version`. The value changes exactly when another
+/// connection commits, and the pool's connections all count as "other" to this one.
 #[derive(Debug)]
 pub(crate) struct Changes {
     store: Store,
@@ -20,8 +20,9 @@ impl Changes {
         Changes { store, watcher: Mutex::new(None) }
     }
 
-    /// A value that differs from the previous one whenever something was committed in between; `None` when the
-    /// store cannot tell (an in-memory database, whose connections are not watched this way, or PostgreSQL).
+    /// Returns a value that differs from the previous one whenever something was committed in between.
+    /// Returns `None` when the store cannot tell: for PostgreSQL, or an in-memory database, whose connections
+    /// are not watched this way.
     pub(crate) async fn version(&self) -> Result<Option<i64>, StoreError> {
         let Pool::Sqlite(pool) = &self.store.pool else { return Ok(None) };
         if self.store.in_memory {

@@ -1,5 +1,5 @@
-//! The database's clock. Leases, backoffs and run times are stamped and compared with it, so that replicas
-//! whose own clocks disagree still agree on who holds a lease and when a job is due.
+//! The database's clock. Leases, backoffs and run times are stamped and compared with it. Replicas whose own
+//! clocks disagree thus still agree on who holds a lease and when a job is due.
 
 use super::{Store, StoreError, on_pool, sql};
 
@@ -7,29 +7,29 @@ use super::{Store, StoreError, on_pool, sql};
 pub(crate) const SKEW_TOLERANCE_SECS: i64 = 5;
 
 impl Store {
-    /// The database's time, in unix seconds.
+    /// Returns the database's time, in Unix seconds.
     pub async fn db_now(&self) -> Result<i64, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar("SELECT unixepoch()").fetch_one(pool).await)
             .map_err(sql("read the database's clock"))
     }
 
-    /// The database's time as the store's text times spell it (`YYYY-MM-DDTHH:MM:SSZ`).
+    /// Returns the database's time as the store's text times spell it (`YYYY-MM-DDTHH:MM:SSZ`).
     pub async fn db_now_utc(&self) -> Result<String, StoreError> {
         Ok(crate::time::format_utc(u64::try_from(self.db_now().await?).unwrap_or(0)))
     }
 
-    /// How many seconds this process's clock is behind the database's (negative: ahead).
+    /// Returns how many seconds this process's clock is behind the database's (negative: ahead).
     pub async fn clock_skew(&self) -> Result<i64, StoreError> {
         let before = crate::job::unix_now();
         let db = self.db_now().await?;
         let after = crate::job::unix_now();
-        // The database read its clock between the two readings of ours: compared with their middle.
+        // The database read its clock between our two readings, so compare it with their middle.
         Ok(db - (before + (after - before) / 2))
     }
 }
 
-/// A unix time `until` of this process's clock, moved onto the database's clock (`db_now`, read when this
-/// process's clock said `now`).
+/// Moves a Unix time `until` of this process's clock onto the database's clock. `db_now` is the database's
+/// time, read when this process's clock said `now`.
 pub(crate) fn onto_db_clock(until: i64, now: i64, db_now: i64) -> i64 {
     db_now.saturating_add(until.saturating_sub(now).max(0))
 }

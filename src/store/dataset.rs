@@ -1,13 +1,14 @@
 //! The rows of the public dataset (`crate::dataset`): only what the Hub shows anyone.
 //!
 //! A repo counts when its last audit saw it public: listed, audited (`state = 'ok'`), neither private, gated
-//! nor disabled. A private repo the crawler's token can see, a gated one (its files are behind a form) or a
-//! disabled one never appears, nor do its shards or mirror, nor does it count in its publisher's sums. A
-//! mirror counts when it is public and its source does.
+//! nor disabled. Some repos never appear: a private repo the crawler's token can see, a gated one (its files
+//! are behind a form), or a disabled one. Their shards and mirrors never appear either, and they do not
+//! count in their publisher's sums. A mirror counts when it is public and its source does.
 
 use super::{Store, StoreError, on_pool, sql};
 
-/// The condition on `repos r` every dataset row meets (a macro, so that each query stays one literal).
+/// The condition on `repos r` that every dataset row meets. It is a macro so that each query stays one
+/// literal.
 macro_rules! public {
     () => {
         "r.state = 'ok' AND r.audited_sha IS NOT NULL AND NOT r.private AND NOT r.gated AND NOT r.disabled"
@@ -181,16 +182,16 @@ const PUBLISHERS: &str = concat!(
 );
 
 impl Store {
-    /// Every public mirror of a public source, by source (the collections and the notes on sources need no
-    /// other table).
+    /// Returns every public mirror of a public source, by source. The collections and the notes on sources
+    /// need no other table.
     pub async fn public_mirrors(&self) -> Result<Vec<PublicMirror>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(MIRRORS).fetch_all(pool).await).map_err(sql("public mirrors"))
     }
 
-    /// Every public row, the four tables read in one read-only transaction on one snapshot of the database,
-    /// so that a crawl writing meanwhile cannot make them disagree (a repo's sums in `repos` and its rows in
-    /// `shards` from two different audits). SQLite's deferred transaction keeps the WAL snapshot its first
-    /// read took; PostgreSQL's is asked for repeatable read.
+    /// Reads every public row: the four tables, in one read-only transaction on one snapshot of the database.
+    /// A crawl writing meanwhile thus cannot make them disagree, with a repo's sums in `repos` and its rows in
+    /// `shards` from two different audits. SQLite's deferred transaction keeps the WAL snapshot its first read
+    /// took. PostgreSQL's transaction asks for repeatable read.
     pub async fn public_rows(&self) -> Result<PublicRows, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_snapshot()).await.map_err(sql("begin"))?;

@@ -26,14 +26,14 @@ macro_rules! record_event {
 }
 pub(super) use record_event;
 
-/// An affected repo at its audited commit, with who may see it: what a queueing policy decides on
+/// An affected repo at its audited commit, with who may see it. A queueing policy decides on it
 /// (see `repack::queue::policy::EnqueuePolicy`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Candidate {
     /// The repo and its sums.
     #[sqlx(flatten)]
     pub affected: super::queries::AffectedRepo,
-    /// Private (a repo the store has no row for counts as private: nothing unknown is published).
+    /// Private. A repo the store has no row for counts as private, so nothing unknown is published.
     pub private: bool,
     /// Behind a licence gate.
     pub gated: bool,
@@ -70,8 +70,8 @@ pub(super) struct Claim<'a> {
     pub(super) what: &'static str,
 }
 
-/// Unix seconds `d` after `now`, saturating: a lease of `u64::MAX` seconds from a flag is "for ever", not a
-/// wrapped time in the past.
+/// Returns the Unix time `d` after `now`, saturating. A lease of `u64::MAX` seconds from a flag means "for
+/// ever", not a wrapped time in the past.
 pub(super) fn lease_until(now: i64, d: Duration) -> i64 {
     now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
@@ -88,8 +88,8 @@ pub struct JobFilter {
 }
 
 impl Store {
-    /// The affected repos duplicating at least `min_bytes`, largest first, with their visibility flags; with
-    /// `only`, that repo alone (a webhook's).
+    /// Returns the affected repos duplicating at least `min_bytes`, largest first, with their visibility
+    /// flags. With `only`, returns that repo alone (a webhook's).
     pub async fn candidates(&self, min_bytes: i64, only: Option<&str>) -> Result<Vec<Candidate>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT s.repo, s.namespace, s.sha, s.shards_header_pad, s.shards_relayout, s.shards_invalid,
@@ -165,11 +165,11 @@ impl Store {
         .map_err(sql("read job"))
     }
 
-    /// Claims the most valuable claimable job for `worker`: a queued job past its backoff, or one whose
-    /// holder's lease ran out mid-step. Its attempt count goes up. A job asked for by id (a repack by hand) is
-    /// taken whatever its backoff. The claim and its event are one transaction; on PostgreSQL the row is
-    /// picked with `FOR UPDATE SKIP LOCKED`, so workers on many machines each get a different job without
-    /// waiting on one another (SQLite has one writer at a time).
+    /// Claims the most valuable claimable job for `worker`. That is a queued job past its backoff, or one
+    /// whose holder's lease ran out mid-step. Its attempt count goes up. A job asked for by id (a repack by
+    /// hand) is taken whatever its backoff. The claim and its event are one transaction. On PostgreSQL,
+    /// `FOR UPDATE SKIP LOCKED` picks the row, so workers on many machines each get a different job without
+    /// waiting on one another. SQLite has one writer at a time.
     pub async fn claim_job(&self, worker: &str, lease: Duration, only: Option<i64>) -> Result<Option<Job>, StoreError> {
         let now = self.db_now().await?;
         let claim = format!(
@@ -188,8 +188,8 @@ impl Store {
         self.claim_with(claim, only, |job| format!("{worker}, attempt {}", job.attempts)).await
     }
 
-    /// Runs one claim (`claim.text`, an `UPDATE … RETURNING *` that binds the holder, its lease's end, the
-    /// time, now and `fifth`) and records its event with `detail`'s text, in one transaction.
+    /// Runs one claim and records its event with `detail`'s text, in one transaction. `claim.text` is an
+    /// `UPDATE … RETURNING *` that binds the holder, its lease's end, the time, now and `fifth`.
     pub(super) async fn claim_with<T>(
         &self,
         claim: Claim<'_>,
@@ -225,7 +225,7 @@ impl Store {
         })
     }
 
-    /// ` FOR UPDATE SKIP LOCKED` where the backend has it.
+    /// Returns ` FOR UPDATE SKIP LOCKED` where the backend has it, else nothing.
     pub(super) fn skip_locked(&self) -> &'static str {
         match self.backend() {
             super::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
@@ -233,8 +233,9 @@ impl Store {
         }
     }
 
-    /// Extends `worker`'s lease on job `id` while a long step runs (the heartbeat). `false` if the worker no
-    /// longer holds it (its lease ran out and another may have taken the job over): it must stop.
+    /// Extends `worker`'s lease on job `id` while a long step runs (the heartbeat). Returns `false` if the
+    /// worker no longer holds the job: its lease ran out, and another worker may have taken the job over. The
+    /// worker must then stop.
     pub async fn renew_lease(&self, id: i64, worker: &str, lease: Duration) -> Result<bool, StoreError> {
         let now = self.db_now().await?;
         let renewed = on_pool!(self, |pool| sqlx::query(
@@ -251,10 +252,10 @@ impl Store {
         Ok(renewed == 1)
     }
 
-    /// Moves `worker`'s job to `state` with what the step before left for it (`progress`; `None` when it left
-    /// nothing a later attempt could take up), and renews its lease, with the event, in one transaction. A
-    /// step before the publish forgets an earlier attempt's check and staged commit.
-    /// `false` if the worker no longer holds the job (which must then stop).
+    /// Moves `worker`'s job to `state`, saves `progress` and renews the lease, with the event, in one
+    /// transaction. `progress` is what the step before left for this one; it is `None` when nothing is left
+    /// that a later attempt could take up. A step before the publish forgets an earlier attempt's check and
+    /// staged commit. Returns `false` if the worker no longer holds the job, which must then stop.
     pub async fn advance_job(
         &self,
         id: i64,
@@ -265,8 +266,8 @@ impl Store {
         let now = self.db_now().await?;
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin advance"))?;
-            // A job that starts its work again leaves an earlier attempt's check behind: that record (and the
-            // commit it staged) judged files that are being made anew, and must not publish them.
+            // A job that starts its work again drops an earlier attempt's check. That record, and the commit it
+            // staged, judged files that are being made anew, so it must not publish them.
             let done = sqlx::query(
                 "UPDATE jobs SET state = $1, lease_expires_at = $2, updated_at = $3, progress = $6,
                  verification = CASE WHEN $1 IN ('downloading', 'relaying', 'verifying') THEN NULL ELSE verification END,
@@ -291,9 +292,9 @@ impl Store {
         })
     }
 
-    /// Gives `worker`'s job `id` back to the queue as it stands: its lease cleared, its state and progress
-    /// kept (a next worker takes up from there at once), and the attempt this claim spent refunded, since a
-    /// stop asked for is not the job's failure. `false` if the worker no longer held it.
+    /// Gives `worker`'s job `id` back to the queue as it stands. It clears the lease and keeps the state and
+    /// progress, so the next worker takes up from there at once. It refunds the attempt this claim spent,
+    /// since a stop asked for is not the job's failure. Returns `false` if the worker no longer held the job.
     pub async fn release_job(&self, id: i64, worker: &str, why: &str) -> Result<bool, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin release"))?;
@@ -346,10 +347,11 @@ impl Store {
         Ok(())
     }
 
-    /// Ends `holder`'s step: published, failed (back to the queue with backoff while attempts remain),
-    /// skipped, or handed to the macOS runner; the lease is released and the event recorded, in one
-    /// transaction. `None` if `holder` no longer holds the job: another worker took it over after its lease
-    /// ran out, and that one's outcome stands.
+    /// Ends `holder`'s step: published or proposed, failed, skipped, deferred, held, or handed to the macOS
+    /// runner. A transient failure goes back to the queue with a backoff while attempts remain. One that
+    /// needs the operator is held for `NEEDS_OPERATOR_HOLD`. A permanent one fails at once. It releases the
+    /// lease and records the event in the same transaction. Returns `None` if `holder` no longer holds the job. Another worker then took it
+    /// over after its lease ran out, and that worker's outcome stands.
     pub async fn finish_job(
         &self,
         id: i64,
@@ -418,10 +420,10 @@ impl Store {
                 JobOutcome::Proposed { num, .. } => Some(*num),
                 _ => None,
             };
-            // A failure that is the machine's, not the job's, gives its attempt back, but only the first few
-            // times: a job that keeps needing the operator is the job's doing after all (it alone meets what
-            // blocks it), and spends its attempts like any other failure. A deferred job spent none, nor did a
-            // held one (the worker's configuration failed before the job's bytes were looked at).
+            // A failure of the machine, not the job, gives its attempt back, but only the first few times. A job
+            // that keeps needing the operator is at fault after all, since it alone meets what blocks it. It
+            // then spends its attempts like any other failure. A deferred job spent no attempt. Neither did a
+            // held one: the worker's configuration failed before anyone looked at the job's bytes.
             let refund = i64::from(
                 (matches!(outcome, JobOutcome::Failed { kind: FailureKind::NeedsOperator, .. })
                     && held_before < NEEDS_OPERATOR_REFUNDS)
@@ -451,8 +453,8 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(sql("finish job"))?;
-            // A hold is said apart from a failure that needs the operator: only the latter counts towards
-            // the attempts it may give back.
+            // Record a hold in other words than a failure that needs the operator. Only the failure's words
+            // count towards the attempts that may be given back.
             let detail = match (outcome, kind) {
                 (JobOutcome::Held { .. }, _) => reason.map(|r| format!("held for the configuration: {r}")),
                 (_, Some(FailureKind::NeedsOperator)) => reason.map(|r| format!("needs the operator: {r}")),
@@ -464,13 +466,13 @@ impl Store {
         })
     }
 
-    /// One job by id.
+    /// Returns one job by id.
     pub async fn job(&self, id: i64) -> Result<Option<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE id = $1").bind(id).fetch_optional(pool).await)
             .map_err(sql("job"))
     }
 
-    /// Jobs back in the queue for a failure that needs the operator (a refused token, a full disk).
+    /// Counts the jobs back in the queue for a failure that needs the operator (a refused token, a full disk).
     pub async fn jobs_needing_operator(&self) -> Result<i64, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT CAST(COALESCE(SUM(needing_operator), 0) AS BIGINT) FROM job_sums WHERE state = 'queued'"
@@ -480,7 +482,7 @@ impl Store {
         .map_err(sql("jobs needing the operator"))
     }
 
-    /// Jobs per state (the states that have any), from the trigger-kept sums.
+    /// Counts jobs per state, for the states that have any, from the trigger-kept sums.
     pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, CAST(SUM(jobs) AS BIGINT) FROM job_sums GROUP BY state HAVING SUM(jobs) > 0 ORDER BY state"
@@ -491,8 +493,9 @@ impl Store {
     }
 
     /// Puts a failed or skipped job back in the queue with its attempts reset, or releases a queued job held
-    /// for the operator (an administrator's retry, `by` naming who in its history), with the event, in one
-    /// transaction; `None` if there is no such job, `Some(false)` if it is neither.
+    /// for the operator. This is an administrator's retry, and `by` names who in the job's history. The change
+    /// and its event are one transaction. Returns `None` if there is no such job, and `Some(false)` if the job
+    /// is neither failed, skipped nor held.
     pub async fn retry_job(&self, id: i64, by: &str) -> Result<Option<bool>, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin retry"))?;
@@ -503,8 +506,7 @@ impl Store {
                     .await
                     .map_err(sql("read job"))?;
             let Some((state, kind)) = job else { return Ok(None) };
-            // Found by the rehearsal: a job held after a full disk could be released only by restarting a
-            // worker whose checks at start passed; the operator who freed the disk can now say so directly.
+            // An operator who freed the disk releases a held job here, without restarting a worker.
             let held = state == "queued" && kind.as_deref() == Some(FailureKind::NeedsOperator.as_str());
             if state != "failed" && state != "skipped" && !held {
                 return Ok(Some(false));
@@ -545,7 +547,7 @@ impl Store {
         Ok(())
     }
 
-    /// Bytes all jobs downloaded and uploaded.
+    /// Returns the bytes all jobs downloaded and uploaded.
     pub async fn job_bytes(&self) -> Result<(i64, i64), StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT CAST(COALESCE(SUM(bytes_downloaded), 0) AS BIGINT), CAST(COALESCE(SUM(bytes_uploaded), 0) AS BIGINT) FROM job_sums"
@@ -555,7 +557,7 @@ impl Store {
         .map_err(sql("job bytes"))
     }
 
-    /// The history of every job of a repo, oldest first.
+    /// Returns the history of every job of a repo, oldest first.
     pub async fn repo_job_events(&self, repo: &str) -> Result<Vec<JobEvent>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT e.job_id, e.at, e.state, e.detail FROM job_events e JOIN jobs j ON j.id = e.job_id
@@ -567,7 +569,7 @@ impl Store {
         .map_err(sql("job events"))
     }
 
-    /// A repo's jobs, newest first.
+    /// Returns a repo's jobs, newest first.
     pub async fn repo_jobs(&self, repo: &str) -> Result<Vec<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs WHERE repo_id = $1 ORDER BY id DESC")
             .bind(repo)
@@ -576,7 +578,7 @@ impl Store {
         .map_err(sql("repo jobs"))
     }
 
-    /// Jobs that pass `filter`, newest first, `limit` of them after `offset`.
+    /// Returns the jobs that pass `filter`, newest first, `limit` of them after `offset`.
     pub async fn jobs_page(&self, filter: &JobFilter, limit: i64, offset: i64) -> Result<Vec<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT * FROM jobs WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR lower(repo_id) = lower($2))
@@ -593,8 +595,8 @@ impl Store {
         .map_err(sql("jobs"))
     }
 
-    /// The newest jobs that ended published or failed, newest first: the state and reason of each (skipped
-    /// jobs say nothing of whether the workers work).
+    /// Returns the state and reason of the newest jobs that ended published or failed, newest first. Skipped
+    /// jobs are left out, because they say nothing of whether the workers work.
     pub async fn recent_outcomes(&self, limit: i64) -> Result<Vec<(JobState, Option<String>)>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, reason FROM jobs WHERE finished_at IS NOT NULL AND state IN ('published', 'failed')
@@ -606,7 +608,7 @@ impl Store {
         .map_err(sql("recent outcomes"))
     }
 
-    /// One reason a queued job is held for the operator with, if any is.
+    /// Returns the reason of one queued job held for the operator, if any is held.
     pub async fn a_hold_reason(&self) -> Result<Option<String>, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT reason FROM jobs WHERE state = 'queued' AND failure_kind = 'needs_operator' ORDER BY id DESC LIMIT 1"
@@ -617,8 +619,8 @@ impl Store {
         .map_err(sql("hold reason"))
     }
 
-    /// Makes the jobs held for the operator claimable at once: a worker whose checks at start all passed has
-    /// the configuration they were waiting for. How many were released.
+    /// Makes the jobs held for the operator claimable at once, and returns how many it released. A worker
+    /// whose start-up checks all passed has the configuration they were waiting for.
     pub async fn release_holds(&self) -> Result<u64, StoreError> {
         on_pool!(self, |pool| sqlx::query(
             "UPDATE jobs SET not_before = 0, failure_kind = NULL WHERE state = 'queued' AND failure_kind = 'needs_operator'"
@@ -629,7 +631,7 @@ impl Store {
         .map_err(sql("release holds"))
     }
 
-    /// Every job, newest first.
+    /// Returns every job, newest first.
     pub async fn jobs(&self) -> Result<Vec<Job>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM jobs ORDER BY id DESC").fetch_all(pool).await)
             .map_err(sql("jobs"))
@@ -647,8 +649,8 @@ pub(crate) mod tests {
         assert_eq!(backoff(30), Duration::from_secs(3600));
     }
 
-    /// A step's record goes with the state it moves to, a step before the publish forgets an earlier
-    /// attempt's check and staged commit, and a final state forgets the record (its files are removed).
+    /// A step's record goes with the state it moves to. A step before the publish forgets an earlier
+    /// attempt's check and staged commit. A final state forgets the record, and its files are removed.
     #[tokio::test]
     async fn a_steps_record_goes_with_its_state_and_an_earlier_check_does_not_outlive_a_new_start() {
         use crate::job::payload::{LocalChecks, SourceFacts, Staged, WorkFiles};
@@ -663,7 +665,7 @@ pub(crate) mod tests {
             store.finish_job(job.id, "w", &JobOutcome::AwaitMetal { staged: Some(staged) }).await.unwrap();
             let before = store.job(job.id).await.unwrap().unwrap();
             assert!(before.verification.is_some() && before.staged.is_some(), "{:?}", store.backend());
-            // Back in the queue (as a publish that failed for a while leaves it), then claimed again.
+            // Put it back in the queue, as a publish that failed for a while leaves it, then claim it again.
             on_pool!(store, |pool| sqlx::query("UPDATE jobs SET state = 'queued' WHERE id = $1")
                 .bind(job.id)
                 .execute(pool)
@@ -688,8 +690,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// Only the holder of a job's lease advances, renews or finishes it; after its lease ran out and another
-    /// worker claimed the job, the first one's outcome is refused.
+    /// Only the holder of a job's lease advances, renews or finishes it. Once its lease ran out and another
+    /// worker claimed the job, the first worker's outcome is refused.
     #[tokio::test]
     async fn a_lapsed_holder_can_neither_renew_nor_finish() {
         for test in crate::store::both::stores().await {
@@ -750,9 +752,9 @@ pub(crate) mod tests {
         assert_eq!(store.jobs_needing_operator().await.unwrap(), held, "{when} on {:?}", store.backend());
     }
 
-    /// A failure's kind decides the job's fate: a transient one is tried again after a backoff until the
-    /// attempts run out, a permanent one fails it at once, and one that needs the operator puts it back
-    /// without spending its attempt, held for the hold time, with the kind shown until it publishes.
+    /// A failure's kind decides the job's fate. A transient one is tried again after a backoff until the
+    /// attempts run out. A permanent one fails the job at once. One that needs the operator puts the job back
+    /// without spending its attempt, held for the hold time. The kind shows until the job publishes.
     #[tokio::test]
     async fn failure_kinds_retry_give_up_or_hold_for_the_operator() {
         for test in crate::store::both::stores().await {
@@ -816,8 +818,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// A job that keeps needing the operator gets its attempt back only the first few times, then spends
-    /// one each time and fails once they run out; a deferred job (a day's cap) spends none.
+    /// A job that keeps needing the operator gets its attempt back only the first few times. After that it
+    /// spends one each time, and fails once they run out. A deferred job (a day's cap) spends none.
     #[tokio::test]
     async fn a_job_that_keeps_needing_the_operator_spends_its_attempts_and_a_deferred_one_does_not() {
         for test in crate::store::both::stores().await {
@@ -893,9 +895,9 @@ pub(crate) mod tests {
                     while let Some(job) =
                         store.claim_job(&format!("w{w}"), Duration::from_secs(600), None).await.unwrap()
                     {
-                        // Each job moves on as a worker's would, some back to the queue (with a backoff, so
-                        // they are not claimed again here): the job sums' rows are updated by many writers
-                        // at once, in both directions between two states.
+                        // Each job moves on as a worker's would. Some go back to the queue with a backoff, so
+                        // they are not claimed again here. Many writers thus update the job sums' rows at
+                        // once, in both directions between two states.
                         let worker = format!("w{w}");
                         store
                             .advance_job(job.id, &worker, (JobState::Downloading, None), Duration::from_secs(600))

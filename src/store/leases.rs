@@ -1,6 +1,7 @@
-//! Named leases: which of several processes leads a singleton task (the scheduled audit of `serve`
-//! replicas). A holder renews its lease well before it lapses; once it lapses (the holder died or lost the
-//! database), the next process to ask takes it over. One statement decides, so two askers never both win.
+//! Named leases decide which of several processes leads a singleton task, such as the scheduled audit of
+//! `serve` replicas. A holder renews its lease well before it lapses. Once it lapses, because the holder died
+//! or lost the database, the next process to ask takes it over. One statement decides, so two askers never
+//! both win.
 
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use super::{Store, StoreError, on_pool, sql};
 pub const SCHEDULER: &str = "scheduler";
 
 impl Store {
-    /// Takes lease `name` for `holder` for `ttl`, or renews it if `holder` has it; `false` while another
-    /// holder's lease is current. The database's clock decides.
+    /// Takes lease `name` for `holder` for `ttl`, or renews it if `holder` has it. Returns `false` while
+    /// another holder's lease is current. The database's clock decides.
     pub async fn try_lead(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
         let now = self.db_now().await?;
         let taken = on_pool!(self, |pool| sqlx::query(
@@ -43,8 +44,8 @@ impl Store {
         Ok(())
     }
 
-    /// Who holds lease `name` now, if anyone's is current, and the unix second (of the database's clock) its
-    /// lease lapses after.
+    /// Returns who holds lease `name` now, if anyone's lease is current. Also returns the Unix second, on the
+    /// database's clock, after which that lease lapses.
     pub async fn lease_holder(&self, name: &str) -> Result<Option<(String, i64)>, StoreError> {
         let now = self.db_now().await?;
         on_pool!(self, |pool| sqlx::query_as(
@@ -73,7 +74,7 @@ impl Store {
         Ok(())
     }
 
-    /// Whether a request for `name` is pending, clearing it: `true` once per request, for its leader.
+    /// Returns whether a request for `name` is pending, and clears it. Its leader gets `true` once per request.
     pub async fn take_request(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
         let taken = on_pool!(self, |pool| sqlx::query(
             "UPDATE leases SET requested_at = NULL WHERE name = $1 AND holder = $2 AND requested_at IS NOT NULL"
@@ -87,8 +88,8 @@ impl Store {
         Ok(taken == 1)
     }
 
-    /// When the newest audit run started (unix seconds), by whichever replica: the schedule goes on from it
-    /// after a takeover.
+    /// Returns when the newest crawl started, by whichever replica, as the store's text time. The schedule
+    /// goes on from it after a takeover.
     pub async fn last_run_started(&self) -> Result<Option<String>, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT started_at FROM audit_runs WHERE kind = 'crawl' ORDER BY id DESC LIMIT 1"

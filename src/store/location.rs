@@ -1,7 +1,7 @@
-//! Where a store lives, as `--db` or `DATABASE_URL` say it: a SQLite file (a path, `sqlite:PATH` or
-//! `sqlite://PATH`, as sqlx reads `DATABASE_URL`), a PostgreSQL server (`postgres://…`), or SQLite in memory
-//! for tests. Any other scheme is refused: `mysql://host/db` taken for a file name would make a directory
-//! called `mysql:` and a store nobody asked for.
+//! Where a store lives, as `--db` or `DATABASE_URL` give it. It is a SQLite file, a PostgreSQL server
+//! (`postgres://…`), or SQLite in memory for tests. A SQLite file is a path, `sqlite:PATH` or
+//! `sqlite://PATH`, as sqlx reads `DATABASE_URL`. Any other scheme is refused: `mysql://host/db` taken for a
+//! file name would make a directory called `mysql:` and a store nobody asked for.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ pub enum Location {
     Postgres(String),
 }
 
-/// Why a location was refused; each says what is accepted.
+/// Why a location was refused. Each variant says what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LocationError {
     /// A URL whose scheme is neither SQLite's nor PostgreSQL's.
@@ -33,7 +33,7 @@ pub enum LocationError {
     /// `sqlite:` with no path after it.
     #[error("`{0}` names no file: write sqlite:PATH (sqlite:/srv/hubalign/hubalign.db) or the path alone")]
     NoPath(String),
-    /// `sqlite:PATH?options`: options hubalign sets itself (WAL, synchronous, foreign keys).
+    /// `sqlite:PATH?options`, with options that hubalign sets itself (WAL, synchronous, foreign keys).
     #[error("`{0}`: hubalign sets the SQLite options itself; give the path without `?…`")]
     Options(String),
 }
@@ -64,7 +64,7 @@ impl FromStr for Location {
     }
 }
 
-/// The scheme of `text` if it reads as a URL (`scheme://…`, the scheme as RFC 3986 spells one).
+/// Returns the scheme of `text` if it reads as a URL: `scheme://…`, with the scheme as RFC 3986 spells one.
 fn url_scheme(text: &str) -> Option<&str> {
     let (scheme, _) = text.split_once("://")?;
     let mut chars = scheme.chars();
@@ -73,7 +73,7 @@ fn url_scheme(text: &str) -> Option<&str> {
         .then_some(scheme)
 }
 
-/// Shown without a PostgreSQL password, so it may go in messages and logs.
+/// Shows the location without a PostgreSQL password, so it may go in messages and logs.
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -1,5 +1,5 @@
-//! The Metal check's side of the queue: macOS runners claim the jobs waiting for it, with a lease, and record
-//! their verdict only while they hold it.
+//! The Metal check's side of the queue. macOS runners claim the jobs waiting for it, with a lease, and record
+//! their verdict only while they hold the lease.
 
 use std::time::Duration;
 
@@ -11,9 +11,10 @@ use crate::job::Job;
 use crate::job::payload::MlxRecord;
 
 impl Store {
-    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease (skipping rows another
-    /// runner is claiming at that moment, on PostgreSQL): with `on_hub`, only jobs staged on the Hub (the
-    /// runner downloads from there), else only jobs staged on a worker (it fetches over the runner API).
+    /// Hands the oldest job waiting for the Metal check to a macOS runner, with a lease. On PostgreSQL it
+    /// skips rows another runner is claiming at that moment. With `on_hub`, it takes only jobs staged on the
+    /// Hub, which the runner downloads from there. Otherwise it takes only jobs staged on a worker, which the
+    /// runner fetches over the runner API.
     pub async fn claim_metal_job(
         &self,
         runner: &str,
@@ -33,9 +34,10 @@ impl Store {
         self.claim_with(claim, on_hub, |_| runner.to_owned()).await
     }
 
-    /// Records a runner's Metal check: a pass sends the job on to publishing (a worker picks it up), a
-    /// failure fails it for good. `false` if the runner no longer holds the job. Checked and recorded in one
-    /// transaction, so a lease that lapses and goes to another runner cannot let two results in.
+    /// Records a runner's Metal check. A pass sends the job on to publishing, where a worker picks it up. A
+    /// failure fails the job for good. Returns `false` if the runner no longer holds the job. The lease check
+    /// and the record are one transaction, so a lease that lapses and goes to another runner cannot let two
+    /// results in.
     pub async fn metal_result(&self, id: i64, runner: &str, record: &MlxRecord) -> Result<bool, StoreError> {
         let now = crate::time::now_utc();
         let (state, reason) = if record.ok {

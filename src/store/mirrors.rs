@@ -1,5 +1,6 @@
-//! Which mirror belongs to which source: chosen once, recorded before the first commit, and never handed
-//! to another source; and which mirrors were made private because their source stopped being public.
+//! Which mirror belongs to which source. A mirror is chosen once, recorded before the first commit, and
+//! never handed to another source. The store also keeps which mirrors were made private because their
+//! source stopped being public.
 
 use serde::Serialize;
 
@@ -20,12 +21,12 @@ pub struct MirrorRow {
     pub hidden_reason: Option<String>,
     /// When.
     pub hidden_at: Option<String>,
-    /// The source's former name, which the mirror's published manifest still names (until the next
-    /// publication names the new one).
+    /// The source's former name, which the mirror's published manifest still names until the next
+    /// publication names the new one.
     pub moved_from: Option<String>,
 }
 
-/// How many new mirrors a day may bring: the operator's policy, never a pusher's.
+/// How many new mirrors a day may bring. The operator sets this policy, never a pusher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MirrorCaps {
     /// New mirrors of one source namespace per UTC day.
@@ -35,8 +36,8 @@ pub struct MirrorCaps {
 }
 
 /// New mirrors a day unless told otherwise: 50 per source namespace and 500 in all. mlx-community, the
-/// busiest MLX publisher, adds a few dozen repos on its busiest days, so a real publisher is never held
-/// back for long; a namespace that pushes hundreds of repos a day gets at most 50 mirrors of them, and a
+/// busiest MLX publisher, adds a few dozen repos on its busiest days. A real publisher is thus never held
+/// back for long. A namespace that pushes hundreds of repos a day gets at most 50 mirrors of them. A
 /// backfill of the whole Hub takes weeks, at a pace the operator can watch and raise.
 pub const DEFAULT_MIRROR_CAPS: MirrorCaps = MirrorCaps { per_namespace: 50, total: 500 };
 
@@ -53,7 +54,7 @@ pub enum Claim {
     Taken,
     /// Another source holds the name (or the source already has another mirror).
     HeldBy(String),
-    /// A day's cap is reached: nothing taken.
+    /// A day's cap is reached, and nothing was taken.
     Capped,
 }
 
@@ -62,12 +63,12 @@ pub enum Claim {
 pub struct Followed {
     /// The mirror that now follows the new name, if the old one had a mirror and the new one had none.
     pub mirror: Option<String>,
-    /// Jobs carried over (every job of the old name whose commit the new name had no job for).
+    /// Jobs carried over: every job of the old name whose commit the new name had no job for.
     pub jobs: u64,
 }
 
 impl Store {
-    /// The mirror recorded for `source`, if any.
+    /// Returns the mirror recorded for `source`, if any.
     pub async fn mirror_of(&self, source: &str) -> Result<Option<MirrorRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM mirrors WHERE source_repo = $1")
             .bind(source)
@@ -76,7 +77,7 @@ impl Store {
         .map_err(sql("mirror of source"))
     }
 
-    /// The source that holds the mirror name `target`, if any.
+    /// Returns the source that holds the mirror name `target`, if any.
     pub async fn mirror_holder(&self, target: &str) -> Result<Option<String>, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar("SELECT source_repo FROM mirrors WHERE target_repo = $1")
             .bind(target)
@@ -85,8 +86,8 @@ impl Store {
         .map_err(sql("mirror holder"))
     }
 
-    /// Takes the name `target` for `source` in one statement; `false` if another source holds it (or `source`
-    /// already has another mirror), so two workers can never give one name to two sources.
+    /// Takes the name `target` for `source` in one statement, so two workers can never give one name to two
+    /// sources. Returns `false` if another source holds the name, or `source` already has another mirror.
     pub async fn claim_mirror(&self, target: &str, source: &str, private: bool) -> Result<bool, StoreError> {
         let now = self.db_now_utc().await?;
         on_pool!(self, |pool| sqlx::query("INSERT INTO mirrors (target_repo, source_repo, created_at, private) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
@@ -100,11 +101,12 @@ impl Store {
         Ok(self.mirror_holder(target).await?.as_deref() == Some(source))
     }
 
-    /// [`Store::claim_mirror`] for a new mirror, within the day's caps: `Capped` (nothing taken) when
-    /// `caps.total` new mirrors, or `caps.per_namespace` of the source's namespace (compared as the Hub
-    /// compares names), were taken since `day_start` (`YYYY-MM-DDT00:00:00Z`). The count and the insert are
-    /// one statement; on PostgreSQL, workers claiming at the same instant may each pass a count taken before
-    /// the others' inserts, so the cap can be passed by at most one mirror per other worker.
+    /// Does what [`Store::claim_mirror`] does for a new mirror, within the day's caps. It takes nothing and
+    /// returns `Capped` when `caps.total` new mirrors were taken since `day_start` (`YYYY-MM-DDT00:00:00Z`).
+    /// It does the same when `caps.per_namespace` mirrors of the source's namespace were, comparing names as
+    /// the Hub does. The count and the insert are one statement. On PostgreSQL, workers claiming at the same
+    /// instant may each pass a count taken before the others' inserts. The cap can thus be passed by at most
+    /// one mirror per other worker.
     pub async fn claim_new_mirror(
         &self,
         (target, source, private): (&str, &str, bool),
@@ -144,7 +146,7 @@ impl Store {
         })
     }
 
-    /// Gives up the name `target` that `source` took but never committed to (its repo was removed).
+    /// Gives up the name `target` that `source` took but never committed to, because its repo was removed.
     pub async fn release_mirror(&self, target: &str, source: &str) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("DELETE FROM mirrors WHERE target_repo = $1 AND source_repo = $2")
             .bind(target)
@@ -156,9 +158,9 @@ impl Store {
         Ok(())
     }
 
-    /// Records that a mirror was published from `source` with this visibility (clearing an earlier hiding:
-    /// its source was checked public again just before). A job begun before a rename publishes under the old
-    /// name, which the mirror then keeps as the name its manifest gives.
+    /// Records that a mirror was published from `source` with this visibility. It clears an earlier hiding,
+    /// since the source was checked public again just before. A job begun before a rename publishes under the
+    /// old name, which the mirror then keeps as the name its manifest gives.
     pub async fn mirror_published(&self, target: &str, source: &str, private: bool) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query(
             "UPDATE mirrors SET private = $1, hidden_reason = NULL, hidden_at = NULL,
@@ -174,10 +176,10 @@ impl Store {
         Ok(())
     }
 
-    /// Carries what the store holds for `from` over to `to`, once the Hub has confirmed the rename: the mirror
-    /// (unless `to` has one already), and every job whose commit `to` has no job for, so the mirror keeps its
-    /// name and a commit already repaired is not repaired again. `from` is recorded `renamed`, without shards,
-    /// so the totals do not count the repo twice. One transaction.
+    /// Carries what the store holds for `from` over to `to`, in one transaction, once the Hub has confirmed
+    /// the rename. The mirror moves unless `to` has one already. Every job moves whose commit `to` has no job
+    /// for. The mirror thus keeps its name, and a commit already repaired is not repaired again. `from` is
+    /// recorded `renamed`, without shards, so the totals do not count the repo twice.
     pub async fn follow_move(&self, from: &str, to: &str) -> Result<Followed, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
@@ -234,8 +236,9 @@ impl Store {
         Ok(())
     }
 
-    /// Public mirrors whose source the store no longer knows as public: its state is not `ok`, it is flagged
-    /// private, gated or disabled, or the newest finished audit did not list it. Each needs a fresh look.
+    /// Returns the public mirrors whose source the store no longer knows as public. Such a source is unknown
+    /// to the store, or in a state other than `ok`, `moved`, `error` and `pending`. Or it is flagged private,
+    /// gated or disabled, or the newest finished crawl did not list it. Each needs a fresh look.
     pub async fn mirrors_to_recheck(&self) -> Result<Vec<MirrorRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT m.* FROM mirrors m LEFT JOIN repos r ON r.id = m.source_repo
@@ -255,9 +258,9 @@ mod tests {
     use super::*;
     use crate::job::VerifyDevice;
 
-    /// A followed rename moves the mirror and the jobs (but not onto a commit the new name has a job for, nor
-    /// a mirror onto a name that has one), keeps the name the manifest gives through a second rename, and the
-    /// next publication under the new name clears it.
+    /// A followed rename moves the mirror and the jobs. It moves no job onto a commit the new name has a job
+    /// for, and no mirror onto a name that has one. The name the manifest gives survives a second rename, and
+    /// the next publication under the new name clears it.
     #[tokio::test]
     async fn a_followed_rename_carries_the_mirror_and_jobs_over() {
         for test in crate::store::both::stores().await {
@@ -298,7 +301,7 @@ mod tests {
         }
     }
 
-    /// A day's caps hold per source namespace (compared without regard to case) and in all; a name released
+    /// A day's caps hold per source namespace, compared without regard to case, and in all. A name released
     /// by a failed attempt counts in neither.
     #[tokio::test]
     async fn new_mirrors_are_capped_per_namespace_and_in_all_per_day() {

@@ -1,7 +1,8 @@
-//! The audit store, through sqlx: SQLite (in WAL mode) on one machine, PostgreSQL where many share it. One API
-//! over both, chosen by the location's scheme; each backend's migrations (`migrations/sqlite`,
-//! `migrations/postgres`) are embedded. Queries are written once, in the SQL both accept (`$N` parameters,
-//! explicit casts where PostgreSQL's types are stricter), and run on whichever pool the store holds.
+//! The audit store, through sqlx: SQLite (in WAL mode) on one machine, PostgreSQL where many share it. One
+//! API covers both, and the location's scheme picks the backend. Each backend's migrations
+//! (`migrations/sqlite`, `migrations/postgres`) are embedded. Queries are written once, in the SQL both
+//! accept: `$N` parameters, and explicit casts where PostgreSQL's types are stricter. They run on whichever
+//! pool the store holds.
 //!
 //! Writes happen in short transactions, and never while a network call is in flight: the crawler fetches,
 //! then records.
@@ -35,8 +36,8 @@ use thiserror::Error;
 pub use self::location::{Location, LocationError};
 pub use self::records::{ListingEntry, RefusedEntry, RepoOutcome, RepoState, RunKind, RunStats, ShardRow};
 
-/// A migration the store holds that `migrator` does not know is a newer release's: said as such, with the
-/// fix. Any other failure stays as it is.
+/// Reports a migration the store holds but `migrator` does not know: it comes from a newer release.
+/// The error says so, with the fix. Any other failure stays as it is.
 fn newer_schema(migrator: &sqlx::migrate::Migrator, e: sqlx::migrate::MigrateError) -> StoreError {
     match e {
         sqlx::migrate::MigrateError::VersionMissing(version) => {
@@ -92,7 +93,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// The database file's directory is not there: a mistyped path, not a place to make a new store in.
+    /// The database file's directory is not there. That is a mistyped path, not a place to make a new store.
     #[error("{}: no such directory for the database (create it, or check the path)", path.display())]
     NoDir {
         /// The directory.
@@ -107,9 +108,9 @@ fn sql(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Sql { what, source }
 }
 
-/// Each repo's last entry in `items` (a batch the Hub's answers made may name one twice; writing the entries
-/// in turn would leave the last), sorted by id: one order for every writer, so two transactions writing
-/// overlapping repos take their locks in the same order and never deadlock.
+/// Returns each repo's last entry in `items`, sorted by id. A batch made from the Hub's answers may name a
+/// repo twice, and writing the entries in turn would leave the last. The sort gives every writer one order,
+/// so two transactions writing overlapping repos take their locks in the same order and never deadlock.
 fn last_of_each<'a, T>(items: &'a [T], id: impl Fn(&'a T) -> &'a str) -> Vec<&'a T> {
     let mut last_of: std::collections::HashMap<&str, &T> = std::collections::HashMap::with_capacity(items.len());
     for item in items {
@@ -124,7 +125,7 @@ fn last_of_each<'a, T>(items: &'a [T], id: impl Fn(&'a T) -> &'a str) -> Vec<&'a
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// One file, one machine: the embedded default.
+    /// One file on one machine: the embedded default.
     Sqlite,
     /// A server that many workers and replicas share.
     Postgres,
@@ -137,8 +138,8 @@ pub(crate) enum Pool {
     Postgres(PgPool),
 }
 
-/// Runs `$body` with `$pool` bound to the store's pool, whichever backend it is: the body is compiled once per
-/// backend, so the same query text runs, with each driver's own types, on either.
+/// Runs `$body` with `$pool` bound to the store's pool, whichever backend it is. The body is compiled once
+/// per backend, so the same query text runs on either, with each driver's own types.
 macro_rules! on_pool {
     ($store:expr, |$pool:ident| $body:expr) => {
         match $store.pool() {
@@ -153,8 +154,8 @@ pub(crate) use on_pool;
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: Pool,
-    /// Whether the database lives in memory (its connections share one cache, which `data_version` does
-    /// not watch).
+    /// Whether the database lives in memory. Its connections then share one cache, which `data_version` does
+    /// not watch.
     in_memory: bool,
 }
 
@@ -180,8 +181,8 @@ impl Store {
         Store::connect(SqliteConnectOptions::new().filename(path), false).await
     }
 
-    /// Opens the database at the default path ([`default_db_path`]), creating its directory if needed: the
-    /// one place a store's directory is made rather than expected.
+    /// Opens the database at the default path ([`default_db_path`]), creating its directory if needed. This
+    /// is the one place that makes a store's directory rather than expecting it.
     pub async fn open_default() -> Result<Store, StoreError> {
         let path = default_db_path();
         if let Some(dir) = path.parent() {
@@ -191,7 +192,7 @@ impl Store {
     }
 
     /// Opens `location` as [`Location`] reads it: a SQLite file's path or `sqlite:` URL, a PostgreSQL
-    /// server's `postgres://` URL, or `sqlite::memory:`; any other scheme is refused.
+    /// server's `postgres://` URL, or `sqlite::memory:`. Any other scheme is refused.
     pub async fn open_at(location: &str) -> Result<Store, StoreError> {
         Store::open_location(&location.parse()?).await
     }
@@ -211,8 +212,8 @@ impl Store {
 
     async fn connect_postgres(options: PgConnectOptions) -> Result<Store, StoreError> {
         let options = options.application_name("hubalign");
-        // One connection first, so a wrong host, port, user or database fails at once with the server's
-        // reason, not after the pool's 30 s of retries as "timed out".
+        // Open one connection first. A wrong host, port, user or database then fails at once with the
+        // server's reason, not as "timed out" after the pool's 30 s of retries.
         sqlx::Connection::close(options.connect().await.map_err(sql("connect"))?).await.map_err(sql("connect"))?;
         let pool = PgPoolOptions::new()
             .max_connections(POSTGRES_CONNECTIONS)
@@ -232,9 +233,9 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(30));
-        // Turning a new file to WAL takes a lock that SQLite's busy handler does not wait for: openers racing on
-        // a new file get "database is locked" at once. The switch takes milliseconds, so the open is tried
-        // again for a while (only for that error).
+        // Turning a new file to WAL takes a lock that SQLite's busy handler does not wait for. Openers racing on
+        // a new file get "database is locked" at once. The switch takes milliseconds, so retry the open for a
+        // while, on that error only.
         let mut tries = 0u32;
         let pool = loop {
             let opened = SqlitePoolOptions::new()
@@ -250,10 +251,10 @@ impl Store {
                 opened => break opened.map_err(sql("open"))?,
             }
         };
-        // sqlx locks PostgreSQL's migrations (an advisory lock) but not SQLite's: two processes opening one
-        // new file at once would both apply its first migration, and one would fail. A file with migrations to
-        // apply has them applied under an exclusive lock of a file beside it, held until they are done (the
-        // second opener then finds nothing left to apply).
+        // sqlx locks PostgreSQL's migrations (an advisory lock) but not SQLite's. Two processes opening one new
+        // file at once would both apply its first migration, and one would fail. So a file's pending
+        // migrations run under an exclusive lock of a file beside it, held until they are done. The second
+        // opener then finds nothing left to apply.
         let migrator = sqlx::migrate!("./migrations/sqlite");
         let _migrating = if in_memory || !pending(&migrator, &pool).await {
             None
@@ -264,14 +265,14 @@ impl Store {
         Ok(Store { pool: Pool::Sqlite(pool), in_memory })
     }
 
-    /// The pool, for queries elsewhere in the crate (through [`on_pool!`]).
+    /// Returns the pool, for queries elsewhere in the crate (through [`on_pool!`]).
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
     }
 
-    /// How a transaction that writes begins. SQLite's takes the write lock at once: a deferred one that reads
-    /// first fails with "database is locked" when another connection wrote meanwhile, whatever the busy
-    /// timeout. PostgreSQL locks rows as they are written.
+    /// Returns how a transaction that writes begins. SQLite's takes the write lock at once. A deferred one
+    /// that reads first fails with "database is locked" when another connection wrote meanwhile, whatever the
+    /// busy timeout. PostgreSQL locks rows as they are written.
     pub(crate) fn begin_write(&self) -> &'static str {
         match self.pool {
             Pool::Sqlite(_) => "BEGIN IMMEDIATE",
@@ -279,8 +280,9 @@ impl Store {
         }
     }
 
-    /// How a read-only transaction that must see one snapshot begins. SQLite's deferred one keeps the snapshot
-    /// its first read takes (WAL); PostgreSQL's default, read committed, gives each statement its own.
+    /// Returns how a read-only transaction that must see one snapshot begins. SQLite's deferred transaction
+    /// keeps the snapshot its first read takes (WAL). PostgreSQL's default, read committed, gives each
+    /// statement its own snapshot.
     pub(crate) fn begin_snapshot(&self) -> &'static str {
         match self.pool {
             Pool::Sqlite(_) => "BEGIN",
@@ -288,7 +290,7 @@ impl Store {
         }
     }
 
-    /// Which database this store runs on.
+    /// Returns which database this store runs on.
     pub fn backend(&self) -> Backend {
         match self.pool {
             Pool::Sqlite(_) => Backend::Sqlite,
@@ -297,8 +299,8 @@ impl Store {
     }
 }
 
-/// Whether `migrator` has a migration the database at `pool` has not applied (a database without the
-/// migrations' table has them all to apply).
+/// Whether `migrator` has a migration the database at `pool` has not applied. A database without the
+/// migrations' table has them all to apply.
 async fn pending(migrator: &sqlx::migrate::Migrator, pool: &SqlitePool) -> bool {
     let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
         .fetch_all(pool)
@@ -307,11 +309,11 @@ async fn pending(migrator: &sqlx::migrate::Migrator, pool: &SqlitePool) -> bool 
     migrator.iter().any(|m| !applied.contains(&m.version))
 }
 
-/// Takes the exclusive lock on `<database>-migrate` (the database's real path, links resolved; the lock file
-/// is created if need be and left for the next opener), waiting on a blocking thread while another process
-/// migrates; the lock goes with the returned file. `None`, with a warning, where no lock can be had (no file
-/// behind the database, a lock file another user owns and this one cannot create): the migrations then run
-/// as sqlx runs them.
+/// Takes the exclusive lock on `<database>-migrate`, beside the database's real path with links resolved.
+/// It creates the lock file if need be and leaves it for the next opener. It waits on a blocking thread
+/// while another process migrates. The lock goes with the returned file. Returns `None` when no file is
+/// behind the database. Also returns `None`, with a warning, when the lock file is missing and this user
+/// cannot create it. The migrations then run as sqlx runs them.
 async fn migration_lock(database: &Path) -> Result<Option<std::fs::File>, StoreError> {
     let Ok(database) = std::fs::canonicalize(database) else { return Ok(None) };
     let mut name = database.into_os_string();
@@ -341,7 +343,7 @@ async fn migration_lock(database: &Path) -> Result<Option<std::fs::File>, StoreE
     }
 }
 
-/// How often opening a SQLite file is tried while another opener holds it busy (about 8 s in all).
+/// How often opening a SQLite file is tried while another opener holds it busy, about 9 s in all.
 const OPEN_BUSY_TRIES: u32 = 50;
 
 /// Whether SQLite said the database is busy or locked.
@@ -349,11 +351,11 @@ fn is_busy(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("5" | "6")))
 }
 
-/// Connections each process keeps to a PostgreSQL server: enough for the pages, the scheduler and a few
-/// workers at once, and few enough that dozens of processes fit a default server's 100.
+/// Connections each process keeps to a PostgreSQL server. That is enough for the pages, the scheduler and a
+/// few workers at once, and few enough that dozens of processes fit a default server's 100.
 const POSTGRES_CONNECTIONS: u32 = 8;
 
-/// `url` without its password, for messages and logs.
+/// Returns `url` with its password masked, for messages and logs.
 pub fn redact_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(mut parsed) if parsed.password().is_some() => {
@@ -376,8 +378,9 @@ pub(crate) mod both {
         _dir: tempfile::TempDir,
     }
 
-    /// A SQLite file, and with `system-tests` (tier 2) a database of its own on the process's scratch
-    /// PostgreSQL server. A tier-2 run on a machine without PostgreSQL fails here, never on one silently.
+    /// Returns a SQLite store, and with `system-tests` (tier 2) a database of its own on the process's scratch
+    /// PostgreSQL server. A tier-2 run on a machine without PostgreSQL fails here rather than test one
+    /// backend silently.
     pub(crate) async fn stores() -> Vec<TestStore> {
         let dir = tempfile::tempdir().unwrap();
         let sqlite = Store::open(&dir.path().join("t.db")).await.unwrap();
@@ -398,8 +401,9 @@ pub(crate) mod both {
 mod tests {
     use super::Store;
 
-    /// Processes that open one new SQLite file at once (two `serve` replicas started together, a worker and
-    /// a status page) each apply every migration once between them: none fails on a column another added.
+    /// Processes that open one new SQLite file at once apply every migration once between them. None fails
+    /// on a column another added. Two `serve` replicas started together do this, or a worker and a status
+    /// page.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn stores_opened_at_once_on_a_new_file_migrate_it_once() {
         for round in 0..5 {
@@ -418,8 +422,8 @@ mod tests {
         }
     }
 
-    /// A store with nothing to migrate takes no lock (it may be on a disk or behind a lock file this user
-    /// cannot write), and one reached through a link locks the file itself.
+    /// A store with nothing to migrate takes no lock, since it may be on a disk or behind a lock file this
+    /// user cannot write. A store reached through a link locks the file itself.
     #[tokio::test]
     async fn only_a_store_with_migrations_to_apply_is_locked_and_by_its_real_path() {
         let dir = tempfile::tempdir().unwrap();

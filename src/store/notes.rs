@@ -1,5 +1,5 @@
-//! The notes on mirrored sources (`serve --note-sources`): which source got its one note (or is being given
-//! it, or refused it), and which namespaces said no by closing one.
+//! The notes on mirrored sources (`serve --note-sources`). The store keeps which source got its one note, is
+//! being given it, or refused it. It also keeps which namespaces said no by closing one.
 
 use std::collections::BTreeSet;
 
@@ -35,8 +35,9 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.to_ascii_lowercase()).collect())
     }
 
-    /// `limit` of the notes in `namespace` not yet seen closed, those the Hub was asked about longest ago (or
-    /// never) first, to ask it again: each pass asks about a few, and every note's turn comes.
+    /// Returns `limit` of the notes in `namespace` not yet seen closed, to ask the Hub about them again. The
+    /// notes asked about longest ago, or never, come first. Each pass asks about a few, and every note's turn
+    /// comes.
     pub async fn open_notes_in(&self, namespace: &str, limit: i64) -> Result<Vec<SourceNote>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT source_repo, num FROM source_notes WHERE lower(namespace) = lower($1) AND declined = FALSE
@@ -60,8 +61,8 @@ impl Store {
         .map_err(sql("note checked"))
     }
 
-    /// Claims `source` for a note (number 0 until posted): `false` if another process holds it or it has a
-    /// note, so two processes never both post one.
+    /// Claims `source` for a note, with number 0 until posted. Returns `false` if another process holds the
+    /// claim or the source has a note, so two processes never both post one.
     pub async fn claim_note(&self, source: &str, mirror: &str) -> Result<bool, StoreError> {
         let now = crate::time::now_utc();
         let inserted = on_pool!(self, |pool| {
@@ -81,7 +82,7 @@ impl Store {
         Ok(inserted == 1)
     }
 
-    /// Gives a claim up (the post failed and may be tried again by the next pass).
+    /// Gives a claim up after a failed post, so the next pass may try again.
     pub async fn release_note(&self, source: &str) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("DELETE FROM source_notes WHERE source_repo = $1 AND num = 0")
             .bind(source)
@@ -124,8 +125,8 @@ impl Store {
 mod tests {
     use super::*;
 
-    /// Found by review: only the newest notes of a namespace were asked about, so a closed older one went
-    /// unseen for ever. Every note now gets its turn, the ones asked about longest ago first.
+    /// Every note of a namespace gets its turn to be asked about, the ones asked about longest ago first. A
+    /// closed older note is thus never missed.
     #[tokio::test]
     async fn every_note_of_a_namespace_gets_its_turn_to_be_checked_and_a_claim_is_held_once() {
         let dir = tempfile::tempdir().unwrap();

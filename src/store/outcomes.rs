@@ -1,5 +1,5 @@
-//! Recording what probing found: a batch of repos in one transaction, in the same few statements whatever
-//! the batch's size, so a crawl's recording keeps up with its probes on either backend.
+//! Records what probing found. A batch of repos goes in one transaction, in the same few statements whatever
+//! the batch's size. A crawl's recording thus keeps up with its probes on either backend.
 
 use std::collections::HashMap;
 
@@ -8,32 +8,31 @@ use sqlx::QueryBuilder;
 use super::records::RepoOutcome;
 use super::{Backend, Store, StoreError, on_pool, sql};
 
-/// Shards per insert statement: 13 values each, well inside SQLite's 32,766 and PostgreSQL's 65,535 bound
-/// parameters (a batch of repos may hold thousands).
+/// Shards per insert statement. At 13 values each, a statement stays well inside SQLite's 32,766 and
+/// PostgreSQL's 65,535 bound parameters. A batch of repos may hold thousands of shards.
 const SHARD_BATCH: usize = 1_000;
 
 /// What one repo's recording changes beside its shards, decided from what the store held before.
 struct Recorded<'a> {
     outcome: &'a RepoOutcome,
-    /// The commit recorded audited: the outcome's when final, else the one before stays.
+    /// The commit recorded as audited: the outcome's when final, else the one before stays.
     audited_sha: Option<&'a str>,
     /// Bytes a copying loader duplicates, as the history shows them.
     bytes: i64,
-    /// Whether anything a report shows changed: a history row follows.
+    /// Whether anything a report shows changed. If so, a history row follows.
     changed: bool,
 }
 
 impl Store {
-    /// Records one repo's audit atomically: its shards replaced, its state and audited commit set, and a
-    /// history row when anything a report shows changed.
+    /// Records one repo's audit atomically. It replaces the shards, sets the state and audited commit, and
+    /// adds a history row when anything a report shows changed.
     pub async fn record_repo(&self, run: i64, outcome: &RepoOutcome) -> Result<(), StoreError> {
         self.record_repos(run, std::slice::from_ref(outcome)).await
     }
 
-    /// Records the audits of several repos in one transaction, each as [`Store::record_repo`] would: the
+    /// Records the audits of several repos in one transaction, each as [`Store::record_repo`] would. The
     /// batch is recorded whole or not at all. A repo the batch names twice is recorded as its last outcome
-    /// says. Six statements for the whole batch (one more per 1,000 shards), where one repo at a time took
-    /// eight or more for each repo (one per shard).
+    /// says. The whole batch takes six statements, plus one per 1,000 shards.
     pub async fn record_repos(&self, run: i64, outcomes: &[RepoOutcome]) -> Result<(), StoreError> {
         let unique = super::last_of_each(outcomes, |o| &o.id);
         if unique.is_empty() {
@@ -43,8 +42,8 @@ impl Store {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
             if self.backend() == Backend::Postgres {
-                // Two audits of one repo at once (a webhook's and the crawl's) take turns, so the second
-                // replaces the first's shards instead of colliding with them. (SQLite has one writer anyway.)
+                // Two audits of one repo at once (a webhook's and the crawl's) take turns. The second then
+                // replaces the first's shards instead of colliding with them. SQLite has one writer anyway.
                 let mut lock =
                     QueryBuilder::new("SELECT pg_advisory_xact_lock(hashtextextended('repo:' || v.column1, 0)) FROM (");
                 lock.push_values(&unique, |mut row, o| {
@@ -148,8 +147,8 @@ impl Store {
     }
 }
 
-/// What recording `outcome` over `previous` (the store's audited commit, state and duplicated bytes, if it
-/// knew the repo) changes.
+/// Decides what recording `outcome` over `previous` changes. `previous` holds the store's audited commit,
+/// state and duplicated bytes, if the store knew the repo.
 fn decide<'a>(outcome: &'a RepoOutcome, previous: Option<&(Option<String>, String, i64)>) -> Recorded<'a> {
     let audited_sha = outcome.state.is_final().then_some(outcome.sha.as_str());
     let bytes = if outcome.state.is_final() { outcome.misaligned_bytes() } else { previous.map_or(0, |p| p.2) };
@@ -195,8 +194,8 @@ mod tests {
         }
     }
 
-    /// What a store shows of one repo: its state, audited commit, shards and their bytes, affected flag and
-    /// history rows.
+    /// Returns what a store shows of one repo: its state, audited commit, shards and their bytes, affected
+    /// flag and history rows.
     async fn shown(store: &Store, id: &str) -> (String, Option<String>, i64, i64, i64, i64) {
         on_pool!(store, |pool| sqlx::query_as(
             "SELECT state, audited_sha,
@@ -213,8 +212,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_is_recorded_as_its_repos_one_at_a_time_would_be() {
-        // Pairs of one backend: the first store records the second audit as a batch, the other one repo at a
-        // time, and every repo must then look the same in both.
+        // Use pairs of one backend. The first store records the second audit as a batch, the other one repo at
+        // a time. Every repo must then look the same in both.
         let (first, second) = (stores().await, stores().await);
         for (batched, one_by_one) in first.iter().zip(&second) {
             let (batched, one_by_one) = (&batched.store, &one_by_one.store);

@@ -39,8 +39,8 @@ impl Store {
         .map_err(sql("record an owned object"))
     }
 
-    /// Forgets the record of the object `id` of `kind`: a claim made before creating it, when what the Hub
-    /// holds under that name turned out to be someone else's.
+    /// Forgets the record of the object `id` of `kind`. It drops a claim made before creating the object,
+    /// when what the Hub holds under that name turned out to be someone else's.
     pub async fn forget_owned(&self, kind: OwnedKind, id: &str) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("DELETE FROM hub_objects WHERE kind = $1 AND object_id = $2")
             .bind(kind.as_str())

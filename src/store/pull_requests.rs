@@ -7,9 +7,9 @@ use super::jobs::record_event;
 use super::{Store, StoreError, on_pool, sql};
 
 impl Store {
-    /// Repos (all, or `only`) whose owner closed one of hubalign's pull requests unmerged: their "no" in
-    /// `--pr` mode. Read through a partial index, apart from the candidates, so the queue pays for it only
-    /// in that mode.
+    /// Returns the repos (all, or `only`) whose owner closed one of hubalign's pull requests unmerged: their
+    /// "no" in `--pr` mode. A partial index reads them apart from the candidates, so the queue pays for it
+    /// only in that mode.
     pub async fn declined_repos(&self, only: Option<&str>) -> Result<BTreeSet<String>, StoreError> {
         let repos: Vec<String> = on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT DISTINCT repo_id FROM jobs WHERE pr_status = 'closed' AND ($1 IS NULL OR repo_id = $1)"
@@ -21,8 +21,8 @@ impl Store {
         Ok(repos.into_iter().collect())
     }
 
-    /// Whether a job of this store opened pull request `num` on `repo`: a payload about any other asks the Hub
-    /// nothing.
+    /// Whether a job of this store opened pull request `num` on `repo`. A payload about any other pull
+    /// request asks the Hub nothing.
     pub async fn opened_pull_request(&self, repo: &str, num: i64) -> Result<bool, StoreError> {
         let found: Option<i64> =
             on_pool!(self, |pool| sqlx::query_scalar("SELECT id FROM jobs WHERE repo_id = $1 AND pr_num = $2 LIMIT 1")
@@ -34,8 +34,9 @@ impl Store {
         Ok(found.is_some())
     }
 
-    /// Records what became of the pull request `num` a job opened on `repo` (`closed` or `merged`, as the Hub
-    /// says), with an event on that job. `None` when no job of this store opened it: not hubalign's.
+    /// Records what became of the pull request `num` that a job opened on `repo`: `closed` or `merged`, as the
+    /// Hub says. It adds an event on that job. Returns `None` when no job of this store opened the pull
+    /// request, which is then not hubalign's.
     pub async fn pull_request_ended(&self, repo: &str, num: i64, status: &str) -> Result<Option<i64>, StoreError> {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin"))?;
@@ -74,8 +75,8 @@ mod tests {
 
     use crate::job::{JobOutcome, VerifyDevice};
 
-    /// A pull request the owner closed unmerged marks its repo declined (for `--pr` mode); a merged one, or
-    /// one no job of this store opened, does not.
+    /// A pull request the owner closed unmerged marks its repo declined for `--pr` mode. A merged one, or one
+    /// no job of this store opened, does not.
     #[tokio::test]
     async fn a_closed_pull_request_declines_its_repo_and_a_merged_one_does_not() {
         for test in crate::store::both::stores().await {

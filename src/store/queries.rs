@@ -65,16 +65,16 @@ pub struct AffectedRepo {
     pub misaligned_bytes: i64,
 }
 
-/// A repo as the API and the dashboard list it: every repo the store knows, audited or not (gated, private,
-/// disabled, invalid listing entries are listed as such), with its sums when audited.
+/// A repo as the API and the dashboard list it. They list every repo the store knows, audited or not, and
+/// show gated, private and disabled repos and invalid listing entries as such. An audited repo has its sums.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RepoListing {
-    /// `namespace/name` (escaped, for an invalid listing entry); `repo_id` in JSON, as everywhere.
+    /// `namespace/name`, escaped for an invalid listing entry; `repo_id` in JSON, as everywhere.
     #[serde(rename = "repo_id")]
     pub repo: String,
     /// The namespace.
     pub namespace: String,
-    /// `ok`, `pending`, `gated`, `disabled`, `vanished`, `moved`, `error` or `invalid_listing`.
+    /// `ok`, `pending`, `gated`, `disabled`, `vanished`, `moved`, `renamed`, `error` or `invalid_listing`.
     pub state: String,
     /// The commit audited, else the one listed.
     pub sha: Option<String>,
@@ -94,12 +94,12 @@ pub struct RepoListing {
     pub misaligned_tensors: i64,
     /// Bytes a copying loader duplicates.
     pub misaligned_bytes: i64,
-    /// Why it is not audited (the last failure, or the listing entry's fault).
+    /// Why it is not audited: the last failure, or the listing entry's fault.
     pub last_error: Option<String>,
 }
 
-/// A query for [`RepoListing`] rows (every repo, with its sums when audited) with the given condition, as one
-/// string known at compile time.
+/// Builds a query for [`RepoListing`] rows with the given condition, as one string known at compile time. The
+/// query lists every repo, with its sums when audited.
 macro_rules! listing {
     ($rest:literal) => {
         concat!(
@@ -113,7 +113,8 @@ macro_rules! listing {
     };
 }
 
-/// [`listing!`]'s columns, read from the sums first: for affected repos, in the order of the sums' indexes.
+/// [`listing!`]'s columns, read from the sums first. For affected repos, this follows the order of the sums'
+/// indexes.
 macro_rules! listing_from_sums {
     () => {
         "SELECT r.id AS repo, r.namespace, r.state, COALESCE(r.audited_sha, r.listed_sha) AS sha, r.private,
@@ -138,7 +139,7 @@ pub struct RepoFilter {
 /// Repos per access state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct StateCount {
-    /// `ok`, `gated`, `disabled`, `vanished`, `moved`, `error` or `pending`.
+    /// `ok`, `pending`, `gated`, `disabled`, `vanished`, `moved`, `renamed`, `error` or `invalid_listing`.
     pub state: String,
     /// How many repos.
     pub repos: i64,
@@ -155,7 +156,7 @@ pub struct RepoRow {
     pub listed_sha: Option<String>,
     /// The commit last audited to completion.
     pub audited_sha: Option<String>,
-    /// `pending`, `ok`, `gated`, `disabled`, `vanished`, `moved`, `error` or `invalid_listing`.
+    /// `pending`, `ok`, `gated`, `disabled`, `vanished`, `moved`, `renamed`, `error` or `invalid_listing`.
     pub state: String,
     /// Private (seen through the token's own access).
     pub private: bool,
@@ -210,7 +211,7 @@ pub struct TrendPoint {
 pub struct Progress {
     /// Affected repos with a published, public aligned mirror.
     pub mirrored: i64,
-    /// Repos once affected that are not any more: fixed upstream.
+    /// Repos once affected that are not any more, because they were fixed upstream.
     pub fixed_upstream: i64,
 }
 
@@ -308,7 +309,7 @@ impl Store {
         .map_err(sql("writers"))
     }
 
-    /// Repos with tensors a copying loader duplicates, at least `min_bytes` of them, most first.
+    /// Returns the repos with tensors a copying loader duplicates, at least `min_bytes` of them, most first.
     pub async fn affected(&self, min_bytes: i64) -> Result<Vec<AffectedRepo>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
@@ -320,7 +321,7 @@ impl Store {
         .map_err(sql("affected repos"))
     }
 
-    /// Every shard of one repo, by path.
+    /// Returns every shard of one repo, by path.
     pub async fn repo_shards(&self, repo: &str) -> Result<Vec<ShardRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM shards WHERE repo_id = $1 ORDER BY path")
             .bind(repo)
@@ -329,13 +330,13 @@ impl Store {
         .map_err(sql("repo shards"))
     }
 
-    /// Every shard, by repo and path.
+    /// Returns every shard, by repo and path.
     pub async fn all_shards(&self) -> Result<Vec<ShardRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as("SELECT * FROM shards ORDER BY repo_id, path").fetch_all(pool).await)
             .map_err(sql("shards"))
     }
 
-    /// Repos per state (`pending` for listed but never audited).
+    /// Counts repos per state (`pending` for listed but never audited).
     pub async fn states(&self) -> Result<Vec<StateCount>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT state, COUNT(*) AS repos FROM repos GROUP BY state ORDER BY state"
@@ -345,14 +346,14 @@ impl Store {
         .map_err(sql("states"))
     }
 
-    /// One trivial query: the database is open and answering (for health checks).
+    /// Runs one trivial query to show that the database is open and answering, for health checks.
     pub async fn ping(&self) -> Result<(), StoreError> {
         on_pool!(self, |pool| sqlx::query("SELECT 1").execute(pool).await.map(|done| done.rows_affected()))
             .map_err(sql("ping"))?;
         Ok(())
     }
 
-    /// Store-wide figures.
+    /// Returns store-wide figures.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT CAST(COALESCE(SUM(repos_audited), 0) AS BIGINT) AS repos_audited, CAST(COALESCE(SUM(repos_affected), 0) AS BIGINT) AS repos_affected,
@@ -368,7 +369,7 @@ impl Store {
         .map_err(sql("totals"))
     }
 
-    /// The newest `limit` runs' figures, oldest first.
+    /// Returns the newest `limit` runs' figures, oldest first.
     pub async fn trend(&self, limit: i64) -> Result<Vec<TrendPoint>, StoreError> {
         let mut points: Vec<TrendPoint> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT id AS run_id, COALESCE(finished_at, started_at) AS at, repos_affected_after AS repos_affected,
@@ -383,11 +384,11 @@ impl Store {
         Ok(points)
     }
 
-    /// Per namespace: affected repos with a published public mirror, and repos fixed upstream.
+    /// Counts, per namespace, the affected repos with a published public mirror and the repos fixed upstream.
     pub async fn progress(&self) -> Result<std::collections::HashMap<String, Progress>, StoreError> {
-        // CROSS JOIN keeps SQLite's join order: from the few mirrors (and the few repos once affected) to their
-        // sums, never from every repo's sums (30 ms at 50,000 repos, against well under one). The join's
-        // condition is in WHERE, where PostgreSQL (whose CROSS JOIN takes no ON) accepts it too.
+        // CROSS JOIN keeps SQLite's join order: from the few mirrors, and the few repos once affected, to their
+        // sums. Starting from every repo's sums is far slower; see BENCHMARKS.md. The join's condition is in
+        // WHERE, which PostgreSQL accepts too, since its CROSS JOIN takes no ON.
         let mirrored: Vec<(String, i64)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT s.namespace, COUNT(*) FROM mirrors m CROSS JOIN repo_sums s
              WHERE s.repo = m.source_repo AND s.misaligned_bytes > 0 AND m.private = FALSE
@@ -414,7 +415,7 @@ impl Store {
         Ok(out)
     }
 
-    /// Bytes a copying loader duplicates in repos that have a published public aligned mirror.
+    /// Sums the bytes a copying loader duplicates in repos that have a published public aligned mirror.
     pub async fn mirrored_bytes(&self) -> Result<i64, StoreError> {
         on_pool!(self, |pool| {
             sqlx::query_scalar(
@@ -428,9 +429,9 @@ impl Store {
         .map_err(sql("mirrored bytes"))
     }
 
-    /// Repos by `filter`, most bytes duplicated first, then by id. Read in two parts, each in the order of an
-    /// index: the affected repos from the sums, then the rest (nothing duplicated, or not audited) by id,
-    /// so no page sorts a whole namespace.
+    /// Returns repos by `filter`, most bytes duplicated first, then by id. It reads them in two parts, each in
+    /// the order of an index. The affected repos come from the sums first. The rest (nothing duplicated, or
+    /// not audited) follow by id. No page thus sorts a whole namespace.
     pub async fn repo_listing(&self, filter: &RepoFilter) -> Result<Vec<RepoListing>, StoreError> {
         let ns = filter.namespace.as_deref();
         let affected = match filter.affected {
@@ -439,7 +440,7 @@ impl Store {
         };
         let mut page = Vec::new();
         if filter.affected != Some(false) && filter.offset < affected {
-            // The page's ids from the index alone, then their rows (as for a namespace's page).
+            // Take the page's ids from the index alone, then their rows, as for a namespace's page.
             let text = format!(
                 "{} WHERE s.repo IN (SELECT repo FROM repo_sums WHERE misaligned_bytes > 0 {}
                    ORDER BY misaligned_bytes DESC, repo LIMIT $1 OFFSET $2)
@@ -461,8 +462,8 @@ impl Store {
         Ok(page)
     }
 
-    /// Affected repos, of one namespace or all, from the namespaces' sums (counting them in the repos' sums
-    /// took 47 ms for a namespace of 56,000 on PostgreSQL).
+    /// Counts affected repos, of one namespace or all, from the namespaces' sums. Counting them in the repos'
+    /// sums is slow for a large namespace; see BENCHMARKS.md.
     async fn affected_count(&self, namespace: Option<&str>) -> Result<i64, StoreError> {
         let text = match namespace {
             Some(_) => {
@@ -474,7 +475,8 @@ impl Store {
             .map_err(sql("affected repos count"))
     }
 
-    /// One part of [`Store::repo_listing`]: `text` takes the limit, the offset and, if given, the namespace.
+    /// Reads one part of [`Store::repo_listing`]. `text` takes the limit, the offset and, if given, the
+    /// namespace.
     async fn listing_part(
         &self,
         text: String,
@@ -493,7 +495,7 @@ impl Store {
         .map_err(sql("repo listing"))
     }
 
-    /// One repo as the store knows it, audited or not.
+    /// Returns one repo as the store knows it, audited or not.
     pub async fn repo(&self, id: &str) -> Result<Option<RepoListing>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(listing!("WHERE r.id = $1")).bind(id).fetch_optional(pool).await)
             .map_err(sql("repo"))
@@ -510,13 +512,13 @@ impl Store {
         Ok(found.is_some())
     }
 
-    /// One namespace's repos that are not audited (gated, private to others, disabled, failed, invalid
-    /// listing entries), by id.
+    /// Returns one namespace's repos that are not audited, by id: gated, private to others, disabled, failed,
+    /// or invalid listing entries.
     pub async fn namespace_unaudited(&self, namespace: &str) -> Result<Vec<RepoListing>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(listing!(
-            // `state != 'ok'` as two ranges, and the order by an expression: so the (namespace, state) index
-            // finds the few such repos and they are sorted, rather than the whole namespace walked in id order
-            // for them (4.5 ms for 10,000 repos on SQLite, against 0.01 ms).
+            // Write `state != 'ok'` as two ranges, and order by an expression. The (namespace, state) index then
+            // finds the few such repos, and they are sorted. Otherwise the whole namespace would be walked in
+            // id order for them; see BENCHMARKS.md.
             "WHERE r.namespace = $1 AND (r.state < 'ok' OR r.state > 'ok') ORDER BY r.id || '' LIMIT 1000"
         ))
         .bind(namespace)
@@ -525,7 +527,7 @@ impl Store {
         .map_err(sql("namespace's repos not audited"))
     }
 
-    /// One namespace's audited repos, most bytes duplicated first, a page at a time.
+    /// Returns one namespace's audited repos, most bytes duplicated first, a page at a time.
     pub async fn namespace_repos(
         &self,
         namespace: &str,
@@ -533,8 +535,8 @@ impl Store {
         offset: i64,
     ) -> Result<Vec<AffectedRepo>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
-            // The page's ids first, from the index alone (a deep page skips thousands of index entries, not
-            // thousands of rows), then their rows.
+            // Take the page's ids first, from the index alone, then their rows. A deep page then skips thousands
+            // of index entries, not thousands of rows.
             "SELECT repo, namespace, sha, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes
              FROM repo_sums WHERE repo IN (
                 SELECT repo FROM repo_sums WHERE namespace = $1 ORDER BY misaligned_bytes DESC, repo LIMIT $2 OFFSET $3)
@@ -548,7 +550,7 @@ impl Store {
         .map_err(sql("namespace repos"))
     }
 
-    /// Every repository, by id.
+    /// Returns every repository, by id.
     pub async fn repos(&self) -> Result<Vec<RepoRow>, StoreError> {
         on_pool!(self, |pool| {
             sqlx::query_as(
@@ -561,7 +563,7 @@ impl Store {
         .map_err(sql("repos"))
     }
 
-    /// Runs per status.
+    /// Counts runs per status.
     pub async fn run_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT status, COUNT(*) FROM audit_runs WHERE kind = 'crawl' GROUP BY status ORDER BY status"
@@ -571,7 +573,7 @@ impl Store {
         .map_err(sql("run counts"))
     }
 
-    /// When the newest finished crawl ended, in Unix seconds.
+    /// Returns when the newest finished crawl ended, in Unix seconds.
     pub async fn last_finished_run_at(&self) -> Result<Option<i64>, StoreError> {
         let at: Option<String> = on_pool!(self, |pool| {
             sqlx::query_scalar(
@@ -585,7 +587,7 @@ impl Store {
         Ok(at.as_deref().and_then(crate::time::parse_utc))
     }
 
-    /// Runs, newest first, `limit` of them after `offset`.
+    /// Returns runs, newest first, `limit` of them after `offset`.
     pub async fn runs_page(&self, limit: i64, offset: i64) -> Result<Vec<RunRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(concat!(
             run_columns!(),
@@ -598,7 +600,7 @@ impl Store {
         .map_err(sql("runs"))
     }
 
-    /// One repo's audits, newest first (at most 50), with what started each.
+    /// Returns one repo's audits, newest first (at most 50), with what started each.
     pub async fn repo_audits(&self, repo: &str) -> Result<Vec<RepoAudit>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(
             "SELECT h.run_id, h.at, h.sha, h.state, h.misaligned_bytes, r.kind, r.started_by
@@ -611,11 +613,12 @@ impl Store {
         .map_err(sql("repo audits"))
     }
 
-    /// Seconds from the arrival of the webhook payload whose re-read recorded a commit (its wait in the queue
-    /// included) to the publication of its mirror, for the newest such publication; `None` before the first.
+    /// Returns the webhook lag of the newest publication a webhook led to, in seconds. The lag runs from the
+    /// arrival of the payload whose re-read recorded the commit to the publication of its mirror. The
+    /// payload's wait in the queue counts. Returns `None` before the first such publication.
     pub async fn last_webhook_lag(&self) -> Result<Option<i64>, StoreError> {
-        // Publications are walked newest first (`jobs_published`) until one whose commit a webhook's run
-        // read; none before the first webhook run can be one, so a store without webhook runs reads nothing.
+        // Walk publications newest first (`jobs_published`) until one whose commit a webhook's run read. No
+        // publication before the first webhook run can be one, so a store without webhook runs reads nothing.
         let times: Option<(Option<String>, String)> = on_pool!(self, |pool| sqlx::query_as(
             "SELECT j.finished_at,
                     (SELECT COALESCE(r.requested_at, r.started_at) FROM repo_history h JOIN audit_runs r ON r.id = h.run_id
@@ -636,7 +639,7 @@ impl Store {
         }))
     }
 
-    /// The newest crawls (not webhooks' runs of one repo), newest first.
+    /// Returns the newest crawls, newest first, leaving out webhooks' runs of one repo.
     pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
         on_pool!(self, |pool| sqlx::query_as(concat!(
             run_columns!(),
@@ -684,7 +687,7 @@ pub(crate) mod tests {
     const SUMS: &str =
         "shards_aligned, shards_header_pad, shards_relayout, shards_invalid, misaligned_tensors, misaligned_bytes";
 
-    /// Asserts that the trigger-kept tables equal the live aggregates they stand for; returns the kept
+    /// Asserts that the trigger-kept tables equal the live aggregates they stand for. Returns the kept
     /// per-repo rows.
     pub(crate) async fn assert_sums_match(store: &Store, when: &str) -> Vec<(String, Vec<i64>)> {
         let kept = rows(store, format!("SELECT repo, {SUMS} FROM repo_sums ORDER BY repo")).await;
@@ -749,8 +752,8 @@ pub(crate) mod tests {
         assert_listing_pages_follow_one_sort(store).await;
     }
 
-    /// The two-part listing, page by page, is the one sort it stands for: most bytes first, then by id,
-    /// audited or not, for each filter and page size.
+    /// The two-part listing, page by page, matches the one sort it stands for: most bytes first, then by id,
+    /// audited or not. This holds for each filter and page size.
     async fn assert_listing_pages_follow_one_sort(store: &Store) {
         for namespace in [None, Some("ns1")] {
             for affected in [None, Some(true), Some(false)] {
@@ -792,8 +795,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// Eight writers at once, on both backends, auditing repos of the same namespaces (some the same repos):
-    /// the kept sums still equal the live aggregates.
+    /// Eight writers at once, on both backends, audit repos of the same namespaces, some of them the same
+    /// repos. The kept sums still equal the live aggregates.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn the_sums_stay_exact_under_concurrent_writers() {
         for test in crate::store::both::stores().await {
@@ -807,8 +810,8 @@ pub(crate) mod tests {
                 let store = store.clone();
                 writers.spawn(async move {
                     for round in 0..6u64 {
-                        // Writer w takes repos w, w+5, w+10 …: neighbours overlap, so the same repo is written by
-                        // two writers at once too.
+                        // Writer w takes repos w, w+5, w+10 …. Neighbours overlap, so two writers also write the
+                        // same repo at once.
                         for i in (w % 5..40).step_by(5) {
                             let id = format!("ns{}/r{i}", i % 3);
                             let bad = ((i + w + round) % 3) as i64;
@@ -842,7 +845,7 @@ pub(crate) mod tests {
         RepoOutcome { id: id.into(), sha: sha.into(), state: RepoState::Ok, shards: vec![shard], error: None }
     }
 
-    /// A repo that stops being affected counts as fixed upstream; each ended run leaves a point of the trend
+    /// A repo that stops being affected counts as fixed upstream. Each ended run leaves a point of the trend
     /// with the figures it ended with.
     #[tokio::test]
     async fn fixed_upstream_and_the_trend_follow_the_audits() {
@@ -868,8 +871,8 @@ pub(crate) mod tests {
         let figures: Vec<(i64, i64)> = trend.iter().map(|p| (p.repos_affected, p.bytes_duplicated)).collect();
         assert_eq!(figures, [(2, 5000), (1, 3000)]);
 
-        // The SQLite migration fills in runs recorded before it from repo_history: the same figures. (No
-        // PostgreSQL store predates the trend.)
+        // The SQLite migration fills in runs recorded before it from repo_history, with the same figures. No
+        // PostgreSQL store predates the trend.
         let crate::store::Pool::Sqlite(pool) = store.pool() else { return };
         let migration = include_str!("../../migrations/sqlite/20261201160000_progress.sql");
         let backfill = migration

@@ -5,9 +5,10 @@ use serde::Serialize;
 use super::{Store, StoreError, on_pool, sql};
 use crate::safetensors::Verdict;
 
-/// Inserts a repo's history row on the transaction `$tx` that changes what a report shows of it: its
-/// commit (`None` when it was recorded gone or its listing entry refused), state, and the bytes a copying
-/// loader duplicates (affected when any).
+/// Inserts a repo's history row on the transaction `$tx` that changes what a report shows of the repo. The
+/// row holds the commit, the state, and the bytes a copying loader duplicates. The commit is `None` when the
+/// repo was recorded gone or its listing entry refused. The row marks the repo affected when any bytes are
+/// duplicated.
 macro_rules! record_history {
     ($tx:expr, ($repo:expr, $run:expr, $at:expr), $sha:expr, $state:expr, $bytes:expr) => {
         sqlx::query(
@@ -52,11 +53,11 @@ pub struct RunStats {
     pub invalid_listings: u64,
 }
 
-/// Repos per statement when a listing page is recorded: 10 values each, well inside SQLite's 32,766 and
-/// PostgreSQL's 65,535 bound parameters.
+/// Repos per statement when a listing page is recorded. At 10 values each, a statement stays well inside
+/// SQLite's 32,766 and PostgreSQL's 65,535 bound parameters.
 const LISTING_BATCH: usize = 500;
 
-/// A repo as a listing named it: what the store keeps of it (the audit builds these from the Hub's answer).
+/// A repo as a listing named it, as the store keeps it. The audit builds these from the Hub's answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListingEntry {
     /// `namespace/name`, checked by `untrusted`.
@@ -80,14 +81,14 @@ pub struct ListingEntry {
 }
 
 impl ListingEntry {
-    /// An entry for `id` at `sha`, public: for tests and tools.
+    /// Builds a public entry for `id` at `sha`, for tests and tools.
     pub fn public(id: &str, sha: &str) -> ListingEntry {
         let namespace = crate::untrusted::namespace_of(id).to_owned();
         ListingEntry { id: id.to_owned(), namespace, sha: Some(sha.to_owned()), ..ListingEntry::default() }
     }
 }
 
-/// A listing entry the checks refused: kept under its escaped id, with the reason.
+/// A listing entry the checks refused, kept under its escaped id with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedEntry {
     /// The id as listed, escaped and cut short.
@@ -112,7 +113,7 @@ pub enum RepoState {
     Vanished,
     /// Its commit was replaced after the listing; the next run audits the new one.
     Moved,
-    /// The Hub answers its name with another repo: it was renamed (its `last_error` names the new name).
+    /// The Hub answers its name with another repo, so it was renamed. Its `last_error` names the new name.
     Renamed,
     /// A failure that retries did not cure; the next run tries again.
     Error,
@@ -135,7 +136,7 @@ impl RepoState {
         }
     }
 
-    /// Whether the audit of this commit is done (so it is not probed again until the commit changes).
+    /// Whether the audit of this commit is done, so it is not probed again until the commit changes.
     pub fn is_final(self) -> bool {
         !matches!(self, RepoState::Moved | RepoState::Error)
     }
@@ -230,9 +231,9 @@ impl Store {
         Ok(())
     }
 
-    /// Whether a crawl is recorded as running. Asked by a replica that has just taken the scheduler lease: it
-    /// holds the lease, so a running crawl is one its holder left when it died, to resume at once rather than
-    /// at the next scheduled time (a day away by default).
+    /// Whether a crawl is recorded as running. A replica asks this when it has just taken the scheduler lease.
+    /// A running crawl is then one that the lease's previous holder left when it died. The new holder resumes
+    /// it at once rather than at the next scheduled time, a day away by default.
     pub async fn crawl_left_running(&self) -> Result<bool, StoreError> {
         on_pool!(self, |pool| sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM audit_runs WHERE status = 'running' AND kind = 'crawl')"
@@ -257,13 +258,12 @@ impl Store {
         Ok(())
     }
 
-    /// Records the start of a run (by `started_by`, the `serve` replica that leads, if any).
+    /// Records the start of a crawl, by `started_by`: the `serve` replica that leads, if any.
     pub async fn start_run(&self, endpoint: &str, query: &str, started_by: Option<&str>) -> Result<i64, StoreError> {
         self.start_run_of(RunKind::Crawl, endpoint, query, started_by, None).await
     }
 
-    /// Records the start of a run of `kind`, `requested_at` a time (when the payload behind a webhook's run
-    /// arrived).
+    /// Records the start of a run of `kind`. `requested_at` is when the payload behind a webhook's run arrived.
     pub async fn start_run_of(
         &self,
         kind: RunKind,
@@ -272,7 +272,7 @@ impl Store {
         started_by: Option<&str>,
         requested_at: Option<&str>,
     ) -> Result<i64, StoreError> {
-        // Run times are the database's: the schedule of every replica goes on from them.
+        // Take run times from the database's clock, because every replica's schedule goes on from them.
         let now = self.db_now_utc().await?;
         on_pool!(self, |pool| {
             sqlx::query_scalar(
@@ -330,13 +330,14 @@ impl Store {
         Ok(())
     }
 
-    /// Records a listing page in one transaction; returns, for each repo, whether it needs probing (its listed
-    /// commit is not the one last audited to completion, or `force`).
+    /// Records a listing page in one transaction. Returns, for each repo, whether it needs probing. It does
+    /// when its listed commit is missing or not the one last audited to completion, when it was recorded gone,
+    /// or with `force`.
     ///
-    /// A page is read and written in statements of 500 repos, not two round trips per repo: a crawl of
-    /// 100,000 repos that finds nothing changed took 15.2 s that way, 8.8 s this way (SQLite,
-    /// `bench/crawl_bench.py`). A repo a page names twice (the Hub's answer is not trusted to be sane) is
-    /// recorded as its last entry says, as writing the entries in turn would leave it.
+    /// A page is read and written in statements of 500 repos, not two round trips per repo. This makes a
+    /// crawl that finds nothing changed faster; see BENCHMARKS.md. The Hub's answer is not trusted to be sane,
+    /// so a page may name a repo twice. That repo is recorded as its last entry says, as writing the entries
+    /// in turn would leave it.
     pub async fn record_listing(&self, run: i64, repos: &[ListingEntry], force: bool) -> Result<Vec<bool>, StoreError> {
         let unique = super::last_of_each(repos, |r| &r.id);
         let mut known: std::collections::HashMap<String, (Option<String>, String)> =
@@ -392,12 +393,15 @@ impl Store {
             .collect())
     }
 
-    /// After crawl `run` listed every page: records `vanished` every repo it did not list that a crawl of the
-    /// same query (the same filters, author and search) or a webhook's read listed last, and that is not yet
-    /// recorded gone or renamed. So a repo deleted, made private or untagged on the Hub leaves the reports and
-    /// the sums instead of counting in them forever, and a narrower crawl (`--search`, another `--author`)
-    /// never touches what it did not ask for. Returns how many. Listings only ever move `last_listed_run`
-    /// forward, so a crawl that overlaps an older one cannot make the older one's pages look unlisted.
+    /// Runs after crawl `run` listed every page, and marks `vanished` each repo that the crawl did not list.
+    /// It marks only repos last listed by a crawl of the same query, or by a webhook's read. The same query
+    /// means the same filters, author and search. Repos already recorded gone or renamed stay as they are.
+    /// Returns how many it marked.
+    ///
+    /// A repo deleted, made private or untagged on the Hub thus leaves the reports and the sums. A narrower
+    /// crawl (`--search`, another `--author`) never touches what it did not ask for. Listings only ever move
+    /// `last_listed_run` forward, so a crawl that overlaps an older one cannot make the older one's pages look
+    /// unlisted.
     pub async fn mark_unlisted(&self, run: i64) -> Result<u64, StoreError> {
         let reason = format!("not in the listing of run {run}: deleted, private to its owner, or no longer tagged");
         let now = crate::time::now_utc();
@@ -425,11 +429,11 @@ impl Store {
         })
     }
 
-    /// After a crawl's listing: has PostgreSQL measure `repos` again at once. Found by the Hub-scale
-    /// rehearsal: a fresh store's first listing takes `repos` from nothing to 100,000 rows in seconds, and
-    /// until autovacuum's next analyze (up to a minute) the planner still believed it tiny and joined it to
-    /// the sums row by row; the overview's "fixed upstream" count took over 3 s a read, and the dashboard's
-    /// reads piled up on the database. A no-op on SQLite, whose queries fix their join order themselves.
+    /// Has PostgreSQL measure `repos` again at once, after a crawl's listing. A fresh store's first listing
+    /// takes `repos` from nothing to 100,000 rows in seconds. Until autovacuum's next analyze, the planner
+    /// would still think the table tiny and join it to the sums row by row. The dashboard's reads then pile
+    /// up on the database; see BENCHMARKS.md. Does nothing on SQLite, whose queries fix their join order
+    /// themselves.
     pub async fn refresh_statistics(&self) -> Result<(), StoreError> {
         if let super::Pool::Postgres(pool) = self.pool() {
             sqlx::query("ANALYZE repos, repo_sums").execute(pool).await.map_err(sql("analyze"))?;
@@ -437,8 +441,8 @@ impl Store {
         Ok(())
     }
 
-    /// Forgets repos the listing shows to be mirrors (this service's or a peer's) which an earlier crawl
-    /// recorded as sources: their shards and rows go, so they count in no total. Returns how many were known.
+    /// Forgets repos that the listing shows to be mirrors (this service's or a peer's) but an earlier crawl
+    /// recorded as sources. Their shards and rows go, so they count in no total. Returns how many were known.
     pub async fn forget_mirrors(&self, ids: &[String]) -> Result<u64, StoreError> {
         if ids.is_empty() {
             return Ok(0);
@@ -464,8 +468,8 @@ impl Store {
         })
     }
 
-    /// Records the listing entries the checks refused, under their escaped ids, with the reason; a history row
-    /// marks each one that was not already recorded so.
+    /// Records the listing entries the checks refused, under their escaped ids, with the reason. A history
+    /// row marks each one not already recorded as refused.
     pub async fn record_invalid_listings(&self, run: i64, entries: &[RefusedEntry]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
@@ -503,7 +507,7 @@ impl Store {
 }
 
 impl ShardRow {
-    /// The verdict as a type.
+    /// Parses the verdict into its type.
     pub fn verdict(&self) -> Option<Verdict> {
         self.verdict.parse().ok()
     }
@@ -533,9 +537,8 @@ mod tests {
         RepoOutcome { id: id.into(), sha: sha.into(), state: RepoState::Ok, shards: vec![shard], error: None }
     }
 
-    /// Found by the Hub-scale rehearsal: a repo deleted on the Hub stayed `ok` in the store, its bytes in every
-    /// sum, for as long as the store lived. A complete crawl now records what it no longer lists as gone; a
-    /// narrower crawl touches nothing it did not ask for, and a repo listed again is read again.
+    /// A complete crawl records as gone what it no longer lists, so a repo deleted on the Hub leaves every
+    /// sum. A narrower crawl touches nothing it did not ask for, and a repo listed again is read again.
     #[tokio::test]
     async fn a_complete_crawl_records_what_it_no_longer_lists_as_vanished() {
         for test in stores().await {
@@ -576,9 +579,9 @@ mod tests {
         }
     }
 
-    /// A page longer than one statement's batch, naming one repo twice with two commits (a Hub's answer is
-    /// not trusted to be sane): every repo recorded, the twice-named one as its last entry says, and each
-    /// entry told whether it needs probing as when the entries were written in turn.
+    /// A page longer than one statement's batch names one repo twice, with two commits, since a Hub's answer
+    /// is not trusted to be sane. Every repo is recorded, the twice-named one as its last entry says. Each
+    /// entry is told whether it needs probing, as when the entries were written in turn.
     #[tokio::test]
     async fn a_page_is_recorded_in_batches_and_a_repo_named_twice_as_its_last_entry_says() {
         for test in stores().await {
@@ -606,7 +609,7 @@ mod tests {
     }
 
     /// The planner learns a listing's size at once rather than at autovacuum's next pass (see
-    /// [`Store::refresh_statistics`]; the rehearsal measured the effect, this checks the mechanism).
+    /// [`Store::refresh_statistics`]). This test checks the mechanism; BENCHMARKS.md records the effect.
     #[tokio::test]
     async fn after_a_listing_postgresql_knows_how_many_repos_there_are() {
         for test in stores().await {

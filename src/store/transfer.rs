@@ -1,8 +1,10 @@
-//! Moving a store between backends (`hubalign store export | import`): every recorded row as JSON Lines, in an
-//! order that satisfies the foreign keys, so a one-machine SQLite store can become the shared PostgreSQL one.
+//! Moves a store between backends (`hubalign store export | import`). Every recorded row goes out as JSON
+//! Lines, in an order that satisfies the foreign keys. A one-machine SQLite store can thus become the shared
+//! PostgreSQL one.
 //!
-//! The sums (`repo_sums`, `namespace_sums`, `job_sums`) are not exported: the importing store's triggers rebuild them from
-//! the rows, exactly as they keep them for every other write.
+//! The sums (`repo_sums`, `namespace_sums`, `job_sums`) are not exported. On SQLite, the importing store's
+//! triggers rebuild them from the rows, as for every other write. On PostgreSQL, the import pauses those
+//! triggers and computes the sums once at the end.
 
 use std::io::{BufRead, Write};
 
@@ -20,7 +22,7 @@ enum Kind {
     Text,
     /// 0/1 on SQLite, BOOLEAN on PostgreSQL; `true`/`false` in the export.
     Flag,
-    /// A JSON document: TEXT on SQLite, JSONB on PostgreSQL; its text in the export (as version 1 had it).
+    /// A JSON document: TEXT on SQLite, JSONB on PostgreSQL, and its text in the export (as version 1 has it).
     Document,
 }
 
@@ -31,14 +33,14 @@ struct Table {
     name: &'static str,
     order_by: &'static str,
     columns: &'static [(&'static str, Kind)],
-    /// Whether `id` comes from a sequence (PostgreSQL's must be moved past the imported ids).
+    /// Whether `id` comes from a sequence. An import moves PostgreSQL's sequence past the imported ids.
     serial: bool,
 }
 
-/// The tables whose triggers keep the sums (on PostgreSQL, paused during an import).
+/// The tables whose triggers keep the sums. An import on PostgreSQL pauses these triggers.
 const SUMMED: [&str; 4] = ["repos", "shards", "repo_sums", "jobs"];
 
-/// The sums of an import, computed once from its rows, as the triggers keep them row by row.
+/// The sums of an import, computed once from its rows, as the triggers would keep them row by row.
 const REBUILD_SUMS: [&str; 3] = [
     "INSERT INTO repo_sums SELECT * FROM repo_sums_live",
     "INSERT INTO namespace_sums (namespace, repos_audited, repos_affected, shards_aligned, shards_header_pad,
@@ -247,8 +249,8 @@ pub enum TransferError {
     },
 }
 
-/// The longest line an import reads: a row is a few kB (the MLX check's record is its largest field), so a
-/// longer line is not an export's, and is refused before it fills memory.
+/// The longest line an import reads. A row is a few kB, and the MLX check's record is its largest field. A
+/// longer line is thus not an export's, and is refused before it fills memory.
 const LINE_CAP: u64 = 16 << 20;
 
 /// Why an import's line could not be read.
@@ -265,8 +267,8 @@ enum LineError {
     Io(std::io::Error),
 }
 
-/// `input`'s lines, each read only up to [`LINE_CAP`] bytes; a longer one, or one that is not UTF-8, is an
-/// error (and ends the lines).
+/// Returns `input`'s lines, each read only up to [`LINE_CAP`] bytes. A longer line, or one that is not UTF-8,
+/// is an error and ends the lines.
 fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Result<String, LineError>> + '_ {
     let mut failed = false;
     std::iter::from_fn(move || {
@@ -290,8 +292,8 @@ fn bounded_lines(input: &mut (dyn BufRead + Send)) -> impl Iterator<Item = Resul
 pub(crate) type Counts = Vec<(&'static str, u64)>;
 
 impl Store {
-    /// Writes every recorded row to `out` as JSON Lines: a header line, then `{"table": …, "row": {…}}` per
-    /// row, tables parents first, rows in key order.
+    /// Writes every recorded row to `out` as JSON Lines. A header line comes first, then one
+    /// `{"table": …, "row": {…}}` per row. Parent tables come first, and rows come in key order.
     pub async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Counts, TransferError> {
         let header = serde_json::json!({ "format": FORMAT, "version": VERSION, "from": self.backend() });
         writeln!(out, "{header}")?;
@@ -299,7 +301,7 @@ impl Store {
         for table in TABLES {
             let columns: Vec<&str> = table.columns.iter().map(|(c, _)| *c).collect();
             let query = format!("SELECT {} FROM {} ORDER BY {}", columns.join(", "), table.name, table.order_by);
-            // Streamed: a row is written as it arrives, so a store of millions of shards needs no more memory
+            // Stream the rows: write each as it arrives, so a store of millions of shards needs no more memory
             // than one row.
             let written: u64 = on_pool!(self, |pool| {
                 // Names from TABLES above, never from input.
@@ -312,7 +314,7 @@ impl Store {
                             Int => row.try_get::<Option<i64>, _>(i).map(Value::from),
                             Text => row.try_get::<Option<String>, _>(i).map(Value::from),
                             Flag => row.try_get::<Option<bool>, _>(i).map(Value::from),
-                            // Keys sorted: PostgreSQL's JSONB keeps its own order, and an export must not
+                            // Sort the keys: PostgreSQL's JSONB keeps its own order, and an export must not
                             // depend on the backend it came from.
                             Document => row.try_get::<Option<sqlx::types::Json<Value>>, _>(i).map(|d| {
                                 d.map(|mut d| {
@@ -335,8 +337,8 @@ impl Store {
         Ok(counts)
     }
 
-    /// Reads an export into this store, which must hold no records, in one transaction: all of it or, on any
-    /// error, nothing.
+    /// Reads an export into this store, which must hold no records. It runs in one transaction, so either all
+    /// of it goes in or, on any error, nothing.
     pub async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Counts, TransferError> {
         for table in TABLES {
             let count = format!("SELECT COUNT(*) FROM {}", table.name);
@@ -361,9 +363,9 @@ impl Store {
         on_pool!(self, |pool| {
             let mut tx = pool.begin_with(self.begin_write()).await.map_err(sql("begin import"))?;
             if postgres {
-                // Kept row by row, the sums would be rewritten once per imported row, each time one more
-                // version of the same few rows within one transaction: quadratic (an import of 1,000,000
-                // shards ran for over 15 minutes). They are computed once at the end instead.
+                // Triggers would rewrite the sums once per imported row. Each rewrite adds one more version of
+                // the same few rows within one transaction, so the import turns quadratic; see BENCHMARKS.md.
+                // Compute the sums once at the end instead.
                 for table in SUMMED {
                     let disable = format!("ALTER TABLE {table} DISABLE TRIGGER USER");
                     sqlx::query(sqlx::AssertSqlSafe(disable)).execute(&mut *tx).await.map_err(sql("pause the sums"))?;
@@ -426,8 +428,8 @@ impl Store {
             tx.commit().await.map_err(sql("commit import"))?;
         });
         if let super::Pool::Postgres(pool) = self.pool() {
-            // The planner's statistics of the tables just filled, and their visibility maps (so that a deep page
-            // is read from an index alone), before the store is used.
+            // Refresh the planner's statistics and the visibility maps of the tables just filled, before the
+            // store is used. A deep page can then be read from an index alone.
             sqlx::query("VACUUM (ANALYZE)").execute(pool).await.map_err(sql("vacuum and analyze"))?;
         }
         Ok(counts)
@@ -531,7 +533,7 @@ mod tests {
         assert_eq!(counts.iter().map(|c| c.1).sum::<u64>() as usize, original.len());
         assert_eq!(exported(postgres).await, original);
         assert_eq!(postgres.totals().await.unwrap(), sqlite.totals().await.unwrap());
-        // The sums, computed once at the end of the import, are what the triggers keep, and they keep them on.
+        // The sums computed at the end of the import equal what the triggers keep, and the triggers run again.
         crate::store::queries::tests::assert_sums_match(postgres, "after the import").await;
         crate::store::jobs::tests::assert_job_sums_match(postgres, "after the import").await;
         assert_eq!(postgres.job_counts().await.unwrap(), sqlite.job_counts().await.unwrap());

@@ -1,12 +1,12 @@
-//! The Hub's webhook payloads, parsed strictly and read as hints: which repo may have changed and how. Nothing
-//! in a payload is trusted beyond that; whatever it names is read again from the Hub before anything is
-//! recorded (`hub-docs/docs/hub/webhooks.md` describes the payload).
+//! The Hub's webhook payloads, parsed strictly and read as hints: which repo may have changed and how.
+//! Nothing in a payload is trusted beyond that. Whatever it names is read again from the Hub before anything
+//! is recorded. `hub-docs/docs/hub/webhooks.md` describes the payload.
 
 use serde::Deserialize;
 
 use crate::untrusted;
 
-/// The largest payload read; the Hub's are a few KB.
+/// The largest payload read. The Hub's are a few KB.
 pub const MAX_PAYLOAD_BYTES: usize = 256 << 10;
 
 /// A payload, as far as hubalign reads it.
@@ -68,7 +68,7 @@ pub struct Discussion {
     pub is_pull_request: bool,
 }
 
-/// The broader scope a payload counts as: an unknown narrower scope is an `update` of its broader one.
+/// The broader scope a payload counts as. An unknown narrower scope counts as an `update` of its broader one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
     /// `repo`: created, deleted, updated, moved.
@@ -118,26 +118,26 @@ impl Scope {
 /// What a payload asks hubalign to look at again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hint {
-    /// The repo may have new content or settings: read it again (skipped if its head is the one audited).
+    /// The repo may have new content or settings, so read it again. Skip it if its head is the one audited.
     Changed {
         /// `namespace/name`.
         repo: String,
-        /// The head of `main` the payload names, if any (a hint only).
+        /// The head of `main` the payload names, if any. It is a hint only.
         head: Option<String>,
     },
-    /// The repo was deleted: its mirror goes private once the Hub confirms it is gone.
+    /// The repo was deleted. Its mirror goes private once the Hub confirms the repo is gone.
     Deleted {
         /// `namespace/name`.
         repo: String,
     },
-    /// The repo was renamed: the old name is checked (gone), the new one read.
+    /// The repo was renamed. The old name is checked for being gone, and the new one is read.
     Moved {
         /// The old `namespace/name`.
         from: String,
         /// The new one.
         to: String,
     },
-    /// A pull request on the repo was closed or merged: the pull-request bookkeeping reads it again.
+    /// A pull request on the repo was closed or merged. The pull-request bookkeeping reads it again.
     PullRequestClosed {
         /// `namespace/name`.
         repo: String,
@@ -147,7 +147,7 @@ pub enum Hint {
 }
 
 impl Hint {
-    /// The repo the hint is about (for a move, the new name).
+    /// The repo the hint is about; for a move, the new name.
     pub fn repo(&self) -> &str {
         match self {
             Hint::Changed { repo, .. } | Hint::Deleted { repo } | Hint::PullRequestClosed { repo, .. } => repo,
@@ -155,10 +155,11 @@ impl Hint {
         }
     }
 
-    /// What a newer hint replaces an older one by: a change or deletion of the repo (each reads it again), a
-    /// move away from it, or one pull request's end. A push after a move, or a merge's commit after its pull
-    /// request's end, must not erase the move or the end. Ids are compared as the Hub compares them, in any
-    /// case, so a payload spelled otherwise replaces its twin.
+    /// The key by which a newer hint replaces an older one. A change and a deletion of a repo share the
+    /// repo's key, since each reads the repo again. A move away from a repo, and one pull request's end, each
+    /// have a key of their own. So a push after a move, or a merge's commit after its pull request's end,
+    /// does not erase the move or the end. Ids compare in any case, as the Hub compares them. So a payload
+    /// spelled otherwise replaces its twin.
     pub fn key(&self) -> String {
         let key = match self {
             Hint::Changed { repo, .. } | Hint::Deleted { repo } => repo.clone(),
@@ -172,13 +173,13 @@ impl Hint {
 /// Why a payload was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// Not JSON of the payload's shape, or a name that breaks the Hub's rules: a 400.
+    /// Not JSON of the payload's shape, or a name that breaks the Hub's rules. The answer is a 400.
     #[error("malformed payload: {0}")]
     Malformed(String),
 }
 
-/// Reads a payload's body: the scope it counts as, and the hint it gives (`None`: nothing to do, such as a
-/// dataset's event or a comment).
+/// Reads a payload's body: the scope it counts as, and the hint it gives. The hint is `None` when there is
+/// nothing to do, as for a dataset's event or a comment.
 pub fn read(body: &[u8]) -> Result<(Scope, Option<Hint>), Refusal> {
     let payload: Payload = serde_json::from_slice(body).map_err(|e| Refusal::Malformed(e.to_string()))?;
     let (scope, as_update) = Scope::of(&payload.event.scope);
@@ -196,8 +197,8 @@ pub fn read(body: &[u8]) -> Result<(Scope, Option<Hint>), Refusal> {
             untrusted::check_repo_id(&to).map_err(|e| Refusal::Malformed(e.to_string()))?;
             Some(Hint::Moved { from: repo, to })
         }
-        // Only new content comes with a head that, already audited, makes the hint moot: a settings or
-        // visibility change leaves the head where it was and must be read all the same.
+        // Only a content hint carries the head: if that head is audited already, the hint is moot. A
+        // settings or visibility change leaves the head where it was, and must be read all the same.
         (Scope::Content, _) => Some(Hint::Changed { repo, head }),
         (Scope::Repo | Scope::Config, _) => Some(Hint::Changed { repo, head: None }),
         (Scope::Discussion, _) => payload
@@ -233,7 +234,8 @@ mod tests {
             let read = read(&payload(scope, "update", serde_json::json!({}))).unwrap().1;
             assert_eq!(read, changed(Some("a".repeat(40))), "{scope}");
         }
-        // A settings change keeps the head: no head, so that it is read even when that head was audited.
+        // A settings change keeps the head. So the hint carries no head, and the repo is read even when
+        // that head was audited.
         for scope in ["repo.config", "repo.config.dois", "repo.something-new"] {
             assert_eq!(read(&payload(scope, "update", serde_json::json!({}))).unwrap().1, changed(None), "{scope}");
         }

@@ -1,8 +1,10 @@
-//! Hints waiting to be acted on: one per repo (and per move or pull request, see [`Hint::key`]) and at most a
-//! fixed number, so a flood of payloads costs bounded memory. A newer hint for a repo already waiting
-//! replaces the older one in place (each leads to reading the repo again from the Hub, which decides); a hint
-//! for a new repo when the queue is full is refused, and the scheduled crawl finds that repo later. A waiting
-//! hint keeps the arrival of the earliest payload it stands for, from which the lag to its mirror counts.
+//! Hints waiting to be acted on. The queue holds one per repo, and one per move or pull request (see
+//! [`Hint::key`]). It holds at most a fixed number, so a flood of payloads costs bounded memory.
+//!
+//! A newer hint for a repo already waiting replaces the older one in place. Either leads to reading the repo
+//! again from the Hub, which decides. A hint for a new repo is refused when the queue is full; the scheduled
+//! crawl finds that repo later. A waiting hint keeps the arrival of the earliest payload it stands for. The
+//! lag to its mirror counts from there.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -17,9 +19,9 @@ pub const DEFAULT_CAPACITY: usize = 10_000;
 pub enum Queued {
     /// The repo now waits.
     New,
-    /// The repo was already waiting; the hint replaced the older one.
+    /// The repo was already waiting, and the hint replaced the older one.
     Merged,
-    /// The queue is full; the hint was dropped.
+    /// The queue is full, and the hint was dropped.
     Full,
 }
 
@@ -57,8 +59,8 @@ impl HintQueue {
         self.push_at(hint, crate::time::now_utc())
     }
 
-    /// Adds `hint`, arrived at `received_at`, or merges it into its repo's waiting one (which keeps its
-    /// earlier arrival).
+    /// Adds `hint`, arrived at `received_at`, or merges it into its repo's waiting one. A merged hint keeps
+    /// the earlier arrival.
     pub fn push_at(&self, hint: Hint, received_at: String) -> Queued {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let repo = hint.key();

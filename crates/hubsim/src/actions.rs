@@ -1,8 +1,8 @@
 //! The Hub's per-user quotas on actions: commits, repo creations and discussions per hour.
 //!
-//! These are apart from the request quotas of `faults` (per bucket, 5-minute windows, announced with
-//! `RateLimit` headers). An action quota counts one kind of write per user, and its 429 carries no
-//! `RateLimit` and no `Retry-After`: only a text naming the action, as `datasets` issue 6257 recorded it
+//! These are apart from the request quotas of `faults`, which count per bucket in 5-minute windows and send
+//! `RateLimit` headers. An action quota counts one kind of write per user. Its 429 carries no `RateLimit` and
+//! no `Retry-After`. It carries only a text naming the action, as `datasets` issue 6257 recorded it
 //! ("You have exceeded our hourly quotas for action: commit").
 
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ impl Action {
         match class {
             "commit" => Some(Action::Commit),
             "repo_create" => Some(Action::RepoCreate),
-            // Opening one; a status change or a merge is not a new discussion.
+            // Only opening one counts. A status change or a merge is not a new discussion.
             "discussions" if path.trim_end_matches('/').ends_with("/discussions") => Some(Action::Discussion),
             _ => None,
         }
@@ -76,7 +76,7 @@ impl ActionLimiter {
         ActionLimiter { quotas, windows: Mutex::new(HashMap::new()) }
     }
 
-    /// Counts `action` by `user`; false when the user's quota for it is spent in this window.
+    /// Counts `action` by `user`. Returns false when the user's quota for it is spent in this window.
     pub fn admit(&self, user: &str, action: Action, now: Instant) -> bool {
         let Some(&(_, limit)) = self.quotas.limits.iter().find(|(a, _)| *a == action) else { return true };
         let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -1,4 +1,4 @@
-//! Tokens, users and what they may see and change.
+//! Checks tokens and users, and what they may see and change.
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
@@ -19,7 +19,7 @@ pub struct Account {
     pub read_only: bool,
 }
 
-/// One `--token TOKEN:USER[:ORG,ORG…][:read]` flag (`:read` for a token with the read role).
+/// One `--token TOKEN:USER[:ORG,ORG…][:read]` flag. `:read` marks a token with the read role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenSpec {
     /// The secret.
@@ -72,7 +72,7 @@ impl Accounts {
         self.by_token.values().any(|a| a.user == name)
     }
 
-    /// Who is calling: `None` without a token; an unknown token is refused, as on the Hub.
+    /// Who is calling: `None` without a token. An unknown token is refused, as on the Hub.
     pub fn caller(&self, headers: &HeaderMap) -> Result<Option<&Account>, HubError> {
         let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else { return Ok(None) };
         let token = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));

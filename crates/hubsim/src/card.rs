@@ -1,12 +1,12 @@
-//! A model card's metadata, as the Hub reads it: the YAML front matter of `README.md` (between a first line
-//! `---` and the next `---` line), parsed by a YAML parser (`serde_yaml_ng`), served as `cardData` and feeding
-//! `tags`, `library_name`, `pipeline_tag` and the licence.
+//! Reads a model card's metadata as the Hub does. The metadata is the YAML front matter of `README.md`,
+//! between a first line `---` and the next `---` line. A YAML parser (`serde_yaml_ng`) parses it. It is
+//! served as `cardData` and feeds `tags`, `library_name`, `pipeline_tag` and the licence.
 
 use serde_json::{Map, Value};
 
 use crate::model::RepoMeta;
 
-/// Front matter larger than this is not read (the Hub caps a card's metadata too); the card stays a file.
+/// Front matter larger than this is not read; the Hub caps a card's metadata too. The card stays a file.
 const MAX_FRONT_MATTER: usize = 64 << 10;
 
 /// The front matter of `card` as a JSON object, or `None` when there is none or it is not a YAML mapping.
@@ -40,10 +40,11 @@ fn strings(v: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// What the Hub derives from a card: `cardData` is the whole front matter, and the fields it names set the
-/// library, pipeline, licence and tags. Tags get what the Hub adds from the card: each language, `dataset:` for
-/// each dataset and `base_model:` for each base model. `only_unset` keeps what `meta` already says (a repo laid
-/// out on disk, whose sidecar speaks for the Hub's side); a commit to main replaces it, as on the Hub.
+/// Derives from a card what the Hub derives. `cardData` is the whole front matter, and the fields it names
+/// set the library, pipeline, licence and tags. Tags get what the Hub adds from the card: each language,
+/// `dataset:` for each dataset and `base_model:` for each base model. `only_unset` keeps what `meta` already
+/// says, for a repo laid out on disk whose sidecar speaks for the Hub's side. A commit to main replaces it,
+/// as on the Hub.
 pub fn apply(meta: &mut RepoMeta, card: &str, only_unset: bool) {
     let Some(front) = front_matter(card) else { return };
     let text = |key: &str| front.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
@@ -119,7 +120,7 @@ mod tests {
         assert!(front_matter("---\n---\n# empty\n").is_none());
     }
 
-    /// Front matter past the cap is not parsed (a card is anyone's text); at the cap it is.
+    /// Front matter past the cap is not parsed, since a card is anyone's text. At the cap it is.
     #[test]
     fn front_matter_past_its_cap_is_not_read() {
         let within = format!("---\nlicense: mit\nnote: {}\n---\n", "a".repeat(MAX_FRONT_MATTER - 40));

@@ -1,8 +1,8 @@
-//! Times as the Hub writes them: `YYYY-MM-DDTHH:MM:SS.000Z`, UTC.
+//! Formats times as the Hub writes them: `YYYY-MM-DDTHH:MM:SS.000Z`, UTC.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-/// Seconds since the Unix epoch in the Hub's format; out-of-range times read as the epoch.
+/// Formats seconds since the Unix epoch in the Hub's format. Out-of-range times read as the epoch.
 pub fn hub_time(unix_seconds: u64) -> String {
     let t = i64::try_from(unix_seconds).ok().and_then(|s| DateTime::<Utc>::from_timestamp(s, 0)).unwrap_or_default();
     t.to_rfc3339_opts(SecondsFormat::Millis, true)

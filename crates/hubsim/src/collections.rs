@@ -2,11 +2,12 @@
 //! `create_collection`, `update_collection_metadata`, `delete_collection`, `add_collection_item`,
 //! `delete_collection_item`).
 //!
-//! As on the Hub: a collection is named by a slug `namespace/title-words-<24 hex id>`; its title is unique in
-//! its namespace (creating it again answers 409 with the existing slug); a private collection exists only for
-//! its owners; an item is a repo the caller can see, added once (409 again), and shown to each caller only
-//! while that caller can still see it, so a repo made private or deleted drops out of what others read
-//! without the collection being changed; a listing cuts each collection's items to four and pages by `Link`.
+//! Each rule here is as on the Hub. A slug names a collection: `namespace/title-words-<24 hex id>`. Its title
+//! is unique in its namespace; creating it again answers 409 with the existing slug. A private collection
+//! exists only for its owners. An item is a repo the caller can see, and it is added once; adding it again
+//! answers 409. Each caller sees an item only while that caller can still see the repo. So a repo made
+//! private or deleted drops out of what others read, without the collection changing. A listing cuts each
+//! collection's items to four and pages by `Link`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -86,14 +87,14 @@ impl Collections {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How many items `slug` holds, whoever could see them (for tests and the counters).
+    /// Lists the repos that `slug` holds as items, whoever could see them. Tests and the counters read it.
     pub fn items_of(&self, slug: &str) -> Option<Vec<String>> {
         let (namespace, rest) = slug.split_once('/')?;
         self.lock().find(namespace, rest).map(|c| c.items.iter().map(|i| i.repo_id.clone()).collect())
     }
 }
 
-/// The words of a title as a slug's: lower case, runs of anything else one `-`.
+/// Turns the words of a title into a slug's: lower case, with each run of anything else as one `-`.
 fn words(title: &str) -> String {
     let mut out = String::new();
     for c in title.chars() {
@@ -115,7 +116,8 @@ fn owns(caller: Option<&Account>, namespace: &str) -> bool {
     caller.is_some_and(|a| a.namespaces.contains(namespace))
 }
 
-/// The collection as `caller` sees it: `None` if it is private and not theirs; items they cannot see left out.
+/// The collection as `caller` sees it. Returns `None` if it is private and not theirs. Items they cannot see
+/// are left out.
 fn view(sim: &Shared, c: &Collection, caller: Option<&Account>, listed: bool) -> Option<Value> {
     if c.private && !owns(caller, &c.namespace) {
         return None;
@@ -144,8 +146,8 @@ fn view(sim: &Shared, c: &Collection, caller: Option<&Account>, listed: bool) ->
         "upvotes": 0,
         "isUpvotedByUser": false,
     });
-    // A listing's entries carry no position (the client numbers them itself and refuses one given), and no
-    // share link; one collection's answer has both.
+    // A listing's entries carry no position, since the client numbers them itself and refuses one given. They
+    // carry no share link either. One collection's answer has both.
     if !listed && let Some(map) = out.as_object_mut() {
         map.insert("position".into(), json!(c.position));
         map.insert("shareUrl".into(), json!(format!("{}/collections/{}", sim.base_url, slug_of(c))));
@@ -170,8 +172,8 @@ fn account_json(sim: &Shared, name: &str) -> Value {
     })
 }
 
-/// One item as the Hub shows it in a collection: the repo's own listing fields, its place, and its note
-/// only when it has one (keyed as the recorded answers of huggingface.js's `collection-info.spec.ts`).
+/// One item as the Hub shows it in a collection: the repo's own listing fields, its place, and its note only
+/// when it has one. It is keyed as the recorded answers of huggingface.js's `collection-info.spec.ts`.
 fn item_json(sim: &Shared, i: &Item, position: usize) -> Value {
     let repos = sim.repos_of(i.kind);
     let repo = repos.get(&i.repo_id);
@@ -262,7 +264,7 @@ pub(crate) async fn list(
             .cloned()
             .collect()
     };
-    // Newest change first, as `sort=lastModified` (the only order the simulator keeps).
+    // Sort the newest change first, as `sort=lastModified` does. It is the only order the simulator keeps.
     chosen.sort_by(|a, b| b.last_updated.cmp(&a.last_updated).then_with(|| b.id.cmp(&a.id)));
     let visible: Vec<Value> = chosen.iter().filter_map(|c| view(&sim, c, caller, true)).collect();
     let more = offset.saturating_add(page_size) < visible.len();
@@ -295,7 +297,8 @@ pub(crate) async fn get(
         .ok_or_else(|| no_such(&namespace, &rest))
 }
 
-/// `POST /api/collections` `{title, namespace, description?, private?}`: 409 with the slug if the title exists.
+/// `POST /api/collections` `{title, namespace, description?, private?}`. Answers 409 with the slug if the
+/// title exists.
 pub(crate) async fn create(
     State(sim): State<Shared>,
     headers: HeaderMap,
@@ -404,8 +407,8 @@ pub(crate) async fn delete(
     Ok(Json(json!({ "success": true })).into_response())
 }
 
-/// `POST /api/collections/{slug}/items` `{item: {type, id}, note?}`: the repo must exist for the caller; 409
-/// if it is in already.
+/// `POST /api/collections/{slug}/items` `{item: {type, id}, note?}`. The repo must exist for the caller.
+/// Answers 409 if it is in already.
 pub(crate) async fn add_item(
     State(sim): State<Shared>,
     headers: HeaderMap,
@@ -420,7 +423,7 @@ pub(crate) async fn add_item(
         None => return Err(HubError::bad_request("item.type is required")),
     };
     let wanted = body["item"]["id"].as_str().ok_or_else(|| HubError::bad_request("item.id is required"))?;
-    // The repo's own spelling: names are case-insensitive, and the collection shows the repo's.
+    // Use the repo's own spelling. Names are case-insensitive, and the collection shows the repo's spelling.
     let repo_id = {
         let repos = sim.repos_of(kind);
         let repo = repos.get(wanted).ok_or_else(|| HubError::repo_not_found(wanted, caller.is_some()))?;

@@ -1,4 +1,4 @@
-//! What the simulator served and received, for tests and benchmarks to count instead of estimate.
+//! Counts what the simulator served and received, so tests and benchmarks count instead of estimate.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -18,8 +18,8 @@ pub struct CounterSnapshot {
     pub range_requests: u64,
     /// Response body bytes sent.
     pub bytes_served: u64,
-    /// Request body bytes received, every endpoint (API calls, commits, LFS and Xet uploads): everything a
-    /// client sent the Hub beyond request lines and headers.
+    /// Request body bytes received at every endpoint: API calls, commits, LFS and Xet uploads. This is
+    /// everything a client sent the Hub beyond request lines and headers.
     pub bytes_received: u64,
     /// Bytes received by LFS uploads (basic and multipart).
     pub lfs_bytes_received: u64,
@@ -29,8 +29,8 @@ pub struct CounterSnapshot {
     pub rate_limited: u64,
     /// Faults injected (5xx and truncations).
     pub faults_injected: u64,
-    /// Reads of a synthetic payload whose listed oid is a stand-in (see `population`): none from a client
-    /// that stays within its policy.
+    /// Reads of a synthetic payload whose listed oid is a stand-in (see `population`). A client that stays
+    /// within its policy makes none.
     #[serde(default)]
     pub unverifiable_payload_reads: u64,
 }

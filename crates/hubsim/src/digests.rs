@@ -1,4 +1,5 @@
-//! The digests the Hub reports: SHA-256 of content (LFS oids, commit ids) and git's blob id of regular files.
+//! Computes the digests the Hub reports: SHA-256 of content (LFS oids, commit ids) and git's blob id of
+//! regular files.
 
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
@@ -13,7 +14,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
     finish_hex(Sha256::new_with_prefix(data))
 }
 
-/// Git's blob id: `sha1("blob {len}\0" + content)`, what the Hub reports as a regular file's `oid`.
+/// Computes git's blob id, `sha1("blob {len}\0" + content)`. The Hub reports it as a regular file's `oid`.
 pub fn git_blob_oid(content: &[u8]) -> String {
     let mut h = Sha1::new();
     h.update(format!("blob {}\0", content.len()).as_bytes());
@@ -21,7 +22,7 @@ pub fn git_blob_oid(content: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
-/// A stable pseudo database id of `s` (96 bits, so 24 hex digits as the Hub's object ids have).
+/// A stable pseudo database id of `s`: 96 bits, so 24 hex digits, as the Hub's object ids have.
 pub fn object_id(s: &str) -> u128 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u128, |h, b| (h ^ u128::from(b)).wrapping_mul(0x100_0000_01b3))
         & ((1 << 96) - 1)

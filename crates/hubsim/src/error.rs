@@ -75,7 +75,7 @@ impl HubError {
     }
 
     /// 403 when a signed-in user who may not write to a repo uploads or commits to it without asking for a
-    /// pull request, in the Hub's words (huggingface_hub issue 1182, huggingface.js PR 1746).
+    /// pull request. It answers in the Hub's words (huggingface_hub issue 1182, huggingface.js PR 1746).
     pub fn pass_create_pr() -> HubError {
         HubError::forbidden("Forbidden: pass `create_pr=1` as a query parameter to create a Pull Request")
     }

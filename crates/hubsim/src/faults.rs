@@ -1,4 +1,5 @@
-//! Rate limits and injected faults: off by default, seeded and reproducible when on.
+//! Applies rate limits and injected faults. Both are off by default; when on, they are seeded and
+//! reproducible.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -57,12 +58,12 @@ pub struct Admission {
     pub reset_seconds: u64,
 }
 
-/// Callers' windows kept before the lapsed ones are dropped: a client sending a new token with every
+/// Callers' windows kept before the lapsed ones are dropped. So a client that sends a new token with every
 /// request holds at most one window's worth of callers in memory, not every token it ever sent.
 const MAX_WINDOWS: usize = 4096;
 
-/// Who a quota counts against: the Hub counts per token, and per address for anonymous requests (every
-/// anonymous caller of a local simulator shares one address).
+/// Who a quota counts against. The Hub counts per token, and per address for anonymous requests. Every
+/// anonymous caller of a local simulator shares one address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Caller {
     /// A request with this `Authorization` value.
@@ -71,7 +72,8 @@ pub enum Caller {
     Anonymous,
 }
 
-/// Fixed windows per bucket and caller, as the Hub runs them (5-minute windows there; configurable here).
+/// Fixed windows per bucket and caller, as the Hub runs them. The Hub's windows last 5 minutes; here the
+/// length is configurable.
 #[derive(Debug)]
 pub struct RateLimiter {
     quotas: Vec<(Bucket, Quota)>,
@@ -84,7 +86,8 @@ impl RateLimiter {
         RateLimiter { quotas, windows: Mutex::new(HashMap::new()) }
     }
 
-    /// Counts a request against its bucket's window for `caller`; `None` when the bucket is unlimited.
+    /// Counts a request against its bucket's window for `caller`. Returns `None` when the bucket is
+    /// unlimited.
     pub fn admit(&self, bucket: Bucket, caller: Caller, now: Instant) -> Option<Admission> {
         let quota = self.quotas.iter().find(|(b, _)| *b == bucket)?.1;
         let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -122,19 +125,19 @@ pub struct FaultConfig {
     pub latency: Duration,
     /// Share of requests answered with a random 500/502/503.
     pub error_rate: f64,
-    /// Share of successful bodies cut short (the connection closes mid-body).
+    /// Share of successful bodies cut short: the connection closes mid-body.
     pub truncate_rate: f64,
-    /// Storage bodies longer than this are cut after this many bytes, every time (0: never), so a file is
+    /// Storage bodies longer than this are cut after this many bytes, every time; 0 means never. So a file is
     /// only ever fetched whole by resuming with ranges.
     pub storage_cut: u64,
     /// A ranged storage answer carries the bytes from this many before the asked start, under the asked
-    /// `Content-Range` (0: honest): a range that returns other bytes.
+    /// `Content-Range`. So the range returns other bytes; 0 means honest answers.
     pub range_skew: u64,
-    /// Each storage answer is sent at most this many bytes per second (0: as fast as it goes), as a CDN
-    /// limits each connection.
+    /// Each storage answer is sent at most this many bytes per second, as a CDN limits each connection. 0
+    /// means as fast as it goes.
     pub storage_rate: u64,
-    /// The first this many successful commit answers are cut short after the commit is made, as an answer
-    /// lost on its way back: the client cannot tell whether its commit landed.
+    /// The first this many successful commit answers are cut short after the commit is made. This stands for
+    /// an answer lost on its way back: the client cannot tell whether its commit landed.
     pub lost_commit_answers: u32,
     /// The first this many repo creations are refused with the Hub's 409 "another conflicting operation is
     /// in progress", which it sends to concurrent creations by one user.

@@ -1,6 +1,6 @@
-//! A repository's history as the Hub serves it: `GET /api/models/{id}/commits/{rev}` (newest first, paginated
-//! by `Link` with `?p=`) and `GET /api/models/{id}/refs` (branches, tags, converts, and with `include_prs=1`
-//! the pull requests), what `list_repo_commits` and `list_repo_refs` read.
+//! Serves a repository's history as the Hub does, for `list_repo_commits` and `list_repo_refs`.
+//! `GET /api/models/{id}/commits/{rev}` lists commits newest first, paginated by `Link` with `?p=`.
+//! `GET /api/models/{id}/refs` lists branches, tags and converts, and with `include_prs=1` the pull requests.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -31,7 +31,8 @@ pub(crate) async fn list_commits(
     let repo = visible_repo(&repos, &id, caller)?;
     let mut at = Some(repo.resolve(&revision).ok_or_else(|| HubError::revision_not_found(&revision))?);
     let mut chain = Vec::new();
-    // The parent chain is finite (every parent was made before its child), but bound it as a reader would.
+    // The parent chain is finite, since every parent was made before its child. Still, bound it as a reader
+    // would.
     while let Some(commit) = at.take().filter(|_| chain.len() <= repo.commits.len()) {
         chain.push(json!({
             "id": commit.sha,

@@ -1,4 +1,4 @@
-//! Turning `DIR/models/{namespace}/{name}/…` into repositories, and re-reading it when it changes.
+//! Turns `DIR/models/{namespace}/{name}/…` into repositories, and re-reads it when it changes.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -36,7 +36,7 @@ const LFS_EXTENSIONS: [&str; 16] = [
     "arrow",
 ];
 
-/// Whether a file of this path and size is stored in LFS (and so, on today's Hub, in Xet).
+/// Whether a file of this path and size is stored in LFS, and so, on today's Hub, in Xet.
 pub fn is_lfs_path(path: &str, size: u64) -> bool {
     let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
     size >= LFS_MIN_SIZE || ext.is_some_and(|e| LFS_EXTENSIONS.contains(&e.as_str()))
@@ -71,7 +71,8 @@ pub struct DiskRepo {
 }
 
 impl DiskRepo {
-    /// The commit these files make, given where LFS content went (`xet_hash` per sha256, if ingested to Xet).
+    /// The commit these files make, given where LFS content went. `xet_hash` gives the Xet hash of each
+    /// sha256 ingested to Xet.
     pub fn commit(&self, parent: Option<String>, xet_hash: &dyn Fn(&str) -> Option<String>) -> Commit {
         let files: BTreeMap<String, FileEntry> = self
             .files
@@ -102,7 +103,8 @@ pub fn scan_root(root: &Path) -> Result<Vec<DiskRepo>, PathIoError> {
             collect_files(&repo, &repo, &mut files)?;
             files.sort_by(|a, b| a.rel.cmp(&b.rel));
             let mut meta = read_sidecar(&repo)?;
-            // As the Hub does for a pushed card: the README's front matter says what the sidecar leaves unsaid.
+            // As the Hub does for a pushed card, the README's front matter says what the sidecar leaves
+            // unsaid.
             let card = files.iter().find(|f| f.rel == "README.md").and_then(|f| f.content.as_deref());
             if let Some(card) = card.and_then(|c| std::str::from_utf8(c).ok()) {
                 crate::card::apply(&mut meta, card, true);
@@ -151,7 +153,7 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<DiskFile>) -> Result<(),
     Ok(())
 }
 
-/// SHA-256 of a file, keeping the bytes when asked (small regular files need them for their git oid).
+/// SHA-256 of a file, keeping the bytes when asked. Small regular files need them for their git oid.
 fn hash_file(path: &Path, size: u64, keep: bool) -> Result<(String, Option<Vec<u8>>), PathIoError> {
     let mut file = std::fs::File::open(path).map_err(PathIoError::at(path, "open"))?;
     if keep {

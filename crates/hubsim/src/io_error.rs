@@ -1,4 +1,4 @@
-//! An I/O failure that says which file and which operation, so no error message reads "No such file".
+//! Wraps an I/O failure with the file and the operation, so no error message reads "No such file" alone.
 
 use std::io;
 use std::path::{Path, PathBuf};

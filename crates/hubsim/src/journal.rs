@@ -1,7 +1,8 @@
-//! What clients asked of the Hub's API, kept so that two clients' requests for the same operation can be
-//! compared: the method, the path, the query's keys, the content type, `Accept`, and the keys of the body.
+//! Keeps what clients asked of the Hub's API, so that two clients' requests for the same operation can be
+//! compared. It keeps the method, the path, the query's keys, the content type, `Accept`, and the keys of the
+//! body.
 //!
-//! `GET /_sim/requests` lists the newest [`KEPT`]; `POST /_sim/requests/reset` empties the journal.
+//! `GET /_sim/requests` lists the newest [`KEPT`]. `POST /_sim/requests/reset` empties the journal.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -12,7 +13,7 @@ use serde_json::Value;
 /// Requests kept; older ones are dropped.
 pub const KEPT: usize = 2000;
 
-/// Bodies larger than this are not read for their keys (an upload's bytes, not a question).
+/// Bodies larger than this are not read for their keys. Such a body is an upload's bytes, not a question.
 pub const BODY_READ: usize = 4 << 20;
 
 /// One request, as a comparison needs it.
@@ -28,13 +29,13 @@ pub struct Asked {
     pub content_type: Option<String>,
     /// `Accept`.
     pub accept: Option<String>,
-    /// The body's keys: an object's keys, and its objects' keys one level down as `outer.inner`; for NDJSON,
-    /// each line's `key`, and its value's keys as `key.inner`.
+    /// The body's keys: an object's keys, and its objects' keys one level down as `outer.inner`. For NDJSON,
+    /// they are each line's `key`, and its value's keys as `key.inner`.
     pub body_keys: Vec<String>,
 }
 
 impl Asked {
-    /// A request's record from its parts; `body` is `None` when it was not read.
+    /// Builds a request's record from its parts. `body` is `None` when it was not read.
     pub fn new(
         method: &str,
         path: &str,

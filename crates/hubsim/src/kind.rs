@@ -1,5 +1,5 @@
-//! Model and dataset repositories: the Hub keeps them apart (`alice/x` may be both a model and a dataset),
-//! under `/api/models/…` and `/{id}/…` for models and `/api/datasets/…` and `/datasets/{id}/…` for datasets.
+//! Tells model and dataset repositories apart, as the Hub does: `alice/x` may be both a model and a dataset.
+//! Models live under `/api/models/…` and `/{id}/…`; datasets under `/api/datasets/…` and `/datasets/{id}/…`.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -26,7 +26,7 @@ impl RepoKind {
         }
     }
 
-    /// The kind a create, delete or move names in its `type` (none: a model), or a 400.
+    /// The kind a create, delete or move names in its `type`. No `type` means a model; another word is a 400.
     pub fn of_type(repo_type: Option<&str>) -> Result<RepoKind, HubError> {
         match repo_type {
             None | Some("model") => Ok(RepoKind::Model),

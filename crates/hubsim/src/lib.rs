@@ -1,5 +1,5 @@
-//! hubsim: a local Hugging Face Hub serving `DIR/models/{namespace}/{name}/…` as model repositories,
-//! faithful enough that the official clients (`huggingface_hub`, `hf-hub`) work against it unchanged.
+//! hubsim is a local Hugging Face Hub that serves `DIR/models/{namespace}/{name}/…` as model repositories. It
+//! is faithful enough that the official clients (`huggingface_hub`, `hf-hub`) work against it unchanged.
 //!
 //! - [`model`]: repositories as commits, branches and PR refs.
 //! - [`ingest`]: reading repositories from the directory.
@@ -257,9 +257,9 @@ impl Sim {
         Ok((self.content_size(sha256) == Some(size)).then_some(model::Storage::Lfs))
     }
 
-    /// Re-reads the directory: new repositories appear, and a repository whose files changed gets a new commit
-    /// on `main` (old commits stay addressable). Large files are ingested into the Xet CAS first, so they are
-    /// Xet-backed as on today's Hub. Returns the ids that changed.
+    /// Re-reads the directory. New repositories appear, and a repository whose files changed gets a new
+    /// commit on `main`; old commits stay addressable. Large files are ingested into the Xet CAS first, so
+    /// they are Xet-backed as on today's Hub. Returns the ids that changed.
     pub async fn rescan(&self) -> Result<Vec<String>, SimError> {
         let root = self.config.root.clone();
         let disk = tokio::task::spawn_blocking(move || ingest::scan_root(&root)).await.map_err(|e| PathIoError {
@@ -319,7 +319,7 @@ impl Sim {
     }
 }
 
-/// `updatedRefs` for one ref moved from `old` (none: created) to `new`.
+/// Builds `updatedRefs` for one ref moved from `old` to `new`. With no `old`, the ref was created.
 pub(crate) fn json_ref(name: &str, old: Option<&str>, new: &str) -> serde_json::Value {
     json!({"updatedRefs": [{"ref": name, "oldSha": old, "newSha": new}]})
 }

@@ -1,4 +1,5 @@
-//! `hubsim`: serve a directory of model repositories as a local Hugging Face Hub until interrupted.
+//! Runs `hubsim`, which serves a directory of model repositories as a local Hugging Face Hub until
+//! interrupted.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -15,15 +16,16 @@ use hubsim::{SimConfig, start};
 
 /// A local Hugging Face Hub for offline tests of any Hub client.
 ///
-/// Serves `DIR/models/{namespace}/{name}/…` as model repositories with the Hub's read API, downloads
-/// (Git LFS and Xet), repo creation, preupload, LFS batch and NDJSON commits, so `huggingface_hub` and
-/// `hf-hub` work against it unchanged with `HF_ENDPOINT` set to its address. Quotas, latency, 5xx,
-/// truncated bodies and webhooks can be switched on; `GET /_sim/counters` says what was served.
+/// Serves `DIR/models/{namespace}/{name}/…` as model repositories. It offers the Hub's read API, downloads
+/// (Git LFS and Xet), repo creation, preupload, LFS batch and NDJSON commits. So `huggingface_hub` and
+/// `hf-hub` work against it unchanged with `HF_ENDPOINT` set to its address. Quotas, latency, 5xx, truncated
+/// bodies and webhooks can be switched on. `GET /_sim/counters` says what was served.
 #[derive(Parser)]
 #[command(name = "hubsim", version)]
 struct SimArgs {
-    /// Directory holding `models/{namespace}/{name}/…`; each repo may have a `.hubsim.json` sidecar with
-    /// `private`, `gated`, `grantedUsers`, `disabled`, `downloads`, `likes`, `tags`, `library_name`, `license`.
+    /// Directory holding `models/{namespace}/{name}/…`. Each repo may have a `.hubsim.json` sidecar with
+    /// `private`, `gated`, `grantedUsers`, `disabled`, `downloads`, `likes`, `tags`, `library_name`,
+    /// `license`.
     #[arg(long, value_name = "DIR")]
     root: PathBuf,
     /// Where uploads and the Xet CAS are kept [default: DIR/.hubsim-store].
@@ -53,14 +55,14 @@ struct SimArgs {
     /// Length of the fixed rate-limit window in seconds (the Hub's is 300).
     #[arg(long, default_value_t = 300, value_name = "SECS")]
     rate_window: u64,
-    /// Commits per user and action window (off by default); more are refused with the Hub's 429 for an
-    /// action quota, which carries no rate headers.
+    /// Commits per user and action window (off by default). More are refused with the Hub's 429 for an action
+    /// quota, which carries no rate headers.
     #[arg(long, value_name = "N")]
     commits_per_window: Option<u32>,
     /// Repo creations per user and action window (off by default).
     #[arg(long, value_name = "N")]
     repo_creations_per_window: Option<u32>,
-    /// Discussions opened through `POST …/discussions` per user and action window (off by default); a pull
+    /// Discussions opened through `POST …/discussions` per user and action window (off by default). A pull
     /// request opened by its commit counts as a commit.
     #[arg(long, value_name = "N")]
     discussions_per_window: Option<u32>,
@@ -103,9 +105,9 @@ struct SimArgs {
     /// Serve large files from plain storage only: no embedded Xet CAS, so every client uploads by Git LFS.
     #[arg(long)]
     no_xet: bool,
-    /// Also serve a synthetic population of N model repos generated from `--seed` (no disk per repo): the
-    /// Hub's mix of publishers, sizes, writers and layouts, with `GET /_sim/population` for its census and
-    /// `POST /_sim/population/push` for a commit, a new repo or a deletion announced by webhook.
+    /// Also serve a synthetic population of N model repos generated from `--seed`, with no disk per repo. It
+    /// has the Hub's mix of publishers, sizes, writers and layouts. `GET /_sim/population` gives its census.
+    /// `POST /_sim/population/push` makes a commit, a new repo or a deletion, announced by webhook.
     #[arg(long, value_name = "N")]
     population: Option<u64>,
     /// Of the population, this many small repos in the `sample-*` namespaces list the sha256 of their
@@ -115,9 +117,9 @@ struct SimArgs {
     /// Hidden size of the sample's models (their shards grow with its square).
     #[arg(long, default_value_t = 256, value_name = "N")]
     sample_hidden: u64,
-    /// POST the Hub's webhook payload to URL (with SECRET in `X-Webhook-Secret`) for every commit, create,
-    /// delete and visibility change (repeatable); `POST /_sim/webhooks/replay` sends them all again and
-    /// `POST /_sim/webhooks/flood?n=N` the last one N times.
+    /// POST the Hub's webhook payload to URL for every commit, create, delete and visibility change
+    /// (repeatable). SECRET goes in `X-Webhook-Secret`. `POST /_sim/webhooks/replay` sends them all again,
+    /// and `POST /_sim/webhooks/flood?n=N` sends the last one N times.
     #[arg(long = "webhook", value_name = "URL[#SECRET]")]
     webhooks: Vec<hubsim::webhooks::WebhookTarget>,
 }

@@ -118,8 +118,8 @@ impl Gating {
     }
 }
 
-/// Repository metadata that is not a file: read from the optional sidecar `.hubsim.json` in the repo's
-/// directory (never served as a repo file), and changed by the settings endpoint.
+/// Repository metadata that is not a file. It is read from the optional sidecar `.hubsim.json` in the repo's
+/// directory, which is never served as a repo file. The settings endpoint changes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RepoMeta {
@@ -147,7 +147,8 @@ pub struct RepoMeta {
     pub license: Option<String>,
     /// Creation date (ISO-8601); defaults to the first commit's.
     pub created_at: Option<String>,
-    /// The model card's metadata as the Hub serves it (`cardData`); derived from the fields above when absent.
+    /// The model card's metadata as the Hub serves it (`cardData`). When absent, it is derived from the
+    /// fields above.
     pub card_data: Option<serde_json::Value>,
 }
 
@@ -264,9 +265,9 @@ impl Repo {
     }
 }
 
-/// The repositories by id, found as the Hub finds them: without regard to case, so `Alice/Tiny` and
-/// `alice/tiny` are one repo (a read of either answers with the id as created, and creating the other is a
-/// 409). Iterates in the order of the case-folded ids.
+/// The repositories by id, found as the Hub finds them: without regard to case. So `Alice/Tiny` and
+/// `alice/tiny` are one repo. A read of either answers with the id as created, and creating the other is a
+/// 409. Iterates in the order of the case-folded ids.
 #[derive(Debug, Clone, Default)]
 pub struct RepoMap(BTreeMap<String, Repo>);
 
@@ -291,7 +292,7 @@ impl RepoMap {
         self.0.contains_key(&folded(id))
     }
 
-    /// Adds (or replaces) the repo of this id, in any case; the repo keeps the case of its own `id`.
+    /// Adds or replaces the repo of this id, in any case. The repo keeps the case of its own `id`.
     pub fn insert(&mut self, id: String, repo: Repo) -> Option<Repo> {
         self.0.insert(folded(&id), repo)
     }

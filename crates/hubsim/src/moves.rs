@@ -1,6 +1,7 @@
-//! Renamed repositories: `POST /api/repos/move` records the old name, and a read of the old name (its API,
-//! its files, its page) is answered with the Hub's relative `307` to the same path under the new name, which
-//! clients follow before reading anything (hub-api §3.2). A repo created later under the old name takes it back.
+//! Handles renamed repositories. `POST /api/repos/move` records the old name. A read of the old name, whether
+//! of its API, its files or its page, gets the Hub's relative `307` to the same path under the new name.
+//! Clients follow it before reading anything (hub-api §3.2). A repo created later under the old name takes
+//! the name back.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -44,7 +45,8 @@ fn repo_in_path(path: &str) -> Option<(&str, String, &str)> {
     if ns.is_empty() || name.is_empty() || ns.starts_with('_') || (prefix == "/" && ns == "api") {
         return None;
     }
-    // Past the id, only the file routes (`/{ns}/{name}/resolve/…`) and the page (`/{ns}/{name}`) are a repo's.
+    // Past the id, only the file routes (`/{ns}/{name}/resolve/…`) and the page (`/{ns}/{name}`) are a
+    // repo's.
     if prefix == "/" && tail.is_some_and(|t| !t.starts_with("resolve/")) {
         return None;
     }

@@ -1,5 +1,5 @@
-//! Query strings with repeated keys (`filter=a&filter=b`, `expand=x&expand=y`), which serde's form decoding
-//! cannot express.
+//! Parses query strings with repeated keys (`filter=a&filter=b`, `expand=x&expand=y`). serde's form decoding
+//! cannot express them.
 
 /// Decoded `key=value` pairs in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The read API: listing, model info, tree, paths-info, whoami.
+//! Serves the read API: listing, model info, tree, paths-info, whoami.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -91,7 +91,7 @@ fn pick(all: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
     keys.iter().filter_map(|k| all.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect()
 }
 
-/// `GET /api/models`: search, author, repeated filter, sort, limit, full, expand; cursor pagination via `Link`.
+/// `GET /api/models`: search, author, repeated filter, sort, limit, full, expand. Pages by cursor via `Link`.
 pub(super) async fn list_models(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
@@ -120,10 +120,10 @@ pub(super) async fn list_models(
     let sort = params
         .get("sort")
         .filter(|s| ["downloads", "likes", "lastModified", "last_modified", "createdAt", "created_at"].contains(s));
-    // In the default order the cursor is the last id served, as the Hub's cursors are keys rather than
-    // offsets: a repo created or deleted before the cursor while a client pages neither hides another repo
-    // from it nor shows one twice. Such a page is read from the key on (a crawl's pages cost what they hold,
-    // not what the Hub holds). Sorted listings page by offset.
+    // In the default order, the cursor is the last id served, as the Hub's cursors are keys rather than
+    // offsets. So a repo created or deleted before the cursor while a client pages neither hides another repo
+    // from it nor shows one twice. Such a page is read from the key on, so a crawl's pages cost what they
+    // hold, not what the Hub holds. Sorted listings page by offset.
     let cursor = params.get("cursor");
     let after = match cursor {
         None => Some(""),
@@ -247,7 +247,8 @@ fn tree_dir(path: &str) -> Value {
     json!({ "type": "directory", "oid": super::model::git_blob_oid(path.as_bytes()), "size": 0, "path": path })
 }
 
-/// The entries under `prefix` (the whole tree when empty), directories first at each level, as the Hub lists.
+/// The entries under `prefix`, or the whole tree when it is empty. Directories come first at each level, as
+/// the Hub lists them.
 fn tree_items(commit: &Commit, prefix: &str, recursive: bool) -> Vec<Value> {
     let base = if prefix.is_empty() { String::new() } else { format!("{}/", prefix.trim_end_matches('/')) };
     let mut dirs = std::collections::BTreeSet::new();
@@ -377,7 +378,7 @@ pub(super) async fn whoami(State(sim): State<Shared>, headers: HeaderMap) -> Res
 }
 
 /// `GET /{ns}/{name}`: the repo's page, as the Hub serves one to a browser: its id and the files of `main`.
-/// Seen with the caller's rights, so a private repo is a 404 to others as on the Hub.
+/// It is seen with the caller's rights, so a private repo is a 404 to others, as on the Hub.
 pub(super) async fn repo_page(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,

@@ -1,5 +1,5 @@
-//! File downloads: `resolve` (direct for git files, a redirect to storage for LFS/Xet ones) and the storage
-//! bridge with HTTP ranges.
+//! Serves file downloads. `resolve` answers git files directly and redirects LFS/Xet ones to storage. The
+//! storage bridge serves HTTP ranges.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -32,8 +32,8 @@ pub enum RangeAnswer {
     Unsatisfiable,
 }
 
-/// Parses `bytes=a-b`, `bytes=a-` and `bytes=-n`; an end past the file is clamped, a start at or past it is
-/// unsatisfiable, anything else (several ranges, other units, garbage) is ignored as RFC 9110 allows.
+/// Parses `bytes=a-b`, `bytes=a-` and `bytes=-n`. An end past the file is clamped, and a start at or past it
+/// is unsatisfiable. Anything else is ignored as RFC 9110 allows: several ranges, other units, garbage.
 pub fn parse_range(value: Option<&str>, size: u64) -> RangeAnswer {
     let Some(spec) = value.and_then(|v| v.trim().strip_prefix("bytes=")) else { return RangeAnswer::Full };
     if spec.contains(',') {
@@ -96,9 +96,9 @@ pub(super) async fn resolve(
     }
     out.insert(header::ETAG, quoted(&entry.git_oid));
     link_headers(&sim, &mut out, &kind.api_path(&id), &commit_sha, &entry.sha256, entry.size, entry.xet_hash());
-    // An absolute redirect to another origin, as to the Hub's CDN: clients read the file's metadata from this
-    // response and drop their token on the way. The query lets storage echo that metadata on a HEAD, for
-    // clients that follow the redirect before reading it (hf-hub's range reads).
+    // Redirect absolutely to another origin, as the Hub does to its CDN. Clients read the file's metadata
+    // from this response and drop their token on the way. The query lets storage echo that metadata on a
+    // HEAD. That serves clients that follow the redirect before reading it, such as hf-hub's range reads.
     let tagged = kind.tagged(&id);
     let mut location = format!("{}/_storage/{}?repo={tagged}&commit={commit_sha}", sim.storage_url, entry.sha256);
     if let Some(xet_hash) = entry.xet_hash() {
@@ -109,8 +109,8 @@ pub(super) async fn resolve(
     Ok((StatusCode::FOUND, out).into_response())
 }
 
-/// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route (under the
-/// repo's API path `api`).
+/// The headers that describe an LFS/Xet file: its sha256, size, and Xet hash with the token route. The route
+/// sits under the repo's API path `api`.
 fn link_headers(
     sim: &Shared,
     out: &mut HeaderMap,
@@ -139,8 +139,8 @@ pub(super) struct StorageQuery {
     xet: Option<String>,
 }
 
-/// `GET|HEAD /_storage/{sha256}`: the storage and CDN side, with ranges. A HEAD repeats the file's metadata;
-/// a GET does not send `X-Linked-Size`, which clients would take for the length of a ranged body.
+/// `GET|HEAD /_storage/{sha256}`: the storage and CDN side, with ranges. A HEAD repeats the file's metadata.
+/// A GET does not send `X-Linked-Size`, which clients would take for the length of a ranged body.
 pub(super) async fn storage(
     State(sim): State<Shared>,
     method: Method,

@@ -1,4 +1,4 @@
-//! Routing, and the middleware every request passes: rate limits, faults, counters.
+//! Routes requests, and runs the middleware every request passes: rate limits, faults, counters.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -89,7 +89,7 @@ pub(crate) fn hub_router(sim: Shared) -> Router {
         .with_state(sim)
 }
 
-/// Keeps what each API request (and each LFS batch question) asked in the journal; a body of at most
+/// Keeps in the journal what each API request, and each LFS batch question, asked. A body of at most
 /// [`journal::BODY_READ`] bytes is read for its keys and passed on whole.
 async fn record_request(State(sim): State<Shared>, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
@@ -130,8 +130,8 @@ async fn reset_requests(State(sim): State<Shared>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-/// The storage side, on an origin of its own as the Hub's CDN and S3 are: clients treat a redirect to
-/// another origin as "the file's metadata is on this response", and drop their Hub token on the way.
+/// The storage side, on an origin of its own, as the Hub's CDN and S3 are. Clients treat a redirect to
+/// another origin as "the file's metadata is on this response". They drop their Hub token on the way.
 pub(crate) fn storage_router(sim: Shared) -> Router {
     Router::new()
         .route("/_storage/{sha256}", get(resolve::storage).head(resolve::storage))
@@ -205,7 +205,7 @@ struct Push {
 
 /// `POST /_sim/population/push[?kind=update|create|delete][&repo=ID]`: one push, announced by webhook.
 async fn push(State(sim): State<Shared>, axum::extract::Query(push): axum::extract::Query<Push>) -> Response {
-    // A push may hash a sample repo's new shards: off the runtime.
+    // A push may hash a sample repo's new shards, so run it off the runtime.
     let done =
         tokio::task::spawn_blocking(move || crate::population::pushes::push(&sim, push.kind, push.repo.as_deref()))
             .await;
@@ -315,7 +315,7 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
         return response;
     }
     if let Some(mut refused) = refused_action(&sim, &request, class, &path) {
-        // The request quota's headers go on every API answer, this one too: they say requests are left.
+        // The request quota's headers go on every API answer, this one too. They say requests are left.
         if let Some(a) = &admission {
             insert_limits(refused.headers_mut(), a);
         }
@@ -360,8 +360,8 @@ async fn admit(State(sim): State<Shared>, request: Request, next: Next) -> Respo
     Response::from_parts(parts, Body::new(Metered::new(body, sim, served_bytes, cut_at, pace)))
 }
 
-/// The Hub's refusal of a write that its user's quota for the action, or a creation in progress, stops:
-/// a 429 without rate headers naming the action, or the 409 that concurrent creations by one user get.
+/// The Hub's refusal of a write that the user's action quota, or a creation in progress, stops. It is a 429
+/// without rate headers that names the action, or the 409 that concurrent creations by one user get.
 fn refused_action(sim: &Sim, request: &Request, class: &str, path: &str) -> Option<Response> {
     let action = Action::of(request.method(), class, path)?;
     if action == Action::RepoCreate && sim.faults.conflict_on_create() {
@@ -389,9 +389,9 @@ fn insert_limits(headers: &mut axum::http::HeaderMap, a: &super::faults::Admissi
     }
 }
 
-/// A body that counts the bytes passing through it in one counter (a request's received, a response's
-/// served) and, for an injected truncation, fails after `cut_at` bytes so the connection closes short of
-/// its `Content-Length`.
+/// A body that counts the bytes passing through it in one counter: a request's bytes received, or a
+/// response's bytes served. For an injected truncation, it fails after `cut_at` bytes. So the connection
+/// closes short of its `Content-Length`.
 struct Metered {
     inner: Body,
     sim: Shared,
@@ -399,8 +399,8 @@ struct Metered {
     sent: u64,
     cut_at: Option<u64>,
     cut_flushed: bool,
-    /// Bytes per second the body is held to, from when it was made; and the wait before its next frame (the
-    /// rate's, or the one before a cut).
+    /// Bytes per second the body is held to, and since when. `wait` holds the wait before its next frame: the
+    /// rate's, or the one before a cut.
     pace: Option<(u64, Instant)>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -444,8 +444,8 @@ impl http_body::Body for Metered {
             if self.cut_flushed {
                 return Poll::Ready(Some(Err(axum::Error::new("simulated truncated body"))));
             }
-            // A wait first, so the server flushes the bytes before the cut; an error right away would drop
-            // them with the connection, and the client would see no answer at all.
+            // Wait first, so the server flushes the bytes before the cut. An error right away would drop them
+            // with the connection, and the client would see no answer at all.
             self.cut_flushed = true;
             self.wait = Some(Box::pin(tokio::time::sleep(Duration::from_millis(20))));
             return self.poll_frame(cx);

@@ -1,8 +1,8 @@
-//! The simulator's webhooks (`sim --webhook URL[#SECRET]`): for every commit, create, delete and visibility
-//! change it performs, it POSTs the Hub's payload (`event`, `repo` with `headSha`, `updatedRefs`,
-//! `updatedConfig`) with the secret in `X-Webhook-Secret`, so a service's whole webhook path runs end to end.
-//! Every payload sent is kept (up to a bound) for `POST /_sim/webhooks/replay`; `POST /_sim/webhooks/flood`
-//! sends the last one again many times, for tests of a burst.
+//! Sends the simulator's webhooks (`sim --webhook URL[#SECRET]`). For every commit, create, delete and
+//! visibility change it performs, it POSTs the Hub's payload. The payload carries `event`, `repo` with
+//! `headSha`, `updatedRefs` and `updatedConfig`. The secret goes in `X-Webhook-Secret`. So a service's whole
+//! webhook path runs end to end. Every payload sent is kept, up to a bound, for `POST /_sim/webhooks/replay`.
+//! `POST /_sim/webhooks/flood` sends the last one again many times, for tests of a burst.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -58,7 +58,7 @@ pub struct Registered {
 }
 
 impl Registered {
-    /// As the Hub describes it (the secret is not shown back).
+    /// Describes it as the Hub does. The secret is not shown back.
     pub fn to_json(&self) -> Value {
         let watched: Vec<Value> = self.watched.iter().map(|(kind, name)| json!({"type": kind, "name": name})).collect();
         json!({"id": self.id, "url": self.target.url, "watched": watched, "domains": self.domains, "disabled": false})
@@ -73,28 +73,28 @@ pub struct Webhooks {
     sent: Mutex<VecDeque<Value>>,
     /// Webhooks created through the API.
     pub registered: Mutex<Vec<Registered>>,
-    /// The last id given to one (ids are not reused after a deletion).
+    /// The last id given to one. Ids are not reused after a deletion.
     last_id: AtomicU64,
 }
 
 impl Webhooks {
-    /// A new webhook's id, as the Hub's look: 24 hex digits.
+    /// Gives a new webhook's id, shaped like the Hub's: 24 hex digits.
     pub fn next_id(&self) -> String {
         format!("{:024x}", self.last_id.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// A sender to `targets` (none: nothing is sent).
+    /// Makes a sender to `targets`. With none, only webhooks registered through the API get payloads.
     pub fn new(targets: Vec<WebhookTarget>) -> Webhooks {
         Webhooks { targets, ..Webhooks::default() }
     }
 
-    /// [`send_for`](Self::send_for) a model repository.
+    /// Runs [`send_for`](Self::send_for) for a model repository.
     pub fn send(&self, scope: &str, action: &str, repo: &str, private: bool, head: Option<&str>, extra: Value) {
         self.send_for(crate::kind::RepoKind::Model, (scope, action), repo, private, head, extra);
     }
 
-    /// Sends the Hub's payload for `action` on `scope` of model repo `repo` (whose `main` is at `head`), with
-    /// `extra` top-level properties; in the background, after the change it reports is visible.
+    /// Sends the Hub's payload for `action` on `scope` of the `kind` repo `repo`, whose `main` is at `head`.
+    /// `extra` adds top-level properties. It sends in the background, after the change it reports is visible.
     pub fn send_for(
         &self,
         kind: crate::kind::RepoKind,
@@ -182,8 +182,8 @@ impl Webhooks {
 mod tests {
     use super::*;
 
-    /// Ids come from a counter, not from how many webhooks exist now: a deletion never lets a new webhook take
-    /// the id of one still registered.
+    /// Ids come from a counter, not from how many webhooks exist now. So a deletion never lets a new webhook
+    /// take the id of one still registered.
     #[test]
     fn ids_are_never_reused() {
         let hooks = Webhooks::default();

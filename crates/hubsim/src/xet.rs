@@ -1,10 +1,10 @@
-//! The Xet side: HF's own local CAS server (`xet-client`'s `simulation` feature) embedded in the simulator,
-//! server-side ingestion of the directory's large files, the sha256 → Xet hash index that commits need, and
-//! byte-range reconstruction for the storage bridge.
+//! Runs the Xet side. It embeds HF's own local CAS server (`xet-client`'s `simulation` feature) in the
+//! simulator. It ingests the directory's large files on the server side. It keeps the sha256 → Xet hash index
+//! that commits need. It reconstructs byte ranges for the storage bridge.
 //!
-//! The CAS listens on a loopback port of its own; clients reach it through the storage origin, which
-//! forwards `/v1`, `/v2` and `/simulation` (the CAS builds the URLs it hands out from the `Host` header, so
-//! they come back through the same door). That lets the simulator count what Xet uploads send it.
+//! The CAS listens on a loopback port of its own. Clients reach it through the storage origin, which forwards
+//! `/v1`, `/v2` and `/simulation`. The CAS builds the URLs it hands out from the `Host` header, so they come
+//! back through the same door. That lets the simulator count what Xet uploads send it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ pub struct XetObject {
 pub struct XetCas {
     ctx: XetContext,
     store: Arc<LocalClient>,
-    /// The CAS's own listener, `http://127.0.0.1:port`; clients are given the storage origin instead.
+    /// The CAS's own listener, `http://127.0.0.1:port`. Clients are given the storage origin instead.
     pub direct_url: String,
     work_dir: PathBuf,
     by_sha256: RwLock<HashMap<String, XetObject>>,
@@ -59,7 +59,7 @@ impl std::fmt::Debug for XetCas {
 }
 
 impl XetCas {
-    /// Opens (or creates) the CAS under `dir` and serves it on a loopback port. Must run on a multi-thread
+    /// Opens or creates the CAS under `dir` and serves it on a loopback port. It must run on a multi-thread
     /// tokio runtime, which the Xet crates then share.
     pub async fn start(dir: &Path) -> Result<XetCas, XetError> {
         let ctx = XetContext::default().map_err(xet_err("context"))?;
@@ -90,7 +90,7 @@ impl XetCas {
         Ok(cas)
     }
 
-    /// Chunks, deduplicates and stores local files in the CAS, as the Hub's migration to Xet does; returns
+    /// Chunks, deduplicates and stores local files in the CAS, as the Hub's migration to Xet does. Returns
     /// each file's Xet hash.
     pub async fn ingest(&self, paths: &[PathBuf]) -> Result<Vec<XetObject>, XetError> {
         if paths.is_empty() {
@@ -117,8 +117,8 @@ impl XetCas {
         Ok(out)
     }
 
-    /// Rebuilds the sha256 index from every file entry in the stored shards (uploaders record each file's
-    /// sha256 there), picking up what clients uploaded since.
+    /// Rebuilds the sha256 index from every file entry in the stored shards, where uploaders record each
+    /// file's sha256. It picks up what clients uploaded since.
     pub async fn reindex(&self) -> Result<(), XetError> {
         let entries =
             DeletionControlableClient::list_file_shard_entries(&*self.store).await.map_err(xet_err("list files"))?;

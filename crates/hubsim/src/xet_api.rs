@@ -1,4 +1,4 @@
-//! The Hub's Xet endpoints: read and write tokens, and the door to the CAS on the storage origin.
+//! Serves the Hub's Xet endpoints: read and write tokens, and the door to the CAS on the storage origin.
 
 use axum::Json;
 use axum::body::Body;
@@ -55,8 +55,8 @@ pub(super) async fn read_token(
     Ok(token_response(&sim, "read"))
 }
 
-/// `GET /api/models/{ns}/{name}/xet-write-token/{rev}[?create_pr=1]`: for the repo's writers, and for anyone
-/// signed in who asks for a pull request (or uploads to one, `refs/pr/N`).
+/// `GET /api/models/{ns}/{name}/xet-write-token/{rev}[?create_pr=1]`: for the repo's writers. Anyone signed
+/// in who asks for a pull request, or uploads to one (`refs/pr/N`), gets one too.
 pub(super) async fn write_token(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
@@ -71,8 +71,8 @@ pub(super) async fn write_token(
     Ok(token_response(&sim, "write"))
 }
 
-/// Forwards CAS traffic to the embedded CAS, keeping the `Host` header so the URLs it hands out lead back
-/// here, and counts the bytes uploads send.
+/// Forwards CAS traffic to the embedded CAS and counts the bytes uploads send. It keeps the `Host` header, so
+/// the URLs the CAS hands out lead back here.
 pub(super) async fn cas_proxy(State(sim): State<Shared>, request: Request) -> Result<Response, HubError> {
     let Some(xet) = &sim.xet else { return Err(HubError::not_found("Xet storage is disabled on this simulator")) };
     let (parts, body) = request.into_parts();

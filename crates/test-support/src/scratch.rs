@@ -1,10 +1,11 @@
-//! A throwaway PostgreSQL server of its own, for the tests and the benchmarks: a cluster
-//! `initdb` makes in a temporary directory, served on a free loopback port, gone when its owner is.
+//! Runs a throwaway PostgreSQL server of its own, for the tests and the benchmarks. `initdb` makes the
+//! cluster in a temporary directory. It is served on a free loopback port and is gone when its owner is.
 //!
-//! It needs Debian's `postgresql` package (or any install whose `pg_config --bindir`, `/usr/lib/postgresql/*/bin`
-//! or `PATH` holds `initdb` and `postgres`). PostgreSQL refuses to run as root, so as root the cluster belongs
-//! to the `postgres` user. The server is started through `setpriv --pdeathsig KILL` from a thread that lives as
-//! long as the process, so it dies with the process that started it, even one killed with SIGKILL.
+//! It needs Debian's `postgresql` package, or any install that has `initdb` and `postgres` in
+//! `pg_config --bindir`, `/usr/lib/postgresql/*/bin` or `PATH`. PostgreSQL refuses to run as root, so as
+//! root the cluster belongs to the `postgres` user. The server is started through
+//! `setpriv --pdeathsig KILL`, from a thread that lives as long as the process. So it dies with the process
+//! that started it, even one killed with SIGKILL.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,12 +41,13 @@ pub struct ScratchPostgres {
 static SHARED: OnceLock<Result<ScratchPostgres, String>> = OnceLock::new();
 
 impl ScratchPostgres {
-    /// The process's one server, started at the first call: each user takes a database of its own
+    /// The process's one server, started at the first call. Each user takes a database of its own
     /// ([`ScratchPostgres::database`]), so tests share a server, not data.
     pub fn shared() -> Result<&'static ScratchPostgres, ScratchError> {
         SHARED
             .get_or_init(|| {
-                // Started from a thread that never ends: the parent-death signal follows the thread that forked.
+                // Start from a thread that never ends, since the parent-death signal follows the thread that
+                // forked.
                 let (tx, rx) = std::sync::mpsc::channel();
                 let spawned = std::thread::Builder::new().name("scratch postgres".into()).spawn(move || {
                     let _ = tx.send(ScratchPostgres::start().map_err(|e| e.to_string()));
@@ -62,7 +64,7 @@ impl ScratchPostgres {
             .map_err(|e| ScratchError::Step(e.clone()))
     }
 
-    /// Starts a server owned by the calling thread (it dies when that thread does).
+    /// Starts a server owned by the calling thread. The server dies when that thread does.
     pub fn start() -> Result<ScratchPostgres, ScratchError> {
         let bin = bin_dir().ok_or(ScratchError::NotInstalled)?;
         remove_stale_clusters();
@@ -122,7 +124,8 @@ impl ScratchPostgres {
     pub fn database(&self) -> Result<String, ScratchError> {
         let name = format!("t{}_{}", std::process::id(), unique());
         let url = self.url("postgres");
-        // On a thread of its own, with a runtime of its own, so a caller inside a runtime may call it too.
+        // Run on a thread of its own, with a runtime of its own, so a caller inside a runtime may call it
+        // too.
         let created = std::thread::scope(|s| {
             s.spawn(|| -> Result<(), String> {
                 let rt =
@@ -143,8 +146,8 @@ impl ScratchPostgres {
         Ok(self.url(&name))
     }
 
-    /// Waits until the server accepts connections (`pg_isready`: a listening socket is not enough, the
-    /// server answers "starting up" for a while after it opens one).
+    /// Waits until the server accepts connections, by `pg_isready`. A listening socket is not enough: the
+    /// server answers "starting up" for a while after it opens one.
     fn wait_ready(&self, bin: &Path) -> Result<(), ScratchError> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -220,7 +223,8 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Removes the directories of clusters whose process is gone (a server dies with its process, its files stay).
+/// Removes the directories of clusters whose process is gone. A server dies with its process, but its files
+/// stay.
 fn remove_stale_clusters() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
     for entry in entries.filter_map(Result::ok) {

@@ -1,18 +1,18 @@
-//! Synthetic shards laid out the way MLX's writer lays them out, for tests and benchmarks.
+//! Builds synthetic shards laid out the way MLX's writer lays them out, for tests and benchmarks.
 //!
-//! Interop fixtures come from the real writers (see `tests/fixtures`); this module exists for what those
-//! cannot give cheaply: random tensor sets for property tests and multi-GiB shards for benchmarks.
+//! Interop fixtures come from the real writers (see `tests/fixtures`). This module gives what those cannot
+//! give cheaply: random tensor sets for property tests, and multi-GiB shards for benchmarks.
 
 use std::io::{self, Write};
 
 use serde_json::{Map, Value, json};
 
-/// A dtype by its safetensors name (`"BF16"`, `"U32"`, …): the tests name dtypes as the files do.
+/// A dtype by its safetensors name (`"BF16"`, `"U32"`, …). The tests name dtypes as the files do.
 pub type Dtype = &'static str;
 
-/// Bits per element of a safetensors dtype, from the format's specification (not from the code under test,
-/// so the tests check hubalign's table against it). Panics on a name the format does not have: a typo in a
-/// test.
+/// Bits per element of a safetensors dtype, from the format's specification. It does not come from the code
+/// under test, so the tests check hubalign's table against it. Panics on a name the format does not have,
+/// which is a typo in a test.
 pub fn bits(dtype: &str) -> u64 {
     match dtype {
         "F4" => 4,
@@ -94,8 +94,8 @@ pub fn write_mlx_style(tensors: &[SynthTensor], format: Option<&str>) -> Vec<u8>
     out
 }
 
-/// Streams a file in MLX's layout with pseudo-random tensor bytes, never holding more than 1 MiB; returns
-/// its size. For benchmark shards of any size.
+/// Streams a file in MLX's layout with pseudo-random tensor bytes, never holding more than 1 MiB. Returns its
+/// size. Benchmarks use it for shards of any size.
 pub fn write_mlx_style_stream<W: Write>(
     out: &mut W,
     specs: &[(&str, Dtype, &[u64])],

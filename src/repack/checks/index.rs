@@ -22,9 +22,9 @@ struct Found {
 /// Entries an index may name: far more than any model's tensors, far fewer than a hostile one may list.
 const MAX_INDEX_ENTRIES: usize = 1_000_000;
 
-/// Checks each `*.safetensors.index.json` the bundle carries, as a loader follows it: every entry names a
-/// shard the bundle holds at its top (so no path leads elsewhere), and a tensor that shard holds; at most
-/// [`MAX_INDEX_ENTRIES`] entries.
+/// Checks each `*.safetensors.index.json` the bundle carries, as a loader follows it.
+/// Every entry must name a shard at the bundle's top, so that no path leads elsewhere.
+/// The entry's tensor must be in that shard. An index may hold at most [`MAX_INDEX_ENTRIES`] entries.
 fn run(dir: &Path, _manifest: &Manifest) -> Result<Figures, VerifyError> {
     crate::blocking::assert_off_executor("the index check");
     let wrong_index = |file: &str, problem: String| VerifyError::Index {

@@ -12,8 +12,9 @@ const CARD: &str = "{% if c.figures.loaded %}- mlx-lm: `mlx_lm.load` (mlx-lm {{ 
 {%- else %}- mlx-lm: not loaded ({{ c.figures.why|string|md }}); the MLX load check above covers every tensor.
 {%- endif %}";
 
-/// What the record says of `mlx_lm.load`, read as an [`MlxLmLoad`]: its entry in `checks`, or `mlx_lm` in a
-/// record of an older script. An entry of other types (a runner's record is from outside) is not rendered.
+/// Reads what the record says of `mlx_lm.load` as an [`MlxLmLoad`]: its entry in `checks`, or else the
+/// `mlx_lm` field that older scripts write. An entry of another type is not rendered, since a runner's record
+/// comes from outside.
 fn read(record: &MlxRecord) -> Option<Figures> {
     let said: MlxLmLoad = match record.checks.get(CHECK.name) {
         Some(figures) => serde_json::from_value(serde_json::Value::Object(figures.clone())).ok()?,

@@ -25,8 +25,8 @@ struct Found {
     zero_copy: u64,
 }
 
-/// Maps every shard and views each tensor as its element type in place, as a zero-copy loader does; counts
-/// the tensors that can be (all must be).
+/// Maps every shard and views each tensor in place as its element type, as a zero-copy loader does.
+/// Counts the tensors that can be viewed so, and fails unless all can.
 fn run(dir: &Path, manifest: &Manifest) -> Result<Figures, VerifyError> {
     crate::blocking::assert_off_executor("the mmap check");
     let mut checks = Found { shards: 0, tensors: 0, zero_copy: 0 };
@@ -60,6 +60,6 @@ fn run(dir: &Path, manifest: &Manifest) -> Result<Figures, VerifyError> {
 fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
     let file = std::fs::File::open(path)?;
     // SAFETY: the file is the worker's own output in its private work directory, written and synced before
-    // this check and not modified while the map lives (it is dropped before the function that made it returns).
+    // this check. Nothing modifies it while the map lives, and `run` drops the map before it returns.
     unsafe { memmap2::Mmap::map(&file) }
 }

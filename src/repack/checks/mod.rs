@@ -84,8 +84,9 @@ pub struct CheckOutcome {
     pub figures: Figures,
 }
 
-/// What each check with a card line found, in the list's order: those that ran here from `local`, the others
-/// from `record`. A check with nothing recorded is left out.
+/// Lists what each check with a card line found, in the list's order.
+/// Checks that ran here read from `local`, the others from `record`.
+/// A check with nothing recorded is left out.
 pub(crate) fn outcomes(local: &LocalChecks, record: &MlxRecord) -> Vec<CheckOutcome> {
     CHECKS
         .iter()

@@ -25,10 +25,11 @@ struct Found {
     tensors: u64,
 }
 
-/// Checks every shard the manifest lists against its record, from the headers alone: strict parse, every
-/// tensor aligned, the size and tensor count recorded, and the digests the bytes will be judged by present (the
-/// payload's; each tensor's for a reorder). The bytes themselves were hashed as the re-layout wrote them, and
-/// the MLX check judges the loaded output by those digests: reading them again here would prove nothing new.
+/// Checks every shard the manifest lists against its record, from the headers alone.
+/// Each shard must parse strictly, align every tensor, and match the recorded size and tensor count.
+/// The manifest must hold the digests the bytes will be judged by: the payload's, and each tensor's for a
+/// reorder. The re-layout hashed the bytes as it wrote them, and the MLX check judges the loaded output by
+/// those digests. Reading the bytes again here would prove nothing new.
 fn run(dir: &Path, manifest: &Manifest) -> Result<Figures, VerifyError> {
     crate::blocking::assert_off_executor("the structural check");
     let alignment = Alignment::new(manifest.target_alignment).unwrap_or_default();

@@ -2,19 +2,20 @@
 //! downloaded.
 //!
 //! A mirror is published under the service's name for anyone to download, and anyone can push a repo tagged
-//! `mlx`. So the mirror is built from an allow-list, never from the source's file list: the top-level
-//! safetensors shards and their index, the model and generation configs, the tokenizer, chat-template and
-//! processor files, and the licence, notice and use-policy texts. Pickles, code, native libraries, archives,
-//! notebooks and every file no MLX loader reads are left out, not downloaded, and listed on the card with the
-//! reason. Each carried file that is not a shard, and all of them together, are capped.
+//! `mlx`. So an allow-list decides what the mirror carries, never the source's file list.
+//! It carries the top-level safetensors shards and their index, and the model and generation configs.
+//! It carries the tokenizer, chat-template and processor files, and the licence, notice and use-policy texts.
+//! Pickles, code, native libraries, archives, notebooks and every file no MLX loader reads are left out.
+//! They are not downloaded, and the card lists each with the reason.
+//! Each carried file that is not a shard is capped, and so are all of them together.
 //!
-//! Configs may point to code: `auto_map` and `custom_pipelines` name Python classes, in the source repo or in
-//! another one, that `transformers` runs with `trust_remote_code`; `model_file` names a module of the repo
-//! that mlx-lm imports and runs when its caller passes `trust_remote_code=True` (mlx-lm 0.32's
-//! `load_model`). A mirror carries no code, so none of these can do anything but send a reader to code
-//! elsewhere. The pointers (and a config's own `trust_remote_code` flag) are removed from the carried copy
-//! rather than the repo refused: mlx-lm then builds the model from `model_type` with its own code, or says
-//! it does not know that type. The manifest and the card name every key removed.
+//! Configs may point to code. `auto_map` and `custom_pipelines` name Python classes, in the source repo or in
+//! another one, that `transformers` runs with `trust_remote_code`. `model_file` names a module of the repo
+//! that mlx-lm imports and runs when its caller passes `trust_remote_code=True` (mlx-lm 0.32's `load_model`).
+//! A mirror carries no code, so these pointers can only send a reader to code elsewhere.
+//! The carried copy drops the pointers and a config's own `trust_remote_code` flag; the repo is not refused.
+//! mlx-lm then builds the model from `model_type` with its own code, or says it does not know that type.
+//! The manifest and the card name the keys removed, at most `MAX_NAMED` per file.
 
 use std::path::Path;
 
@@ -200,8 +201,8 @@ pub(crate) enum ConfigError {
     },
 }
 
-/// Removes every `CODE_POINTERS` key, at any depth, from the carried configs in `dir`; returns what was
-/// removed from which file. A config with nothing to remove is left byte for byte as it came.
+/// Removes every `CODE_POINTERS` key, at any depth, from the carried configs in `dir`.
+/// Returns what it removed from which file. A config with nothing to remove stays byte for byte as it came.
 pub(crate) fn strip_code_pointers(dir: &Path) -> Result<Vec<Edited>, ConfigError> {
     let mut edited = Vec::new();
     for file in CONFIGS {

@@ -1,9 +1,9 @@
-//! Whether a job fits the work directory's disk, asked of the filesystem (`statvfs`) before any byte is
-//! downloaded: one repo larger than the disk must not fill it and stop every job after it.
+//! Checks that a job fits the work directory's disk before any byte is downloaded, by asking the filesystem
+//! (`statvfs`). One repo larger than the disk must not fill it and stop every job after it.
 //!
-//! A job that can never fit (more than the whole filesystem) fails for size; one that does not fit now is
-//! tried again later, spending an attempt, while smaller jobs go on. Only a disk too full for any job (less
-//! than [`RESERVE`] free) is the operator's to mend.
+//! A job larger than the whole filesystem fails for size. A job that does not fit now is tried again later,
+//! spending an attempt, while smaller jobs go on. Only a disk too full for any job needs the operator:
+//! one with less than [`RESERVE`] free.
 
 use std::path::Path;
 
@@ -13,8 +13,8 @@ use crate::report::human_bytes;
 /// Space kept free beyond what a job needs, and the least a disk must have free for any job to start.
 pub(crate) const RESERVE: u64 = 256 << 20;
 
-/// Bytes a job needs on disk: what is still to download, and the re-laid copy the output may hold beside
-/// it (at most the bundle again), with the reserve.
+/// Bytes a job needs on disk: what is still to download, the re-laid copy beside it, and the reserve.
+/// The re-laid copy takes at most the bundle's size again.
 pub(crate) fn need(to_fetch: u64, bundle: u64) -> u64 {
     to_fetch.saturating_add(bundle).saturating_add(RESERVE)
 }

@@ -1,6 +1,7 @@
-//! One file's bytes from the Hub to its writer, in order: over one connection from a given byte on, or, for a
-//! large file, in fixed-size ranges over several connections at once whose answers are passed on in file
-//! order (a CDN limits each connection's rate; the file's hash is one chain that needs its bytes in order).
+//! Passes one file's bytes from the Hub to its writer, in order. A file comes over one connection from a
+//! given byte on. A large file comes in fixed-size ranges over several connections at once, because a CDN
+//! limits each connection's rate. The answers are passed on in file order, because the file's hash is one
+//! chain that needs its bytes in order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +28,7 @@ pub(crate) const SEGMENTED_FROM: u64 = 4 * SEGMENT;
 pub(crate) struct Sent {
     /// Bytes that came over the wire.
     pub(crate) received: u64,
-    /// Bytes passed on to the writer (a server that ignored the range resent some it already had).
+    /// Bytes passed on to the writer. A server that ignored the range resent some the writer already had.
     pub(crate) accepted: u64,
     /// How it ended.
     pub(crate) end: End,
@@ -37,10 +38,10 @@ pub(crate) struct Sent {
 pub(crate) enum End {
     /// Every byte the tree lists has reached the writer.
     Complete,
-    /// The body stopped early, or the answer could not be used; asking again from where the writer stands
-    /// may succeed.
+    /// The body stopped early, or the answer could not be used.
+    /// Asking again from where the writer stands may succeed.
     Cut(String),
-    /// The request failed, or the server sent more than the tree lists: this attempt at the file is over.
+    /// The request failed, or the server sent more than the tree lists. This attempt at the file is over.
     Refused(RepackError),
 }
 
@@ -99,9 +100,9 @@ pub(crate) async fn send_rest(
     sent
 }
 
-/// Asks for the file from byte `start` (up to `last`, if given): the answer's body, and whether it is the
-/// whole file (a `200`: a server that ignores ranges). A `206` must start at `start`; one for another range,
-/// like a failed request, is the end given back.
+/// Asks for the file from byte `start`, up to `last` if given. Returns the answer's body, and whether it is
+/// the whole file: a `200` from a server that ignores ranges. A `206` must start at `start`. A `206` for
+/// another range returns an `End`, as a failed request does.
 async fn open_at(
     hub: &HubClient,
     url: &str,
@@ -127,10 +128,10 @@ fn content_range_start(opened: &crate::hub::Opened) -> Option<u64> {
     v.strip_prefix("bytes ")?.split('-').next()?.trim().parse().ok()
 }
 
-/// Asks for the file from byte `have` on in [`SEGMENT`]-byte ranges, `connections` at a time, and passes each
-/// answer on in file order. The first range that does not arrive whole ends the call, with every byte before
-/// its gap passed on (its own first bytes too): the caller resumes from there. Ranges still in flight then
-/// are dropped, their bytes counted as received.
+/// Asks for the file from byte `have` on in [`SEGMENT`]-byte ranges, `connections` at a time.
+/// Passes each answer on in file order. The first range that does not arrive whole ends the call.
+/// Every byte before its gap is passed on, its own first bytes too, and the caller resumes from there.
+/// Ranges still in flight are then dropped, and their bytes count as received.
 pub(crate) async fn send_segments(
     hub: &HubClient,
     url: &str,
@@ -169,8 +170,8 @@ pub(crate) async fn send_segments(
     sent
 }
 
-/// One range of the file, whole or up to where it stopped (with how it ended); the bytes that come over the
-/// wire are added to `received` as they come.
+/// Fetches one range of the file, whole or up to where it stopped, with how it ended.
+/// Adds the bytes that come over the wire to `received` as they come.
 async fn fetch_segment(
     hub: &HubClient,
     url: &str,

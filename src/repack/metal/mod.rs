@@ -1,7 +1,8 @@
-//! The macOS runner's one pass, whichever way it meets the workers: claim a job waiting for the Metal check,
-//! fetch its staged bundle, run the MLX check on it, record the verdict. The ways differ only in how they
-//! claim, fetch and record ([`Rendezvous`]): over the runner API ([`crate::repack::metal::runner::ApiRendezvous`]) or over
-//! the store and the Hub ([`crate::repack::metal::rendezvous::HubRunner`]).
+//! The macOS runner's one pass, whichever way it meets the workers. It claims a job waiting for the Metal
+//! check, fetches its staged bundle, runs the MLX check on it, and records the verdict.
+//! The ways differ only in how they claim, fetch and record ([`Rendezvous`]).
+//! One way goes over the runner API ([`crate::repack::metal::runner::ApiRendezvous`]).
+//! The other goes over the store and the Hub ([`crate::repack::metal::rendezvous::HubRunner`]).
 
 pub mod rendezvous;
 pub mod runner;
@@ -13,22 +14,23 @@ use crate::job::payload::MlxRecord;
 /// Why the staged bundle was not fetched.
 #[derive(Debug)]
 pub enum Fetch<E> {
-    /// The bundle is not what the job says (its manifest names another source, or nothing was staged): the
-    /// check fails with this reason, recorded.
+    /// The bundle is not what the job says: its manifest names another source, or nothing was staged.
+    /// The check fails, and this reason is recorded.
     Failed(String),
-    /// The fetch did not complete (the network, the disk): nothing is recorded; the lease lapses and the job
-    /// is claimed again.
+    /// The fetch did not complete, because of the network or the disk. Nothing is recorded.
+    /// The lease lapses and the job is claimed again.
     Unknown(E),
 }
 
 /// Why a pass recorded no verdict.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum PassError<E> {
-    /// The way failed (claim, fetch or record): the lease lapses and the job is claimed again.
+    /// The way failed to claim, fetch or record. The lease lapses and the job is claimed again.
     #[error("{0}")]
     Way(E),
-    /// This runner's interpreter cannot run the check (it cannot start, or has no MLX): its fault, not the
-    /// bundle's, so nothing is recorded and the job goes to a runner that can once the lease lapses.
+    /// This runner's interpreter cannot run the check: it cannot start, or has no MLX.
+    /// The fault is the runner's, not the bundle's, so nothing is recorded.
+    /// Once the lease lapses, the job goes to a runner that can run the check.
     #[error("this runner cannot run the MLX check, so no verdict was recorded: {0}")]
     Configuration(String),
 }
@@ -43,10 +45,11 @@ pub trait Rendezvous {
     fn job_id(claimed: &Self::Claimed) -> i64;
     /// Claims the oldest job waiting for the check; `None` when none waits.
     fn claim(&self) -> impl Future<Output = Result<Option<Self::Claimed>, Self::Error>>;
-    /// Fetches the staged bundle of `claimed` (its shards and manifest, each checked as this way allows)
-    /// somewhere under `dir`, the job's own directory, and says where.
+    /// Fetches the staged bundle of `claimed`, its shards and manifest, under `dir`, the job's own directory.
+    /// Checks each file as this way allows, and returns where the bundle is.
     fn fetch(&self, claimed: &Self::Claimed, dir: &Path) -> impl Future<Output = Result<PathBuf, Fetch<Self::Error>>>;
-    /// Records the check's `record`; `false` if this runner no longer holds the job (its verdict is dropped).
+    /// Records the check's `record`. Returns `false` if this runner no longer holds the job; the verdict is
+    /// then dropped.
     fn record(&self, claimed: Self::Claimed, record: MlxRecord) -> impl Future<Output = Result<bool, Self::Error>>;
 }
 
@@ -137,9 +140,9 @@ mod tests {
         OneJob { fetch: RefCell::new(Some(fetch)), recorded: RefCell::new(Vec::new()) }
     }
 
-    /// A bundle that is not the job's is a failed check, recorded with its reason; a fetch that did not
-    /// complete records nothing (the lease lapses); a fetched bundle is judged by the script's record. The
-    /// job's directory is gone after each.
+    /// A bundle that is not the job's is a failed check, recorded with its reason.
+    /// A fetch that did not complete records nothing, and the lease lapses.
+    /// The script's record judges a fetched bundle. The job's directory is gone after each case.
     #[cfg(feature = "system-tests")] // needs python3
     #[tokio::test]
     async fn a_pass_records_what_the_fetch_and_the_check_decided() {

@@ -1,14 +1,14 @@
-//! The macOS runner protocol: a job waiting for the Metal check is claimed over HTTP with a token, the runner
-//! fetches the staged output shards and their manifest (never the source: the check judges the output by the
-//! manifest's digests), runs `verify_mlx.py` on the Metal GPU, and posts the record.
+//! The macOS runner protocol. A runner claims a job waiting for the Metal check over HTTP with a token.
+//! It fetches the staged output shards and their manifest, never the source, because the check judges the
+//! output by the manifest's digests. It runs `verify_mlx.py` on the Metal GPU and posts the record.
 //!
 //! - `POST /api/verifier/claim` → 200 `{"job_id", "repo", "sha", "files"}`, or 204 when nothing waits.
 //! - `GET /api/verifier/jobs/{id}/aligned/{file}` → the staged shard or manifest.
 //! - `POST /api/verifier/jobs/{id}/result` with the script's JSON record → 200, or 409 if the lease was lost.
 //!
-//! Every call needs `Authorization: Bearer <runner token>`, compared in constant time; `X-Runner` names the
-//! runner in the job's history. This is the runner's side of the protocol ([`ApiRendezvous`], one way of
-//! [`crate::repack::metal`]) and its types; the service's side is `serve::runner_api`.
+//! Every call needs `Authorization: Bearer <runner token>`, compared in constant time. `X-Runner` names the
+//! runner in the job's history. This module holds the runner's side of the protocol and its types.
+//! Its [`ApiRendezvous`] is one way of [`crate::repack::metal`]. The service's side is `serve::runner_api`.
 
 use std::path::{Path, PathBuf};
 
@@ -23,8 +23,8 @@ use crate::repack::metal::{Fetch, Rendezvous};
 pub struct Claim {
     /// The job.
     pub job_id: i64,
-    /// The source repo. `repo` on the wire, as runners of every version read it (`repo_id`, the API's
-    /// name, is read too).
+    /// The source repo, sent as `repo`, which runners of every version read.
+    /// `repo_id`, the API's name, is read too.
     #[serde(alias = "repo_id")]
     pub repo: String,
     /// The source commit.
@@ -33,7 +33,7 @@ pub struct Claim {
     pub files: Vec<String>,
 }
 
-/// Why a runner's pass stopped before its record was posted: the job's lease lapses and it is claimed again.
+/// Why a runner's pass stopped before its record was posted. The job's lease lapses and it is claimed again.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiRunnerError {
     /// A request to the service did not complete.

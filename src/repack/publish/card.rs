@@ -1,14 +1,15 @@
-//! The model card of a mirror: front matter with what the mirror can vouch for (its source, the source's
-//! licence, task and languages, the `not-for-all-audiences` flag) plus what marks an aligned mirror, and a
-//! body rendered from `templates/model_card.md.j2` in which every figure comes from the manifest or a check
-//! that ran.
+//! Writes the model card of a mirror. Its front matter holds what the mirror can vouch for: its source, the
+//! source's licence, task and languages, and the `not-for-all-audiences` flag. It also holds what marks an
+//! aligned mirror. The body renders from `templates/model_card.md.j2`, and every figure in it comes from the
+//! manifest or a check that ran.
 //!
-//! Nothing from the source reaches the card as markup. Identifier-like values must be plain (letters,
-//! digits, `._-+/:`) or they are dropped; file names and reasons are escaped for Markdown and HTML by the
-//! template's `md` and `code` filters; a licence link goes only into the source repo or to a known licence
-//! host. Tags come from an allow-list: a tag a source chose (`official`, `verified`, a vendor's name) is its
-//! own claim, and a tag the Hub computes (`text-generation-inference`, `endpoints_compatible`, `license:…`)
-//! is the Hub's to compute for the mirror, so neither is carried.
+//! Nothing from the source reaches the card as markup.
+//! Identifier-like values must be plain (letters, digits, `._-+/:`), or they are dropped.
+//! The template's `md` and `code` filters escape file names and reasons for Markdown and HTML.
+//! A licence link goes only into the source repo or to a known licence host.
+//! Tags come from an allow-list. A tag a source chose (`official`, `verified`, a vendor's name) is its own
+//! claim. The Hub computes some tags itself (`text-generation-inference`, `endpoints_compatible`,
+//! `license:…`), and it computes them for the mirror too. So neither kind is carried.
 
 use serde::Serialize;
 
@@ -20,8 +21,9 @@ const TEMPLATE: &str = include_str!("../../../templates/model_card.md.j2");
 
 pub use crate::sources::MIRROR_TAG;
 
-/// The tags a mirror carries from its source: the flag that keeps a model out of searches for all
-/// audiences, and the Hub's task ids (a task is also a tag). Languages and the task have fields of their own.
+/// The tags a mirror carries from its source, beside the Hub's task ids (a task is also a tag).
+/// The one tag here keeps a model out of searches for all audiences.
+/// Languages and the task have fields of their own.
 const CARRIED_TAGS: [&str; 1] = ["not-for-all-audiences"];
 
 /// The Hub's task ids (its `pipeline_tag` values) that MLX models have.
@@ -74,9 +76,8 @@ pub struct SourceCard {
     pub language: Vec<String>,
     /// The card's own tags that a mirror carries (`CARRIED_TAGS` and tasks).
     pub tags: Vec<String>,
-    /// The models the source credits as its own origin (its card's `base_model`): repo ids only, at most
-    /// 4, linked from the mirror's card and never put in its front matter (the mirror's
-    /// `base_model` is the source).
+    /// The models the source credits as its own origin (its card's `base_model`), as repo ids, at most 4.
+    /// The mirror's card links them but keeps them out of its front matter, whose `base_model` is the source.
     pub credits: Vec<String>,
 }
 
@@ -110,8 +111,8 @@ fn spdx_url(license: &str) -> Option<String> {
 const MAX_VALUE_LEN: usize = 200;
 const MAX_ITEMS: usize = 50;
 
-/// An identifier-like value (a licence id, a task, a language, a tag, a dataset id): letters, digits and
-/// `._-+/:` only, so nothing from the source's card can carry markup into the mirror's.
+/// Reads an identifier-like value: a licence id, a task, a language, a tag or a dataset id.
+/// It may hold only letters, digits and `._-+/:`, so nothing from the source's card carries markup over.
 fn plain(v: &serde_json::Value) -> Option<String> {
     let s = v.as_str()?.trim();
     let ok = !s.is_empty()
@@ -120,8 +121,9 @@ fn plain(v: &serde_json::Value) -> Option<String> {
     ok.then(|| s.to_owned())
 }
 
-/// Where the licence's text is: a file of the source repo under `endpoint`, a page of the source repo on
-/// it, or an `https` page of a known licence publisher ([`LICENSE_HOSTS`]); anything else is no link.
+/// Where the licence's text is. It may be a file of the source repo under `endpoint`, or a page of the
+/// source repo there. It may be an `https` page of a known licence publisher ([`LICENSE_HOSTS`]).
+/// Anything else gives no link.
 fn license_url(link: &str, endpoint: &str, source_repo: &str) -> Option<String> {
     let plain_url = |rest: &str| {
         !rest.is_empty()
@@ -194,9 +196,9 @@ impl SourceCard {
     }
 }
 
-/// A card's YAML front matter, written by hand: every scalar double-quoted with JSON's escapes, which YAML
-/// reads the same way, so no value from the source can change the structure. The licence link is the
-/// checked one, or none.
+/// Writes a card's YAML front matter by hand. Every scalar is double-quoted with JSON's escapes, which YAML
+/// reads the same way, so no value from the source can change the structure.
+/// The licence link is the checked one, or none.
 fn front_matter(source_repo: &str, card: &SourceCard, license_url: Option<&str>) -> String {
     let quote = |s: &str| serde_json::Value::from(s).to_string();
     let mut out = String::from("---\n");
@@ -313,16 +315,17 @@ pub struct BundleFiles {
 }
 
 impl BundleFiles {
-    /// Reads `dir`, the staged mirror: a licence file by its usual names, and a chat template in
-    /// `tokenizer_config.json` (its `chat_template` key) or beside it (`chat_template.jinja`,
-    /// `chat_template.json`). The carried files are capped in size by `repack::download::allow_list`.
+    /// Reads `dir`, the staged mirror. Finds a licence file by its usual names.
+    /// Finds a chat template in `tokenizer_config.json` (its `chat_template` key) or beside it
+    /// (`chat_template.jinja`, `chat_template.json`).
+    /// `repack::download::allow_list` caps the carried files' sizes.
     pub fn of(dir: &std::path::Path) -> BundleFiles {
         let license_file = ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENSE.TXT"]
             .into_iter()
             .find(|name| dir.join(name).is_file())
             .map(str::to_owned);
-        // A tokenizer config is kilobytes; one far larger is not read (it is the source's, and this runs on a
-        // job's thread).
+        // A tokenizer config is kilobytes. One far larger is not read, since it is the source's and this runs
+        // on a job's thread.
         let config = dir.join("tokenizer_config.json");
         let small = std::fs::metadata(&config).is_ok_and(|m| m.len() <= MAX_TOKENIZER_CONFIG);
         let in_config = small
@@ -385,10 +388,12 @@ pub const MAX_LISTED: usize = 50;
 /// Longest piece of untrusted text the card shows; the rest is cut.
 const MAX_SHOWN: usize = 120;
 
-/// Untrusted text as Markdown that renders it literally: cut to `MAX_SHOWN` characters, control and
-/// invisible characters spelled out, every ASCII punctuation character backslash-escaped (so nothing opens a
-/// link, an emphasis, a code span, a table cell or an autolink) and `<`, `>`, `&` as entities (so nothing
-/// opens an HTML tag, whatever the renderer makes of backslashes).
+/// Writes untrusted text as Markdown that renders it literally. It cuts the text to `MAX_SHOWN` characters
+/// and spells out control and invisible characters.
+/// It backslash-escapes every ASCII punctuation character. So nothing opens a link, an emphasis, a code
+/// span, a table cell or an autolink.
+/// It writes `<`, `>` and `&` as entities. So nothing opens an HTML tag, whatever the renderer makes of
+/// backslashes.
 pub fn markdown_text(s: &str) -> String {
     let mut cut: String = s.chars().take(MAX_SHOWN).collect();
     if cut.len() < s.len() {
@@ -411,8 +416,8 @@ pub fn markdown_text(s: &str) -> String {
     out
 }
 
-/// A file name as a code span when it is a plain name (nothing in it can close the span), else as
-/// [`markdown_text`].
+/// Writes a file name as a code span when it is a plain name, since no plain name can close the span.
+/// Writes any other name as [`markdown_text`].
 pub fn markdown_code(s: &str) -> String {
     if crate::repack::download::allow_list::plain_name(s) { format!("`{s}`") } else { markdown_text(s) }
 }

@@ -1,7 +1,7 @@
-//! The ends every way of publishing shares (a bundle checked here, one checked by a runner in this work
-//! directory, one checked by a runner on the Hub): the card written from the facts, the bytes sent counted,
-//! the mirror given its visibility, and the mirror recorded. `--pr` shares the card and the count; its
-//! commit goes to the source, which has a visibility of its own.
+//! Steps every publish path shares: write the card, count the bytes sent, set the visibility, record the
+//! mirror. The paths publish a bundle checked here, one checked by a runner in this work directory, or one
+//! checked by a runner on the Hub. `--pr` mode uses none of these steps: its commit goes to the source,
+//! which has a visibility of its own.
 
 use std::path::{Path, PathBuf};
 
@@ -48,9 +48,9 @@ impl Repacker<'_> {
         };
         let text = card::render(&card::CardData::new(facts.manifest, inputs))
             .map_err(|e| RepackError::permanent(format!("the card: {e}")))?;
-        // Written aside and renamed over: a card rewritten once the MLX check passed never shows a reader of
-        // the old one (the upload's) a half-written file. Aside means beside the bundle, not in it, where the
-        // upload's listing of the bundle would take it for a file of the mirror.
+        // The card is written aside and renamed over the old one. So a card rewritten after the MLX check
+        // never shows the upload, which reads the old one, a half-written file. Aside means beside the
+        // bundle, not in it, where the upload's listing would count it as a file of the mirror.
         let path = dir.join("README.md");
         let aside = dir.parent().unwrap_or(dir);
         crate::safe_fs::write_atomic_via(aside, &path, text.as_bytes())
@@ -58,7 +58,7 @@ impl Repacker<'_> {
         Ok(path)
     }
 
-    /// Counts `bytes` sent for `job` (a failure to count is logged: the job goes on).
+    /// Counts `bytes` sent for `job`. A failure to count is logged, and the job goes on.
     pub(crate) async fn count_uploaded(&self, job: &Job, bytes: u64) {
         if let Err(e) = self.store.add_job_bytes(job.id, 0, bytes).await {
             tracing::warn!(job.id = job.id, error = %e, "recording uploaded bytes failed");
@@ -76,8 +76,8 @@ impl Repacker<'_> {
         }
     }
 
-    /// Ends a publish: `target` now holds the repair of `job`'s source (named `named` in its manifest). The
-    /// bytes sent are counted, the mirror is given `visibility` and recorded, and the job is published.
+    /// Ends a publish once `target` holds the repair of `job`'s source, named `named` in its manifest.
+    /// Counts the bytes sent, gives the mirror `visibility`, records it, and marks the job published.
     pub(crate) async fn finish_publish(
         &self,
         job: &Job,

@@ -1,6 +1,6 @@
-//! `--pr` mode: propose the repaired files to the source repo as a pull request instead of a mirror, the
-//! way the Hub's safetensors conversion bot does: a fixed title, one bot account, one open PR at a time, and
-//! a closed PR taken as the owner's "no".
+//! `--pr` mode proposes the repaired files to the source repo as a pull request instead of a mirror.
+//! It works the way the Hub's safetensors conversion bot does: a fixed title, one bot account, and one open
+//! PR at a time. A closed PR counts as the owner's "no".
 
 use std::path::{Path, PathBuf};
 
@@ -36,9 +36,9 @@ pub(crate) enum Proposal {
 
 /// Why not to open a pull request on `repo`: the bot has one open there already, or the owner closed one.
 ///
-/// The Hub does not say which commit a pull request was built on (`changes.base` is the target branch), so
-/// any open one by the bot stands for the repair, whatever head it was made from. A closed one is the owner's
-/// "no", for good.
+/// The Hub does not say which commit a pull request was built on; `changes.base` is the target branch.
+/// So any open one by the bot stands for the repair, whatever head it was made from.
+/// A closed one is the owner's "no", for good.
 async fn previous(hub: &HubClient, repo: &str, bot: &str) -> Result<Option<String>, RepackError> {
     let prs =
         hub.pull_requests(repo, PR_TITLE, bot).await.map_err(|e| RepackError::hub("reading its pull requests", e))?;
@@ -61,19 +61,20 @@ pub(crate) struct Target<'a> {
     pub sources: &'a [PathBuf],
 }
 
-/// Opens the pull request on the source repo with the shards and the manifest of `dir`, unless the bot has
-/// one open there, or the owner closed one. Checked again just before committing, for concurrent workers.
+/// Opens the pull request on the source repo with the shards and the manifest of `dir`.
+/// Declines if the bot has one open there, or the owner closed one.
+/// It checks this again just before committing, for concurrent workers.
 ///
-/// The upload is the mirrors' own (preupload, Xet, one commit), each request saying it is for a pull request
-/// (`create_pr=1`), as the Hub wants of a token that may not write to the repo.
+/// The upload works as a mirror's does: preupload, Xet, one commit. Each request says it is for a pull
+/// request (`create_pr=1`), as the Hub wants of a token that may not write to the repo.
 #[tracing::instrument(name = "propose", skip_all, fields(repo.id = %target.repo))]
 pub(crate) async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) -> Result<Proposal, RepackError> {
     let Target { repo, head, bot, sources } = *target;
     if let Some(why) = previous(hub, repo, bot).await? {
         return Ok(Proposal::Declined(why));
     }
-    // Only the repair: the shards and the manifest. The owner's other files stay theirs, as they are (the
-    // carried configs of a mirror lose their pointers to code; a pull request proposes no such change).
+    // Only the repair goes up: the shards and the manifest. The owner's other files stay as they are.
+    // A mirror's carried configs lose their pointers to code, but a pull request proposes no such change.
     let repair = |rel: &String| rel.ends_with(crate::bundle::SHARD_SUFFIX) || rel == crate::manifest::MANIFEST_FILE;
     let listed = dir.to_owned();
     let files = crate::blocking::run("listing the repair", move || upload::files_of(&listed))
@@ -98,8 +99,8 @@ pub(crate) async fn propose(hub: &HubClient, target: &Target<'_>, dir: &Path) ->
             None => Err(RepackError::transient(format!("{to}: no pull request number"))),
         },
         Err(CommitError::Moved) => Err(RepackError::transient(format!("{repo} moved since its audit at {head}"))),
-        // The commit is sent once: an answer lost or unreadable may hide a pull request it opened. One by the
-        // bot that is open now is that one (none was open just before), and is recorded as opened.
+        // The commit is sent once, and a lost or unreadable answer may hide a pull request it opened.
+        // None was open just before, so an open one by the bot now is that one, and is recorded as opened.
         Err(CommitError::Failed(e)) => match opened_meanwhile(hub, repo, bot).await {
             Some(proposal) => Ok(proposal),
             None => Err(e),

@@ -1,7 +1,7 @@
-//! Mirrors whose source stopped being public: after each audit, every public mirror whose source the store
-//! no longer knows as public is looked at again on the Hub, and made private (with the reason recorded for
-//! the dashboard) if its source is now private, gated, disabled or gone; or made to follow its source's new
-//! name if the Hub answers the old one with a renamed repo.
+//! Handles mirrors whose source stopped being public. After each audit, the Hub is asked again about every
+//! public mirror whose source the store no longer knows as public.
+//! A mirror goes private if its source is now private, gated, disabled or gone. The reason is recorded for
+//! the dashboard. A mirror follows its source's new name if the Hub answers the old name with a renamed repo.
 
 use crate::hub::HubClient;
 use crate::repack::queue::policy::{self, NameFilters, PrivateMirrors};
@@ -16,8 +16,8 @@ pub struct Hidden {
     pub reason: String,
 }
 
-/// What the pass after an audit did: the mirrors made private, then the jobs queued. Each part is tried
-/// whatever became of the other.
+/// What the pass after an audit did: the mirrors made private, then the jobs queued.
+/// Each part runs whatever became of the other.
 #[derive(Debug)]
 pub struct AfterAudit {
     /// The mirrors made private (or renamed to follow their source).
@@ -26,9 +26,9 @@ pub struct AfterAudit {
     pub queued: Result<u64, StoreError>,
 }
 
-/// The pass that follows every audit, in `serve`'s scheduler and in `hubalign worker` alike: mirrors first
-/// (a renamed source's mirror and jobs follow its new name before the new name is queued), then the affected
-/// repos queued by `filters`' policy. Logs what it did.
+/// Runs the pass that follows every audit, in `serve`'s scheduler and in `hubalign worker` alike.
+/// Mirrors go first, so a renamed source's mirror and jobs follow its new name before that name is queued.
+/// Then it queues the affected repos by `filters`' policy. Logs what it did.
 pub async fn reconcile_then_enqueue(hub: &HubClient, store: &Store, filters: NameFilters<'_>) -> AfterAudit {
     let hidden = reconcile_mirrors(hub, store, filters).await;
     match &hidden {
@@ -49,9 +49,9 @@ pub async fn reconcile_then_enqueue(hub: &HubClient, store: &Store, filters: Nam
 }
 
 /// Makes private every public mirror whose source is no longer public. A source the Hub cannot answer for
-/// now is left for the next pass; one that is public again is left alone. A source the Hub answers under a
-/// new name was renamed: its mirror follows the new name, unless the [`NameFilters`] exclude that name, in which case
-/// it goes private saying where the source went.
+/// now is left for the next pass. A source that is public again is left alone.
+/// A source the Hub answers under a new name was renamed, and its mirror follows the new name.
+/// If the [`NameFilters`] exclude that name, the mirror goes private instead, saying where the source went.
 #[tracing::instrument(skip_all)]
 pub async fn reconcile_mirrors(
     hub: &HubClient,
@@ -61,8 +61,8 @@ pub async fn reconcile_mirrors(
     reconcile(hub, store, filters, None).await
 }
 
-/// [`reconcile_mirrors`] for the mirrors of `sources` alone: after a webhook, whose re-read concerns only
-/// them, the Hub is not asked about every other source the last crawl did not list.
+/// [`reconcile_mirrors`] for the mirrors of `sources` alone. A webhook's re-read concerns only them, so the
+/// Hub is not asked about every other source the last crawl did not list.
 pub async fn reconcile_mirrors_of(
     hub: &HubClient,
     store: &Store,
@@ -120,8 +120,8 @@ async fn reconcile(
     Ok(hidden)
 }
 
-/// Makes `target` private on the Hub, then records `made private because {why}`. `Ok(false)` when the Hub
-/// refused (tried again on the next pass).
+/// Makes `target` private on the Hub, then records `made private because {why}`.
+/// Returns `Ok(false)` when the Hub refused; the next pass tries again.
 #[tracing::instrument(skip_all, fields(mirror.id = %target))]
 pub async fn hide_mirror(hub: &HubClient, store: &Store, target: &str, why: &str) -> Result<bool, StoreError> {
     match hub.set_private(target, true).await {

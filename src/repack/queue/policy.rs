@@ -1,10 +1,11 @@
 //! What may be mirrored, and how visibly: never a public copy of something that is not public.
 //!
-//! A gated source is never mirrored (its licence gate cannot be carried over), nor a disabled one, nor one
-//! that is gone. A private source is mirrored only when the operator allows private mirrors of private
-//! sources and the mirror goes to the source's own namespace; that mirror stays private. The check runs on
-//! the stored flags when jobs are queued, on the Hub's answer when a job starts, and again right before
-//! publishing, since a source can change between the audit and the commit.
+//! A gated source is never mirrored, because its licence gate cannot be carried over.
+//! Neither is a disabled source, nor one that is gone.
+//! A private source is mirrored only when the operator allows private mirrors of private sources, and only
+//! into the source's own namespace. That mirror stays private.
+//! A source can change between the audit and the commit, so the check runs three times. It runs on the stored
+//! flags when jobs are queued, on the Hub's answer when a job starts, and again right before publishing.
 
 use std::collections::BTreeSet;
 
@@ -89,8 +90,9 @@ pub enum MayMirror {
     No(&'static str),
 }
 
-/// The same decision from the Hub's answer for the source now: a source that is gone, or that the Hub
-/// reports gated or disabled, is not mirrored; an answer that says nothing certain is an error to retry.
+/// Makes the same decision from the Hub's answer for the source now.
+/// A source that is gone, or that the Hub reports gated or disabled, is not mirrored.
+/// An answer that says nothing certain is an error to retry.
 pub fn may_mirror_now(
     source: &str,
     info: Result<ModelInfo, HubError>,
@@ -118,8 +120,8 @@ pub fn may_mirror_now(
     }
 }
 
-/// Names of publishers or repos, compared as the Hub compares them: without regard to ASCII case (on the Hub
-/// `OptCo` and `optco` are one owner, and `a/Model` and `a/model` one repo).
+/// Names of publishers or repos, compared as the Hub compares them: without regard to ASCII case.
+/// On the Hub, `OptCo` and `optco` are one owner, and `a/Model` and `a/model` are one repo.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Names(BTreeSet<String>);
 
@@ -167,10 +169,11 @@ pub struct EnqueuePolicy {
     pub popularity: Popularity,
 }
 
-/// The popularity floor: a source is mirrored once people use it (its downloads or its likes reach the
-/// floor), or when its publisher is on the allow-list. Anyone can push a repo tagged `mlx`; what decides
-/// whether the service republishes it under its own name is what the Hub's users did with it, which a
-/// pusher cannot cheaply fake at scale, not what the pusher says of it (its sizes, tags or card).
+/// The popularity floor. A source is mirrored once people use it, when its downloads or its likes reach
+/// the floor. It is also mirrored when its publisher is on the allow-list.
+/// Anyone can push a repo tagged `mlx`. So the service republishes a repo under its own name by what the
+/// Hub's users did with it, which a pusher cannot cheaply fake at scale.
+/// What the pusher says of the repo (its sizes, tags or card) does not decide it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Popularity {
     /// Downloads over the last 30 days (as the Hub counts them) that make a source popular enough.
@@ -181,9 +184,9 @@ pub struct Popularity {
     pub trusted: Names,
 }
 
-/// The floor unless told otherwise: 100 downloads in 30 days or 5 likes. A real conversion that anyone
-/// loads passes within days (mlx-community's median repo has thousands); a fresh push by a stranger, or a
-/// flood of them, does not.
+/// The floor unless told otherwise: 100 downloads in 30 days or 5 likes.
+/// A real conversion that anyone loads passes within days; mlx-community's median repo has thousands.
+/// A fresh push by a stranger, or a flood of them, does not pass.
 pub const DEFAULT_MIN_DOWNLOADS: i64 = 100;
 /// See [`DEFAULT_MIN_DOWNLOADS`].
 pub const DEFAULT_MIN_LIKES: i64 = 5;
@@ -213,8 +216,8 @@ impl EnqueuePolicy {
     pub fn excludes(&self, candidate: &Candidate) -> Option<&'static str> {
         let repo = &candidate.affected;
         let flags = SourceFlags { private: candidate.private, gated: candidate.gated, disabled: candidate.disabled };
-        // Mirrors go to the namespace private mirrors are allowed in, if any; elsewhere a private source is
-        // skipped whatever the target.
+        // Mirrors go to the namespace that allows private mirrors, if any.
+        // Any other private source is skipped, whatever the target.
         let target_ns = self.private_mirrors.0.as_deref().unwrap_or("");
         if let Err(reason) = visibility(&repo.repo, flags, target_ns, &self.private_mirrors) {
             Some(reason)
@@ -227,8 +230,8 @@ impl EnqueuePolicy {
         }
     }
 
-    /// Why the repo named `repo` is never mirrored whatever its state (`--include`, `--skip`, opt-out), or
-    /// `None`.
+    /// Why the repo named `repo` is never mirrored, whatever its state (`--include`, `--skip`, opt-out).
+    /// Returns `None` if no name rule excludes it.
     pub fn excludes_name(&self, repo: &str) -> Option<&'static str> {
         let namespace = crate::untrusted::namespace_of(repo);
         if self.opt_out.contains(repo) || self.opt_out.contains(namespace) {
@@ -243,9 +246,9 @@ impl EnqueuePolicy {
     }
 }
 
-/// The names a service acts on when a source changes its name: the audit's `--author`, if any (a source
-/// moved to another owner is no longer crawled, so its mirror could never be brought up to date), and the
-/// policy's name rules.
+/// The names a service acts on when a source changes its name: the policy's name rules, and the audit's
+/// `--author` if any. `--author` is one of them because a source moved to another owner is no longer
+/// crawled, so its mirror could never be brought up to date.
 #[derive(Debug, Clone, Copy)]
 pub struct NameFilters<'a> {
     /// `--include`, `--skip` and opt-out.
@@ -265,14 +268,15 @@ impl NameFilters<'_> {
     }
 }
 
-/// Creates a job for every affected repo at its audited commit that has none yet; repos the policy excludes
-/// get a `skipped` job saying why. Returns how many jobs were queued.
+/// Creates a job for every affected repo at its audited commit that has none yet.
+/// Repos the policy excludes get a `skipped` job saying why. Returns how many jobs were queued.
 #[tracing::instrument(skip_all)]
 pub async fn enqueue_affected(store: &Store, policy: &EnqueuePolicy) -> Result<u64, StoreError> {
     enqueue(store, policy, None).await
 }
 
-/// [`enqueue_affected`] for one repo (a webhook's): its job, if it is affected and has none at this commit.
+/// [`enqueue_affected`] for one repo, a webhook's. Queues its job if it is affected and has none at this
+/// commit.
 pub async fn enqueue_repo(store: &Store, policy: &EnqueuePolicy, repo: &str) -> Result<u64, StoreError> {
     enqueue(store, policy, Some(repo)).await
 }

@@ -1,17 +1,22 @@
-//! Repairing a shard while it downloads, so its bytes are written once and the source is not kept.
+//! Repairs a shard while it downloads, so its bytes are written once and the source is not kept.
 //!
 //! The writer thread of a download feeds [`StreamRepair`] every byte as it arrives. Once the length prefix
-//! and the header are in, it parses them strictly and plans the layout. A shard that header padding fixes
-//! has its repaired file written from then on (the new prefix, then the payload as it streams, past the page
-//! cache) while the source's SHA-256 (checked against the Hub's LFS oid) and the payload's (the manifest's,
-//! which proves every tensor) are taken from the same bytes, two digests in step on one core. A shard that
-//! needs a reorder has each tensor's bytes written at its new offset as they arrive, each tensor's digest
-//! taken beside the source's, and the new file's digests (the payload's, and the whole file's the upload
-//! names) taken as the bytes land in the new order, or read back where a tensor landed ahead of its place
-//! (`new_file_digest`). Of the source only a stub is kept: the header and the first [`STUB_HEAD`] bytes
-//! after it, real, and the rest a hole, as long as the file. That is all any later step reads of it: the re-layout its header, the card's
-//! audit its header, the upload's deduplication its first chunk. Any other shard (one no loader copies from,
-//! one whose header does not parse) is written whole, as before.
+//! and the header are in, it parses them strictly and plans the layout.
+//!
+//! A shard that header padding fixes gets its repaired file written from then on. The new prefix goes first,
+//! then the payload as it streams, past the page cache. Two digests come from the same bytes, in step on one
+//! core. The source's SHA-256 is checked against the Hub's LFS oid. The payload's goes in the manifest and
+//! proves every tensor.
+//!
+//! A shard that needs a reorder has each tensor's bytes written at its new offset as they arrive.
+//! Each tensor's digest is taken beside the source's. The new file's digests are the payload's and the whole
+//! file's, which the upload names. They are taken as the bytes land in the new order. Where a tensor landed
+//! ahead of its place, its bytes are read back (`new_file_digest`).
+//!
+//! Of the source, only a stub as long as the file is kept. The header and the first [`STUB_HEAD`] bytes
+//! after it are real, and the rest is a hole. No later step reads more of it: the re-layout and the card's
+//! audit read its header, and the upload's deduplication reads its first chunk.
+//! Any other shard is written whole: one no loader copies from, or one whose header does not parse.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -30,12 +35,13 @@ use crate::safetensors::read::ShardHeader;
 use crate::safetensors::rewrite::{Digests, ShardHashes, TEMP_SUFFIX};
 use crate::safetensors::{Alignment, Method, classify};
 
-/// The largest header held in memory while a shard streams (real MLX headers are a few MB); a larger one
-/// (up to the format's 100 MB) makes the shard download whole, so several transfers at once stay bounded.
+/// The largest header held in memory while a shard streams; real MLX headers are a few MB.
+/// A larger one, up to the format's 100 MB, makes the shard download whole.
+/// So several transfers at once stay bounded.
 pub(crate) const STREAM_HEADER_CAP: u64 = 16 << 20;
 
-/// Real bytes a stub keeps after the header: the upload's deduplication reads a file's first 256 KiB for its
-/// first content-defined chunk (at most 128 KiB).
+/// Real bytes a stub keeps after the header. The upload's deduplication reads a file's first 256 KiB for its
+/// first content-defined chunk, which is at most 128 KiB.
 pub(crate) const STUB_HEAD: u64 = 256 << 10;
 
 /// Where and how a shard is repaired as it streams.
@@ -54,8 +60,8 @@ pub(crate) struct Repaired {
     hashed: Option<crate::safe_fs::FileId>,
 }
 
-/// A streamed file's end: the source's SHA-256 (to be checked against the Hub's before anything is kept),
-/// and how the file was written.
+/// A streamed file's end: the source's SHA-256 and how the file was written.
+/// The SHA-256 must match the Hub's before anything is kept.
 pub(crate) struct StreamEnd {
     /// The source's SHA-256, as it streamed.
     pub source_sha256: String,
@@ -90,8 +96,8 @@ struct Repairing {
 enum Writes {
     /// Header padding: the payload as it comes, past the page cache; its digest is the manifest's.
     Padded { writer: DirectWriter, payload: Sha256Stream },
-    /// A reorder: each tensor's bytes written at its new offset as they come; each tensor's digest; the new
-    /// file's digests taken as its bytes land (`new_file_digest`).
+    /// A reorder. Each tensor's bytes go to their new offset as they come, and each tensor's digest is taken.
+    /// The new file's digests are taken as its bytes land (`new_file_digest`).
     #[cfg(unix)]
     Moved { out: File, spans: crate::hashing::SpanHasher, order: Vec<usize>, new_file_digests: Box<NewFileDigests> },
 }
@@ -147,7 +153,7 @@ impl StreamRepair {
         }
     }
 
-    /// With the bytes so far (all hashed already): wait for more, or decide how the shard is written.
+    /// Given the bytes so far, all hashed already, waits for more or decides how the shard is written.
     fn after_head(&mut self, head: Vec<u8>) -> io::Result<()> {
         let Some(prefix) = head.get(..LEN_PREFIX as usize) else {
             self.state = State::Header(head);
@@ -182,7 +188,7 @@ impl StreamRepair {
         self.partial.write_all(head)
     }
 
-    /// The repair of a shard whose header is `prefix`, when header padding is what it needs.
+    /// Plans the repair of a shard whose header is `prefix`, when header padding or a reorder fixes it.
     fn plan_repair(&self, prefix: &[u8]) -> Option<Repairing> {
         let parsed = header::parse(prefix, self.size).ok()?;
         let raw_json = prefix[LEN_PREFIX as usize..].to_vec();
@@ -226,8 +232,8 @@ impl StreamRepair {
                 }
                 let hashes = writes.finish(&plan)?;
                 temp.as_file().sync_all()?;
-                // The file its whole digest was taken from, if one was: the upload names that digest only while
-                // the file is still this one.
+                // Records the file its whole digest was taken from, if one was.
+                // The upload names that digest only while the file is still this one.
                 let hashed = hashes.new_file_sha256.as_ref().and_then(|_| crate::safe_fs::FileId::of(temp.path()));
                 let seconds = self.started.elapsed().as_secs_f64();
                 let entry =
@@ -245,7 +251,8 @@ impl StreamRepair {
 }
 
 impl Repairing {
-    /// The next payload bytes: hashed (beside `source`, unless it has them already), and written where they go.
+    /// Hashes the next payload bytes, beside `source` unless it has them already.
+    /// Writes them where they go.
     fn take(&mut self, data: &[u8], source: Option<&mut Sha256Stream>) -> io::Result<()> {
         let at = self.payload_seen;
         self.payload_seen += data.len() as u64;
@@ -284,7 +291,7 @@ impl Repairing {
 }
 
 impl Writes {
-    /// Ends the writes; the digests the record carries.
+    /// Ends the writes, and returns the digests the record carries.
     fn finish(self, plan: &LayoutPlan) -> io::Result<ShardHashes> {
         match self {
             Writes::Padded { writer, payload } => {
@@ -314,7 +321,7 @@ impl Writes {
     }
 }
 
-/// The writes of a reorder into `temp`: the new prefix first, the tensors at their offsets as they come.
+/// Sets up the writes of a reorder into `temp`: the new prefix first, then the tensors at their offsets.
 #[cfg(unix)]
 fn moved(
     temp: &tempfile::NamedTempFile,
@@ -341,7 +348,7 @@ fn moved(_: &tempfile::NamedTempFile, _: &[u8], _: &crate::safetensors::Header, 
 }
 
 impl Repaired {
-    /// Puts the repaired shard and its record in place (the source matched the Hub's `lfs_oid`).
+    /// Puts the repaired shard and its record in place, once the source matched the Hub's `lfs_oid`.
     pub(crate) fn keep(self, dir: &Path, lfs_oid: &str) -> io::Result<()> {
         let record = StreamedRecord { lfs_oid: lfs_oid.to_owned(), entry: self.entry, hashed: self.hashed };
         let file = record.entry.file.clone();
@@ -355,8 +362,8 @@ impl Repaired {
     }
 }
 
-/// The part of `data` (the source from byte `kept` on, in the payload) a stub still keeps: everything up to
-/// [`STUB_HEAD`] bytes past the data start.
+/// The part of `data` that a stub still keeps: everything up to [`STUB_HEAD`] bytes past the data start.
+/// `data` is the source from byte `kept` on, in the payload.
 fn stub_part(kept: u64, data_start: u64, data: &[u8]) -> &[u8] {
     let limit = data_start.saturating_add(STUB_HEAD);
     let room = limit.saturating_sub(kept);

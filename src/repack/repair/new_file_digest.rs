@@ -1,12 +1,14 @@
-//! The digests of a reordered shard's new file, taken as its bytes land in the new order.
+//! Takes the digests of a reordered shard's new file as its bytes land in the new order.
 //!
-//! The new file is written tensor by tensor in the source's order, each at its new offset. With the widest
-//! tensors first (in the source's order among themselves), most pieces land right where the new file's
-//! digests have reached, and are hashed from the bytes just written, with no second look. A tensor that
-//! lands ahead of that point (a narrow one the source holds between wide ones) is hashed later: once every
-//! tensor before and including it has arrived, the stretch it is in is read back from the page cache it was
-//! written to. Both digests (the payload's, the manifest's, and the whole file's, the LFS oid the upload
-//! names) are taken in step, so the download's end leaves only what was ahead of its place to read.
+//! The new file is written tensor by tensor in the source's order, each at its new offset.
+//! The new layout puts the widest tensors first, in the source's order among themselves.
+//! So most pieces land right where the new file's digests have reached. They are hashed from the bytes
+//! just written, with no second look.
+//! A tensor may land ahead of that point, such as a narrow one the source holds between wide ones.
+//! It is hashed once every tensor up to and including it has arrived. Then the stretch it is in is read
+//! back from the page cache it was written to.
+//! Both digests are taken in step: the payload's, for the manifest, and the whole file's, the LFS oid the
+//! upload names. So the download's end leaves only what was ahead of its place to read.
 
 use std::fs::File;
 use std::io;
@@ -46,8 +48,8 @@ pub(super) struct NewFileSha256 {
 }
 
 impl NewFileDigests {
-    /// Starts on the new file `plan` lays out, whose `prefix` (`N` and the header, written already) is the
-    /// first the file's digest takes.
+    /// Starts on the new file `plan` lays out. Its `prefix`, `N` and the header, is written already, and
+    /// the file's digest takes it first.
     pub(super) fn new(plan: &LayoutPlan, prefix: &[u8]) -> NewFileDigests {
         let mut by_dst: Vec<usize> = (0..plan.placements.len()).collect();
         by_dst.sort_by_key(|&i| plan.placements[i].dst_begin);
@@ -57,8 +59,8 @@ impl NewFileDigests {
         NewFileDigests { by_dst, finals: 0, len, hashed: 0, file, payload, buf: Vec::new(), read_back: 0 }
     }
 
-    /// `bytes`, just written at payload offset `at`: hashed now if they are the next bytes of the new file,
-    /// once what lies between (tensors that landed ahead of their place and are whole) is read back.
+    /// Takes `bytes`, just written at payload offset `at`, and hashes them now if they come next in the new
+    /// file. First it reads back what lies between: whole tensors that landed ahead of their place.
     pub(super) fn landed(&mut self, out: &File, plan: &LayoutPlan, at: u64, bytes: &[u8]) -> io::Result<()> {
         if at > self.hashed && self.ready(plan) >= at {
             self.read_to(out, plan.data_start(), at)?;
@@ -75,8 +77,8 @@ impl NewFileDigests {
         self.by_dst.get(self.finals).map_or(self.len, |&i| plan.placements[i].dst_begin)
     }
 
-    /// With the source's payload in up to byte `arrived`: reads back and hashes what has become final in
-    /// `out`, once that is a stretch.
+    /// Notes that the source's payload is in up to byte `arrived`.
+    /// Once a stretch of `out` has become final, reads it back and hashes it.
     pub(super) fn after(&mut self, out: &File, plan: &LayoutPlan, arrived: u64) -> io::Result<()> {
         let placements = &plan.placements;
         while let Some(&i) = self.by_dst.get(self.finals)
@@ -91,8 +93,8 @@ impl NewFileDigests {
         Ok(())
     }
 
-    /// Reads back and hashes the rest (the whole payload has arrived): the whole file's digest and the
-    /// payload's.
+    /// Reads back and hashes the rest, once the whole payload has arrived.
+    /// Returns the whole file's digest and the payload's.
     pub(super) fn finish(mut self, out: &File, plan: &LayoutPlan) -> io::Result<NewFileSha256> {
         self.read_to(out, plan.data_start(), self.len)?;
         Ok(NewFileSha256 { file: self.file.finish_hex(), payload: self.payload.finish_hex() })
@@ -122,8 +124,8 @@ mod tests {
     use crate::safetensors::rewrite::{Digests, rewrite};
     use hubalign_test_support::synth::{SynthTensor, write_mlx_style};
 
-    /// A shard of `tensors` as MLX writes it, fixed by the file-based re-layout: the plan, the source's
-    /// payload, the new file's bytes and the new file open for reading.
+    /// A shard of `tensors` as MLX writes it, fixed by the file-based re-layout. It holds the plan, the
+    /// source's payload, the new file's bytes, and the new file open for reading.
     struct Laid {
         plan: LayoutPlan,
         payload: Vec<u8>,
@@ -172,8 +174,8 @@ mod tests {
         ends_right(behind, &laid);
     }
 
-    /// Feeds `digests` the source's payload as the writer does, one network read per tensor (split at 1 MiB):
-    /// each piece lands where the plan puts it, then the arrivals so far are told.
+    /// Feeds `behind` the source's payload as the writer does: one network read per tensor, split at 1 MiB.
+    /// Each piece lands where the plan puts it, and then `behind` learns how far the payload has arrived.
     fn stream_through(behind: &mut NewFileDigests, laid: &Laid) {
         let (out, payload) = (&laid.out, &laid.payload);
         let laid = &laid.plan;
@@ -193,8 +195,8 @@ mod tests {
     fn bytes_landing_in_order_are_hashed_as_written_and_only_those_ahead_of_their_place_are_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let wide = (12 << 20) / 4 + 1;
-        // New order: w1, w2 (F32), n0, n (BF16), a, b (U8). n0 lands ahead of its place, and is read back
-        // once w2 is in, just before n; a and b are read back at the end.
+        // New order: w1, w2 (F32), n0, n (BF16), a, b (U8). n0 lands ahead of its place.
+        // It is read back once w2 is in, just before n. a and b are read back at the end.
         let tensors = vec![
             SynthTensor::filled("a", "U8", &[3]),
             SynthTensor::filled("w1", "F32", &[wide]),

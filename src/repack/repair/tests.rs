@@ -211,7 +211,7 @@ fn a_reordered_shards_whole_digest_is_named_only_while_the_file_is_the_one_hashe
     // Staged by a hard link elsewhere, then renamed: still the very file.
     std::fs::hard_link(&path, dir.path().join("staged")).unwrap();
     assert!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors").is_some());
-    // The same bytes written again in place (a later write, as a corruption would be): no longer named.
+    // A later write of the same bytes in place, like a corrupting one, leaves the digest unnamed.
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(&written[..8]).unwrap();
     assert_eq!(StreamedRecord::file_sha256(&repaired_dir, "model.safetensors"), None);

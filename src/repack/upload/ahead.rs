@@ -1,9 +1,9 @@
-//! Uploading ahead: each shard repaired as it streamed goes to the mirror's CAS as soon as it is checked and
-//! kept, while the next ones still download and repair, so the publish step is left with the small files.
+//! Uploads ahead. Each shard repaired as it streamed goes to the mirror's CAS once it is checked and kept.
+//! Meanwhile the next shards still download and repair, so the publish step is left with the small files.
 //!
 //! Nothing is committed here: a CAS upload publishes nothing, and the commit still waits for every check.
-//! The publish step uses a file uploaded ahead only if the staged file is that very file (same inode, size
-//! and modification time); otherwise it uploads it again.
+//! The publish step uses a file uploaded ahead only if the staged file is that very file: same inode, size
+//! and modification time. Otherwise it uploads the file again.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -47,11 +47,12 @@ pub(crate) struct Uploader<'a> {
 }
 
 impl Uploader<'_> {
-    /// Uploads `first`, then each shard named on `kept` as it comes, until the channel closes; as many at once
-    /// as half the cores. A failed upload is only logged: the publish step sends that shard again.
+    /// Uploads `first`, then each shard named on `kept` as it comes, until the channel closes.
+    /// Runs as many uploads at once as half the cores. A failed upload is only logged, and the publish step
+    /// sends that shard again.
     pub(crate) async fn run(&self, first: String, mut kept: UnboundedReceiver<String>) -> Ahead {
-        // Half the cores: the download and its repair need the rest. With all of them, a 2-core `serve`
-        // under a repack answered its pages at a p99 of 15-30 ms instead of 7-9 (BENCHMARKS.md).
+        // Half the cores, because the download and its repair need the rest.
+        // With all of them, `serve` answered its pages much more slowly: see BENCHMARKS.md.
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let at_once = (cores / 2).max(1);
         let mut ahead = Ahead::default();
@@ -84,7 +85,7 @@ impl Uploader<'_> {
         ahead
     }
 
-    /// One shard to the CAS; `None` if it could not be sent.
+    /// Sends one shard to the CAS. Returns `None` if it could not be sent.
     async fn one(&self, rel: String) -> (String, Option<Sent>) {
         let file = self.repaired.join(&rel);
         let Some(id) = FileId::of(&file) else { return (rel, None) };
@@ -159,7 +160,7 @@ mod tests {
         }
         // Staged by a hard link: the same file.
         std::fs::hard_link(&sent, &linked).unwrap();
-        // Rewritten since (a new file renamed over it, as a re-layout writes): another file.
+        // A new file renamed over it, as a re-layout writes, is another file.
         let new = dir.path().join("c.new");
         std::fs::write(&new, b"shard").unwrap();
         std::fs::rename(&new, &rewritten).unwrap();

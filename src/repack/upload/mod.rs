@@ -1,7 +1,9 @@
-//! A mirror's upload, in the Hub's own commit flow (`hub::commit` speaks it): a preupload question (which
-//! files go to LFS), each LFS file through Xet (whose chunking computes the file's SHA-256 beside it, the LFS
-//! oid the commit names, unless the file was hashed whole as it was written), then one NDJSON commit with the
-//! small files inline.
+//! Uploads a mirror in the Hub's own commit flow, which `hub::commit` speaks.
+//!
+//! 1. A preupload question asks which files go to LFS.
+//! 2. Each LFS file goes through Xet. Xet's chunking computes the file's SHA-256, the LFS oid the commit
+//!    names, unless the file was hashed whole as it was written.
+//! 3. One NDJSON commit carries the small files inline.
 
 pub(crate) mod ahead;
 pub(crate) mod blocks;
@@ -55,13 +57,13 @@ pub struct StoredFile {
     pub stored: Stored,
 }
 
-/// Files the Hub keeps in LFS are at most 256 to a preupload question, as on the Hub.
+/// Most files one preupload question asks about, as on the Hub.
 const PREUPLOAD_BATCH: usize = 256;
 /// Bytes of each file the preupload question carries.
 const SAMPLE: u64 = 512;
 
-/// Asks the Hub which of `files` go to LFS; the others travel inline in the commit. An empty file is never
-/// LFS. Returns the LFS paths and the bytes sent.
+/// Asks the Hub which of `files` go to LFS; the others travel inline in the commit.
+/// An empty file is never LFS. Returns the LFS paths and the bytes sent.
 pub async fn preupload(
     hub: &HubClient,
     target: WriteTo<'_>,
@@ -86,10 +88,9 @@ pub async fn preupload(
     Ok((lfs, sent))
 }
 
-/// Uploads `files` to `target`'s CAS in one Xet upload, after priming its
-/// deduplication with the source shards `sources`. `known` gives the SHA-256 of those files already hashed
-/// as they were written (by path in the repo), which Xet then need not take again. Returns each file's oid
-/// and size, and the bytes sent.
+/// Uploads `files` to `target`'s CAS in one Xet upload, after priming its deduplication with the source
+/// shards `sources`. `known` gives, by path in the repo, the SHA-256 of files hashed as they were written.
+/// Xet then need not take those again. Returns each file's oid and size, and the bytes sent.
 pub async fn to_xet(
     hub: &HubClient,
     target: WriteTo<'_>,
@@ -147,8 +148,8 @@ pub struct Sent {
     pub bytes: u64,
 }
 
-/// Sends `files` `to` a repo as a commit will hold them: the preupload question, then the LFS files through
-/// Xet, priming its deduplication with `sources`.
+/// Sends `files` `to` a repo as a commit will hold them. Asks the preupload question, then sends the LFS
+/// files through Xet, priming its deduplication with `sources`.
 pub async fn send_files(
     hub: &HubClient,
     to: WriteTo<'_>,
@@ -162,35 +163,36 @@ pub async fn send_files(
     Ok(Sent { stored, inline, bytes: asked + through_xet })
 }
 
-/// `files` split into those the Hub keeps in LFS (`lfs`, from the preupload question) and those that travel
-/// inline.
+/// Splits `files` into those the Hub keeps in LFS and those that travel inline.
+/// `lfs` lists the former, from the preupload question.
 pub fn split_by_lfs(files: Vec<BundleFile>, lfs: &[String]) -> (Vec<LocalFile>, Vec<LocalFile>) {
     files.into_iter().map(LocalFile::from).partition(|f| lfs.contains(&f.rel))
 }
 
-/// What the CAS stored for each of `files`, in their order; a file it did not store is left out.
+/// Lists what the CAS stored for each of `files`, in their order. A file it did not store is left out.
 pub fn in_order(files: &[LocalFile], stored: &mut HashMap<String, Stored>) -> Vec<StoredFile> {
     files.iter().filter_map(|f| Some(StoredFile { rel: f.rel.clone(), stored: stored.remove(&f.rel)? })).collect()
 }
 
 /// The Xet session's configuration for a mirror's upload.
 ///
-/// - One file chunked at a time: each file's chunking already fills a core, and the MLX check and the pages
-///   need the others (eight at once, Xet's default, took `serve`'s p99 from 7-9 ms to 15-30 ms on two cores).
-/// - Blocks of [`blocks::BLOCK`](crate::repack::upload::blocks::BLOCK) taken whole as they are sent: each is a map of the
-///   file (see [`blocks`](crate::repack::upload::blocks)), and Xet's default of 8 MB would cut each in two.
+/// - Xet chunks one file at a time. Each file's chunking already fills a core, and the MLX check and the
+///   pages need the others. Xet's default of eight at once slowed `serve`'s pages: see BENCHMARKS.md.
+/// - Xet takes each block of [`blocks::BLOCK`](crate::repack::upload::blocks::BLOCK) whole as it is sent.
+///   Each block is a map of the file (see [`blocks`](crate::repack::upload::blocks)).
+///   Xet's default of 8 MB would cut each in two.
 pub(super) fn xet_config() -> Result<XetConfig, xet_runtime::config::ConfigError> {
     XetConfig::new()
         .with_config("data.max_concurrent_file_ingestion", 1)?
         .with_config("data.ingestion_block_size", crate::repack::upload::blocks::BLOCK)
 }
 
-/// Commits to `target` on top of `parent` (the head of `main`, read right before): each of `stored` as an
-/// LFS pointer, each of `inline` with its content. Returns the commit, the pull request it opened if it was
-/// one, and the bytes sent.
+/// Commits to `target` on top of `parent`, the head of `main` read right before. Each of `stored` goes as an
+/// LFS pointer, and each of `inline` with its content. Returns the commit, the pull request it opened if it
+/// was one, and the bytes sent.
 ///
-/// The commit names its parent, so sending it again after a lost answer cannot make a second commit: if the
-/// first one landed, the Hub refuses the second with 412 ([`CommitError::Moved`]).
+/// The commit names its parent, so sending it again after a lost answer cannot make a second commit.
+/// If the first one landed, the Hub refuses the second with 412 ([`CommitError::Moved`]).
 pub async fn commit(
     hub: &HubClient,
     target: WriteTo<'_>,
@@ -218,8 +220,8 @@ pub async fn commit(
 /// Why a commit was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
-    /// The branch is no longer at the parent named: another commit (perhaps this one, sent before and its
-    /// answer lost) came first.
+    /// The branch is no longer at the parent named, because another commit came first.
+    /// That may be this one, sent before with its answer lost.
     #[error("the branch moved since the upload began")]
     Moved,
     /// Anything else, said in full.

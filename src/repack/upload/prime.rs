@@ -1,12 +1,13 @@
-//! Priming Xet deduplication before a mirror's upload.
+//! Primes Xet deduplication before a mirror's upload.
 //!
-//! An uploader asks the CAS which stored chunks it may reference only for a sample of its chunks: the first
-//! chunk of each file, and chunks whose hash is 0 mod 1,024 (about one per 64 MiB). Padding a header
-//! changes a shard's first chunk, so on its own the upload sends everything up to its first sampled chunk:
-//! tens of MB per shard. The worker holds the source shards, whose first chunks are always in the sample, so
-//! it asks the CAS that same question for each of them, with the mirror's write token, and stores each
-//! answer (a shard file listing the source's chunks) in the Xet shard cache that the upload session reads
-//! when it starts. The upload then references the source's chunks from its first unchanged chunk on.
+//! An uploader asks the CAS which stored chunks it may reference only for a sample of its chunks. The
+//! sample holds the first chunk of each file, and chunks whose hash is 0 mod 1,024 (about one per 64 MiB).
+//! Padding a header changes a shard's first chunk. So on its own, the upload sends everything up to its first
+//! sampled chunk, tens of MB per shard.
+//! The worker holds the source shards, whose first chunks are always in the sample. So it asks the CAS the
+//! same question for each of them, with the mirror's write token. Each answer is a shard file listing the
+//! source's chunks. The worker stores it in the Xet shard cache, which the upload session reads when it
+//! starts. The upload then references the source's chunks from its first unchanged chunk on.
 
 use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
@@ -42,18 +43,19 @@ pub(crate) struct Primed {
     pub found: usize,
 }
 
-/// Caches, for the upload to `target`, the CAS's chunk lists of each of `sources`, with the write token the
-/// upload already holds, so priming costs no request to the Hub's API. A failure only costs deduplication,
-/// so it is logged, never raised into the job.
+/// Caches the CAS's chunk lists of each of `sources` for the upload to `target`.
+/// It uses the write token the upload already holds, so priming costs no request to the Hub's API.
+/// A failure only costs deduplication, so it is logged, never raised into the job.
 pub(crate) async fn prime_with(token: &XetToken, target: &str, sources: &[PathBuf]) -> Primed {
     let outcome = try_prime(token, sources.to_vec()).await;
     log_outcome(target, sources.len(), outcome)
 }
 
-/// The bytes of a file's start that hold its first content-defined chunk (at most 128 KiB) whatever follows.
+/// The bytes of a file's start that hold its first content-defined chunk, whatever follows.
+/// That chunk is at most 128 KiB.
 const PRIME_HEAD: usize = 256 << 10;
 
-/// Why priming stopped (the upload then goes on without it): the step, and its error.
+/// Why priming stopped: the step, and its error. The upload then goes on without priming.
 #[derive(Debug, thiserror::Error)]
 #[error("{what}: {source}")]
 struct PrimeError {
@@ -135,9 +137,9 @@ async fn try_prime(token: &XetToken, sources: Vec<PathBuf>) -> Result<Primed, Pr
     Ok(primed)
 }
 
-/// The shard, stamped to expire in a day if it carries no expiry: the session's scan of its cache skips
-/// shards whose expiry has passed, and an unstamped shard reads as expired at time 0. (The uploader's own
-/// global-dedup answers skip that scan.)
+/// Stamps the shard to expire in a day, unless it already expires more than an hour from now.
+/// The session's scan of its cache skips shards whose expiry has passed.
+/// An unstamped shard reads as expired at time 0. The uploader's own global-dedup answers skip that scan.
 fn with_expiry(shard: &[u8]) -> Result<Vec<u8>, PrimeError> {
     let footer = MDBShardInfo::load_from_reader(&mut Cursor::new(shard)).map_err(failed("its footer"))?;
     if footer.metadata.shard_key_expiry > current_timestamp() + 3600 {
@@ -161,7 +163,8 @@ fn first_chunk_hash(path: &Path) -> std::io::Result<MerkleHash> {
     first_chunk_of(&head, head.len() as u64 == len)
 }
 
-/// The Xet hash of the first content-defined chunk of a file that starts with `head` (`whole`: and ends).
+/// The Xet hash of the first content-defined chunk of a file that starts with `head`.
+/// `whole` says the file also ends there.
 fn first_chunk_of(head: &[u8], whole: bool) -> std::io::Result<MerkleHash> {
     let mut chunker = Chunker::default();
     let chunks = chunker.next_block(head, whole);

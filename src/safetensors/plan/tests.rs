@@ -11,7 +11,7 @@ fn parsed(t: &[SynthTensor]) -> (Header, Vec<u8>) {
 
 #[test]
 fn aligned_files_are_left_alone() {
-    // Only byte-wide tensors and a name long enough to put the data start on 8.
+    // Use only byte-wide tensors, and a name long enough to put the data start on 8.
     let (h, raw) = (0..8)
         .map(|n| parsed(&[SynthTensor::filled(&"u".repeat(n + 1), "U8", &[3])]))
         .find(|(h, _)| h.data_start() % 8 == 0)

@@ -67,7 +67,7 @@ fn relayout_moves_tensors_and_keeps_their_bytes() {
     assert_eq!(outcome.bytes_written, written.len() as u64);
 }
 
-/// Every digest a digest set promises, computed here from whole files.
+/// Computes every digest a digest set promises, here from whole files.
 fn expected(original: &[u8], written: &[u8], digests: Digests, method: Method) -> ShardHashes {
     let all = digests == Digests::All;
     let src_h = header::parse(original, original.len() as u64).unwrap();

@@ -1,6 +1,7 @@
-//! The scheduled audits. Any number of `serve` replicas may share a store; the one holding the `scheduler`
-//! lease runs the audits, one at a time, renewing the lease while it lives; when it dies, another takes the
-//! lease over once it lapses and goes on from the last run's start, so each tick is audited once.
+//! Runs the scheduled audits. Any number of `serve` replicas may share a store. The replica holding the
+//! `scheduler` lease runs the audits, one at a time, and renews the lease while it lives. When it dies,
+//! another replica takes the lease over once it lapses. That replica goes on from the last run's start, so
+//! each tick is audited once.
 
 pub mod schedule;
 
@@ -21,15 +22,17 @@ pub(super) struct SchedulerConfig {
     pub(super) opts: AuditOptions,
     pub(super) policy: EnqueuePolicy,
     pub(super) schedule: Schedule,
-    /// How long the lease holds without renewal; it is renewed every third of it.
+    /// How long the lease holds without renewal. The scheduler renews it every third of that.
     pub(super) lease: Duration,
     /// This replica's name in the lease and the runs it starts.
     pub(super) me: String,
     /// What the overview shows as the next audit.
     pub(super) next_run: Arc<Mutex<String>>,
-    /// Woken by an administrator's "audit now" on this replica (the request is in the store for any other).
+    /// Woken by an administrator's "audit now" on this replica. For any other replica, the request waits in
+    /// the store.
     pub(super) audit_now: Arc<Notify>,
-    /// Told when an audit and its pass over the mirrors end, for the publisher (`super::after_audit`), if any.
+    /// Told when an audit and its pass over the mirrors end. The publisher (`super::after_audit`), if any,
+    /// waits on it.
     pub(super) published: Arc<Notify>,
 }
 
@@ -37,12 +40,13 @@ pub(super) struct SchedulerConfig {
 pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<bool>, config: SchedulerConfig) {
     let beat = (config.lease / 3).max(Duration::from_secs(1));
     let mut opts = config.opts.clone();
-    // The next audit's time, with the start of the last run it was computed from: kept while that is still the
-    // last run, so a cron time is waited for, not pushed past by computing it again from "now" after the wait.
+    // The next audit's time, with the start of the last run it was computed from. It is kept while that is
+    // still the last run. So a cron time is waited for, not pushed past by computing it again from "now"
+    // after the wait.
     let mut target: Option<(Option<i64>, SystemTime)> = None;
-    // Whether this replica has queued the store's affected repos since it took the lease: a store audited
-    // by `hubalign audit`, or by a replica that died before its pass, is not left unqueued until the next
-    // audit, which may be a day away.
+    // Whether this replica has queued the store's affected repos since it took the lease. Why: a store
+    // audited by `hubalign audit`, or by a replica that died before its pass, must not stay unqueued until
+    // the next audit. That may be a day away.
     let mut queued_since_lead = false;
     while !*stop.borrow() {
         let leading = match shared.store.try_lead(SCHEDULER, &config.me, config.lease).await {
@@ -57,8 +61,8 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             queued_since_lead = false;
             let lease = shared.store.lease_holder(SCHEDULER).await.ok().flatten();
             show(&config.next_run, format!("run by another replica ({})", lease.as_ref().map_or("", |(h, _)| h)));
-            // Asked again the moment the holder's lease lapses, so a dead holder is replaced within its lease
-            // time of its last renewal rather than up to a beat later.
+            // Ask again the moment the holder's lease lapses. Then a dead holder is replaced within its lease
+            // time of its last renewal, not up to a beat later.
             let lapse = match (lease, shared.store.db_now().await) {
                 (Some((_, until)), Ok(now)) => Some(until_lapse(until, now, beat)),
                 _ => None,
@@ -90,8 +94,8 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         };
         show(&config.next_run, crate::time::format_utc(next.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())));
         let requested = shared.store.take_request(SCHEDULER, &config.me).await.unwrap_or(false);
-        // Found by the rehearsal: a leader killed mid-crawl left its crawl to wait for the next scheduled time.
-        // Whoever takes the lease over resumes it at once (the crawl skips the repos already recorded).
+        // A leader killed mid-crawl leaves its crawl running in the store. Whoever takes the lease over
+        // resumes it at once, not at the next scheduled time. The crawl skips the repos already recorded.
         let resumed = !queued_since_lead && !requested && shared.store.crawl_left_running().await.unwrap_or(false);
         if resumed {
             tracing::warn!("the last crawl was left running by a replica that stopped; resuming it now");
@@ -127,9 +131,9 @@ pub(super) async fn scheduler(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     }
 }
 
-/// How long a replica that does not lead waits before asking for the lease again: until just after the
-/// current lease lapses (leases lapse on whole unix seconds of the database's clock, which says `now`), at
-/// most a beat, and never a busy loop.
+/// How long a replica that does not lead waits before asking for the lease again. It waits until just after
+/// the current lease lapses, at most a beat, and never in a busy loop. Leases lapse on whole unix seconds of
+/// the database's clock, which gives `now`.
 fn until_lapse(lapses_after: i64, now: i64, beat: Duration) -> Duration {
     let left = u64::try_from(lapses_after.saturating_add(1).saturating_sub(now)).unwrap_or(0);
     Duration::from_secs(left).clamp(Duration::from_millis(100), beat)
@@ -142,7 +146,7 @@ pub(super) fn show(next_run: &Mutex<String>, text: String) {
     }
 }
 
-/// Resolves once the service stops (the watch's guard is dropped here, never held across an await).
+/// Resolves once the service stops. The watch's guard is dropped here, never held across an await.
 async fn stopping(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -156,8 +160,8 @@ async fn wait(d: Duration, audit_now: &Notify, stop: &mut watch::Receiver<bool>)
     }
 }
 
-/// One audit, renewing the lease while it runs (and stopping it if the lease is lost), then the queueing of
-/// what it found and the check of the mirrors' sources.
+/// Runs one audit and renews the lease while it runs. It stops the audit if the lease is lost. Then it queues
+/// what the audit found and checks the mirrors' sources.
 async fn run_audit(
     shared: &Arc<Shared>,
     stop: &mut watch::Receiver<bool>,
@@ -184,7 +188,7 @@ async fn run_audit(
     };
     let Some(outcome) = outcome else {
         run.abort();
-        // Each repo recorded so far is complete; the next audit, by whichever replica, resumes after them.
+        // Each repo recorded so far is complete. The next audit, by whichever replica, resumes after them.
         if let Err(e) = shared.store.interrupt_stale_runs().await {
             tracing::warn!(error = %e, "marking the audit interrupted failed");
         }
@@ -209,7 +213,8 @@ async fn run_audit(
     }
     let filters = NameFilters { policy: &config.policy, author: opts.query.author.as_deref() };
     crate::repack::queue::lifecycle::reconcile_then_enqueue(&shared.hub, &shared.store, filters).await;
-    // After the mirrors' pass, so a mirror it made private leaves the collections in the same round.
+    // Notify after the mirrors' pass, so that a mirror it made private leaves the collections in the same
+    // round.
     config.published.notify_one();
 }
 

@@ -1,4 +1,4 @@
-//! When the scheduled audit runs: a fixed interval between starts, or a cron expression evaluated in UTC.
+//! Decides when the scheduled audit runs: at a fixed interval between starts, or by a cron expression in UTC.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,10 +18,10 @@ pub struct ScheduleError {
 /// When audits start.
 #[derive(Debug, Clone)]
 pub enum Schedule {
-    /// A fixed time from one audit's start to the next; the first starts at once.
+    /// A fixed time from one audit's start to the next. The first audit starts at once.
     Every(Duration),
-    /// The times a cron expression names (5 fields, or 6 with seconds first), in UTC; the first audit waits
-    /// for the first of them.
+    /// The times a cron expression names, in UTC. The expression has 5 fields, or 6 with seconds first. The
+    /// first audit waits for the first of those times.
     Cron {
         /// The expression as given.
         expr: String,
@@ -61,7 +61,7 @@ impl Schedule {
         }
     }
 
-    /// How `serve` prints it.
+    /// Describes the schedule as `serve` prints it.
     pub fn describe(&self) -> String {
         match self {
             Schedule::Every(d) => format!("every {} s", d.as_secs()),

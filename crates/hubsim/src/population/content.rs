@@ -1,4 +1,4 @@
-//! The files of synthetic repos: generated from their plan at any offset, and streamed as a download.
+//! Generates the files of synthetic repos from their plan, at any offset, and streams them as a download.
 
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ pub struct SyntheticFile {
 const CHUNK: u64 = 256 * 1024;
 
 impl SyntheticFile {
-    /// Fills `out` with the file's bytes from `at` (the caller keeps `at + out.len()` within the size).
+    /// Fills `out` with the file's bytes from `at`. The caller keeps `at + out.len()` within the size.
     pub fn read_at(&self, at: u64, out: &mut [u8]) {
         match self.source {
             Source::Text(kind) => {
@@ -55,8 +55,8 @@ impl SyntheticFile {
         }
     }
 
-    /// Whether a read of `start..start + len` reaches into a payload whose listed oid is a stand-in: bytes no
-    /// client could check, which a client within its policy never asks for.
+    /// Whether a read of `start..start + len` reaches past the first MiB of a payload whose listed oid is a
+    /// stand-in. No client could check those bytes, and a client within its policy never asks for them.
     pub fn unverifiable(&self, start: u64, len: u64) -> bool {
         match self.source {
             Source::Shard { data_start, verified: false, .. } => start.saturating_add(len) > data_start + (1 << 20),

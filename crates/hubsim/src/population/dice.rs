@@ -1,4 +1,5 @@
-//! The population's dice: counter-based, so repo `i` of seed `s` is the same whatever else was generated.
+//! Rolls the population's dice. They are counter-based, so repo `i` of seed `s` is the same whatever else was
+//! generated.
 
 /// splitmix64's finaliser: a good 64-bit mix, stable across platforms.
 pub fn mix(mut z: u64) -> u64 {

@@ -1,5 +1,5 @@
-//! A synthetic Hub population: repositories whose listings, trees, headers and payloads are generated from a
-//! seed instead of read from disk, at the Hub's scale (hundreds of thousands of shards) without a byte per
+//! Generates a synthetic Hub population. Its repositories' listings, trees, headers and payloads come from a
+//! seed instead of from disk. It reaches the Hub's scale, hundreds of thousands of shards, without a byte per
 //! repo on disk.
 //!
 //! - [`plan`]: what each repo is (publisher, model, writer, visibility, popularity), rolled from the seed.
@@ -7,11 +7,12 @@
 //! - [`content`]: the files the simulator serves from plans.
 //! - [`pushes`]: commits, new repos and deletions during a run, announced by webhook.
 //!
-//! Only the backfill sample (`sample-*` namespaces: small models) lists the sha256 of its bytes, computed
-//! once when the repo is made, so that it can be downloaded, checked and mirrored. Every other shard lists a
-//! stand-in oid (hashing hundreds of terabytes is not possible here): reading its header is what the audit
-//! does and is exact, but a whole download could not match the oid, so the simulator counts any read of such
-//! a payload (`unverifiable_payload_reads`): a client that stays within its policy makes none.
+//! Only the backfill sample (`sample-*` namespaces: small models) lists the sha256 of its bytes. That sha256
+//! is computed once when the repo is made, so that the repo can be downloaded, checked and mirrored. Every
+//! other shard lists a stand-in oid, since hashing hundreds of terabytes is not possible here. Reading its
+//! header is what the audit does, and that is exact. But a whole download could not match the oid. So the
+//! simulator counts any read of such a payload (`unverifiable_payload_reads`). A client that stays within its
+//! policy makes none.
 
 pub mod content;
 pub mod dice;
@@ -107,7 +108,7 @@ pub fn make_all(config: &PopulationConfig) -> Vec<Made> {
     })
 }
 
-/// What the population holds, by the simulator's own reading of its layouts (independent of any client's).
+/// What the population holds, by the simulator's own reading of its layouts, independent of any client's.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Census {
     /// Repositories now.

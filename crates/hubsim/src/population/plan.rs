@@ -1,5 +1,5 @@
-//! One synthetic repository: what it is (publisher, model, writer, visibility, popularity) rolled from the
-//! seed, and its files generated from that on demand.
+//! Plans one synthetic repository. The seed decides what the repo is: publisher, model, writer, visibility
+//! and popularity. Its files are generated from that on demand.
 
 use std::sync::Arc;
 
@@ -36,8 +36,8 @@ pub struct PopulationConfig {
     pub seed: u64,
     /// Repositories at the start.
     pub repos: u64,
-    /// Of which this many form the backfill sample: small models in the `sample-*` namespaces whose files
-    /// are the sha256 the Hub lists, so they can be downloaded, repaired and mirrored.
+    /// Of which this many form the backfill sample: small models in the `sample-*` namespaces. Their files
+    /// match the sha256 the Hub lists, so they can be downloaded, repaired and mirrored.
     pub sample_repos: u64,
     /// Namespaces the sample is spread over (`sample-0` …).
     pub sample_namespaces: u64,
@@ -141,8 +141,8 @@ impl RepoPlan {
             meta.tags = vec!["transformers".into(), "safetensors".into()];
         }
         let dims = if sample { sample_dims(config.sample_hidden) } else { dims };
-        // Some models' attention carries an odd number of `sinks` floats, which MLX's packing leaves every later
-        // tensor of the shard off its width.
+        // Some models' attention carries an odd number of `sinks` floats. MLX's packing then leaves every
+        // later tensor of the shard off its width.
         let sinks = d.chance(0.12);
         let dims = Dims { heads: if sinks { dims.heads | 1 } else { dims.heads }, ..dims };
         let key = d.next_u64();
@@ -212,9 +212,9 @@ impl RepoPlan {
                 .into_bytes()
             }
             TextFile::Config => {
-                // The shards are shaped like a llama's or a qwen2's, but no library builds a model from them
-                // (no tokenizer, no biases, sinks in some): the config says so, and mlx-lm answers that it
-                // does not support the type, as it would for any model type it does not know.
+                // The shards are shaped like a llama's or a qwen2's, but no library builds a model from them:
+                // no tokenizer, no biases, and sinks in some. The config says so. mlx-lm answers that it does
+                // not support the type, as it would for any model type it does not know.
                 let mut config = json!({
                     "model_type": "hubsim_synthetic",
                     "architectures": [if self.family.starts_with("Qwen") { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
@@ -259,8 +259,9 @@ impl RepoPlan {
     }
 }
 
-/// Splits a model into as many shards as [`MAX_SHARD_BYTES`] asks for (or into `count`), by whole layers and
-/// as evenly as layers go; the first also holds the embedding, so it may pass the limit (at most twice it).
+/// Splits a model into as many shards as [`MAX_SHARD_BYTES`] asks for, or into `count`. It splits by whole
+/// layers and as evenly as layers go. The first shard also holds the embedding, so it may pass the limit, at
+/// most twice over.
 fn plan_shards(
     dims: Dims,
     precision: Precision,

@@ -1,5 +1,5 @@
-//! The population's life during a run: new commits, new repos and deletions, each announced by the Hub's
-//! webhook payload and kept in an event log a rehearsal checks a service's work against.
+//! Plays the population's life during a run: new commits, new repos and deletions. The Hub's webhook payload
+//! announces each one. An event log keeps each one, and a rehearsal checks a service's work against it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -42,7 +42,7 @@ pub struct PushEvent {
     pub head: Option<String>,
 }
 
-/// The population as it is now: every plan by index (none once deleted) and the pushes so far.
+/// The population as it is now: every plan by index, none once deleted, and the pushes so far.
 #[derive(Debug)]
 pub struct PopulationState {
     /// How it was made.
@@ -113,7 +113,8 @@ impl PopulationState {
             .collect()
     }
 
-    /// A live repo's plan: `repo` by name, or one the dice pick (from the sample with `sample_share`).
+    /// A live repo's plan: `repo` by name, or one the dice pick. They pick from the sample with
+    /// `sample_share`.
     fn pick(&self, dice: &mut Dice, repo: Option<&str>, sample_share: f64) -> Option<(usize, Plan)> {
         let plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = repo {
@@ -148,8 +149,9 @@ impl PopulationState {
     }
 }
 
-/// Makes one push on `sim`'s population: of `kind` (else one the dice pick: 70% commits, 20% new repos, 10%
-/// deletions) to `repo` (else one the dice pick, from the sample 30% of the time), and sends its webhook.
+/// Makes one push on `sim`'s population and sends its webhook. The push is of `kind`, else the dice pick: 70%
+/// commits, 20% new repos, 10% deletions. It goes to `repo`, else the dice pick one, from the sample 30% of
+/// the time.
 pub fn push(sim: &Sim, kind: Option<PushKind>, repo: Option<&str>) -> Result<PushEvent, HubError> {
     let state = sim.population.as_ref().ok_or_else(|| HubError::not_found("this simulator has no population"))?;
     // One push at a time; each attempt, failed or not, rolls new dice.
@@ -222,9 +224,9 @@ mod tests {
         (items.iter().map(|i| i["id"].as_str().unwrap().to_owned()).collect(), next)
     }
 
-    /// Found by the rehearsal: with offset cursors, a repo deleted behind a client's cursor hid the next page's
-    /// first repo from it, and a crawl that records what it did not list took that live repo for gone. The
-    /// Hub's cursors are keys; so are these now.
+    /// A repo deleted behind a client's cursor must not hide the next page's first repo from it. Otherwise a
+    /// crawl that records what it did not list takes that live repo for gone. The Hub's cursors are keys, and
+    /// so are these.
     #[tokio::test]
     async fn a_deletion_while_a_client_pages_hides_no_other_repo_and_is_announced() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
-//! One synthetic safetensors shard: a transformer's layers as a writer lays them out, generated from a small
-//! spec so that the header and every payload byte can be produced at any offset without being stored.
+//! Generates one synthetic safetensors shard: a transformer's layers as a writer lays them out. A small spec
+//! is enough to produce the header and every payload byte at any offset, without storing them.
 
 use std::fmt::Write as _;
 
@@ -126,7 +126,7 @@ impl Layout {
         self.data_start() + self.data_len
     }
 
-    /// The loader's verdict, computed here independently of hubalign: which tensors sit at a file offset
+    /// The loader's verdict, computed here independently of hubalign. It finds the tensors at a file offset
     /// that is not a multiple of their width, and whether padding the header alone could fix them.
     pub fn class(&self) -> LayoutClass {
         let start = self.data_start();
@@ -149,7 +149,7 @@ pub enum LayoutClass {
     Aligned,
     /// Some do, and padding the header to 8 fixes them all.
     HeaderPad,
-    /// Some tensor's relative offset is itself off its width: only a reorder fixes it.
+    /// Some tensor's relative offset is itself off its width, so only a reorder fixes it.
     Reorder,
 }
 
@@ -243,8 +243,8 @@ impl ShardSpec {
     }
 }
 
-/// Fills `out` with the payload bytes from data-section offset `at`: a counter-based generator, so any
-/// range can be produced alone and the same key always gives the same bytes.
+/// Fills `out` with the payload bytes from data-section offset `at`. The generator is counter-based, so any
+/// range can be produced alone, and the same key always gives the same bytes.
 pub fn payload_bytes(key: u64, at: u64, out: &mut [u8]) {
     let mut pos = at;
     let mut filled = 0;

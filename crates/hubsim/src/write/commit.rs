@@ -1,5 +1,5 @@
-//! Preupload and the commit: NDJSON (`header`, `file`, `lfsFile`, `deletedFile`, `deletedFolder`) or the
-//! legacy JSON form, with `parentCommit` checked and `create_pr=1` opening `refs/pr/N`.
+//! Serves preupload and the commit. A commit is NDJSON (`header`, `file`, `lfsFile`, `deletedFile`,
+//! `deletedFolder`) or the legacy JSON form. `parentCommit` is checked, and `create_pr=1` opens `refs/pr/N`.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -61,7 +61,7 @@ enum Op {
 }
 
 /// `POST /api/models/{ns}/{name}/commit/{rev}[?create_pr=1]`: NDJSON (`header`, `file`, `lfsFile`,
-/// `deletedFile`, `deletedFolder`) or the legacy JSON form; `parentCommit` is checked (412).
+/// `deletedFile`, `deletedFolder`) or the legacy JSON form. `parentCommit` is checked (412).
 pub(crate) async fn commit(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,
@@ -73,7 +73,7 @@ pub(crate) async fn commit(
     let caller = caller(&sim, &headers)?;
     let id = format!("{ns}/{name}");
     let create_pr = query.asked();
-    // Anyone signed in may open or add to a pull request; branches are the owner's.
+    // Anyone signed in may open or add to a pull request. Branches are the owner's.
     if revision.starts_with("refs/pr/") {
         proposable_repo(&sim.repos_of(kind), &id, caller)?;
     } else {
@@ -153,7 +153,8 @@ pub(crate) async fn commit(
     let head_sha = head.sha.clone();
     let commit = Commit::new(Some(head.sha.clone()), files, summary.clone(), now());
     let sha = commit.sha.clone();
-    // As on the Hub, the card's front matter sets the library, licence and tags (a main-branch card only).
+    // As on the Hub, the card's front matter sets the library, licence and tags. Only a main-branch card
+    // does.
     if let Some(card) = card.as_deref().filter(|_| !create_pr && revision == "main") {
         crate::card::apply(&mut repo.meta, card, false);
     }
@@ -164,7 +165,8 @@ pub(crate) async fn commit(
         let author = caller.map(|a| a.user.clone()).unwrap_or_default();
         repo.pull_requests.push(PullRequest::opened(num, summary, author, head_sha.clone()));
         repo.refs.insert(format!("refs/pr/{num}"), sha.clone());
-        // The Hub's keys only (huggingface_hub's `CommitInfo` reads `pullRequestUrl`): no number of its own.
+        // Send the Hub's keys only (huggingface_hub's `CommitInfo` reads `pullRequestUrl`). The answer has no
+        // number of its own.
         body["pullRequestUrl"] = format!("{}/discussions/{num}", kind.url(&sim.base_url, &id)).into();
     } else {
         let branch = if repo.refs.contains_key(&revision) { revision.clone() } else { "main".to_owned() };

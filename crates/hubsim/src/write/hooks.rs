@@ -1,5 +1,5 @@
-//! `/api/settings/webhooks`: the caller's webhooks, created, listed and deleted as on the Hub. The simulator
-//! then sends each one the payloads of the repos of the namespaces it watches.
+//! Serves `/api/settings/webhooks`: the caller's webhooks, created, listed and deleted as on the Hub. The
+//! simulator then sends each one the payloads of the repos of the namespaces it watches.
 
 use axum::Json;
 use axum::extract::{Path, State};

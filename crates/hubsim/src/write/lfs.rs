@@ -1,5 +1,5 @@
-//! Git LFS: the batch negotiation (answering `xet` to clients that offer it) and the basic and multipart
-//! upload endpoints on the storage origin.
+//! Serves Git LFS: the batch negotiation, which answers `xet` to clients that offer it, and the basic and
+//! multipart upload endpoints on the storage origin.
 
 use std::path::PathBuf;
 
@@ -19,8 +19,9 @@ use crate::digests::finish_hex;
 use crate::error::HubError;
 use crate::{Shared, Sim};
 
-/// `POST /{ns}/{name}.git/info/lfs/objects/batch`: Git LFS negotiation. Xet is chosen for clients that offer it
-/// (see [`super::xet`]); others get `basic` (or `multipart` above one part) actions on the simulator's storage.
+/// `POST /{ns}/{name}.git/info/lfs/objects/batch`: Git LFS negotiation. Xet is chosen for clients that offer
+/// it (see [`super::xet`]). Others get `basic` actions on the simulator's storage, or `multipart` above one
+/// part.
 pub(crate) async fn lfs_batch(
     State(sim): State<Shared>,
     kind: crate::kind::RepoKind,

@@ -1,5 +1,5 @@
-//! The write API: repositories, settings, preupload, Git LFS batch and uploads, the NDJSON commit, and pull
-//! requests.
+//! Serves the write API: repositories, settings, preupload, Git LFS batch and uploads, the NDJSON commit, and
+//! pull requests.
 //!
 //! - `repos`: create, delete, settings, validate-yaml, discussions.
 //! - `lfs`: the Git LFS batch negotiation and the basic/multipart upload endpoints on the storage origin.
@@ -95,8 +95,8 @@ pub(super) fn uploadable_repo<'a>(
     Ok(repo)
 }
 
-/// A repo the caller may upload to for a pull request: any signed-in user who can see it, as on the Hub, with
-/// a token that is not read-only.
+/// A repo the caller may upload to for a pull request. As on the Hub, any signed-in user who can see it may,
+/// with a token that is not read-only.
 pub(super) fn proposable_repo<'a>(
     repos: &'a crate::model::RepoMap,
     id: &str,

@@ -1,4 +1,4 @@
-//! Repositories: create, delete, settings, card validation, and pull requests opened as discussions.
+//! Handles repositories: create, delete, settings, card validation, and pull requests opened as discussions.
 
 use crate::kind::RepoKind;
 use std::collections::BTreeMap;
@@ -39,7 +39,7 @@ fn writable_namespace(organization: Option<&str>, caller: Option<&crate::auth::A
     Ok(namespace)
 }
 
-/// `POST /api/repos/create`: 409 when it exists (with its `url`, as the Hub answers).
+/// `POST /api/repos/create`. Answers 409 when the repo exists, with its `url`, as the Hub answers.
 pub(crate) async fn create_repo(
     State(sim): State<Shared>,
     headers: HeaderMap,
@@ -114,9 +114,9 @@ pub(crate) struct MoveRepo {
     repo_type: Option<String>,
 }
 
-/// `POST /api/repos/move` with `{fromRepo, toRepo, type}`: renames a repo (the caller must be able to write
-/// both namespaces); the old name then redirects to the new one, and watchers get a `repo` `move` payload
-/// naming the old repo with `movedTo`.
+/// `POST /api/repos/move` with `{fromRepo, toRepo, type}`: renames a repo. The caller must be able to write
+/// both namespaces. The old name then redirects to the new one. Watchers get a `repo` `move` payload naming
+/// the old repo with `movedTo`.
 pub(crate) async fn move_repo(
     State(sim): State<Shared>,
     headers: HeaderMap,
