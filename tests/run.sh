@@ -18,6 +18,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A fresh run writes about 8 GB: target/ (the builds, the venvs, the wheel's build) and cargo's registry.
+# Say so up front, so that a full disk later reads as what it is.
+mkdir -p target
+free_gb=$(df -Pk target | awk 'NR == 2 {print int($4 / 1048576)}')
+if ((free_gb < 8)); then
+    echo "tests/run.sh: warning: ${free_gb} GB free under target/; a fresh run writes about 8 GB" >&2
+fi
+
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
