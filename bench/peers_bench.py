@@ -190,6 +190,28 @@ def measure(run, hub_root, mbps):
     return figures
 
 
+def require(*tools):
+    """Exits naming the first of `tools` that is missing, and how to build it."""
+    for tool in tools:
+        if not tool.exists():
+            sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
+
+
+def run_rounds(table, hub_root, speeds, runs):
+    """Every measure of `table` at every speed, `runs` times, each against a fresh simulator. The order of the
+    measures turns with each run. Returns the figures by speed, then by measure, run by run."""
+    names = list(table)
+    results = {link(mbps): {name: [] for name in names} for mbps in speeds}
+    for r in range(runs):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for mbps in speeds:
+            for name in order:
+                figures = measure(table[name], hub_root, mbps)
+                results[link(mbps)][name].append(figures)
+                print(f"run {r + 1}, {link(mbps)}: {name}: {figures['wall_s']:.1f} s", flush=True)
+    return results
+
+
 def link(mbps):
     """A link speed as the tables name it."""
     return f"{mbps:g} MB/s" if mbps else "no limit"
@@ -293,22 +315,13 @@ def main():
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each measure (root only)")
     ap.add_argument("--json", type=Path, help="write every measure's raw figures here")
     args = ap.parse_args()
-    for tool in (BIN, SIM, SYNTH, PY, HF, args.worker, *(path for _, path in args.build)):
-        if not tool.exists():
-            sys.exit(f"{tool} missing: cargo build --release --workspace --bins; tests/python/setup-venv.sh")
+    require(BIN, SIM, SYNTH, PY, HF, args.worker, *(path for _, path in args.build))
     hub_root = world(args.bundle_mib)
     shards = sorted((hub_root / "models" / SOURCE).glob("*.safetensors"))
     size = sum(p.stat().st_size for p in shards)
     table = measures(args)
     names = list(table)
-    results = {link(mbps): {name: [] for name in names} for mbps in args.storage_mbps}
-    for r in range(args.runs):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for mbps in args.storage_mbps:
-            for name in order:
-                figures = measure(table[name], hub_root, mbps)
-                results[link(mbps)][name].append(figures)
-                print(f"run {r + 1}, {link(mbps)}: {name}: {figures['wall_s']:.1f} s", flush=True)
+    results = run_rounds(table, hub_root, args.storage_mbps, args.runs)
 
     print(f"\nbundle: {len(shards)} shards, {size / 1e9:.2f} GB ({args.bundle_mib // 2} MiB to reorder, two of "
           f"{args.bundle_mib // 4} MiB header-padded); Xet on; `hf download` "

@@ -1,9 +1,9 @@
-//! The one worker loop, used by `hubalign worker`, `serve` and the demo: claim a job, run it on the batch
-//! runtime while a heartbeat keeps its lease, record a panic as a failure to retry, and go on until told to
-//! stop (or, for `worker --once`, until the queue is empty). Workers on any number of machines share the queue
-//! through the store alone.
+//! The one worker loop, used by `hubalign worker`, `serve` and the demo. It claims a job and runs it on the
+//! batch runtime while a heartbeat keeps its lease. It records a panic as a failure to retry. It goes on
+//! until told to stop, or for `worker --once`, until the queue is empty. Workers on any number of machines
+//! share the queue through the store alone.
 //!
-//! Told to stop, a loop claims nothing more. The job in hand may finish within the grace period; after it,
+//! Told to stop, a loop claims nothing more. The job in hand may finish within the grace period. After it,
 //! the job is stopped and released ([`Store::release_job`]), so the next worker takes it up at once.
 
 use std::future::Future;
@@ -16,18 +16,18 @@ use crate::job::{FailureKind, Job, JobOutcome, JobState};
 use crate::store::{Store, StoreError};
 
 /// How long the job in hand may go on after a stop, unless the operator says otherwise. `deploy/` gives a
-/// stopping process 1800 s (`terminationGracePeriodSeconds`, `TimeoutStopSec`) before it is killed: the
+/// stopping process 1800 s before it is killed (`terminationGracePeriodSeconds`, `TimeoutStopSec`). The
 /// minute left over releases the job and exits.
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(1740);
 
 /// What the loop runs for each claimed job.
 pub trait JobRunner: Send + Sync + 'static {
-    /// Runs `job` (claimed by this worker) to its end and records its outcome with
-    /// [`Store::finish_job`], then sets `recorded`; `None` if the job was lost to another worker meanwhile.
+    /// Runs `job`, claimed by this worker, to its end and records its outcome with [`Store::finish_job`].
+    /// Then it sets `recorded`. Returns `None` if another worker took the job meanwhile.
     fn run(&self, job: Job, recorded: Recorded) -> impl Future<Output = Result<Option<JobState>, StoreError>> + Send;
 
-    /// Until when no job should be claimed, because every job would stop at the same wall (the Hub's quota
-    /// on actions pausing all writes); `None` by default.
+    /// Until when no job should be claimed, because every job would hit the same wall. The wall is the Hub's
+    /// quota on actions, which pauses all writes. `None` by default.
     fn paused_until(&self) -> Option<std::time::SystemTime> {
         None
     }
@@ -36,7 +36,7 @@ pub trait JobRunner: Send + Sync + 'static {
 /// When the queue has nothing to claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WhenIdle {
-    /// Look again after the idle wait (a service).
+    /// Look again after the idle wait, as a service does.
     Wait,
     /// Return (`worker --once`).
     Stop,
@@ -48,20 +48,20 @@ pub struct WorkerLoop<R> {
     pub store: Store,
     /// What runs each job.
     pub runner: Arc<R>,
-    /// This worker's name in leases and events (unique per worker: host, process, index).
+    /// This worker's name in leases and events. It is unique per worker: host, process, index.
     pub worker: String,
     /// How long a claim or a heartbeat holds the job.
     pub lease: Duration,
     /// How long to wait when the queue is empty, or after a failed claim.
     pub idle: Duration,
-    /// Where jobs run (the batch runtime, so a repack never shares threads with pages).
+    /// Where jobs run: the batch runtime, so a repack never shares threads with pages.
     pub jobs_on: tokio::runtime::Handle,
-    /// Called when a job's task panicked (the service counts them for `/healthz`).
+    /// Called when a job's task panicked. The service counts these panics in `/metrics`.
     pub on_panic: Option<Arc<dyn Fn() + Send + Sync>>,
-    /// How long the loop stops claiming after a failure that needs the operator (every job would fail the
-    /// same way): [`crate::job::NEEDS_OPERATOR_HOLD`] in a service.
+    /// How long the loop stops claiming after a failure that needs the operator, since every job would fail
+    /// the same way. A service uses [`crate::job::NEEDS_OPERATOR_HOLD`].
     pub operator_hold: Duration,
-    /// How long the job in hand may go on once the loop is told to stop; then it is released.
+    /// How long the job in hand may go on once the loop is told to stop. Then it is released.
     pub grace: Duration,
 }
 
@@ -74,17 +74,18 @@ pub struct LoopSummary {
     pub failed: u64,
     /// Jobs whose task panicked.
     pub panicked: u64,
-    /// Jobs lost to another worker (a lease that ran out, or a heartbeat refused).
+    /// Jobs lost to another worker, through a lease that ran out or a refused heartbeat.
     pub lost: u64,
-    /// Jobs held back for the operator (a refused token, a full disk); the loop paused after each.
+    /// Jobs held back for the operator, as for a refused token or a full disk. The loop paused after each.
     pub needs_operator: u64,
     /// Jobs stopped when the grace period after a stop ran out, and released to the next worker.
     pub released: u64,
 }
 
 impl<R: JobRunner> WorkerLoop<R> {
-    /// Runs until `stop` turns true (a job in hand is finished first) or, with [`WhenIdle::Stop`], until the
-    /// queue is empty. Store failures are logged and retried after the idle wait, never fatal.
+    /// Runs until `stop` turns true or, with [`WhenIdle::Stop`], until the queue is empty. After a stop, the
+    /// job in hand gets the grace period to finish. Store failures are logged and retried after the idle
+    /// wait; they are never fatal.
     #[tracing::instrument(name = "worker", skip_all, fields(worker = %self.worker))]
     pub async fn run(&self, mut stop: watch::Receiver<bool>, when_idle: WhenIdle) -> LoopSummary {
         let mut summary = LoopSummary::default();
@@ -144,8 +145,8 @@ impl<R: JobRunner> WorkerLoop<R> {
         }
     }
 
-    /// Whether the job went back to the queue for a failure that needs the operator; said loudly once here,
-    /// since this worker now stops claiming for a while.
+    /// Whether the job went back to the queue for a failure that needs the operator. It logs this once as an
+    /// error, since this worker now stops claiming for a while.
     async fn held_for_operator(&self, id: i64) -> bool {
         let Ok(Some(job)) = self.store.job(id).await else { return false };
         if job.failure_kind != Some(FailureKind::NeedsOperator) {
@@ -160,16 +161,16 @@ impl<R: JobRunner> WorkerLoop<R> {
         true
     }
 
-    /// Runs one claimed job in a task of its own, renewing its lease every third of it; a refused renewal
-    /// (another worker holds the job now, or the lease ran out) stops the task, unless the job's outcome is
-    /// recorded already. Once `stop` turns true the job has the grace period
-    /// to end; then it is stopped and released.
+    /// Runs one claimed job in a task of its own, and renews its lease every third of the lease. A refused
+    /// renewal stops the task, unless the job's outcome is recorded already. A renewal is refused when
+    /// another worker holds the job or the lease ran out. Once `stop` turns true, the job has the grace
+    /// period to end. Then it is stopped and released.
     #[tracing::instrument(name = "job", skip_all, fields(job.id = job.id, repo.id = %job.repo_id, repo.sha = %job.source_sha))]
     async fn run_one(&self, job: Job, mut stop: watch::Receiver<bool>) -> Ran {
         let (id, repo) = (job.id, job.repo_id.clone());
         let runner = self.runner.clone();
-        // The job's span (this function's) goes along to the batch runtime, so every line the job logs there says
-        // which job and repo it is.
+        // This function's span goes along to the batch runtime, so every line the job logs there names its
+        // job and repo.
         let recorded = Recorded::default();
         let told = recorded.clone();
         let ran = async move { runner.run(job, told).await };
@@ -184,10 +185,10 @@ impl<R: JobRunner> WorkerLoop<R> {
                 }
             };
             tokio::select! {
-                // The job's end first: a job that ends as the grace runs out keeps its outcome.
+                // Check the job's end first, so a job that ends as the grace runs out keeps its outcome.
                 biased;
                 joined = &mut task => break joined,
-                // The guard `wait_for` answers is dropped at once: it may not be held across the awaits below.
+                // Drop the guard `wait_for` returns at once. It may not be held across the awaits below.
                 () = async { drop(stop.wait_for(|s| *s).await) }, if grace_ends.is_none() => {
                     tracing::info!(job.id = id, grace_secs = self.grace.as_secs(), "told to stop: the job in hand may finish within the grace period");
                     grace_ends = Some(tokio::time::Instant::now() + self.grace);
@@ -195,10 +196,18 @@ impl<R: JobRunner> WorkerLoop<R> {
                 () = grace_over => {
                     task.abort();
                     match (&mut task).await {
-                        // It ended before the abort reached it: its outcome stands.
+                        // The job ended before the abort reached it, so its outcome stands.
                         Ok(ended) => break Ok(ended),
                         Err(e) if e.is_panic() => break Err(e),
                         Err(_) => {}
+                    }
+                    // The outcome is on the row already. Only the cleanup after it was cut short.
+                    if heartbeat.recorded.is_set() {
+                        tracing::warn!(job.id = id, repo.id = %repo, "the job's outcome is recorded; its cleanup was cut short by the stop");
+                        return match self.store.job(id).await {
+                            Ok(Some(job)) => Ran::Ended(job.state),
+                            _ => Ran::Released,
+                        };
                     }
                     let why = "the process was told to stop, and the job outlived the grace period";
                     match self.store.release_job(id, &self.worker, why).await {
@@ -239,8 +248,8 @@ impl<R: JobRunner> WorkerLoop<R> {
     }
 }
 
-/// Set once a job's runner has recorded the job's outcome. The lease is gone then, and the runner may still
-/// tidy up (remove the empty mirror of a failed job, the job's files): the heartbeat lets it finish.
+/// Set once a job's runner has recorded the job's outcome. The lease is gone then, but the runner may still
+/// tidy up: remove the empty mirror of a failed job, or the job's files. The heartbeat lets it finish.
 #[derive(Debug, Clone, Default)]
 pub struct Recorded(Arc<std::sync::atomic::AtomicBool>);
 
@@ -271,9 +280,9 @@ pub struct Heartbeat<'a> {
 }
 
 impl Heartbeat<'_> {
-    /// Renews the lease every third of it, and returns once a renewal is refused: the lease ran out, or
-    /// another worker holds the job, and this one must stop it. Once the runner has recorded the outcome, a
-    /// refusal is expected; the heartbeat then stops beating and never returns. A store that does not answer
+    /// Renews the lease every third of it, and returns once a renewal is refused. A refusal means the lease
+    /// ran out or another worker holds the job, and this one must stop it. Once the runner has recorded the outcome, a
+    /// refusal is expected. The heartbeat then stops beating and never returns. A store that does not answer
     /// is tried again at the next beat.
     pub async fn lost(&self) {
         let beat = (self.lease / 3).max(Duration::from_millis(100));

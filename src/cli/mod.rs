@@ -11,6 +11,7 @@ mod healthcheck;
 mod jobs;
 mod output;
 mod preflight;
+mod pull;
 mod repack;
 mod report;
 mod scan;
@@ -23,14 +24,14 @@ mod worker_args;
 
 use clap::{Parser, Subcommand};
 
-/// A mistake in how the command was called (a missing choice, a database that does not exist): printed once
-/// like any error, with exit code 2.
+/// A mistake in how the command was called, such as a missing choice or a database that does not exist.
+/// It prints once like any error and exits with code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct UsageError(pub String);
 
-/// An error that is a list (the checks at start that failed): printed as its heading, then each line on a
-/// line of its own, each escaped. Exit code 2 when it is a mistake in the settings, else 4.
+/// An error made of several lines, such as the start-up checks that failed. It prints its heading, then
+/// each line on a line of its own, escaped. It exits with code 2 for a mistake in the settings, else 4.
 #[derive(Debug, thiserror::Error)]
 #[error("{heading}: {}", lines.join("; "))]
 pub(crate) struct ListError {
@@ -56,8 +57,8 @@ pub(crate) enum Exit {
     Invalid = 3,
     /// The run failed (I/O, refused operation, a shard that could not be rewritten).
     Failure = 4,
-    /// A job needs the operator (the Hub refused the token, the disk is full): it went back to the queue
-    /// without spending an attempt, and nothing else will succeed until that is mended.
+    /// A job needs the operator, for example because the Hub refused the token or the disk is full. The job
+    /// went back to the queue without spending an attempt. No other job will succeed until the operator acts.
     NeedsOperator = 5,
     /// Stopped by Ctrl-C (128 + SIGINT, as shells report it), after recording what was done.
     Interrupted = 130,
@@ -73,6 +74,12 @@ pub(crate) enum Exit {
         multiple of its element width. MLX's writer pads nothing, so most MLX shards fail that test and loaders \
         copy most of the model into anonymous memory. hubalign pads the header with spaces (payload byte for \
         byte) or, where that cannot help, reorders tensors widest-first, always keeping every tensor's bytes.\n\n\
+        If you load MLX models: `hubalign scan ~/.cache/huggingface/hub` names the next step for each affected \
+        model. That is the aligned mirror to download (`hf download MIRROR`), or the repair to run (`hubalign \
+        fix SNAPSHOT --out DIR`, then `mlx_lm.load(\"DIR\")`). `hubalign pull REPO` fetches a model that maps, \
+        in place of `hf download`. In the measurement that started this project (a 95 GB bundle), aligning put \
+        all 2,999 tensors on the zero-copy path instead of 1,224. The memory a copying loader duplicates went \
+        from 59.3 GB to 0.\n\n\
         Exit codes: 0 clean, 1 misaligned shards found, 2 usage error (or a check at start failed), 3 invalid \
         shards found, 4 failure, 5 a repack job needs the operator (a refused token, a full disk), 130 stopped \
         by Ctrl-C."
@@ -95,22 +102,38 @@ struct Cli {
 enum Command {
     /// Audit local shards: which tensors a zero-copy loader would have to copy.
     ///
-    /// Only headers are read: exactly 8 + N bytes per shard. PATH may be a .safetensors file, a bundle
-    /// directory, a tree of bundles, or a Hugging Face cache such as ~/.cache/huggingface/hub (its
-    /// snapshots/ symlinks are followed, each shard is seen once).
+    /// Reads only headers: exactly 8 + N bytes per shard. PATH may be a .safetensors file, a bundle
+    /// directory, a tree of bundles, or a Hugging Face cache such as ~/.cache/huggingface/hub. In a cache,
+    /// scan follows the snapshots/ symlinks and sees each shard once.
     ///
     /// Verdicts: aligned (nothing to do), header_pad (padding the header fixes every tensor; payload
     /// unchanged), relayout (tensors must be reordered), invalid (breaks the safetensors format; never
     /// rewritten).
     ///
+    /// For each affected model in a Hugging Face cache, scan names the next step. If the Hub lists an aligned
+    /// mirror under --mirrors, the step is `hf download MIRROR`. Otherwise it is `hubalign fix SNAPSHOT --out
+    /// DIR`, which writes a copy outside the cache, and scan says how to load that copy with mlx-lm. The
+    /// lookup costs one Hub request per affected model. With HF_HUB_OFFLINE=1, scan makes no request and
+    /// says it did not look.
+    ///
     /// Exit codes: 0 all aligned, 1 something misaligned, 3 something invalid, 4 failure.
     Scan(scan::ScanArgs),
+    /// Fetch a Hub model whose every tensor maps in place: what to type instead of `hf download`.
+    ///
+    /// If an aligned mirror exists (under --mirrors), it is downloaded into the Hugging Face cache as `hf
+    /// download` would put it, or into --local-dir. Otherwise the source is downloaded and its shards
+    /// repaired as they stream, into --local-dir or NAME-aligned in the working directory. Pull checks each
+    /// file against the Hub's hash, and each shard's alignment at the end. A pull cut short resumes when run
+    /// again.
+    ///
+    /// Exit codes: 0 aligned, 1 something still misaligned, 2 usage, 4 failure.
+    Pull(pull::PullArgs),
     /// Repair shards so every tensor is aligned, in place or into a new directory.
     ///
     /// Where padding the header with spaces suffices, the payload is copied byte for byte; otherwise
     /// tensors are reordered widest-first with no gaps. Names, dtypes, shapes, metadata and every tensor's
-    /// bytes are kept. Each result is written to a temporary file beside its destination, synced, re-parsed
-    /// and checked, and only then renamed into place, so an interrupted or failed run leaves the originals
+    /// bytes are kept. Each result goes to a temporary file beside its destination. Fix syncs, re-parses and
+    /// checks that file before it renames it into place, so an interrupted or failed run leaves the originals
     /// intact. Invalid shards are never rewritten. A MEI_ALIGN_MANIFEST.json with every hash is written into
     /// each repaired bundle.
     ///
@@ -118,67 +141,72 @@ enum Command {
     Fix(fix::FixArgs),
     /// Crawl the Hub's MLX repositories and record, per shard, what mmap loaders would copy.
     ///
-    /// Lists repositories with full listings (a page of up to 1,000 repos with commit and file names per
-    /// request), then reads each changed repo's shard headers with one range request per shard (a second only
-    /// for headers longer than --probe-bytes). Requests are paced per rate-limit bucket from the Hub's
-    /// RateLimit headers; 429s are waited out; transient failures are retried with backoff. Gated, disabled
-    /// and vanished repos are recorded as such. Interrupted (Ctrl-C, kill -9) and run again, it resumes: repos
-    /// already audited at their listed commit are not probed again.
+    /// Lists repositories with full listings: each request returns a page of up to 1,000 repos with their
+    /// commit and file names. Then reads each changed repo's shard headers with one range request per shard.
+    /// A header longer than --probe-bytes takes a second request. Requests are paced per rate-limit bucket
+    /// from the Hub's RateLimit headers; 429s are waited out; transient failures are retried with backoff.
+    /// Gated, disabled and vanished repos are recorded as such. Run again after an interruption (Ctrl-C,
+    /// kill -9), the audit resumes and skips repos already audited at their listed commit.
     Audit(audit::AuditArgs),
     /// Report what the audit store knows: by publisher, by writer, per repo, affected repos, every shard.
     ///
     /// JSON prints one object per row per line; the fields are those of the table, in full.
     Report(report::ReportArgs),
-    /// The audit as a public dataset: Parquet tables of repos, shards, mirrors and publishers with a card.
+    /// Build the audit's public dataset: Parquet tables of repos, shards, mirrors and publishers, with a card.
     ///
-    /// Only what the Hub shows anyone goes in: a private, gated or disabled repo never appears, nor counts in
-    /// its publisher's sums. `dataset write --out DIR` writes a day's snapshot as the dataset repo holds it.
+    /// The dataset holds only what the Hub shows anyone. A private, gated or disabled repo never appears and
+    /// does not count in its publisher's sums. `dataset write --out DIR` writes a day's snapshot as the
+    /// dataset repo holds it.
     Dataset(dataset::DatasetArgs),
-    /// Make the public mirrors findable now, as `serve` does after each audit: `--collections` keeps the
-    /// target namespace's Collections (one per source namespace, one for all) holding exactly the public
-    /// mirrors of public sources; `--note-sources` posts the notes on sources that are due.
+    /// Make the public mirrors findable now, as `serve` does after each audit.
     ///
-    /// Exits 4 if a collection or a note failed (the others were done; the next pass tries it again).
+    /// `--collections` makes the target namespace's Collections hold exactly the public mirrors of public
+    /// sources: one Collection per source namespace, and one for all. `--note-sources` posts the notes on
+    /// sources that are due.
+    ///
+    /// Exits 4 if a collection or a note failed. The others are still done, and the next pass tries the
+    /// failed one again.
     Findable(findable::FindableArgs),
     /// Repair one repository by hand and publish its `-aligned` mirror: the worker's pipeline for one job.
     ///
-    /// Downloads the bundle at the commit (checking every file against the Hub's hash), re-lays every shard,
-    /// verifies the result (strict parse, alignment, every tensor hash-equal to the source, a memory-mapped
-    /// typed view of every tensor, an index that names only the mirror's shards and their tensors, and an
-    /// MLX load of every shard compared bit for bit), and publishes
-    /// {target namespace}/{name}-aligned with a model card and MEI_ALIGN_MANIFEST.json: created private,
-    /// then made public. Running it again for the same commit does nothing.
+    /// Downloads the bundle at the commit and checks every file against the Hub's hash. Re-lays every shard,
+    /// then verifies the result: a strict parse, alignment, every tensor hash-equal to the source, and a
+    /// memory-mapped typed view of every tensor. The index must name only the mirror's shards and their
+    /// tensors, and an MLX load of every shard must match bit for bit. Publishes
+    /// {target namespace}/{name}-aligned with a model card and MEI_ALIGN_MANIFEST.json, first private, then
+    /// public. Running it again for the same commit does nothing.
     Repack(repack::RepackArgs),
     /// Run repack jobs: queue the audit's affected repos (by policy) and work through them.
     ///
-    /// With --runner-listen it also serves the macOS runners' API, through which jobs waiting for the Metal
-    /// check are handed out and their results come back. SIGTERM or Ctrl-C stops it after the job in hand.
+    /// With --runner-listen it also serves the macOS runners' API. Runners claim jobs waiting for the Metal
+    /// check there and post the results back. SIGTERM or Ctrl-C stops it after the job in hand.
     Worker(repack::WorkerLoopArgs),
     /// The macOS runner: claim jobs waiting for the Metal load check from the service, run it, post the result.
     ///
-    /// Fetches each claimed job's staged output shards and manifest (not the source: the check judges the
-    /// output by the manifest's digests), runs the same MLX check the worker runs (deploy/verify_mlx.py, built
-    /// in) on the Metal GPU, and posts its record: a pass sends the job on to be published, a failure fails it. deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
+    /// Fetches each claimed job's staged output shards and manifest, not the source. The check judges the
+    /// output by the manifest's digests. Runs the worker's own MLX check (deploy/verify_mlx.py, built in) on
+    /// the Metal GPU and posts its record. A pass sends the job on to be published; a failure fails it.
+    /// deploy/metal-verify.yml runs this on a GitHub Actions macos-14 runner.
     VerifyRunner(repack::RunnerArgs),
     /// Run the service: the scheduled audit, repack workers, the dashboard, the JSON API and /metrics.
     ///
-    /// One audit at a time, every --interval seconds; an interrupted one is resumed by the next (stored
-    /// repos are not probed again). After each audit the affected repos are queued by policy and the
-    /// workers take them. The dashboard shows the affected namespaces with a chart, drill-downs to repos,
-    /// shards and jobs; /api/* serves the report schemas as JSON; with --runner-token the macOS runners'
-    /// API is served too. SIGTERM or Ctrl-C stops it after the jobs in hand.
+    /// Runs one audit at a time, every --interval seconds. The next audit resumes an interrupted one and
+    /// does not probe stored repos again. After each audit the affected repos are queued by policy and the
+    /// workers take them. The dashboard shows the affected namespaces in a chart, with drill-downs to repos,
+    /// shards and jobs. /api/* serves the report schemas as JSON. With --runner-token, serve also serves the
+    /// macOS runners' API. SIGTERM or Ctrl-C stops it after the jobs in hand.
     Serve(serve::ServeArgs),
-    /// The whole mission offline: a simulated Hub, the service against it, and the dashboard.
+    /// Run the whole mission offline: a simulated Hub, the service against it, and the dashboard.
     ///
-    /// Lays out a simulated Hub with small MLX bundles made by the real writers (tests/fixtures: several
-    /// namespaces; some aligned, some needing header padding, one needing a reorder, one malformed, one
-    /// gated), starts `serve` against it with SQLite in --data-dir, waits for the first audit and
-    /// republishing (MLX load check on the CPU), prints `report --by-publisher` and the dashboard's address,
-    /// and keeps serving until Ctrl-C. Run it again and it reuses the data directory. Built with
+    /// Lays out a simulated Hub with small MLX bundles made by the real writers (tests/fixtures). Its
+    /// namespaces hold some aligned bundles, some needing header padding, one needing a reorder, one malformed
+    /// and one gated. Starts `serve` against it with SQLite in --data-dir. Waits for the first audit and
+    /// republishing, with the MLX load check on the CPU. Prints `report --by-publisher` and the dashboard's
+    /// address, and keeps serving until Ctrl-C. Run it again and it reuses the data directory. Built with
     /// `--features demo` only: the service itself links no simulator code.
     #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
-    /// Without the `demo` feature: says how to get the demo, as a usage error.
+    /// Says how to get the demo, as a usage error, in a build without the `demo` feature.
     #[cfg(not(feature = "demo"))]
     #[command(hide = true)]
     Demo(NoDemo),
@@ -187,25 +215,25 @@ enum Command {
     Store(store_cmd::StoreCmdArgs),
     /// The repack queue: list jobs (by state, repo, failure kind) and retry failed ones.
     ///
-    /// `jobs list --state failed` shows what failed and why; `jobs retry ID…` or `jobs retry --failed
-    /// [--failure-kind K] [--repo R]` puts failed jobs back in the queue with their attempts reset (each
-    /// job's history says who retried it). The admin API's `POST /api/admin/jobs/{id}/retry` does the same
+    /// `jobs list --state failed` shows what failed and why. `jobs retry ID…` or `jobs retry --failed
+    /// [--failure-kind K] [--repo R]` puts failed jobs back in the queue and resets their attempts. Each
+    /// job's history says who retried it. The admin API's `POST /api/admin/jobs/{id}/retry` does the same
     /// for one job.
     Jobs(jobs::JobsArgs),
     /// Check what every job needs, as `serve`, `worker` and `repack` do at start, and print every finding.
     ///
-    /// Takes the worker's flags (and its environment variables), so it checks exactly what a worker with them
-    /// will use: the token is accepted and may write to the target namespace, the store opens and is
-    /// migrated, the work directory is writable with room, and the Python imports MLX and passes the
-    /// worker's own MLX check on a probe bundle (with --verify-device cpu). Prints the environment it read,
-    /// never the token.
+    /// Takes the worker's flags and environment variables, so it checks exactly what a worker with them will
+    /// use. The Hub must accept the token and let it write to the target namespace. The store must open and
+    /// be migrated, and the work directory must be writable with room. The Python must import MLX and pass
+    /// the worker's own MLX check on a probe bundle (with --verify-device cpu). Prints the environment it
+    /// read, never the token.
     ///
     /// Exit codes: 0 a worker with these settings starts, 4 a check failed (each says its fix).
     Doctor(preflight::DoctorArgs),
     /// Ask a running service's /healthz and exit 0 on a 2xx answer: a container's HEALTHCHECK.
     Healthcheck(healthcheck::HealthcheckArgs),
-    /// Print a shell's completion script for hubalign: `hubalign completions bash > /etc/bash_completion.d/hubalign`
-    /// (or zsh, fish, elvish, powershell).
+    /// Print a shell's completion script for hubalign (bash, zsh, fish, elvish, powershell):
+    /// `hubalign completions bash > /etc/bash_completion.d/hubalign`.
     Completions {
         /// The shell.
         #[arg(value_enum)]
@@ -213,23 +241,24 @@ enum Command {
     },
     /// Try every write the service makes, once, against a Hub, before the first real job.
     ///
-    /// In --namespace (the token's user, or an organisation it may write to): a private throwaway repo is
-    /// created, a small shard goes up through Xet and is committed on the head it read, a commit on a moved
-    /// branch must be refused, a pull request (create_pr=1) and a discussion are opened, a private collection
-    /// holds the repo, and the repo is made public, then private again. The repo and the collection are
-    /// deleted at the end, whatever failed. Run it against https://hub-ci.huggingface.co (the Hub's staging
-    /// instance) or huggingface.co.
+    /// Works in --namespace: the token's user, or an organisation it may write to. Creates a private
+    /// throwaway repo, uploads a small shard through Xet and commits it on the head it read. Checks that the
+    /// Hub refuses a commit on a moved branch. Opens a pull request (create_pr=1) and a discussion. Puts the
+    /// repo in a private collection. Makes the repo public, then private again. Deletes the repo and the
+    /// collection at the end, whatever failed. Run it against https://hub-ci.huggingface.co (the Hub's
+    /// staging instance) or huggingface.co.
     ///
     /// Exit codes: 0 every step passed, 2 usage (no token, a bad namespace), 4 a step failed (each says why).
     Selftest(selftest::SelftestArgs),
     /// Manage the Hub webhooks that point publishers' pushes at `serve --webhook-secret`.
     ///
-    /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook (it may watch any users and
-    /// organisations) and prints its id; `list` and `delete ID` manage the token's user's webhooks.
+    /// `create --url URL --watch org:NAME --watch user:NAME` registers one webhook and prints its id. One
+    /// webhook may watch any users and organisations. `list` and `delete ID` manage the token's user's
+    /// webhooks.
     Webhook(webhook::WebhookArgs),
 }
 
-/// What `hubalign demo` takes in a build without the demo: anything, for the message that says how to get it.
+/// Takes any arguments to `hubalign demo` in a build without the demo, so the command can say how to get it.
 #[cfg(not(feature = "demo"))]
 #[derive(clap::Args)]
 struct NoDemo {
@@ -254,12 +283,15 @@ pub(crate) fn run() -> std::process::ExitCode {
             return std::process::ExitCode::from(code as u8);
         }
     };
-    // The long-running commands say what they do (audit start and end, each job step, each publish) unless
-    // RUST_LOG says otherwise; the local tools stay quiet but for warnings.
+    // Long-running commands log what they do: audit start and end, each job step, each publish. Local tools
+    // log only warnings. RUST_LOG, when set, overrides both.
     let talkative = match &cli.command {
-        Command::Audit(_) | Command::Repack(_) | Command::Worker(_) | Command::Serve(_) | Command::VerifyRunner(_) => {
-            true
-        }
+        Command::Audit(_)
+        | Command::Pull(_)
+        | Command::Repack(_)
+        | Command::Worker(_)
+        | Command::Serve(_)
+        | Command::VerifyRunner(_) => true,
         #[cfg(feature = "demo")]
         Command::Demo(_) => true,
         _ => false,
@@ -276,6 +308,7 @@ pub(crate) fn run() -> std::process::ExitCode {
     let result = match &cli.command {
         Command::Scan(args) => scan::run(args),
         Command::Fix(args) => fix::run(args),
+        Command::Pull(args) => pull::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Report(args) => report::run(args),
         Command::Dataset(args) => dataset::run(args),
@@ -323,9 +356,9 @@ pub(crate) fn run() -> std::process::ExitCode {
     std::process::ExitCode::from(code as u8)
 }
 
-/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM (what systemd and Kubernetes send to stop a service),
-/// with its name: the long-running commands finish or record the work in hand, then stop. A signal that
-/// cannot be waited for never resolves, rather than stopping at once.
+/// Resolves with the signal's name at the first SIGINT (Ctrl-C) or SIGTERM. systemd and Kubernetes send
+/// SIGTERM to stop a service. The long-running commands then finish or record the work in hand, and stop.
+/// A signal that cannot be waited for never resolves, rather than stopping at once.
 pub(crate) async fn stop_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let interrupt = async {
@@ -352,7 +385,7 @@ pub(crate) async fn stopped() {
     stop_signal().await;
 }
 
-/// This machine's name, for the history (`hubalign audit on HOST`, a worker's `HOST-PID`).
+/// Returns this machine's name for the history, as in `hubalign audit on HOST` or a worker's `HOST-PID`.
 pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
         .ok()
@@ -361,14 +394,15 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// The Hub's settings from the flags and the environment; `HF_HUB_OFFLINE` refuses them as a usage error.
+/// Resolves the Hub's settings from the flags and the environment. Returns a usage error under
+/// `HF_HUB_OFFLINE`.
 pub(crate) fn hub_config(endpoint: Option<String>, token: Option<String>) -> anyhow::Result<hubalign::hub::HubConfig> {
     hubalign::hub::HubConfig::resolve(endpoint, token).map_err(|e| UsageError(e.to_string()).into())
 }
 
-/// An error with its causes, each said once: a cause whose text the message already ends with (an I/O error
-/// quoted by the error that wraps it) is not repeated. Escaped: errors quote what the Hub and local files
-/// said, and none of it may drive the terminal.
+/// Formats an error with its causes, each said once. It skips a cause the text already ends with, such as
+/// an I/O error that the wrapping error quotes. It escapes the result, because errors quote the Hub and
+/// local files, and none of that may drive the terminal.
 fn describe(e: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in e.chain() {

@@ -1,12 +1,14 @@
-//! `hubalign scan`: audit local shards from their headers.
+//! `hubalign scan`: audit local shards from their headers, and say what to do about each affected bundle.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 use hubalign::bundle::discover;
+use hubalign::hub::config::env_flag;
 use hubalign::safetensors::{Alignment, Verdict};
-use hubalign::scan::{ScanReport, scan};
+use hubalign::scan::next_step::{self, MirrorAnswers, MirrorLookup};
+use hubalign::scan::{ScanReport, mirrors, scan};
 use hubalign::untrusted;
 
 use super::Exit;
@@ -25,9 +27,19 @@ pub(super) struct ScanArgs {
     /// wherever its data starts.
     #[arg(long, value_name = "BYTES")]
     alignment: Option<Alignment>,
+    /// Look for aligned mirrors under this namespace (repeatable; the first that has one wins). An affected
+    /// model from a Hugging Face cache costs one Hub request; with HF_HUB_OFFLINE=1 none is made.
+    #[arg(long = "mirrors", value_name = "NAMESPACE", default_value = next_step::DEFAULT_MIRRORS)]
+    mirrors: Vec<String>,
+    /// Hub endpoint for the mirror lookup [default: HF_ENDPOINT, else https://huggingface.co].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
 }
 
 pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
+    for ns in &args.mirrors {
+        untrusted::check_namespace(ns).map_err(|e| super::UsageError(format!("--mirrors {ns:?}: {e}")))?;
+    }
     let bundles = discover(&args.paths).context("finding shards")?;
     let count = bundles.iter().map(|b| b.shards.len() as u64).sum();
     let bar = progress(count, "{spinner} scanning {pos}/{len} shards {wide_msg}");
@@ -36,6 +48,9 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
         bar.inc(1);
     });
     bar.finish_and_clear();
+    let mut report = report;
+    let answers = look_up_mirrors(&report, args)?;
+    next_step::plan(&mut report, &answers);
     match args.format {
         Format::Json => json_lines(&report.shards)?,
         Format::Csv => csv(&report.shards)?,
@@ -46,6 +61,23 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
         Verdict::HeaderPad | Verdict::Relayout => Exit::Misaligned,
         Verdict::Invalid => Exit::Invalid,
     })
+}
+
+/// Asks the Hub for the mirrors of the affected cached models. Asks nothing under `HF_HUB_OFFLINE`.
+fn look_up_mirrors(report: &ScanReport, args: &ScanArgs) -> anyhow::Result<MirrorAnswers> {
+    let sources = next_step::sources_to_look_up(report);
+    if sources.is_empty() {
+        return Ok(MirrorAnswers::Asked(Default::default()));
+    }
+    if env_flag("HF_HUB_OFFLINE") {
+        return Ok(MirrorAnswers::Offline);
+    }
+    let config = super::hub_config(args.endpoint.clone(), None)?;
+    // A lookup is a hint beside the scan: one quick retry, not the service's patience.
+    let retry = hubalign::hub::retry::RetryPolicy { max_attempts: 2, ..Default::default() };
+    let hub = hubalign::hub::HubClient::new(config, retry)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    Ok(MirrorAnswers::Asked(runtime.block_on(mirrors::look_up(&hub, &sources, &args.mirrors))))
 }
 
 fn render(report: &ScanReport) -> String {
@@ -93,8 +125,40 @@ fn render(report: &ScanReport) -> String {
         bytes(t.bytes_read),
         bytes(t.total_bytes),
     ));
-    if count(Verdict::HeaderPad) + count(Verdict::Relayout) > 0 {
-        out.push_str("Repair with: hubalign fix PATH --out DIR   (or --in-place)\n");
+    out.push_str(&next_steps(report));
+    out
+}
+
+/// Says what to do about each affected bundle: the mirror to download, or the repair to run and how to load
+/// it.
+fn next_steps(report: &ScanReport) -> String {
+    let esc = hubalign::untrusted::escape_control;
+    let mut out = String::new();
+    for b in report.bundles.iter().filter(|b| b.next.command.is_some()) {
+        let next = &b.next;
+        let name = b.repo_id.as_deref().unwrap_or(&b.dir);
+        let why = match next.mirror_lookup {
+            MirrorLookup::Found => "an aligned mirror exists. Download it".to_owned(),
+            MirrorLookup::NotFound => "no aligned mirror yet. Repair a copy outside the cache".to_owned(),
+            MirrorLookup::Offline => {
+                "HF_HUB_OFFLINE is set, so no mirror was looked for. Repair a copy outside the cache".to_owned()
+            }
+            MirrorLookup::Failed => format!(
+                "the mirror lookup failed ({}). Repair a copy outside the cache",
+                next.lookup_error.as_deref().unwrap_or("no answer")
+            ),
+            MirrorLookup::NoSource | MirrorLookup::NotNeeded => "repair a copy (or use --in-place)".to_owned(),
+        };
+        out.push_str(&format!("\n{}: {}:\n", esc(name), esc(&why)));
+        out.push_str(&format!("  {}\n", esc(next.command.as_deref().unwrap_or_default())));
+        if let Some(dir) = &next.repaired_into {
+            let quoted = shlex::try_quote(dir).map_or_else(|_| dir.clone(), std::borrow::Cow::into_owned);
+            out.push_str(&format!(
+                "  then load it from there: mlx_lm.load({}) or mlx_lm.generate --model {}\n",
+                esc(&format!("{dir:?}")),
+                esc(&quoted)
+            ));
+        }
     }
     out
 }

@@ -1,9 +1,9 @@
 //! The repack worker's pipeline: download → re-lay → verify (structural, memory-mapped, MLX load) → publish
-//! an `-aligned` mirror with a model card and `MEI_ALIGN_MANIFEST.json`. Each step is recorded on the job,
-//! with what the step before left for it; nothing is published that did not pass every required check.
+//! an `-aligned` mirror with a model card and `MEI_ALIGN_MANIFEST.json`. Each step records itself on the job,
+//! with what the previous step left for it. Nothing is published unless it passed every required check.
 //!
-//! A job's way reads top to bottom in `pipeline` (where it takes up its work is decided in `resume`);
-//! this module holds what the worker runs it with and how its outcome is recorded.
+//! `pipeline` lists a job's steps top to bottom, and `resume` decides where a job picks up.
+//! This module holds what the worker runs a job with, and the code that records the job's outcome.
 
 pub(crate) mod checks;
 pub mod download;
@@ -12,7 +12,7 @@ pub mod metal;
 mod pipeline;
 pub mod publish;
 pub mod queue;
-mod relayout;
+pub(crate) mod relayout;
 pub(crate) mod repair;
 mod resume;
 pub mod upload;
@@ -79,9 +79,9 @@ pub struct Repacker<'a> {
     pub opts: &'a RepackOptions,
 }
 
-/// Runs a disk- or CPU-bound step on a thread of its own, so that a repack never holds an executor thread
-/// the pages and the audit share; a panic there fails the step, to be tried again. The work starts at once,
-/// not when the result is first awaited.
+/// Runs a disk- or CPU-bound step on a thread of its own.
+/// A repack thus never holds an executor thread, which the pages and the audit share.
+/// A panic there fails the step, which is tried again. The work starts at once, not when first awaited.
 fn off_executor<T: Send + 'static>(
     what: &'static str,
     work: impl FnOnce() -> Result<T, RepackError> + Send + 'static,
@@ -90,20 +90,11 @@ fn off_executor<T: Send + 'static>(
     async move { running.await.map_err(RepackError::caused_by)? }
 }
 
-/// Removes `dir` and everything in it, if it is there, on a batch thread: a bundle's files are gigabytes whose
-/// pages the kernel frees as they go (a tenth of a second or more per GiB), which no runtime thread may wait
-/// on while pages are served.
+/// Removes `dir` and everything in it, if present, on a batch thread.
+/// The kernel frees a bundle's pages as it deletes them, a tenth of a second or more per GiB.
+/// No runtime thread may wait on that while it serves pages.
 async fn remove_off_executor(dir: PathBuf) {
     let _ = crate::blocking::run("removing a job's files", move || std::fs::remove_dir_all(dir)).await;
-}
-
-/// What the publish step waits for from the work that runs beside it.
-#[derive(Default)]
-struct ConcurrentResults {
-    /// The MLX check's verdict, when the check runs during the upload.
-    verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
-    /// What went up ahead, once the uploads ahead have ended.
-    ahead: Option<tokio::sync::oneshot::Receiver<Option<upload::ahead::Ahead>>>,
 }
 
 /// The repack pipeline as what a worker loop ([`crate::worker::WorkerLoop`]) runs for each job.
@@ -129,8 +120,8 @@ impl crate::worker::JobRunner for RepackRunner {
 
 impl Repacker<'_> {
     /// Runs a claimed job to its end (or to the Metal handoff), records the outcome and sets `recorded`.
-    /// `None` if the worker lost the job meanwhile (its lease ran out and another worker took it over, whose
-    /// outcome stands).
+    /// Returns `None` if the worker lost the job meanwhile.
+    /// Its lease then ran out, and the outcome of the worker that took the job over stands.
     pub async fn run(&self, job: &Job, recorded: &crate::worker::Recorded) -> Result<Option<JobState>, StoreError> {
         let dir = self.opts.work_dir.join(format!("job-{}", job.id));
         let mut out_of_space = false;
@@ -166,9 +157,9 @@ impl Repacker<'_> {
         if matches!(state, JobState::Failed | JobState::Skipped) && !self.opts.pull_request {
             publish::abandon(self.hub, self.store, &job.repo_id).await;
         }
-        // A job waiting for the Metal check keeps its staged files for the runner and the publish after it
-        // (unless they wait on the Hub); one that will be tried again keeps its downloads, unless the disk ran
-        // out of space for them: the next job gets the space back.
+        // A job waiting for the Metal check in this work directory keeps its files for the runner and the
+        // publish. A job to be tried again keeps its downloads, unless the disk ran out of space.
+        // Then the next job gets the space back.
         let staged_here = state == JobState::AwaitingMetalVerify && self.opts.metal_handoff == MetalHandoff::Api;
         if !staged_here && (state != JobState::Queued || out_of_space) {
             remove_off_executor(dir).await;
@@ -182,11 +173,11 @@ impl Repacker<'_> {
         queue::policy::may_mirror_now(&job.repo_id, info, &self.opts.target_namespace, &self.opts.private_mirrors)
     }
 
-    /// Records that `job` moves to `state`, with what the step before left for it, and renews the lease; an
-    /// error if the lease was lost (another worker holds the job now) or the store cannot record it.
+    /// Records that `job` moves to `state`, with what the previous step left for it, and renews the lease.
+    /// Fails if another worker now holds the lease, or if the store cannot record the step.
     async fn step(&self, job: &Job, state: JobState, progress: Option<&Progress>) -> Result<(), RepackError> {
-        // The crash tests kill a worker between a step's work and the record of the next step; debug builds
-        // can be told to linger there so that the kill lands in that window every time.
+        // The crash tests kill a worker between a step's work and the record of the next step.
+        // Debug builds can linger there, so that the kill lands in that window every time.
         #[cfg(debug_assertions)]
         if let Some(ms) = std::env::var("HUBALIGN_DEBUG_STEP_PAUSE_MS").ok().and_then(|v| v.parse().ok()) {
             tokio::time::sleep(Duration::from_millis(ms)).await;

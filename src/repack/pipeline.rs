@@ -1,15 +1,16 @@
-//! A job's way, top to bottom: where it takes up its work ([`Resume`]), then each step in its order, each
-//! starting by recording on the job's row the state it runs in and what the step before left for it
-//! ([`Progress`]):
+//! The repack steps, in order. [`Resume`] picks the step a job starts at.
+//! Each step first records on the job's row its state and what the previous step left for it ([`Progress`]).
 //!
-//! 1. **may it be mirrored** (the Hub's answer, the operator's policy, the mirror's name and the day's caps);
-//! 2. **download** (`downloading`): the tree at the audited commit, each file checked against the Hub's hash,
-//!    shards that need a repair repaired as they stream, and sent up ahead;
-//! 3. **re-layout** (`relaying`, from [`Progress::Downloaded`]): the staged bundle and its manifest;
-//! 4. **checks** (`verifying`, from [`Progress::Relaid`]): structural and memory-mapped, then the MLX load
-//!    check here, or the hand-off to the Metal runner;
-//! 5. **publish** (`publishing`): the mirror (or, in `--pr` mode, a pull request on the source), with its
-//!    card, committed on the parent it was checked against, made public only once every check passed.
+//! 1. **may it be mirrored**: checks the Hub's answer and the operator's policy, takes the mirror's name,
+//!    and applies the day's caps.
+//! 2. **download** (`downloading`): fetches the tree at the audited commit and checks each file against the
+//!    Hub's hash. It repairs shards as they stream and sends them up ahead.
+//! 3. **re-layout** (`relaying`, from [`Progress::Downloaded`]): stages the bundle and its manifest.
+//! 4. **checks** (`verifying`, from [`Progress::Relaid`]): runs the structural and memory-mapped checks.
+//!    Then it runs the MLX load check here, or hands the job to the Metal runner.
+//! 5. **publish** (`publishing`): commits the mirror and its card on the parent it was checked against.
+//!    In `--pr` mode it opens a pull request on the source instead. A mirror turns public only once every
+//!    check passed.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -22,8 +23,7 @@ use crate::repack::metal::rendezvous::MetalHandoff;
 use crate::repack::relayout::{self, Relaid, readme_license};
 use crate::repack::resume::{self, OUTPUT, PARTIAL, Resume, SOURCE, STREAMED};
 use crate::repack::{
-    ConcurrentResults, RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish,
-    queue::policy, upload::ahead,
+    RepackError, Repacker, checks::mlx, download, off_executor, publish, publish::finish, queue::policy, upload::ahead,
 };
 use crate::repack::{publish::pull_request, repair};
 
@@ -47,8 +47,8 @@ impl Work {
     }
 }
 
-/// A step's end: what the next step needs (`Continue`), or the job's outcome when there is nothing more to do
-/// (`Break`: skipped, or handed to the Metal runner).
+/// A step's end. `Continue` carries what the next step needs. `Break` carries the job's outcome when there is
+/// nothing more to do: the job was skipped, or handed to the Metal runner.
 type StepEnd<T> = ControlFlow<JobOutcome, T>;
 
 /// Where a job's MLX check runs: `gpu` (Metal) or `cpu`.
@@ -82,7 +82,7 @@ impl Repacker<'_> {
                 // The checks ran in the worker that staged the bundle, but this one has not seen the files.
                 let staged = work.output.clone();
                 let checked = off_executor("the local checks", move || checks::run_here(&staged)).await?;
-                return self.publish_staged(job, &work, record, checked, ConcurrentResults::default()).await;
+                return self.publish_staged(job, &work, record, checked, Alongside::default()).await;
             }
             resume => resume,
         };
@@ -91,25 +91,26 @@ impl Repacker<'_> {
             ControlFlow::Continue(private) => private,
             ControlFlow::Break(outcome) => return Ok(outcome),
         };
-        // Shards that header padding fixes are repaired as they stream: written once, and never read again
-        // by this worker (the bundle keeps a stub of each). A mirror's go to its CAS as each is done, unless
-        // the bundle waits for the Metal runner (whichever worker takes it back publishes it) or the download
-        // was done before.
+        // Shards that header padding or, on Unix, a reorder fixes are repaired as they stream. This worker writes each once and
+        // never reads it again; the bundle keeps a stub of each. Each shard goes to a mirror's CAS when done.
+        // Two cases skip that: the bundle waits for the Metal runner, since another worker may publish it; or
+        // an earlier attempt already downloaded it.
         let Some(private) = private.filter(|_| resume == Resume::Start && !hands_to_metal(job)) else {
-            return self.download_to_publish(job, &work, resume, AheadEnds::default()).await;
+            return self.download_to_publish(job, &work, resume, Alongside::default()).await;
         };
         let (kept_tx, kept) = tokio::sync::mpsc::unbounded_channel();
         let (ahead_tx, ahead) = tokio::sync::oneshot::channel();
         let uploads = async {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, kept).await);
         };
-        let ends = AheadEnds { kept: Some(kept_tx), ahead: Some(ahead) };
-        let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, ends), uploads);
+        let alongside = Alongside { kept: Some(kept_tx), ahead: Some(ahead), verdict: None };
+        let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, alongside), uploads);
         outcome
     }
 
-    /// Whether the source may be mirrored now: `Continue` with whether its mirror is private (`None` in
-    /// `--pr` mode, which publishes no mirror), once the mirror's name is taken; `Break` with the skip.
+    /// Decides whether the source may be mirrored now, and takes the mirror's name if so.
+    /// Returns `Continue` with whether the mirror is private, or `None` in `--pr` mode, which publishes no
+    /// mirror. Returns `Break` with the skip otherwise.
     async fn may_mirror(&self, job: &Job) -> Result<StepEnd<Option<bool>>, RepackError> {
         if self.opts.pull_request {
             return Ok(ControlFlow::Continue(None));
@@ -127,15 +128,17 @@ impl Repacker<'_> {
         Ok(ControlFlow::Continue(Some(private)))
     }
 
-    /// Every step after the visibility check, from where `resume` says: download, re-layout, checks, publish;
-    /// `ends` are the uploads ahead's.
+    /// Runs every step after the visibility check, from where `resume` says: download, re-layout, checks,
+    /// publish. `alongside` holds the work that runs beside them.
     async fn download_to_publish(
         &self,
         job: &Job,
         work: &Work,
         resume: Resume,
-        AheadEnds { kept, ahead }: AheadEnds,
+        mut alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
+        // The download holds the only sender: the uploads ahead end once it is done.
+        let kept = alongside.kept.take();
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
@@ -148,12 +151,12 @@ impl Repacker<'_> {
             return Ok(outcome);
         }
         let checked = self.check_locally(job, work).await?;
-        self.check_and_publish(job, work, checked, ahead).await
+        self.check_and_publish(job, work, checked, alongside).await
     }
 
-    /// The download step: the files the mirror carries, into `work.source` (repaired shards into
-    /// `work.streamed`), the uploads ahead told of each shard kept (`kept`); `Continue` with the files the
-    /// mirror leaves out.
+    /// The download step. It downloads the files the mirror carries into `work.source`, and repaired shards
+    /// into `work.streamed`. It names each shard kept on `kept`, for the uploads ahead.
+    /// Returns `Continue` with the files the mirror leaves out.
     async fn download(
         &self,
         job: &Job,
@@ -171,6 +174,7 @@ impl Repacker<'_> {
             connections: self.opts.download_connections,
             ready: kept,
             carry_only: true,
+            room_for_relayout: true,
         };
         let fetched =
             download::download(self.hub, &job.repo_id, &job.source_sha, &layout, self.opts.max_bundle_bytes).await;
@@ -192,8 +196,8 @@ impl Repacker<'_> {
         Ok(ControlFlow::Continue(fetched.left_out))
     }
 
-    /// The re-layout step, from the download in `work`: the staged bundle in `work.output`, or `Break` with
-    /// why there is nothing to publish.
+    /// The re-layout step. It stages the download in `work` as a bundle in `work.output`.
+    /// Returns `Break` with the reason when there is nothing to publish.
     async fn relayout(&self, job: &Job, work: &Work, left_out: Vec<LeftOut>) -> Result<StepEnd<()>, RepackError> {
         let files = self.snapshot(work, resume::DOWNLOADED).await?;
         let progress = files.map(|files| Progress::Downloaded { left_out: left_out.clone(), files });
@@ -209,11 +213,14 @@ impl Repacker<'_> {
         Ok(match relaid.await? {
             Relaid::Staged => ControlFlow::Continue(()),
             Relaid::Skipped(reason) => ControlFlow::Break(JobOutcome::Skipped { reason }),
+            Relaid::AlreadyAligned => {
+                ControlFlow::Break(JobOutcome::Skipped { reason: "every shard is already aligned".into() })
+            }
         })
     }
 
-    /// The local checks' step, from the staged bundle in `work.output`: its manifest and what the checks that
-    /// run here found.
+    /// The local checks' step. It checks the staged bundle in `work.output`.
+    /// Returns its manifest and what the checks that run here found.
     async fn check_locally(&self, job: &Job, work: &Work) -> Result<Checked, RepackError> {
         let progress = self.snapshot(work, resume::RELAID).await?.map(|files| Progress::Relaid { files });
         self.step(job, JobState::Verifying, progress.as_ref()).await?;
@@ -221,8 +228,8 @@ impl Repacker<'_> {
         off_executor("the local checks", move || checks::run_here(&staged)).await
     }
 
-    /// `parts` of the job's directory as they are now, for the next step's record (`None`: nothing a later
-    /// attempt could take up).
+    /// Snapshots `parts` of the job's directory for the next step's record.
+    /// Returns `None` when no later attempt could take them up.
     async fn snapshot(
         &self,
         work: &Work,
@@ -233,14 +240,15 @@ impl Repacker<'_> {
         off_executor("recording the job's files", move || Ok(resume::snapshot(&dir, (parts, &made_by)))).await
     }
 
-    /// The MLX load check, then the publish; or the hand-off to the Metal runner. A mirror is uploaded while
-    /// the check runs (it is made public only once the check passed); a pull request is proposed after it.
+    /// Runs the MLX load check, then the publish, or hands the job to the Metal runner.
+    /// A mirror uploads while the check runs, and turns public only once the check passed.
+    /// A pull request is proposed after the check.
     async fn check_and_publish(
         &self,
         job: &Job,
         work: &Work,
         checked: Checked,
-        ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+        alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
         if hands_to_metal(job) {
             if self.opts.metal_handoff == MetalHandoff::Hub {
@@ -259,7 +267,7 @@ impl Repacker<'_> {
         let Some(started) = started else {
             let record = check.await?;
             let _ = self.store.set_job_verification(job.id, &record).await;
-            return self.publish_staged(job, work, record, checked, ConcurrentResults { verdict: None, ahead }).await;
+            return self.publish_staged(job, work, record, checked, alongside).await;
         };
         let card_record = MlxRecord::announced(mlx_device, started);
         let (verdict_tx, verdict) = tokio::sync::watch::channel(publish::Verdict::Pending);
@@ -278,16 +286,17 @@ impl Repacker<'_> {
             }
             result
         };
-        let concurrent = ConcurrentResults { verdict: Some(verdict), ahead };
-        let publishing = self.publish_staged(job, work, card_record.clone(), checked, concurrent);
+        let alongside = Alongside { verdict: Some(verdict), ..alongside };
+        let publishing = self.publish_staged(job, work, card_record.clone(), checked, alongside);
         let (judged, published) = tokio::join!(judged, publishing);
         // The check's failure is the reason, whatever the publish made of it (it committed nothing).
         judged?;
         published
     }
 
-    /// Sends each shard named on `kept` to the mirror's CAS as it comes (see [`ahead`]), the mirror chosen
-    /// and created at the first one. Any failure only leaves the work to the publish step.
+    /// Sends each shard named on `kept` to the mirror's CAS as it comes (see [`ahead`]).
+    /// The mirror is chosen and created at the first shard.
+    /// Any failure only leaves the work to the publish step.
     async fn upload_ahead(
         &self,
         job: &Job,
@@ -295,8 +304,9 @@ impl Repacker<'_> {
         work: &Work,
         mut kept: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) -> Option<ahead::Ahead> {
-        // Nothing is created for a bundle with no shard to send ahead. The mirror is created at the first shard
-        // kept: a download that then fails leaves the mirror created, which a job that fails for good abandons.
+        // Nothing is created for a bundle with no shard to send ahead.
+        // The first shard kept creates the mirror.
+        // A download that then fails leaves the mirror behind; a job that fails for good abandons it.
         let first = kept.recv().await?;
         let namespace = &self.opts.target_namespace;
         let chosen =
@@ -325,15 +335,15 @@ impl Repacker<'_> {
         Some(uploader.run(first, kept).await)
     }
 
-    /// The publish step: a verified, staged bundle goes up with a card written from the manifest, the local
-    /// checks' counts and the MLX record; in `--pr` mode, as a pull request on the source.
+    /// The publish step. It uploads a verified, staged bundle with a card written from the manifest, the
+    /// local checks' counts and the MLX record. In `--pr` mode it opens a pull request on the source instead.
     async fn publish_staged(
         &self,
         job: &Job,
         work: &Work,
         record: MlxRecord,
         Checked { manifest, local: checks }: Checked,
-        ConcurrentResults { verdict, ahead }: ConcurrentResults,
+        Alongside { verdict, ahead, .. }: Alongside,
     ) -> Result<JobOutcome, RepackError> {
         self.step(job, JobState::Publishing, None).await?;
         // The source shards whose chunks the padded ones share, for the upload's deduplication.
@@ -369,8 +379,8 @@ impl Repacker<'_> {
             record,
         };
         self.write_card(&work.output, &target, facts(record))?;
-        // While the check runs beside the upload, the card names only the device and the MLX it announced;
-        // once it passes, the card is written again with its whole record before anything is committed.
+        // While the check runs beside the upload, the card names only the device and the announced MLX.
+        // Once the check passes, the card is rewritten with the whole record before any commit.
         let (verdict, card_rewritten) = match verdict {
             Some(checked) => {
                 let (to_publish, verdict_after_card) = tokio::sync::watch::channel(publish::Verdict::Pending);
@@ -409,7 +419,7 @@ impl Repacker<'_> {
         self.finish_publish(job, (target.clone(), &job.repo_id), visibility, published).await
     }
 
-    /// `--pr` mode's publish: the staged bundle proposed as a pull request on the source.
+    /// Publishes in `--pr` mode: proposes the staged bundle as a pull request on the source.
     async fn propose(&self, job: &Job, output: &Path, sources: &[PathBuf]) -> Result<JobOutcome, RepackError> {
         let target =
             pull_request::Target { repo: &job.repo_id, head: &job.source_sha, bot: &self.opts.bot_user, sources };
@@ -424,17 +434,21 @@ impl Repacker<'_> {
     }
 }
 
-/// The uploads ahead's ends that the download and the publish step hold: each shard kept is named on
-/// `kept`, and `ahead` brings what went up.
+/// Holds the ends of the work that runs alongside a job's steps: the uploads ahead, and the MLX check beside
+/// the upload. Each end is `None` when that work does not run for this job.
 #[derive(Default)]
-struct AheadEnds {
+struct Alongside {
+    /// Where the download names each shard it keeps, for the uploads ahead. Dropped when the download ends.
     kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// What went up ahead, once the uploads ahead have ended.
     ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
+    /// The MLX check's verdict, when the check runs during the upload.
+    verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
 }
 
-/// Passes the MLX check's verdict on to the publish once the card holds the check's whole record (tensors,
-/// files, time). A pass whose card cannot be written commits nothing, and the job fails with the card's own
-/// error (its kind kept), which the caller reports before the publish's.
+/// Passes the MLX check's verdict on to the publish once the card holds the check's whole record.
+/// If the card cannot be written after a pass, nothing is committed. The job then fails with the card's own
+/// error and its kind, which the caller reports before the publish's.
 async fn card_after_check(
     mut checked: tokio::sync::watch::Receiver<publish::Verdict>,
     to_publish: tokio::sync::watch::Sender<publish::Verdict>,
@@ -453,8 +467,9 @@ async fn card_after_check(
     rewritten
 }
 
-/// What a failed MLX check means for the job: an interpreter that cannot run or import MLX is the worker's
-/// configuration (the job is held, never spent); anything MLX found in the bundle fails it for good.
+/// Maps a failed MLX check to the job's error.
+/// An interpreter that cannot run or import MLX is a configuration fault: the job is held, never spent.
+/// Anything MLX found in the bundle fails the job for good.
 fn check_failed(e: mlx::MlxCheckError) -> RepackError {
     if e.is_configuration() {
         RepackError::configuration(format!(

@@ -1,5 +1,6 @@
-//! The re-layout of a job, between the download and the checks: the downloaded bundle re-laid into the
-//! staged one (through `fix`), and what the card reads from the source's files. Each runs off the executor.
+//! The re-layout of a job, between the download and the checks. It re-lays the downloaded bundle into the
+//! staged one through `fix`, and reads what the card needs from the source's files.
+//! Each runs off the executor.
 
 use std::path::Path;
 
@@ -11,17 +12,19 @@ use crate::repack::{download::allow_list, publish::card};
 use crate::safetensors::Alignment;
 
 /// What the re-layout left: a staged bundle to verify and publish, or why there is nothing to do.
-pub(super) enum Relaid {
+pub(crate) enum Relaid {
     /// The bundle is staged, with its manifest.
     Staged,
     /// Nothing to publish, and why.
     Skipped(String),
+    /// Every shard is aligned already: the downloaded bundle is the result.
+    AlreadyAligned,
 }
 
-/// Re-lays the downloaded bundle into `output` (linking the shards repaired as they streamed, from
-/// `streamed`), removes the carried configs' pointers to code, and stamps the manifest with the source repo
-/// and commit and what the mirror left out and edited.
-pub(super) fn stage_bundle(
+/// Re-lays the downloaded bundle into `output`, linking the shards repaired as they streamed from `streamed`.
+/// Removes the carried configs' pointers to code.
+/// Stamps the manifest with the source repo and commit, and with what the mirror left out and edited.
+pub(crate) fn stage_bundle(
     source: &Path,
     output: &Path,
     streamed: &Path,
@@ -33,8 +36,8 @@ pub(super) fn stage_bundle(
     if bundles.len() != 1 {
         return Ok(Relaid::Skipped(format!("{} bundle directories in one repo; not repacked", bundles.len())));
     }
-    // The source files' digests were checked against the Hub's as they downloaded, and the uploader computes
-    // the new files' own: the minimal set proves the rest.
+    // The download checked the source files' digests against the Hub's, and the uploader computes the new
+    // files' own. The minimal set proves the rest.
     let options = FixOptions {
         destination: Destination::OutDir(output.to_owned()),
         alignment,
@@ -48,9 +51,9 @@ pub(super) fn stage_bundle(
         let shards = || report.bundles.iter().flat_map(|b| &b.shards);
         let why: Vec<String> = shards().filter_map(|s| s.error.clone()).collect();
         let reason = format!("re-layout left {} invalid and {} failed shards: {}", t.invalid, t.failed, why.join("; "));
-        // An invalid shard stays invalid; a rewrite that failed left its original intact and may be tried
-        // again, unless the machine is at fault (a read-only disk), which only the operator can mend. A full
-        // disk is said so, for the job's files to be removed.
+        // An invalid shard stays invalid. A failed rewrite left its original intact and may be tried again.
+        // A machine at fault, such as a read-only disk, needs the operator instead.
+        // A full disk is reported as such, so that the job's files are removed.
         let by_io = shards()
             .filter_map(|s| s.io_kind)
             .map(|k| RepackError::io("", std::io::Error::from(k)))
@@ -62,7 +65,7 @@ pub(super) fn stage_bundle(
         });
     }
     if t.rewritten == 0 {
-        return Ok(Relaid::Skipped("every shard is already aligned".into()));
+        return Ok(Relaid::AlreadyAligned);
     }
     let mut manifest = Manifest::read(output)
         .map_err(|e| RepackError::permanent(e.to_string()))?

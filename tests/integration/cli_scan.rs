@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::kernel_reads::bytes_read_by_kernel;
-use crate::support::{copy_tree, fixture, run, stdout};
+use crate::support::{copy_tree, fixture, hubalign, run, stdout};
 
 fn json_lines(out: &std::process::Output) -> Vec<Value> {
     stdout(out).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -52,9 +52,11 @@ fn a_hugging_face_cache_is_walked_through_its_snapshot_symlinks() {
         std::fs::copy(fixture("mlx_lm/q4").join(name), &blob).unwrap();
         std::os::unix::fs::symlink(&blob, snapshot.join(name)).unwrap();
     }
-    let out = run(&["scan", "--format", "json", cache.path().to_str().unwrap()]);
+    let scan = hubalign().args(["scan", "--format", "json"]).arg(cache.path()).env("HF_HUB_OFFLINE", "1").output();
+    let out = scan.unwrap();
     let rows = json_lines(&out);
     assert_eq!(rows.len(), 1, "one shard, seen once, via its snapshot path");
+    assert_eq!(rows[0]["repo_id"], "mlx-community/tiny-q4", "named by the cache's folder");
     assert!(rows[0]["path"].as_str().unwrap().contains("snapshots/0123abcd/model.safetensors"));
     assert_eq!(rows[0]["verdict"], "header_pad");
 

@@ -25,6 +25,8 @@ mod hostile;
 #[cfg(feature = "system-tests")]
 mod interop;
 mod kernel_reads;
+#[cfg(feature = "system-tests")]
+mod next_step;
 mod postgres;
 mod properties;
 mod queue;

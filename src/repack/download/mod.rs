@@ -1,12 +1,12 @@
-//! Fetching a bundle at the audited commit, file by file, into paths checked before anything is written.
+//! Fetches a bundle at the audited commit, file by file, into paths checked before anything is written.
 //!
-//! The set of files is exactly the one tree listing pinned to the commit says, after every path passed the
-//! checks of `untrusted`; nothing else names a file. Each file streams from the resolve URL (through its redirect to
-//! storage) into a partial file of the job's own, hashed as it arrives against the Hub's hash (sha256 for
-//! LFS and Xet files, the git blob id for the rest), and is renamed into place only when it matches. A cut
-//! transfer resumes from the bytes it had, by range, and a large file comes in ranges over several
-//! connections (`crate::repack::download::transfer`); the hashing and the disk writes run on a blocking thread, never on
-//! the async runtime.
+//! Only the one tree listing pinned to the commit names files, after every path passed the checks of
+//! `untrusted`. Each file streams from the resolve URL, through its redirect to storage, into a partial file
+//! of the job's own. The download hashes it as it arrives and compares it with the Hub's hash: sha256 for
+//! LFS and Xet files, the git blob id for the rest. The file is renamed into place only when it matches.
+//! A cut transfer resumes by range from the bytes it had. A large file comes in ranges over several
+//! connections (`crate::repack::download::transfer`). The hashing and the disk writes run on a blocking
+//! thread, never on the async runtime.
 
 pub(crate) mod allow_list;
 pub(crate) mod disk_space;
@@ -49,12 +49,12 @@ pub struct Downloaded {
 /// Why a download stopped.
 #[derive(Debug, Error)]
 pub enum DownloadError {
-    /// The Hub named something no download may write (a path outside the work directory, a bundle past the
-    /// size cap): permanent, never retried.
+    /// The Hub named something no download may write, such as a path outside the work directory or a bundle
+    /// past the size cap. This is permanent and never retried.
     #[error("refused: {0}")]
     Refused(String),
-    /// The transfer failed or arrived corrupt (another attempt may succeed), or the machine cannot hold it
-    /// (the operator must act).
+    /// The transfer failed or arrived corrupt, and another attempt may succeed.
+    /// Or the machine cannot hold it, and the operator must act.
     #[error("{error}")]
     Failed {
         /// Which file, why, and what it means for the job.
@@ -84,18 +84,22 @@ pub struct Layout {
     pub source: PathBuf,
     /// Partial transfers, named by a hash of their path, outside the bundle.
     pub partial: PathBuf,
-    /// Where shards that header padding fixes are repaired as they stream (the bundle then keeps only a
-    /// stub of each: see `repack::repair`); `None` downloads every file whole.
+    /// Where shards that header padding or, on Unix, a reorder fixes are repaired as they stream. The bundle
+    /// then keeps only a stub of each (see `repack::repair`). `None` downloads every file whole.
     pub repair: Option<RepairTarget>,
-    /// Connections the download may hold at once, shared by the files it fetches at once: a file of its own
-    /// gets several, for ranges of it at once (0: [`DEFAULT_CONNECTIONS`]).
+    /// Connections the download may hold at once, shared by the files it fetches at once.
+    /// A large file gets several, to fetch ranges of it in parallel. 0 means [`DEFAULT_CONNECTIONS`].
     pub connections: usize,
-    /// Told the repo path of each shard repaired as it streamed, as soon as it is checked and in place in
-    /// the repair directory (under the same name), so its upload can start while the rest download.
+    /// Receives the repo path of each shard repaired as it streamed. The path comes once the shard is checked
+    /// and in place in the repair directory, under the same name. Its upload can then start while the rest
+    /// download.
     pub ready: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    /// Download only what a mirror carries (`allow_list`); `false` for a staged mirror, which holds
+    /// Downloads only what a mirror carries (`allow_list`). It is `false` for a staged mirror, which holds
     /// nothing else already.
     pub carry_only: bool,
+    /// Whether the disk must also hold the repack's re-laid copy of the bundle beside the download.
+    /// It is `false` when the files are used as they arrive.
+    pub room_for_relayout: bool,
 }
 
 /// Connections a download holds at once unless told otherwise.
@@ -154,13 +158,14 @@ pub async fn download(
     }
     // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
     let to_fetch = wanted.iter().fold(0u64, |sum, (f, ..)| sum.saturating_add(f.size));
+    let relaid = if layout.room_for_relayout { total } else { 0 };
     crate::repack::download::disk_space::check(
         &layout.source,
-        crate::repack::download::disk_space::need(to_fetch, total),
+        crate::repack::download::disk_space::need(to_fetch, relaid),
     )
     .map_err(fail)?;
-    // Several files at once, largest first: each file's hash is one sequential chain on one core, so one
-    // transfer at a time leaves the other cores (and connections) idle.
+    // Several files go at once, largest first. Each file's hash is one sequential chain on one core, so one
+    // transfer at a time would leave the other cores and connections idle.
     wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
     let streamed = wanted.iter().filter(|w| w.3.is_some()).count();
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
@@ -169,8 +174,8 @@ pub async fn download(
     // The connections go to the large files that are fetched at the same time (small ones take one each).
     let large = wanted.iter().filter(|(f, ..)| f.size >= SEGMENTED_FROM).count();
     let per_file = (connections / at_once.min(large).max(1)).max(1);
-    // What earlier attempts left of files fetched again from where they stopped counts as arrived (a streamed
-    // shard starts over, so its partial does not).
+    // The bytes earlier attempts left of the files fetched again count as arrived.
+    // A streamed shard starts over, so its partial does not count.
     let resumed: u64 =
         wanted.iter().filter(|(.., repair)| repair.is_none()).map(|(f, partial, ..)| resumable(partial, f.size)).sum();
     let progress = Arc::new(AtomicU64::new(resumed));
@@ -215,8 +220,8 @@ pub async fn download(
     Ok(Downloaded { tree, bytes, reused, left_out })
 }
 
-/// Runs `transfers`, saying every [`crate::progress::every`] (10 s) how many of the `total` bytes have arrived, at what rate,
-/// and when the rest should have at that rate.
+/// Runs `transfers` and logs every [`crate::progress::every`] (10 s) how many of the `total` bytes arrived.
+/// Each line also gives the rate, and when the rest should arrive at that rate.
 async fn said_as_it_goes<T>(transfers: impl Future<Output = T>, (progress, total): (&AtomicU64, u64), repo: &str) -> T {
     tokio::pin!(transfers);
     let started = std::time::Instant::now();
@@ -252,7 +257,7 @@ impl Layout {
     }
 }
 
-/// Most files a tree may list (real MLX repos have a few dozen; the Hub's trees are paged by thousands).
+/// Most files a tree may list. Real MLX repos have a few dozen; the Hub pages its trees by thousands.
 pub const MAX_TREE_FILES: usize = crate::sources::MAX_FILES;
 
 /// Why a tree is not downloaded.
@@ -275,8 +280,8 @@ pub enum TreeRefused {
     AlsoADirectory(String),
 }
 
-/// Every path passes the checks of `untrusted`, none twice, none a prefix directory of another, and there are at most
-/// [`MAX_TREE_FILES`].
+/// Checks the tree. Every path must pass the checks of `untrusted`, appear once, and be no directory of
+/// another. Every hash must be a git or LFS object id. The tree may list at most [`MAX_TREE_FILES`] files.
 fn check_tree(tree: &[TreeFile]) -> Result<(), TreeRefused> {
     if tree.len() > MAX_TREE_FILES {
         return Err(TreeRefused::TooMany(tree.len()));
@@ -300,14 +305,14 @@ fn check_tree(tree: &[TreeFile]) -> Result<(), TreeRefused> {
     Ok(())
 }
 
-/// A shard at the bundle's top level, stored in LFS (so the Hub gives its SHA-256): one the download may
-/// repair as it streams.
+/// Whether `f` is a shard at the bundle's top level, stored in LFS so that the Hub gives its SHA-256.
+/// Only such a shard may be repaired as it streams.
 fn streamable(f: &TreeFile) -> bool {
     f.lfs.is_some() && !f.path.contains('/') && f.path.ends_with(".safetensors")
 }
 
-/// Whether an earlier attempt repaired this shard as it streamed, from this very source: its record and
-/// repaired file are in place, and so is its stub.
+/// Whether an earlier attempt repaired this shard as it streamed, from this very source.
+/// Its record, its repaired file and its stub must all be in place.
 fn repaired_on_disk(repair: Option<&RepairTarget>, dest: &Path, f: &TreeFile) -> bool {
     let (Some(target), Some(lfs)) = (repair, &f.lfs) else { return false };
     let stub = std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == f.size);
@@ -376,18 +381,20 @@ impl FileDigest {
     }
 }
 
-/// The bytes of a file of `size` an earlier transfer left in `partial`, which the next one continues from: none
-/// unless it is a regular file no longer than the file (a longer one holds something else, and starts over).
+/// The bytes of a file of `size` that an earlier transfer left in `partial`, for the next one to continue.
+/// Returns 0 unless `partial` is a regular file no longer than the file.
+/// A longer one holds something else, and the transfer starts over.
 fn resumable(partial: &Path, size: u64) -> u64 {
     let kept = std::fs::symlink_metadata(partial).ok().filter(std::fs::Metadata::is_file).map_or(0, |m| m.len());
     if kept > size { 0 } else { kept }
 }
 
-/// Streams one file into `partial`, checks its size and hash, and renames it to `dest`. One writer takes
-/// every byte of the file, so a cut transfer resumes by range from the byte it stopped at with the hashes
-/// (and a streamed shard's repair) carried on; an earlier attempt's partial file is picked up from its end
-/// (a streamed shard's is not: its hashes cannot be picked up midway). Returns the bytes fetched, or why it
-/// failed with the bytes fetched before.
+/// Streams one file into `partial`, checks its size and hash, and renames it to `dest`.
+/// One writer takes every byte of the file. A cut transfer thus resumes by range from the byte it stopped
+/// at, and the hashes and a streamed shard's repair carry on. An earlier attempt's partial file is picked up
+/// from its end. A streamed shard's is not, because its hashes cannot be picked up midway.
+/// Returns the bytes fetched and whether a repaired shard was kept. On failure, returns why, with the bytes
+/// fetched before.
 async fn fetch_file(
     hub: &HubClient,
     repo: &str,
@@ -407,8 +414,8 @@ async fn fetch_file(
     let retry = RetryPolicy::default();
     let (mut have, mut fetched) = (start, 0u64);
     let mut stopped = None;
-    // Only requests that bring nothing count against the retry policy; ones that make progress are bounded
-    // by the file's size (a server that cuts every answer after 1 MiB still gets the file across).
+    // Only requests that bring nothing count against the retry policy. The file's size bounds the ones that
+    // make progress, so a server that cuts every answer after 1 MiB still gets the file across.
     let (mut attempt, mut requests, most) = (0u32, 0u64, u64::from(retry.max_attempts) + f.size / (1 << 20));
     while attempt < retry.max_attempts && requests < most {
         if have == f.size {
@@ -457,8 +464,9 @@ async fn fetch_file(
     }
 }
 
-/// Starts the thread that writes and hashes a file's bytes as they come: a shard to repair through
-/// [`StreamRepair`], any other file appended to `partial` after its first `start` bytes.
+/// Starts the thread that writes and hashes a file's bytes as they come.
+/// A shard to repair goes through [`StreamRepair`]. Any other file is appended to `partial` after its first
+/// `start` bytes.
 fn spawn_writer(
     f: &TreeFile,
     partial: &Path,
@@ -530,8 +538,8 @@ fn write_partial(partial: &Path, start: u64, mut digest: FileDigest, mut rx: Arr
     Ok(WriterEnd { bytes: written, finished: Finished::Whole(digest) })
 }
 
-/// Streams a shard from its first byte through [`StreamRepair`], which writes the repaired file or the
-/// whole source, and the stub or whole source into `partial`.
+/// Streams a shard from its first byte through [`StreamRepair`]. It writes the repaired file or the whole
+/// source, and writes the stub or the whole source into `partial`.
 fn write_streamed(partial: &Path, name: &str, size: u64, target: RepairTarget, mut rx: Arrivals) -> Written {
     let mut repair = StreamRepair::new(name, size, target, safe_fs::create_nofollow(partial)?);
     let mut written = 0u64;
@@ -542,14 +550,15 @@ fn write_streamed(partial: &Path, name: &str, size: u64, target: RepairTarget, m
     Ok(WriterEnd { bytes: written, finished: Finished::Streamed(repair.finish()?) })
 }
 
-/// Feeds the first `len` bytes of `file` to `digest`; a file shorter than that (one that shrank since its
-/// size was read) is an error.
+/// Feeds the first `len` bytes of `file` to `digest`.
+/// Fails if the file is shorter than that, as when it shrank since its size was read.
 fn hash_prefix(file: &mut std::fs::File, len: u64, digest: &mut FileDigest) -> std::io::Result<()> {
     crate::hashing::feed_exact(file, len, &mut |data| digest.update(data))
 }
 
-/// Renames a complete, hashed partial file into place if the hash matches the tree's; a mismatch removes
-/// it so the next attempt fetches it whole. Says whether a repaired shard was kept beside it.
+/// Renames a complete, hashed partial file into place if the hash matches the tree's.
+/// A mismatch removes it, so that the next attempt fetches it whole.
+/// Returns whether a repaired shard was kept beside it.
 fn finish(
     f: &TreeFile,
     written: Finished,

@@ -1,12 +1,17 @@
-//! The Hub as the rendezvous between workers and macOS runners, for deployments that expose nothing to the
-//! internet: a worker commits the repaired bundle to the mirror while it is still private and records the
-//! staged commit on the job; a runner that reaches only the database and the Hub claims the job, downloads
-//! that commit (each file checked against the Hub's hash), runs the Metal check and records its verdict,
-//! naming the commit, in the database; then any worker, not only the one that staged it, adds the model
-//! card on top of exactly that commit and makes the mirror public.
+//! Uses the Hub as the rendezvous between workers and macOS runners, for deployments that expose nothing to
+//! the internet.
 //!
-//! The runner API (`hubalign worker --runner-listen`, [`crate::repack::metal::runner`]) stays the other mode: there the
-//! staged files never leave the worker before the check, and the runner must reach the worker.
+//! 1. A worker commits the repaired bundle to the mirror while the mirror is still private. It records the
+//!    staged commit on the job.
+//! 2. A runner that reaches only the database and the Hub claims the job. It downloads that commit and
+//!    checks each file against the Hub's hash. It runs the Metal check and records its verdict, naming the
+//!    commit, in the database.
+//! 3. Any worker, not only the one that staged the job, adds the model card on top of exactly that commit.
+//!    It then makes the mirror public.
+//!
+//! The runner API (`hubalign worker --runner-listen`, [`crate::repack::metal::runner`]) stays the other
+//! mode. There the staged files never leave the worker before the check, and the runner must reach the
+//! worker.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,7 +57,7 @@ const MANIFEST_CAP: usize = 64 << 20;
 
 impl Repacker<'_> {
     /// Commits the verified bundle in `output` to the mirror, kept private, and hands the job to the runners
-    /// with the staged commit. The source may not be mirrored any more: skipped, nothing staged.
+    /// with the staged commit. If the source may no longer be mirrored, skips the job and stages nothing.
     pub(crate) async fn stage_on_hub(
         &self,
         job: &Job,
@@ -90,8 +95,8 @@ impl Repacker<'_> {
         publish::set_visibility(self.hub, &target, Visibility::Private, &published).await?;
         let commit = self.landed(job, published).await;
         tracing::info!(repo.id = %repo, target = %target, commit = %commit, "staged on the Hub for the Metal check");
-        // The card is written later, by whichever worker publishes, away from these files: what it reads of
-        // them is recorded now.
+        // Whichever worker publishes writes the card later, away from these files.
+        // So what the card reads of them is recorded now.
         let files = crate::repack::publish::card::BundleFiles::of(output);
         let facts = SourceFacts {
             license: crate::repack::relayout::readme_license(source),
@@ -108,8 +113,8 @@ impl Repacker<'_> {
         Ok(row.and_then(|m| m.moved_from))
     }
 
-    /// Publishes a bundle a runner checked on the Hub: the card goes on top of the staged commit, which the
-    /// runner's record must name, and the mirror turns public if its source still is.
+    /// Publishes a bundle a runner checked on the Hub. The runner's record must name the staged commit.
+    /// The card goes on top of that commit, and the mirror turns public if its source still is.
     pub(crate) async fn publish_from_hub(
         &self,
         job: &Job,
@@ -157,7 +162,8 @@ impl Repacker<'_> {
                 Err(CommitError::Failed(e)) => return Err(e),
             }
         } else {
-            // Past the staged commit: only an earlier attempt's card on top of this source's repair is taken.
+            // The head is past the staged commit.
+            // Only an earlier attempt's card on top of this source's repair is taken.
             match publish::holder(self.hub, &target).await? {
                 publish::Holder::Source { repo, revision: Some(rev) }
                     if names_source(&repo, &job.repo_id, former.as_deref()) && rev == job.source_sha =>
@@ -174,7 +180,8 @@ impl Repacker<'_> {
     }
 }
 
-/// The manifest at the staged commit, which must be this job's source repo (or its `former` name) and commit.
+/// Reads the manifest at the staged commit. It must name this job's source repo and commit; the repo may be
+/// its `former` name.
 async fn staged_manifest(
     hub: &HubClient,
     target: &str,
@@ -191,8 +198,8 @@ async fn staged_manifest(
     Ok(manifest)
 }
 
-/// Whether `repo` names the source `current`: its name now, or the `former` one its mirror's manifest still
-/// gives (a rename followed while a job was staged leaves a manifest naming the source as it was then).
+/// Whether `repo` names the source `current`: by its name now, or by the `former` one its mirror's manifest
+/// still gives. A rename followed while a job was staged leaves a manifest with the source's name back then.
 fn names_source(repo: &str, current: &str, former: Option<&str>) -> bool {
     repo == current || Some(repo) == former
 }
@@ -217,8 +224,8 @@ fn for_job(manifest: &Manifest, (current, sha): (&str, &str), former: Option<&st
     Err(OtherSource { staged: format!("{}@{}", quoted(repo), quoted(rev)), job: format!("{current}@{sha}") })
 }
 
-/// The store and the Hub as a runner's [`Rendezvous`], for a runner that needs no inbound connection: it
-/// claims through the store and downloads the staged commit from the Hub.
+/// The store and the Hub as a runner's [`Rendezvous`], for a runner that needs no inbound connection.
+/// It claims through the store and downloads the staged commit from the Hub.
 pub struct HubRunner<'a> {
     /// The shared store (PostgreSQL, or the SQLite file of a one-machine deployment).
     pub store: &'a Store,
@@ -275,8 +282,8 @@ impl Rendezvous for HubRunner<'_> {
         Ok(Some(HubClaim { job, staged, former }))
     }
 
-    /// Downloads the staged commit (each file checked against the Hub's hash), whose manifest must be the
-    /// repair of the job's source commit.
+    /// Downloads the staged commit and checks each file against the Hub's hash.
+    /// The commit's manifest must be the repair of the job's source commit.
     async fn fetch(&self, claimed: &HubClaim, dir: &Path) -> Result<PathBuf, Fetch<RunnerError>> {
         let Some((target, staged)) = &claimed.staged else {
             return Err(Fetch::Failed("no staged commit recorded".into()));
@@ -288,6 +295,7 @@ impl Rendezvous for HubRunner<'_> {
             connections: 0,
             ready: None,
             carry_only: false,
+            room_for_relayout: false,
         };
         let downloaded = download::download(self.hub, target, &staged.commit, &layout, self.max_bytes).await;
         downloaded.map_err(|error| {
@@ -319,8 +327,8 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
-    /// A job staged under a source's old name is still recognised once its rename was followed (the mirror
-    /// records the name its manifest gives), and a manifest of another repo or commit is not.
+    /// A job staged under a source's old name is still recognised once its rename was followed.
+    /// The mirror records the name its manifest gives. A manifest of another repo or commit is refused.
     #[test]
     fn a_staged_manifest_names_the_jobs_source_now_or_as_it_was() {
         let job = ("ns/new", "abc");

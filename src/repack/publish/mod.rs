@@ -1,6 +1,6 @@
-//! Publishing a verified bundle as `{namespace}/{name}-aligned`: the repo and its settings through `hub::repos`,
-//! the files and the commit through [`crate::repack::upload`] (Xet, so a header-padded shard uploads little more
-//! than what changed).
+//! Publishes a verified bundle as `{namespace}/{name}-aligned`. The repo and its settings go through
+//! `hub::repos`. The files and the commit go through [`crate::repack::upload`], over Xet, so a header-padded
+//! shard uploads little more than what changed.
 
 pub mod card;
 pub(crate) mod finish;
@@ -33,35 +33,12 @@ pub enum Published {
     AlreadyThere(String),
 }
 
-/// Longest name the mirror may have (the Hub's limit for a repo name).
-const MAX_NAME: usize = crate::untrusted::MAX_NAME_LEN;
+use crate::mirror_name::MAX_NAME;
+pub use crate::mirror_name::mirror_name;
 
-/// Hex digits of the source id's SHA-256 a mirror name carries: 64 bits, so that finding another source id
-/// whose mirror takes the same name costs about 2^64 hashes, far more than a squatter can spend.
-const NAME_DIGEST_HEX: usize = 16;
-
-/// The mirror name of `source`: `{target_namespace}/{namespace}-{name}-{digest}-aligned`, all lower case,
-/// where `digest` is the first `NAME_DIGEST_HEX` hex digits of the SHA-256 of the source id in lower case,
-/// and `{namespace}-{name}` is cut (at the end) so the name fits the Hub's 96 characters.
-///
-/// It follows from the source id alone, so it does not depend on the order repos are seen, and no other
-/// source can take it first: the readable part alone is not unique (`a-b/c` and `a/b-c` read alike, and a
-/// cut name drops its tail), the digest is. Two ids the Hub takes for one repo (they differ only in case)
-/// give one name; two it takes for two repos give two names that differ without regard to case.
-pub fn mirror_name(source: &str, target_namespace: &str) -> String {
-    let folded = source.to_ascii_lowercase();
-    let digest = &sha256_hex(folded.as_bytes())[..NAME_DIGEST_HEX];
-    let suffix = format!("-{digest}-aligned");
-    let readable: String = folded.replace('/', "-").chars().take(MAX_NAME - suffix.len()).collect();
-    // A cut can end on a `-` or `.`, and the Hub refuses a `--` or `..` run.
-    let readable = readable.trim_end_matches(['-', '.']);
-    let named = format!("{target_namespace}/{readable}{suffix}");
-    if crate::untrusted::check_repo_id(&named).is_ok() { named } else { format!("{target_namespace}/{digest}-aligned") }
-}
-
-/// The names mirrors took before [`mirror_name`] (the first of these no other source held, in the order the
-/// sources were seen): kept so that a mirror published under one, which the store may not record (a new
-/// store), is found by its manifest and updated in place instead of published twice.
+/// The names mirrors took before [`mirror_name`]. Each source took the first of these that no other source
+/// held, in the order the sources were seen. A new store may not record a mirror published under one.
+/// Its manifest then finds it, so it is updated in place instead of published twice.
 fn legacy_names(source: &str, target_namespace: &str) -> Vec<String> {
     let (ns, name) = source.split_once('/').unwrap_or(("", source));
     let hash = &sha256_hex(source.as_bytes())[..8];
@@ -130,10 +107,10 @@ pub struct Chosen {
     pub moved_from: Option<String>,
 }
 
-/// The mirror of `source`: the one the store records; else one published under a legacy name (see
-/// `legacy_names`) whose manifest names this source; else [`mirror_name`]. Taken in the store before
-/// anything is committed to it, within the day's [caps](MirrorCaps) for a new one. Whether the Hub's repo
-/// of that name is this source's is decided at the commit, against the manifest of the commit it builds on.
+/// Chooses the mirror of `source`. It takes the one the store records, else one published under a legacy
+/// name (see `legacy_names`) whose manifest names this source, else [`mirror_name`].
+/// The store takes the name before anything is committed, within the day's [caps](MirrorCaps) for a new one.
+/// The commit decides whether the Hub's repo of that name is this source's, by the manifest it builds on.
 #[tracing::instrument(skip_all, fields(repo.id = %source))]
 pub async fn choose_mirror(
     hub: &HubClient,
@@ -186,11 +163,11 @@ pub async fn choose_mirror(
 /// Seconds in a day: the caps count new mirrors per UTC day.
 const DAY: i64 = 86_400;
 
-/// Removes the mirror `store` records for `source` if nothing was ever committed to it (a job that failed
-/// or was skipped after taking the name, or creating the repo): an empty private repo is deleted and the
-/// name released (so it counts in no cap), and a failed attempt leaves nothing behind. A mirror holding a
-/// manifest (published, or staged for the Metal check) is kept. Failures are only logged: the name is this
-/// source's alone, and its next job reuses the repo.
+/// Removes the mirror `store` records for `source` if nothing was ever committed to it.
+/// That happens when a job failed or was skipped after taking the name or creating the repo.
+/// An empty private repo is deleted and the name released, so it counts in no cap.
+/// A mirror holding a manifest, published or staged for the Metal check, is kept.
+/// Failures are only logged: the name is this source's alone, and its next job reuses the repo.
 #[tracing::instrument(skip_all, fields(repo.id = %source))]
 pub async fn abandon(hub: &HubClient, store: &Store, source: &str) {
     let Ok(Some(row)) = store.mirror_of(source).await else { return };
@@ -230,16 +207,17 @@ pub struct Mirror<'a> {
     pub moved_from: Option<&'a str>,
     /// The source shards the staged ones were made from.
     pub sources: &'a [PathBuf],
-    /// The MLX check's verdict when it runs beside the upload: the commit is sent only once it has passed.
-    /// `None`: the check has already passed.
+    /// The MLX check's verdict when it runs beside the upload. The commit is sent only once it has passed.
+    /// `None` means the check has already passed.
     pub verdict: Option<tokio::sync::watch::Receiver<Verdict>>,
     /// What went to the CAS while the bundle still downloaded.
     pub ahead: Option<&'a Ahead>,
 }
 
-/// Fails unless the mirror at `revision` is free, holds no manifest yet (a failed attempt's empty repo:
-/// the name is this source's alone), or names this source (under its current name, or the former one a
-/// followed rename left in the manifest), compared as the Hub compares names.
+/// Fails unless the mirror at `revision` is free, holds no manifest yet, or names this source.
+/// A repo without a manifest is a failed attempt's empty repo, and the name is this source's alone.
+/// The manifest may name the source as it is now, or by the former name a followed rename left there.
+/// Names compare as the Hub compares them.
 async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, RepackError> {
     let holder = holder_at(mirror.hub, mirror.target, revision).await?;
     if let Holder::Source { repo, .. } = &holder
@@ -256,9 +234,10 @@ async fn check_holder(mirror: &Mirror<'_>, revision: &str) -> Result<Holder, Rep
     Ok(holder)
 }
 
-/// Uploads `dir` to the mirror: created private, committed, then made public unless it must stay private.
-/// The mirror's manifest is checked before every commit: a repo that holds another source's mirror is never
-/// committed to. If it already holds this source commit's repair, nothing is sent.
+/// Uploads `dir` to the mirror and commits it, creating the mirror private if new.
+/// `set_visibility` makes it public later, unless it must stay private.
+/// The mirror's manifest is checked before every commit, so a repo that holds another source's mirror is
+/// never committed to. If the mirror already holds this source commit's repair, nothing is sent.
 #[tracing::instrument(name = "publish", skip_all, fields(mirror.id = %mirror.target))]
 pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Result<Published, RepackError> {
     let (hub, target) = (mirror.hub, mirror.target);
@@ -283,8 +262,8 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     if let Some(verdict) = &mirror.verdict {
         wait_for_verdict(verdict.clone(), target).await?;
     }
-    // The holder check and the commit are one step: the manifest checked is the one at the commit the new
-    // one builds on, and the Hub refuses the commit if the branch has moved since.
+    // The holder check and the commit act as one step. The check reads the manifest at the new commit's
+    // parent, and the Hub refuses the commit if the branch has moved since.
     let parent = head(mirror.hub, target).await?;
     check_holder(mirror, &parent).await?;
     let stored = upload::in_order(&to_store, &mut stored);
@@ -292,7 +271,7 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     let committed = upload::commit(mirror.hub, target.into(), &parent, summary.as_str().into(), &stored, &inline).await;
     let (commit, committed) = match committed {
         Ok(made) => (made.commit, made.sent),
-        // A send whose answer was lost, then a resend refused: the first one landed if the manifest says so.
+        // A send's answer was lost and the resend was refused. The first send landed if the manifest says so.
         Err(CommitError::Moved) => match check_holder(mirror, "main").await? {
             Holder::Source { repo, revision: Some(rev) } if rev == source_sha && same_name(&repo, mirror.source) => {
                 (head(mirror.hub, target).await?, 0)
@@ -305,9 +284,10 @@ pub async fn publish(mirror: &Mirror<'_>, dir: &Path, source_sha: &str) -> Resul
     Ok(Published::Committed { commit, bytes_uploaded: asked + through_xet + committed })
 }
 
-/// Gives `target` its `visibility` once `published`, the one place a mirror is made public: a new commit went
-/// to a mirror created private, so only a public one is changed; a mirror that already held the repair may
-/// have been left either way (a worker that died between its commit and this), so it is set.
+/// Gives `target` its `visibility` once `published`. This is the one place a mirror is made public.
+/// A new commit went to a mirror created private, so only a public one needs a change.
+/// A mirror that already held the repair may have been left either way, by a worker that died between its
+/// commit and this call. So its visibility is always set.
 pub async fn set_visibility(
     hub: &HubClient,
     target: &str,
@@ -322,14 +302,14 @@ pub async fn set_visibility(
     hub.set_private(target, private).await.map_err(|e| RepackError::hub(format_args!("{what} {target}"), e))
 }
 
-/// Creates `target`, private. A 409 (it exists) is not a failure here: whose it is, is decided by the
-/// manifest at the commit the upload builds on (see [`check_holder`]).
+/// Creates `target`, private. A 409 (it exists) is not a failure here.
+/// The manifest at the commit the upload builds on decides whose it is (see [`check_holder`]).
 async fn create_private(hub: &HubClient, target: &str) -> Result<(), RepackError> {
     hub.create_private_repo(target).await.map(drop).map_err(|e| RepackError::hub(format_args!("creating {target}"), e))
 }
 
-/// Readies `mirror` for uploads ahead of the publish step: created (private) if new. `Ok(false)` when there
-/// is nothing to upload ahead, because it already holds this source commit's repair.
+/// Readies `mirror` for uploads ahead of the publish step, creating it private if new.
+/// Returns `Ok(false)` when the mirror already holds this source commit's repair, so nothing goes ahead.
 pub async fn ready_for_uploads(mirror: &Mirror<'_>, source_sha: &str) -> Result<bool, RepackError> {
     if let Holder::Source { repo: named, revision: Some(rev) } = check_holder(mirror, "main").await?
         && rev == source_sha
@@ -378,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_mirror_name_follows_from_the_source_id_alone() {
-        let digest = |id: &str| sha256_hex(id.as_bytes())[..NAME_DIGEST_HEX].to_owned();
+        let digest = |id: &str| sha256_hex(id.as_bytes())[..crate::mirror_name::NAME_DIGEST_HEX].to_owned();
         assert_eq!(
             mirror_name("mlx-community/Llama-3.2-1B-Instruct-4bit", "me"),
             format!(

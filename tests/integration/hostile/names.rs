@@ -2,8 +2,10 @@
 //! of the very commit it builds on, and a failed attempt's empty repo is reused or removed.
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use hubalign::repack::publish::mirror_name;
 use hubsim::Sim;
@@ -11,7 +13,7 @@ use hubsim::model::{Commit, FileEntry, Storage};
 
 use super::hostile_world;
 use super::proxy::{self, Req, Rule};
-use super::publish::{audit, job, jobs, manifest, mirrors, worker, worker_with};
+use super::publish::{audit, job, jobs, manifest, mirrors, worker, worker_command, worker_with};
 use crate::sim::world::{ALICE, World, bundle, start_on};
 use crate::support::{mirror, python, stdout};
 
@@ -132,17 +134,35 @@ fn a_job_that_fails_after_creating_its_mirror_leaves_no_repo_and_no_name() {
     assert_eq!(store_mirror_of(&db, "mlx-community/tiny-q4"), None, "the name is released");
 }
 
+/// The hostile world behind a proxy that holds each repo delete 3 s, audited into `db`, with an MLX check
+/// that fails every job.
+struct SlowDeletes {
+    world: World,
+    proxy: proxy::Proxy,
+    db: std::path::PathBuf,
+    work: std::path::PathBuf,
+    failing: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SlowDeletes {
+    fn audited() -> SlowDeletes {
+        let world = hostile_world();
+        let dir = tempfile::tempdir().unwrap();
+        let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
+        let failing = crate::support::python_for_jobs(dir.path(), crate::support::CHECK_FAILS);
+        let late = || proxy::Reply::Late(std::time::Duration::from_secs(3));
+        let proxy = proxy::start(&world, vec![proxy::on("/api/repos/delete", 0, late)]);
+        audit(&proxy.base_url, &db);
+        SlowDeletes { world, proxy, db, work, failing, _dir: dir }
+    }
+}
+
 /// A Hub slow to delete a failed job's empty mirror, slower than the job's lease. The job's outcome is
 /// recorded before the delete, and the worker lets the delete finish: each repo and its name still go.
 #[test]
 fn a_mirror_slow_to_delete_is_removed_all_the_same() {
-    let world = hostile_world();
-    let dir = tempfile::tempdir().unwrap();
-    let (db, work) = (dir.path().join("a.db"), dir.path().join("work"));
-    let failing = crate::support::python_for_jobs(dir.path(), crate::support::CHECK_FAILS);
-    let late = || proxy::Reply::Late(std::time::Duration::from_secs(3));
-    let proxy = proxy::start(&world, vec![proxy::on("/api/repos/delete", 0, late)]);
-    audit(&proxy.base_url, &db);
+    let SlowDeletes { world, proxy, db, work, failing, _dir } = SlowDeletes::audited();
     let out = worker_with(&proxy.base_url, &db, &work, &["worker", "--once"], &failing);
     let log = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(4), "{log}");
@@ -154,6 +174,31 @@ fn a_mirror_slow_to_delete_is_removed_all_the_same() {
     for j in &jobs {
         assert_eq!(store_mirror_of(&db, &j.repo_id), None, "the name is released: {log}");
     }
+}
+
+/// A worker told to stop, with no grace, while it removes a failed job's empty mirror. The outcome was
+/// recorded before the delete, so it stands: the stop cuts short only the cleanup, and the log says so.
+#[test]
+fn a_stop_during_the_cleanup_keeps_the_recorded_outcome() {
+    let SlowDeletes { world: _world, proxy, db, work, failing, _dir } = SlowDeletes::audited();
+    let args = ["worker", "--once", "--stop-grace-secs", "0"];
+    let mut command = worker_command(&proxy.base_url, &db, &work, &args, &failing);
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while proxy.count("/api/repos/delete") == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the worker ended before any cleanup");
+        assert!(Instant::now() < deadline, "no empty mirror was removed: {:?}", jobs(&db));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let log = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(log.contains("the job's outcome is recorded; its cleanup was cut short"), "{log}");
+    assert!(!log.contains("another worker held it"), "{log}");
+    let failed: Vec<_> = jobs(&db).into_iter().filter(|j| j.state == hubalign::job::JobState::Failed).collect();
+    assert_eq!(failed.len(), 1, "the outcome stands: {log}");
+    assert_eq!(failed[0].lease_owner, None, "{log}");
 }
 
 /// Another writer's manifest.

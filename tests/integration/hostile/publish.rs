@@ -2,7 +2,7 @@
 //! and two publishers whose repos share a name.
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
@@ -19,16 +19,21 @@ pub(super) fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> O
 
 /// [`worker`], its MLX check run by `python`.
 pub(super) fn worker_with(endpoint: &str, db: &Path, work: &Path, args: &[&str], python: &Path) -> Output {
-    hubalign()
+    worker_command(endpoint, db, work, args, python).output().unwrap()
+}
+
+/// The command [`worker_with`] runs, for a test that signals it.
+pub(super) fn worker_command(endpoint: &str, db: &Path, work: &Path, args: &[&str], python: &Path) -> Command {
+    let mut command = hubalign();
+    command
         .args(args)
         .args(["--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
         .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
         .arg("--work-dir")
         .arg(work)
         .arg("--python")
-        .arg(python)
-        .output()
-        .unwrap()
+        .arg(python);
+    command
 }
 
 pub(super) fn audit(endpoint: &str, db: &Path) {

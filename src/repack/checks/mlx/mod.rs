@@ -1,9 +1,9 @@
-//! Running `deploy/verify_mlx.py`: MLX itself loads the output and judges every byte by the digests the
-//! re-layout took from the source (the manifest's), without reading the source again.
+//! Runs `deploy/verify_mlx.py`. MLX itself loads the output and judges every byte by the manifest's digests,
+//! which the re-layout took from the source. It does not read the source again.
 //!
-//! The check is bounded: it holds about one tensor per shard it checks at once (see the script), this
-//! worker's available memory decides how many shards that is, its address space is capped on Linux, and it
-//! is killed once it outlives a deadline that grows with the bytes it reads.
+//! The check is bounded. It holds about one tensor per shard it checks at once (see the script).
+//! This worker's available memory decides how many shards that is. Its address space is capped on Linux.
+//! It is killed once it outlives a deadline that grows with the bytes it reads.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ pub(crate) enum MlxCheckError {
         /// What it was reading, said for people.
         bytes: String,
     },
-    /// It ended before MLX was imported: the interpreter has no (working) MLX or mlx-lm, whatever the bundle.
+    /// It ended before MLX was imported: the interpreter lacks a working MLX or mlx-lm, whatever the bundle.
     #[error("{python} cannot import mlx and mlx_lm: {stderr}")]
     NoMlx {
         /// The interpreter.
@@ -85,10 +85,11 @@ pub(crate) struct Interpreter {
     pub script: PathBuf,
 }
 
-/// The check of the bundle in `output` on `device`, started at once on a low-priority thread of its own (it
-/// blocks for minutes), telling `on_start` the MLX version it announces once imported: the one way the
-/// worker, the Hub rendezvous and the macOS runner run it. The check runs whether or not the returned future
-/// is polled yet, so a caller may wait for `on_start` first.
+/// Starts the check of the bundle in `output` on `device` at once, on a low-priority thread of its own,
+/// because it blocks for minutes. Tells `on_start` the MLX version the check announces once MLX is imported.
+/// The worker, the Hub rendezvous and the macOS runner all run the check this way.
+/// The check runs whether or not the returned future is polled yet.
+/// A caller may thus wait for `on_start` first.
 pub(crate) fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
     Interpreter { python, script }: Interpreter,
     output: PathBuf,
@@ -120,10 +121,10 @@ const INHERITED: [&str; 11] = [
     "DYLD_LIBRARY_PATH",
 ];
 
-/// The MLX check's environment, from the worker's own: the check loads weights a stranger pushed, so it
-/// gets none of the worker's secrets (`HF_TOKEN`, `HUBALIGN_*_TOKEN`, `DATABASE_URL`, a cloud's keys, …),
-/// only [`INHERITED`], the locale (`LC_*`) and MLX's own settings (`MLX_*`); and the Hub's offline switches
-/// on, so that nothing it loads reaches the network.
+/// Builds the MLX check's environment from the worker's own. The check loads weights a stranger pushed, so
+/// it gets none of the worker's secrets (`HF_TOKEN`, `HUBALIGN_*_TOKEN`, `DATABASE_URL`, a cloud's keys, …).
+/// It keeps only [`INHERITED`], the locale (`LC_*`) and MLX's own settings (`MLX_*`).
+/// It turns the Hub's offline switches on, so that nothing the check loads reaches the network.
 fn check_environment(
     parent: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
@@ -138,9 +139,10 @@ fn check_environment(
     env
 }
 
-/// Makes this process non-dumpable, once, before its first check: the check runs as the same user, and this
-/// closes the worker's `/proc/PID/environ` (and what ptrace would give) to it, the kernel then owning those
-/// files as root's. Linux only; elsewhere the emptied environment is the whole defence.
+/// Makes this process non-dumpable, once, before its first check. The check runs as the same user, so it
+/// could otherwise read the worker's `/proc/PID/environ` or ptrace it. A non-dumpable process's proc files
+/// are owned by root, which closes both to the check.
+/// This works on Linux only; elsewhere the emptied environment is the whole defence.
 fn seal_this_process() {
     static SEALED: std::sync::Once = std::sync::Once::new();
     SEALED.call_once(|| {
@@ -151,9 +153,9 @@ fn seal_this_process() {
     });
 }
 
-/// Runs the check of the bundle staged in `output` on `device` (`cpu` or `gpu`) within `limits`, telling
-/// `on_start` the MLX version the script announces once MLX is imported, before it loads anything; returns
-/// its record, or why it failed.
+/// Runs the check of the bundle staged in `output` on `device` (`cpu` or `gpu`) within `limits`.
+/// Tells `on_start` the MLX version the script announces once MLX is imported, before it loads anything.
+/// Returns the check's record, or why it failed.
 fn run_check(
     python: &Path,
     script: &Path,
@@ -167,8 +169,11 @@ fn run_check(
         source,
     };
     seal_this_process();
-    // A home of its own, empty, gone with the check: not the worker's, where a token file may lie.
-    let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir().map_err(cannot)?;
+    // The check gets an empty home of its own, removed with it, because the worker's home may hold a token
+    // file. It sits beside the bundle in the job's directory, so the job's end removes it even if the worker
+    // is killed mid-check.
+    let beside = output.parent().unwrap_or(output);
+    let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir_in(beside).map_err(cannot)?;
     let mut command = Command::new(python);
     command.env_clear().envs(check_environment(std::env::vars_os())).env("HOME", home.path()).arg(script).args([
         "--device",
@@ -190,8 +195,8 @@ fn run_check(
             text
         })
     });
-    // stdout is read on a thread of its own, so that this one can kill a check that outlives its deadline
-    // even while it prints nothing.
+    // stdout is read on a thread of its own. This thread can then kill a check that outlives its deadline,
+    // even while the check prints nothing.
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().map(|stdout| {
         std::thread::spawn(move || {
@@ -232,8 +237,8 @@ fn run_check(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    // The reader is joined first: a `started` line it read just before the process died is then in the
-    // channel, so a check that died after MLX was imported is never taken for a missing MLX.
+    // The reader is joined first, so a `started` line it read just before the process died is in the channel.
+    // A check that died after MLX was imported is then never taken for a missing MLX.
     let last = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
     if let Ok(version) = started_rx.try_recv() {
         started = true;
@@ -281,8 +286,8 @@ pub(crate) struct Limits {
     pub bytes: u64,
 }
 
-/// Most shards checked at once, whatever the memory (the reads and the hashing of two overlap; more gain
-/// nothing on the cores a worker has).
+/// Most shards checked at once, whatever the memory. Two let the reads and the hashing overlap; more gain
+/// nothing on the cores a worker has.
 const MAX_JOBS: usize = 2;
 /// What the interpreter and MLX map before any shard: about 0.9 GB measured with `mlx[cpu]` 0.32, doubled.
 const BASE_ADDRESS_SPACE: u64 = 2 << 30;
@@ -293,9 +298,8 @@ const DEADLINE_BASE: Duration = Duration::from_secs(300);
 const SLOWEST_BYTES_PER_SEC: u64 = 20_000_000;
 
 impl Limits {
-    /// The limits for the bundle in `dir`, with `available` bytes of memory free on this machine (`None`
-    /// when unknown): each shard checked at once holds its largest tensor (twice, while it is hashed) and
-    /// MLX's cache.
+    /// Sets the limits for the bundle in `dir`, given `available` bytes of free memory (`None` when unknown).
+    /// Each shard checked at once holds its largest tensor, twice while it is hashed, and MLX's cache.
     pub(crate) fn for_bundle(dir: &Path, available: Option<u64>) -> Limits {
         let (mut largest, mut bytes) = (0u64, 0u64);
         for shard in crate::repack::upload::files_of(dir) {
@@ -348,8 +352,8 @@ mod tests {
         assert!(tight.bytes > 4 << 20 && tight.deadline >= DEADLINE_BASE, "{tight:?}");
     }
 
-    /// The check runs code over a stranger's files: the worker's tokens and database URL stay behind, what
-    /// runs Python and MLX goes with it, and the Hub is off.
+    /// The check runs code over a stranger's files. The worker's tokens and database URL stay behind.
+    /// What runs Python and MLX goes with the check, and the Hub is off.
     #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn the_check_gets_no_secret_of_the_worker() {
@@ -404,12 +408,15 @@ mod tests {
         // The interpreter itself, not a launcher (pyenv's shim sets variables of its own).
         let real = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
         let python = String::from_utf8(real.stdout).unwrap();
-        let _ = run_check(Path::new(python.trim()), &script, (dir.path(), "cpu"), limits, |_| {});
+        let bundle = dir.path().join("output");
+        std::fs::create_dir(&bundle).unwrap();
+        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), limits, |_| {});
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
         let home = seen.get("HOME").map(String::as_str).unwrap_or_default();
         assert!(home.contains("hubalign-check-home") && !Path::new(home).exists(), "a home of its own, gone: {home}");
+        assert_eq!(Path::new(home).parent(), Some(dir.path()), "beside the bundle, in the job's directory");
         #[cfg(target_os = "linux")]
         assert_eq!(
             rustix::process::dumpable_behavior().unwrap(),
@@ -446,9 +453,9 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
     }
 
-    /// Only what happens before MLX is imported (and so before the bundle is read) is the worker's
-    /// configuration: a bundle cannot make its own failure a hold, which would spend nothing and hold the
-    /// worker each time it is claimed.
+    /// Only a failure before MLX is imported, and so before the bundle is read, is the worker's
+    /// configuration. A bundle cannot make its own failure a hold. A hold spends nothing, so it would hold
+    /// the worker each time the job is claimed.
     #[cfg(feature = "system-tests")] // needs python3
     #[test]
     fn only_a_failure_before_mlx_is_imported_is_the_configurations() {

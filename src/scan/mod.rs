@@ -1,4 +1,8 @@
-//! The audit of local files, as report data; presenters live in the binary.
+//! The audit of local files, as report data. The binary presents it. [`next_step`] says what a person does
+//! about each affected bundle, and [`mirrors`] asks the Hub whether an aligned mirror exists.
+
+pub mod mirrors;
+pub mod next_step;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -8,6 +12,7 @@ use serde::Serialize;
 use crate::bundle::Bundle;
 use crate::safetensors::read::{ReadError, read_shard_header};
 use crate::safetensors::{Alignment, Verdict, classify};
+use next_step::{MirrorLookup, NextStep};
 
 /// One shard's audit. Fields other than `path`, `bundle`, `size`, `verdict` and `error` are null when the
 /// file could not be parsed.
@@ -25,7 +30,7 @@ pub struct ShardReport {
     pub data_start: Option<u64>,
     /// `(8 + N) % 8`.
     pub data_start_mod8: Option<u64>,
-    /// Whether the data starts on the target alignment; with the default target, a shard whose data starts
+    /// Whether the data starts on the target alignment. With the default target, a shard whose data starts
     /// elsewhere is still `aligned` when no tensor needs a copy.
     pub data_start_aligned: Option<bool>,
     /// Number of tensors.
@@ -42,6 +47,14 @@ pub struct ShardReport {
     pub writer: Option<String>,
     /// Bytes read to audit it.
     pub bytes_read: u64,
+    /// The Hub repo its bundle was downloaded from, when it sits in a Hugging Face cache.
+    pub repo_id: Option<String>,
+    /// Whether an aligned mirror of that repo was looked for, and what came of it.
+    pub mirror_lookup: MirrorLookup,
+    /// The aligned mirror, when the Hub listed one.
+    pub mirror: Option<String>,
+    /// The one command that gets an aligned copy of its bundle; null when there is nothing to do.
+    pub next_step: Option<String>,
 }
 
 /// One bundle's audit: the worst of its shards, and what its index says that the shards contradict.
@@ -59,6 +72,10 @@ pub struct BundleReport {
     pub misaligned_bytes: u64,
     /// Disagreements between the index and the shards.
     pub index_problems: Vec<String>,
+    /// The Hub repo it was downloaded from, when it sits in a Hugging Face cache.
+    pub repo_id: Option<String>,
+    /// What to do about it, once [`next_step::plan`] has run.
+    pub next: NextStep,
 }
 
 /// Totals over everything scanned.
@@ -118,6 +135,10 @@ pub fn scan_shard(path: &Path, bundle_dir: &Path, target: Alignment) -> (ShardRe
         error: None,
         writer: None,
         bytes_read: 0,
+        repo_id: None,
+        mirror_lookup: MirrorLookup::NotNeeded,
+        mirror: None,
+        next_step: None,
     };
     match read_shard_header(path) {
         Ok(shard) => {
@@ -170,6 +191,8 @@ pub fn scan(bundles: &[Bundle], target: Alignment, progress: &mut dyn FnMut(&Sha
             misaligned_tensors: mine.iter().filter_map(|s| s.misaligned_tensors).sum(),
             misaligned_bytes: mine.iter().filter_map(|s| s.misaligned_bytes).sum(),
             index_problems: index_problems(bundle, &names_by_file),
+            repo_id: next_step::cached_repo(&bundle.dir).map(|c| c.repo_id),
+            next: NextStep::default(),
         });
     }
     let mut totals = ScanTotals { shards: shards.len() as u64, ..ScanTotals::default() };
@@ -183,8 +206,8 @@ pub fn scan(bundles: &[Bundle], target: Alignment, progress: &mut dyn FnMut(&Sha
     ScanReport { target_alignment: target, shards, bundles: bundle_reports, totals }
 }
 
-/// Checks the index against the shards only when the whole directory was scanned, skipping shards that
-/// are invalid anyway (their own error says more).
+/// Checks the index against the shards, but only when the whole directory was scanned. It skips invalid
+/// shards, whose own error says more.
 fn index_problems(bundle: &Bundle, names_by_file: &BTreeMap<String, Option<Vec<String>>>) -> Vec<String> {
     let Some(index) = bundle.index.as_ref().filter(|_| bundle.whole_dir) else { return Vec::new() };
     let index_name = index.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
