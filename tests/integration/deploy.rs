@@ -274,7 +274,7 @@ fn justified_skips() -> Vec<String> {
 }
 
 /// The linters of the field on `deploy/`, pinned in `tests/lint/` (installed here if missing): hadolint on the
-/// Dockerfile, actionlint on the Metal workflow, checkov on all of `deploy/`; each passes with no skip but
+/// Dockerfile, actionlint on the Metal and release workflows, checkov on all of `deploy/`; each passes with no skip but
 /// those `deploy/README.md` justifies, and each fails on a copy with a known fault.
 #[cfg(feature = "system-tests")]
 #[test]
@@ -301,6 +301,8 @@ fn deploy_passes_hadolint_actionlint_and_checkov() {
     let lint_workflow = |file: &Path| Command::new(&actionlint).arg(file).output().unwrap();
     let workflow = root().join("deploy/metal-verify.yml");
     let out = lint_workflow(&workflow);
+    assert!(out.status.success(), "actionlint: {}", text(&out));
+    let out = lint_workflow(&root().join(".github/workflows/release.yml"));
     assert!(out.status.success(), "actionlint: {}", text(&out));
     let injected = dir.path().join("injected.yml");
     let yaml = std::fs::read_to_string(&workflow).unwrap();

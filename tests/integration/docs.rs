@@ -8,6 +8,7 @@ fn the_command_reference_documents_every_flag() {
     let readme = std::fs::read_to_string(root().join("docs/COMMANDS.md")).unwrap();
     let subs = [
         "scan",
+        "pull",
         "fix",
         "audit",
         "report",
@@ -84,17 +85,55 @@ fn the_metal_runner_workflow_is_valid_yaml_that_runs_the_runner_on_apple_silicon
     assert!(said.contains("HUBALIGN_RUNNER_TOKEN"), "the token comes from a secret");
     assert!(runs.contains("--db") && said.contains("secrets.HUBALIGN_DATABASE_URL"), "the Hub mode");
     assert_eq!(workflow["permissions"], serde_json::json!({"contents": "read"}), "least privilege");
-    // Every action is pinned to a full commit: `owner/name@` and 40 lowercase hex digits.
-    let pinned = |uses: &str| {
-        uses.rsplit_once('@').is_some_and(|(action, sha)| {
-            action.split('/').count() == 2
-                && sha.len() == 40
-                && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        })
-    };
     let uses: Vec<&str> = steps.iter().filter_map(|s| s["uses"].as_str()).collect();
     assert!(!uses.is_empty() && uses.iter().all(|u| pinned(u)), "{uses:?}");
     let checkout = steps.iter().find(|s| s["uses"].as_str().is_some_and(|u| u.starts_with("actions/checkout@")));
     assert_eq!(checkout.unwrap()["with"]["persist-credentials"], false, "no credentials kept");
     assert!(runs.contains("cargo build --release --locked"), "{runs}");
+}
+
+/// Every action is pinned to a full commit: `owner/name@` and 40 lowercase hex digits.
+fn pinned(uses: &str) -> bool {
+    uses.rsplit_once('@').is_some_and(|(action, sha)| {
+        action.split('/').count() == 2 && sha.len() == 40 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+#[test]
+fn the_release_workflow_builds_every_platforms_wheel_and_publishes_without_a_stored_token() {
+    let text = std::fs::read_to_string(root().join(".github/workflows/release.yml")).unwrap();
+    let workflow: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    assert_eq!(workflow["permissions"], serde_json::json!({}), "nothing by default");
+    let wheels = &workflow["jobs"]["wheels"];
+    assert_eq!(wheels["permissions"], serde_json::json!({"contents": "read"}), "{wheels}");
+    let targets: Vec<&str> = wheels["strategy"]["matrix"]["platform"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["target"].as_str())
+        .collect();
+    for target in [
+        "aarch64-apple-darwin",
+        "x86_64-unknown-linux-gnu",
+        "aarch64-unknown-linux-gnu",
+        "x86_64-unknown-linux-musl",
+        "aarch64-unknown-linux-musl",
+    ] {
+        assert!(targets.contains(&target), "{target} missing from {targets:?}");
+    }
+    let publish = &workflow["jobs"]["publish"];
+    assert_eq!(publish["permissions"], serde_json::json!({"id-token": "write"}), "trusted publishing");
+    assert_eq!(publish["needs"], "wheels");
+    assert!(!text.contains("secrets."), "no stored token: PyPI trusts the workflow itself");
+    let mut uses = Vec::new();
+    for job in workflow["jobs"].as_object().unwrap().values() {
+        let steps = job["steps"].as_array().unwrap();
+        uses.extend(steps.iter().filter_map(|s| s["uses"].as_str()));
+        for checkout in steps.iter().filter(|s| s["uses"].as_str().is_some_and(|u| u.starts_with("actions/checkout@")))
+        {
+            assert_eq!(checkout["with"]["persist-credentials"], false, "no credentials kept");
+        }
+    }
+    assert!(uses.iter().any(|u| u.starts_with("PyO3/maturin-action@")), "{uses:?}");
+    assert!(uses.iter().all(|u| pinned(u)), "{uses:?}");
 }

@@ -43,3 +43,5 @@ mod support;
 mod terminal;
 #[cfg(feature = "system-tests")]
 mod webhook;
+#[cfg(feature = "system-tests")]
+mod wheel;
