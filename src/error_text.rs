@@ -5,7 +5,6 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{value}`: expected {expected}")]
 pub struct Unrecognized {
-    /// The value as given.
     pub value: String,
     /// What the setting takes.
     pub expected: String,

@@ -235,7 +235,6 @@ enum Command {
     /// Print a shell's completion script for hubalign (bash, zsh, fish, elvish, powershell):
     /// `hubalign completions bash > /etc/bash_completion.d/hubalign`.
     Completions {
-        /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },

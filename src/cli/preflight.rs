@@ -23,7 +23,6 @@ pub(super) struct Checked {
     pub(super) who: Option<(String, String)>,
     /// The store, opened and migrated.
     pub(super) store: Option<Store>,
-    /// The work directory.
     pub(super) work_dir: PathBuf,
     /// The MLX check script, written into the work directory.
     pub(super) mlx_script: PathBuf,

@@ -169,7 +169,6 @@ enum RunnerDevice {
     /// The Metal GPU.
     #[value(alias = "gpu")]
     Metal,
-    /// The CPU.
     Cpu,
 }
 

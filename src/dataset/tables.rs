@@ -9,11 +9,9 @@ use crate::store::dataset::{PublicMirror, PublicPublisher, PublicRepo, PublicSha
 /// One public repo, as its last audit saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, ParquetRecordWriter)]
 pub struct RepoRecord {
-    /// The snapshot's date.
     pub snapshot_date: String,
     /// `namespace/name`.
     pub repo_id: String,
-    /// The namespace.
     pub namespace: String,
     /// The commit audited.
     pub commit: String,
@@ -44,9 +42,7 @@ pub struct RepoRecord {
 /// One safetensors shard of a public repo.
 #[derive(Debug, Clone, PartialEq, Serialize, ParquetRecordWriter)]
 pub struct ShardRecord {
-    /// The snapshot's date.
     pub snapshot_date: String,
-    /// The repo.
     pub repo_id: String,
     /// The file's path in the repo.
     pub file: String,
@@ -54,7 +50,6 @@ pub struct ShardRecord {
     pub size: i64,
     /// `aligned`, `header_pad`, `relayout` or `invalid`.
     pub verdict: String,
-    /// Tensors.
     pub tensors: Option<i64>,
     /// Tensors a copying loader copies.
     pub misaligned_tensors: Option<i64>,
@@ -62,18 +57,15 @@ pub struct ShardRecord {
     pub misaligned_bytes: Option<i64>,
     /// Where the data section starts.
     pub data_start: Option<i64>,
-    /// The writer.
     pub writer: Option<String>,
 }
 
 /// One public mirror.
 #[derive(Debug, Clone, PartialEq, Serialize, ParquetRecordWriter)]
 pub struct MirrorRecord {
-    /// The snapshot's date.
     pub snapshot_date: String,
     /// The source repo.
     pub source: String,
-    /// The mirror.
     pub mirror: String,
     /// The source commit mirrored.
     pub source_commit: String,
@@ -92,9 +84,7 @@ pub struct MirrorRecord {
 /// One publisher's public repos, summed.
 #[derive(Debug, Clone, PartialEq, Serialize, ParquetRecordWriter)]
 pub struct PublisherRecord {
-    /// The snapshot's date.
     pub snapshot_date: String,
-    /// The namespace.
     pub namespace: String,
     /// Public repos audited.
     pub repos_audited: i64,

@@ -12,7 +12,6 @@ use crate::untrusted;
 pub struct PullRequestInfo {
     /// Its number (`refs/pr/{num}`).
     pub num: u64,
-    /// Its title.
     pub title: String,
     /// `open`, `closed`, `merged` or `draft`.
     pub status: String,
@@ -23,9 +22,7 @@ pub struct PullRequestInfo {
 /// A discussion (not a pull request) as the notes on sources need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscussionInfo {
-    /// Its number.
     pub num: u64,
-    /// Its title.
     pub title: String,
     /// `open` or `closed`.
     pub status: String,

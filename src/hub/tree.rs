@@ -9,7 +9,6 @@ use super::pages::Pagination;
 use super::{BodyLimit, HubClient, HubError, TREE_PAGE_CAP};
 use crate::untrusted;
 
-/// One file of a tree.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct TreeFile {
     /// Path in the repo.

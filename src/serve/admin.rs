@@ -17,7 +17,6 @@ use crate::store::Store;
 /// What the admin endpoints act on.
 #[derive(Clone)]
 pub struct AdminApi {
-    /// The store.
     pub store: Store,
     /// The admin token.
     pub token: Arc<str>,

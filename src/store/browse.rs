@@ -11,11 +11,9 @@ pub(crate) const SEARCH_LIMIT: i64 = 50;
 /// One namespace as the list of every namespace shows it, affected or not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct NamespaceRow {
-    /// The namespace.
     pub namespace: String,
     /// Repos the store knows in it, audited or not.
     pub repos_listed: i64,
-    /// Repos audited.
     pub repos_audited: i64,
     /// Repos with tensors a copying loader duplicates.
     pub repos_affected: i64,
@@ -40,9 +38,7 @@ pub struct FoundRepo {
 /// of each. Names match case-insensitively, as the Hub treats them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SearchHits {
-    /// Namespaces.
     pub namespaces: Vec<String>,
-    /// Repos.
     pub repos: Vec<FoundRepo>,
 }
 

@@ -244,7 +244,6 @@ pub enum TransferError {
     NotEmpty {
         /// The first table found non-empty.
         table: &'static str,
-        /// Its rows.
         rows: i64,
     },
 }

@@ -185,7 +185,6 @@ pub(crate) enum ConfigError {
     /// Reading or writing it failed.
     #[error("{file}: {source}")]
     Io {
-        /// The file.
         file: String,
         /// The failure.
         #[source]
@@ -194,7 +193,6 @@ pub(crate) enum ConfigError {
     /// It is not a JSON object: no loader could read it either.
     #[error("{file}: not a JSON object: {detail}")]
     NotJson {
-        /// The file.
         file: String,
         /// What the parser said.
         detail: String,

@@ -241,7 +241,6 @@ pub struct HubRunner<'a> {
 
 /// A job claimed through the store, with what its fetch needs.
 pub struct HubClaim {
-    /// The job.
     job: Job,
     /// The mirror and the staged commit, when recorded.
     staged: Option<(String, Staged)>,

@@ -24,12 +24,7 @@ Feel free to ignore or close this PR; a closed PR is never reopened.";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Proposal {
     /// A new pull request.
-    Opened {
-        /// Its number.
-        num: u64,
-        /// Its commit.
-        commit: String,
-    },
+    Opened { num: u64, commit: String },
     /// Nothing to do, and why (already open, or declined).
     Declined(String),
 }
