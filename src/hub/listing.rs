@@ -86,7 +86,7 @@ pub struct Sibling {
 }
 
 impl ListedRepo {
-    /// The namespace.
+    /// Returns the namespace part of the repo's id.
     pub fn namespace(&self) -> &str {
         untrusted::namespace_of(&self.id)
     }

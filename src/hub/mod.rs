@@ -161,7 +161,8 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(360);
 /// actions. The wait doubles with each such refusal of the same request, within the longest wait allowed.
 pub const DEFAULT_EDGE_WAIT: Duration = Duration::from_secs(30);
 
-/// The Hub client.
+/// Sends hubalign's requests to the Hub's API and its resolvers.
+/// It paces them under the Hub's quotas, retries what may be retried, and counts requests and bytes read.
 #[derive(Debug)]
 pub struct HubClient {
     http: reqwest::Client,

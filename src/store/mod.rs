@@ -150,7 +150,8 @@ macro_rules! on_pool {
 }
 pub(crate) use on_pool;
 
-/// The store.
+/// Holds the audits, the jobs and the mirrors, in SQLite or PostgreSQL.
+/// Clones share one connection pool.
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: Pool,
