@@ -235,6 +235,7 @@ enum Command {
     /// Print a shell's completion script for hubalign (bash, zsh, fish, elvish, powershell):
     /// `hubalign completions bash > /etc/bash_completion.d/hubalign`.
     Completions {
+        /// The shell to write completions for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },

@@ -169,6 +169,7 @@ enum RunnerDevice {
     /// The Metal GPU.
     #[value(alias = "gpu")]
     Metal,
+    /// The CPU.
     Cpu,
 }
 
