@@ -429,3 +429,37 @@ fn init_tracing(json: bool, default: &str) {
         builder.init();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Adds to `found` each argument of `command` and its subcommands that `--help` shows with no help text,
+    /// and each value listed with help beside one listed without.
+    fn undescribed(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+        for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+            let name = format!("{path} {}", arg.get_id());
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                found.push(name.clone());
+            }
+            let values = arg.get_possible_values();
+            let shown: Vec<_> = values.iter().filter(|v| !v.is_hide_set()).collect();
+            if shown.iter().any(|v| v.get_help().is_some()) {
+                found.extend(
+                    shown.iter().filter(|v| v.get_help().is_none()).map(|v| format!("{name}={}", v.get_name())),
+                );
+            }
+        }
+        for sub in command.get_subcommands() {
+            undescribed(sub, &format!("{path} {}", sub.get_name()), found);
+        }
+    }
+
+    /// clap prints an argument's doc comment as its help, so a doc removed there empties a line of `--help`.
+    #[test]
+    fn every_argument_and_listed_value_says_what_it_is_in_help() {
+        let mut found = Vec::new();
+        undescribed(&super::Cli::command(), "hubalign", &mut found);
+        assert!(found.is_empty(), "no help text: {found:?}");
+    }
+}
