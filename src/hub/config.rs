@@ -106,19 +106,65 @@ fn find_token(explicit: Option<String>) -> Option<(Token, String)> {
     (!text.is_empty()).then(|| (Token(text.to_owned()), origin))
 }
 
-/// Returns the token file's path: `HF_TOKEN_PATH`, else `$HF_HOME/token`, else
-/// `$XDG_CACHE_HOME/huggingface/token`, else `~/.cache/huggingface/token`.
+/// Returns the token file's path: `HF_TOKEN_PATH`, else `token` in [`hf_home`].
 fn token_file() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HF_TOKEN_PATH") {
-        return Some(PathBuf::from(p));
+    env_path("HF_TOKEN_PATH").or_else(|| Some(hf_home()?.join("token")))
+}
+
+/// Returns `huggingface_hub`'s home folder: `HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else
+/// `~/.cache/huggingface`. The token file and the cache live under it.
+pub(crate) fn hf_home() -> Option<PathBuf> {
+    env_path("HF_HOME").or_else(|| {
+        let cache = env_path("XDG_CACHE_HOME").or_else(|| env_path("HOME").map(|h| h.join(".cache")))?;
+        Some(cache.join("huggingface"))
+    })
+}
+
+/// Returns the path an environment variable names, unless it is unset or empty.
+/// A leading `~` and each `$NAME` in it expand as `huggingface_hub` expands them.
+pub(crate) fn env_path(key: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os(key).filter(|v| !v.is_empty())?);
+    Some(path.to_str().map_or_else(|| path.clone(), expand))
+}
+
+/// `path` with a leading `~` or `~/` replaced by `HOME`, then each `$NAME` or `${NAME}` that names a set
+/// variable replaced by its value, as Python's `os.path.expanduser` and `os.path.expandvars` do.
+/// A variable that is not set stays as written.
+fn expand(path: &str) -> PathBuf {
+    let home = std::env::var("HOME").ok();
+    let path = match (path.strip_prefix('~'), home) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => format!("{home}{rest}"),
+        _ => path.to_owned(),
+    };
+    PathBuf::from(expand_vars(&path, |name| std::env::var(name).ok()))
+}
+
+/// `text` with each `$NAME` or `${NAME}` for which `value` gives a value replaced by it.
+/// A name is ASCII letters, digits and `_`, as Python's `expandvars` reads it.
+fn expand_vars(text: &str, value: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, written) = match after.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => ("", 0),
+            },
+            None => {
+                let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        match value(name).filter(|_| !name.is_empty()) {
+            Some(v) => out.push_str(&v),
+            None => out.push_str(&rest[at..at + 1 + written]),
+        }
+        rest = &rest[at + 1 + written..];
     }
-    if let Some(home) = std::env::var_os("HF_HOME") {
-        return Some(PathBuf::from(home).join("token"));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("huggingface").join("token"))
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -138,5 +184,17 @@ mod tests {
         let c = HubConfig::resolve(Some("http://127.0.0.1:9/".into()), Some(" hf_x \n".into())).unwrap();
         assert_eq!(c.endpoint, "http://127.0.0.1:9");
         assert_eq!(c.token.as_ref().map(Token::expose), Some("hf_x"));
+    }
+
+    #[test]
+    fn variables_expand_as_python_expands_them() {
+        let value = |name: &str| (name == "HOME_ON").then(|| "/data".to_owned());
+        assert_eq!(expand_vars("$HOME_ON/hf", value), "/data/hf");
+        assert_eq!(expand_vars("${HOME_ON}/hf", value), "/data/hf");
+        assert_eq!(expand_vars("$UNSET/hf", value), "$UNSET/hf");
+        assert_eq!(expand_vars("${UNSET}/hf", value), "${UNSET}/hf");
+        assert_eq!(expand_vars("a$/b${x", value), "a$/b${x");
+        assert_eq!(expand_vars("$HOME_ON$HOME_ON", value), "/data/data");
+        assert_eq!(expand_vars("/plain/path", value), "/plain/path");
     }
 }

@@ -9,57 +9,11 @@ use std::path::{Path, PathBuf};
 
 use crate::hub::tree::TreeFile;
 
-/// The cache folder `huggingface_hub` uses: `HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else
-/// `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`.
-/// A leading `~` and each `$NAME` in the chosen path expand as `huggingface_hub` expands them.
+/// The cache folder `huggingface_hub` uses: `HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else `hub` in
+/// [`hf_home`](crate::hub::config::hf_home). Each expands `~` and `$NAME` as `huggingface_hub` does.
 pub fn hub_cache_dir() -> Option<PathBuf> {
-    let var = |key: &str| std::env::var_os(key).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let chosen = var("HF_HUB_CACHE")
-        .or_else(|| var("HUGGINGFACE_HUB_CACHE"))
-        .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
-        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("huggingface/hub")))
-        .or_else(|| var("HOME").map(|h| h.join(".cache/huggingface/hub")))?;
-    Some(chosen.to_str().map_or_else(|| chosen.clone(), expand))
-}
-
-/// `path` with a leading `~` or `~/` replaced by `HOME`, then each `$NAME` or `${NAME}` that names a set
-/// variable replaced by its value, as Python's `os.path.expanduser` and `os.path.expandvars` do.
-/// A variable that is not set stays as written.
-fn expand(path: &str) -> PathBuf {
-    let home = std::env::var("HOME").ok();
-    let path = match (path.strip_prefix('~'), home) {
-        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => format!("{home}{rest}"),
-        _ => path.to_owned(),
-    };
-    PathBuf::from(expand_vars(&path, |name| std::env::var(name).ok()))
-}
-
-/// `text` with each `$NAME` or `${NAME}` for which `value` gives a value replaced by it.
-/// A name is ASCII letters, digits and `_`, as Python's `expandvars` reads it.
-fn expand_vars(text: &str, value: impl Fn(&str) -> Option<String>) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let (name, written) = match after.strip_prefix('{') {
-            Some(braced) => match braced.find('}') {
-                Some(end) => (&braced[..end], end + 2),
-                None => ("", 0),
-            },
-            None => {
-                let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
-                (&after[..end], end)
-            }
-        };
-        match value(name).filter(|_| !name.is_empty()) {
-            Some(v) => out.push_str(&v),
-            None => out.push_str(&rest[at..at + 1 + written]),
-        }
-        rest = &rest[at + 1 + written..];
-    }
-    out.push_str(rest);
-    out
+    use crate::hub::config::{env_path, hf_home};
+    env_path("HF_HUB_CACHE").or_else(|| env_path("HUGGINGFACE_HUB_CACHE")).or_else(|| Some(hf_home()?.join("hub")))
 }
 
 /// A model repo's folder in the cache at `cache`.
@@ -144,17 +98,5 @@ mod tests {
         assert_eq!(std::fs::read_link(snapshot.join("sub/config.json")).unwrap(), Path::new("../../../blobs/gitoid2"));
         assert!(folder.join("blobs/sha256hex").is_file());
         assert_eq!(std::fs::read_to_string(folder.join("refs/main")).unwrap(), "c0ffee");
-    }
-
-    #[test]
-    fn variables_expand_as_python_expands_them() {
-        let value = |name: &str| (name == "HOME_ON").then(|| "/data".to_owned());
-        assert_eq!(expand_vars("$HOME_ON/hf", value), "/data/hf");
-        assert_eq!(expand_vars("${HOME_ON}/hf", value), "/data/hf");
-        assert_eq!(expand_vars("$UNSET/hf", value), "$UNSET/hf");
-        assert_eq!(expand_vars("${UNSET}/hf", value), "${UNSET}/hf");
-        assert_eq!(expand_vars("a$/b${x", value), "a$/b${x");
-        assert_eq!(expand_vars("$HOME_ON$HOME_ON", value), "/data/data");
-        assert_eq!(expand_vars("/plain/path", value), "/plain/path");
     }
 }
