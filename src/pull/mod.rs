@@ -12,6 +12,7 @@ use thiserror::Error;
 use crate::hub::{HubClient, HubError};
 use crate::repack::download::{self, DownloadError, Layout};
 use crate::repack::error::RepackError;
+use crate::repack::off_executor;
 use crate::repack::relayout::{Relaid, stage_bundle};
 use crate::repack::repair::RepairTarget;
 use crate::safetensors::Alignment;
@@ -285,14 +286,6 @@ fn files_under(root: &Path) -> std::io::Result<Vec<String>> {
     }
     files.sort();
     Ok(files)
-}
-
-/// Runs `work` on a batch thread.
-async fn off_executor<T: Send + 'static>(
-    what: &'static str,
-    work: impl FnOnce() -> Result<T, RepackError> + Send + 'static,
-) -> Result<T, PullError> {
-    Ok(crate::blocking::run(what, work).await.map_err(RepackError::caused_by)??)
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub struct Repacker<'a> {
 /// Runs a disk- or CPU-bound step on a thread of its own.
 /// A repack thus never holds an executor thread, which the pages and the audit share.
 /// A panic there fails the step, which is tried again. The work starts at once, not when first awaited.
-fn off_executor<T: Send + 'static>(
+pub(crate) fn off_executor<T: Send + 'static>(
     what: &'static str,
     work: impl FnOnce() -> Result<T, RepackError> + Send + 'static,
 ) -> impl Future<Output = Result<T, RepackError>> {
