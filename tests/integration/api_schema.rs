@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::audit::world::{audit_world, db};
 use crate::serve::{get, start_serve, try_get};
-use crate::support::{python, root, stdout};
+use crate::support::{python, root, text};
 
 #[cfg(feature = "system-tests")]
 #[test]
@@ -69,7 +69,7 @@ fn every_api_answer_matches_the_document_and_the_raw_tables() {
         .args(["--db", db.to_str().unwrap()])
         .output()
         .unwrap();
-    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let text = text(&out);
     assert!(out.status.success() && text.contains("check_api: OK"), "{text}");
 }
 

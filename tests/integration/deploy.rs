@@ -4,11 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::support::root;
-
-fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
+use crate::support::{root, text};
 
 fn kubernetes_validate(file: &Path) -> Output {
     let bin = crate::support::python().with_file_name("kubernetes-validate");

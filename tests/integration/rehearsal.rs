@@ -33,7 +33,7 @@ fn the_ci_size_rehearsal_keeps_every_invariant_through_kills_restarts_and_a_full
         .arg(report.path())
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = crate::support::text(&out);
     assert!(out.status.success(), "the rehearsal failed:\n{text}");
     let figures: serde_json::Value = serde_json::from_slice(&std::fs::read(report.path()).unwrap()).unwrap();
     assert_eq!(figures["failures"], serde_json::json!([]), "{text}");

@@ -46,6 +46,11 @@ pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// stdout then stderr, as text.
+pub(crate) fn text(out: &Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
 /// Copies a fixture file or directory tree into `dst`.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) {
     if src.is_dir() {

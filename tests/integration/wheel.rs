@@ -6,11 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use crate::support::{fixture, python, root, stdout};
-
-fn text(out: &Output) -> String {
-    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
-}
+use crate::support::{fixture, python, root, stdout, text};
 
 /// The `bin` folder of a fresh venv of the machine's Python, holding pip and the wheel built for this
 /// machine, and nothing else. Built once per run, under `target/wheel-build`.

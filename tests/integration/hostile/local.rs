@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use super::run_measured;
-use crate::support::{copy_tree, fixture, hubalign, stdout};
+use crate::support::{copy_tree, fixture, hubalign, stdout, text};
 
 fn mkfifo(path: &Path) {
     let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
@@ -30,10 +30,6 @@ fn run_bounded(args: &[&str]) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
 }
 
 #[cfg(feature = "system-tests")]

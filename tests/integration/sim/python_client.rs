@@ -26,7 +26,7 @@ fn run_checks(world: &World, checks: &[&str], env: &[(&str, &str)]) -> String {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = crate::support::text(&out);
     assert!(out.status.success(), "hub_client_check {checks:?} failed:\n{text}");
     for check in checks {
         assert!(text.contains(&format!("ok {check}\n")), "{check} did not report ok:\n{text}");
