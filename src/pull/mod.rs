@@ -175,9 +175,7 @@ async fn pull_repaired(hub: &HubClient, opts: &PullOptions) -> Result<Pulled, Pu
     let commit = commit_of(hub, &opts.repo, &opts.revision).await?;
     let dir = match &opts.into {
         Destination::LocalDir(dir) => dir.clone(),
-        Destination::Cache(_) => {
-            PathBuf::from(format!("{}-aligned", opts.repo.rsplit('/').next().unwrap_or(&opts.repo)))
-        }
+        Destination::Cache(_) => PathBuf::from(crate::scan::next_step::repaired_folder(&opts.repo)),
     };
     let work = work_dir_in(&dir, &commit, Some(opts.alignment));
     let layout = layout(&work, Some(RepairTarget { dir: work.join("streamed"), alignment: opts.alignment }));

@@ -163,9 +163,15 @@ fn needs_work(verdict: Verdict) -> bool {
 /// outside the cache, whose files are named by their hashes. Otherwise it is a sibling of `dir`.
 fn repaired_dir(dir: &str, repo_id: Option<&str>) -> String {
     match repo_id {
-        Some(repo) => format!("{}-aligned", repo.rsplit('/').next().unwrap_or(repo)),
+        Some(repo) => repaired_folder(repo),
         None => format!("{}-aligned", dir.trim_end_matches('/')),
     }
+}
+
+/// The folder, in the working directory, that a repaired copy of the Hub repo `repo_id` goes to:
+/// `{name}-aligned`. `pull` writes there too.
+pub fn repaired_folder(repo_id: &str) -> String {
+    format!("{}-aligned", repo_id.rsplit('/').next().unwrap_or(repo_id))
 }
 
 /// `words` as one shell command line, each quoted where the shell would read it otherwise.
