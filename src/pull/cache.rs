@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::hub::tree::TreeFile;
 
-/// The cache folder `huggingface_hub` uses: `HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else `hub` in
-/// [`hf_home`](crate::hub::config::hf_home). Each expands `~` and `$NAME` as `huggingface_hub` does.
+/// The cache folder `huggingface_hub` uses: `HF_HUB_CACHE`, else `HUGGINGFACE_HUB_CACHE`, else `hub` in its
+/// home folder (`HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`).
+/// Each expands `~` and `$NAME` as `huggingface_hub` does.
 pub fn hub_cache_dir() -> Option<PathBuf> {
     use crate::hub::config::{env_path, hf_home};
     env_path("HF_HUB_CACHE").or_else(|| env_path("HUGGINGFACE_HUB_CACHE")).or_else(|| Some(hf_home()?.join("hub")))
