@@ -181,6 +181,33 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `s` as a Python string literal in double quotes, for a command a person copies into Python.
+/// Backslashes and double quotes are escaped, and so is every character [`escape_control`] escapes, in
+/// Python's own `\xNN` or `\uNNNN` form. So the literal is safe to print and reads back as `s`.
+pub fn python_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        let code = u32::from(c);
+        match c {
+            '\\' | '"' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !is_escaped(c) => out.push(c),
+            _ if code <= 0xFF => {
+                let _ = write!(out, "\\x{code:02x}");
+            }
+            // Every escaped character lies below U+10000.
+            _ => {
+                let _ = write!(out, "\\u{code:04x}");
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,11 +287,49 @@ mod tests {
         assert!(quote(&"x".repeat(500)).ends_with("…\""));
     }
 
+    #[test]
+    fn python_literals_escape_as_python_reads_them() {
+        assert_eq!(python_string("/models/Tiny-aligned"), "\"/models/Tiny-aligned\"");
+        assert_eq!(python_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        // Python reads `\xNN` and `\uNNNN` as these characters.
+        assert_eq!(python_string("x\u{1b}[0m\n\u{202e}ü"), "\"x\\x1b[0m\\x0a\\u202eü\"");
+    }
+
+    /// Reads a literal `python_string` wrote, by Python's rules for the escapes it uses.
+    fn read_python_string(literal: &str) -> Option<String> {
+        let mut chars = literal.strip_prefix('"')?.strip_suffix('"')?.chars();
+        let mut out = String::new();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            let digits = match chars.next()? {
+                'x' => 2,
+                'u' => 4,
+                c => {
+                    out.push(c);
+                    continue;
+                }
+            };
+            let hex: String = chars.by_ref().take(digits).collect();
+            out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+        }
+        Some(out)
+    }
+
     proptest! {
         #[test]
         fn escaped_text_has_no_control_characters(s in any::<String>()) {
             let e = escape_control(&s);
             prop_assert!(!e.chars().any(is_escaped));
+        }
+
+        #[test]
+        fn python_literals_are_printable_and_read_back(s in any::<String>()) {
+            let literal = python_string(&s);
+            prop_assert!(!literal.chars().any(is_escaped));
+            prop_assert_eq!(read_python_string(&literal), Some(s));
         }
 
         #[test]

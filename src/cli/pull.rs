@@ -87,6 +87,6 @@ pub(super) fn run(args: &PullArgs) -> anyhow::Result<Exit> {
         super::output::count(report.totals.shards, "shard", "shards"),
         if worst == Verdict::Aligned { "every tensor maps in place" } else { "some still need a copy" }
     );
-    println!("Load it with: mlx_lm.load({})", escape_control(&format!("{load_as:?}")));
+    println!("Load it with: mlx_lm.load({})", hubalign::untrusted::python_string(&load_as));
     Ok(if worst == Verdict::Aligned { Exit::Clean } else { Exit::Misaligned })
 }

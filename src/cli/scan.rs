@@ -155,7 +155,7 @@ fn next_steps(report: &ScanReport) -> String {
             let quoted = shlex::try_quote(dir).map_or_else(|_| dir.clone(), std::borrow::Cow::into_owned);
             out.push_str(&format!(
                 "  then load it from there: mlx_lm.load({}) or mlx_lm.generate --model {}\n",
-                esc(&format!("{dir:?}")),
+                hubalign::untrusted::python_string(dir),
                 esc(&quoted)
             ));
         }
