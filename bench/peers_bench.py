@@ -22,7 +22,7 @@ Xet, as a person's would. Each measure is its commands' wall time: Python's star
 included. Before each, `sync` (with --cold, the page cache dropped too; root only). The order of the measures
 turns with each run. `--build NAME=PATH` also times the repack by PATH, another hubalign build (one without a
 mechanism, or an earlier commit), in the same run: the figures drift between runs as much as a small change
-moves them.
+moves them. `--repack-only` times the repacks alone, for more rounds in the same time.
 """
 
 import argparse
@@ -162,11 +162,10 @@ def peers(url, work, xet, cold):
 
 def measures(args):
     """Each measure by name: what it runs against an endpoint and a fresh work directory."""
-    table = {
-        "repack": lambda url, work: repack(url, work, args.worker, args.cold),
-        "hf download": lambda url, work: hf_download(url, work, args.hf_xet, args.cold),
-        "peers": lambda url, work: peers(url, work, args.hf_xet, args.cold),
-    }
+    table = {"repack": lambda url, work: repack(url, work, args.worker, args.cold)}
+    if not args.repack_only:
+        table["hf download"] = lambda url, work: hf_download(url, work, args.hf_xet, args.cold)
+        table["peers"] = lambda url, work: peers(url, work, args.hf_xet, args.cold)
     for name, build in args.build:
         table[f"build {name}"] = lambda url, work, build=build: repack(url, work, build, args.cold)
     return table
@@ -310,6 +309,8 @@ def main():
     ap.add_argument("--build", type=other_build, action="append", default=[], metavar="NAME=PATH",
                     help="also time the repack by PATH, another hubalign build (one without a mechanism, or an "
                          "earlier commit), shown as NAME")
+    ap.add_argument("--repack-only", action="store_true",
+                    help="time only the repacks (this tree's and each --build's), not `hf download` or the pipeline")
     ap.add_argument("--hf-xet", action="store_true",
                     help="let `hf download` use Xet, whose CAS reads --storage-mbps does not hold")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each measure (root only)")
@@ -327,9 +328,10 @@ def main():
           f"{args.bundle_mib // 4} MiB header-padded); Xet on; `hf download` "
           f"{'over Xet' if args.hf_xet else 'through the storage redirect (HF_HUB_DISABLE_XET=1)'}; "
           f"{'cold' if args.cold else 'warm'} page cache; medians of {args.runs} runs (range); build {commit()}\n")
-    print_headline(results)
-    print()
-    print_parts(results)
+    if not args.repack_only:
+        print_headline(results)
+        print()
+        print_parts(results)
     if args.build:
         print()
         print_builds(results, [name for name, _ in args.build])
@@ -338,7 +340,8 @@ def main():
         args.json.write_text(json.dumps({
             "build": commit(), "cores": os.cpu_count(), "bundle_bytes": size,
             "shards": {p.name: p.stat().st_size for p in shards}, "runs": args.runs, "hf_xet": args.hf_xet,
-            "cold": args.cold, "worker": str(args.worker), "builds": {n: str(p) for n, p in args.build},
+            "cold": args.cold, "repack_only": args.repack_only, "worker": str(args.worker),
+            "builds": {n: str(p) for n, p in args.build},
             "results": results,
         }, indent=2))
 
