@@ -8,7 +8,7 @@ use hubalign::manifest::Manifest;
 use hubalign::safetensors::read::read_shard_header;
 use serde_json::Value;
 
-use crate::support::{copy_tree, fixture, hubalign, run, stdout};
+use crate::support::{copy_tree, fixture, hubalign, run, stdout, text};
 
 /// Every tensor of a file: name → (dtype, shape, bytes).
 fn tensors(path: &Path) -> Vec<(String, String, Vec<u64>, Vec<u8>)> {
@@ -62,7 +62,7 @@ fn out_dir_receives_the_whole_repaired_bundle() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("aligned");
     let out = run(&["fix", src.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let mut expected_names = file_names(&src);
     expected_names.push("MEI_ALIGN_MANIFEST.json".into());
     expected_names.sort();
@@ -100,7 +100,7 @@ fn out_dir_receives_the_whole_repaired_bundle() {
     }
     let all_dir = tmp.path().join("all");
     let out = run(&["fix", src.to_str().unwrap(), "--out", all_dir.to_str().unwrap(), "--digests", "all"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let all = Manifest::read(&all_dir).unwrap().unwrap();
     for (entry, minimal) in all.shards.iter().zip(&manifest.shards) {
         let src_bytes = std::fs::read(src.join(&entry.file)).unwrap();

@@ -17,7 +17,7 @@ use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::repack::pipeline::worker_command;
 use crate::serve::{start_serve, try_get};
 use crate::sim::world::{ALICE, World};
-use crate::support::{mirror, python, root, run, stdout};
+use crate::support::{mirror, python, root, run, text};
 
 /// The sources the standard world's worker mirrors publicly (under `alice`), in order.
 const MIRRORED: [&str; 4] =
@@ -211,7 +211,7 @@ fn a_source_gets_one_note_ever_and_a_namespace_that_closed_one_gets_no_more() {
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let out = worker_command(&world, &db, &["worker", "--once"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
     let token = Some(hubalign::hub::Token::new(ALICE.to_owned()));
     let hub = HubClient::new(HubConfig { endpoint: world.endpoint(), token }, RetryPolicy::default()).unwrap();

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::support::{copy_tree, fixture, run, run_python, stdout};
+use crate::support::{copy_tree, fixture, run, run_python, stdout, text};
 
 /// Fixes `rel` into a fresh directory with `extra` flags and runs the checker on the pair.
 fn fix_and_check(rel: &str, extra: &[&str], mlx_lm: bool) {
@@ -13,7 +13,7 @@ fn fix_and_check(rel: &str, extra: &[&str], mlx_lm: bool) {
     let mut args = vec!["fix", src.to_str().unwrap(), "--out", out_dir.to_str().unwrap()];
     args.extend_from_slice(extra);
     let out = run(&args);
-    assert_eq!(out.status.code(), Some(0), "{rel}: {}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{rel}: {}", text(&out));
     let fixed = if src.is_dir() { out_dir.clone() } else { out_dir.join(src.file_name().unwrap()) };
     let mut check = vec!["--original", src.to_str().unwrap(), "--fixed", fixed.to_str().unwrap()];
     if mlx_lm {

@@ -8,7 +8,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::sim::world::{World, bundle, start_on};
-use crate::support::{fixture, hubalign, python, stdout};
+use crate::support::{fixture, hubalign, python, stdout, text};
 
 /// The mirrors' namespace in these tests.
 const MIRRORS: &str = "aligned-org";
@@ -171,7 +171,7 @@ fn pull_gives_a_bundle_that_maps_with_a_mirror_and_without_one() {
 
     // With a mirror: the mirror, into the cache as `hf download` puts it.
     let out = pull(&world, &cache, dir.path(), "mlx-community/tiny-q4", &[]);
-    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let text = text(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(&format!("Downloaded the aligned mirror {mirror}")), "{text}");
     assert!(text.contains("every tensor maps in place"), "{text}");
@@ -183,7 +183,7 @@ fn pull_gives_a_bundle_that_maps_with_a_mirror_and_without_one() {
 
     // Without one: the source, repaired as it streams, into NAME-aligned here, or into --local-dir.
     let out = pull(&world, &cache, dir.path(), "lmstudio/tiny-q8", &[]);
-    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let text = crate::support::text(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("Downloaded lmstudio/tiny-q8 at ") && text.contains("repaired it as it streamed"), "{text}");
     let repaired = dir.path().join("tiny-q8-aligned");
@@ -212,7 +212,7 @@ fn pull_gives_a_bundle_that_maps_with_a_mirror_and_without_one() {
         "mlx-community/tiny-q4",
         &["--alignment", "16384", "--local-dir", paged.to_str().unwrap()],
     );
-    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let text = crate::support::text(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("Downloaded mlx-community/tiny-q4 at "), "{text}");
     let scanned = hubalign().args(["scan", "--alignment", "16384"]).arg(&paged).env("HF_HUB_OFFLINE", "1").output();

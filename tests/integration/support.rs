@@ -95,7 +95,7 @@ pub(crate) fn run_python(script: &str, args: &[&str]) -> String {
         .env("TRANSFORMERS_OFFLINE", "1")
         .output()
         .expect("python runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = text(&out);
     assert!(out.status.success(), "{script} {args:?} failed:\n{text}");
     text
 }

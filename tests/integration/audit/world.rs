@@ -10,7 +10,7 @@ use hubsim::SimConfig;
 use serde_json::Value;
 
 use crate::sim::world::{ALICE, World, populate, start_on};
-use crate::support::{fixture, hubalign, run, stdout};
+use crate::support::{fixture, hubalign, run, stdout, text};
 
 /// Writes `count` small MLX repos over five namespaces, 1–3 shards each, some needing padding, some a reorder.
 pub fn fillers(root: &Path, count: usize) {
@@ -62,7 +62,7 @@ pub fn audit(world: &World, db: &Path, extra: &[&str]) -> Output {
 
 /// Asserts an audit succeeded, showing its output if not.
 pub fn assert_ok(out: &Output) {
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
 }
 
 /// Every stored shard, as `report --shards --format json` prints it.

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::publish::{audit, job, jobs, manifest, worker};
 use crate::sim::world::{World, bundle, start_on};
-use crate::support::stdout;
+use crate::support::text;
 
 /// A left-out file whose name is Markdown and HTML.
 const HOSTILE_NAME: &str = "x` <img src=x onerror=alert(1)> [Download verified weights](http:evil.example) `y.txt";
@@ -57,7 +57,7 @@ fn a_mirror_carries_only_what_a_loader_reads_and_its_card_renders_nothing_of_the
     audit(&world.endpoint(), &db);
     let served_before = world.counters().bytes_served;
     let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // Every line the job logs, on the batch runtime and its blocking threads too, carries the job's span (the
     // pass that queues the jobs and checks the mirrors is no job's).
     let log = String::from_utf8_lossy(&out.stderr);
@@ -134,7 +134,7 @@ fn a_shard_named_as_markup_is_never_mirrored() {
     let (db, work) = (tmp.path().join("a.db"), tmp.path().join("work"));
     audit(&world.endpoint(), &db);
     let out = worker(&world.endpoint(), &db, &work, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(4), "a failed job: {}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "a failed job: {}", text(&out));
     let jobs = jobs(&db);
     let j = job(&jobs, "evil/odd-shard");
     assert_eq!(j.state, "failed", "{j:?}");

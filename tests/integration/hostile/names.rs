@@ -15,7 +15,7 @@ use super::hostile_world;
 use super::proxy::{self, Req, Rule};
 use super::publish::{audit, job, jobs, manifest, mirrors, worker, worker_command, worker_with};
 use crate::sim::world::{ALICE, World, bundle, start_on};
-use crate::support::{mirror, python, stdout};
+use crate::support::{mirror, python, stdout, text};
 
 /// Runs Python's `huggingface_hub` as alice against the world.
 fn as_alice(world: &World, script: &str, args: &[&str]) {
@@ -58,7 +58,7 @@ fn a_squatter_seen_first_and_a_name_alike_but_for_case_take_no_other_sources_mir
         "alice-org/Tiny-Model-4bit",
     ] {
         let out = worker(&world.endpoint(), &db, &work, &["repack", source]);
-        assert_eq!(out.status.code(), Some(0), "{source}: {}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{source}: {}", text(&out));
     }
     let jobs = jobs(&db);
     let mut names = Vec::new();
@@ -97,7 +97,7 @@ fn an_empty_repo_a_failed_attempt_left_is_reused_by_its_own_source() {
         &[&name],
     );
     let out = worker(&world.endpoint(), &db, &work, &["repack", "mlx-community/tiny-q4"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert_eq!(j.target_repo.as_deref(), Some(name.as_str()), "{j:?}");
     let sim = &world.hub.as_ref().unwrap().sim;
@@ -124,7 +124,7 @@ fn a_job_that_fails_after_creating_its_mirror_leaves_no_repo_and_no_name() {
         .arg(&failing)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert_eq!(j.state, hubalign::job::JobState::Failed, "{j:?}");
     let counts = world.counters().requests;
@@ -164,7 +164,7 @@ impl SlowDeletes {
 fn a_mirror_slow_to_delete_is_removed_all_the_same() {
     let SlowDeletes { world, proxy, db, work, failing, _dir } = SlowDeletes::audited();
     let out = worker_with(&proxy.base_url, &db, &work, &["worker", "--once"], &failing);
-    let log = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let log = text(&out);
     assert_eq!(out.status.code(), Some(4), "{log}");
     let jobs = jobs(&db);
     let failed = jobs.iter().filter(|j| j.state == hubalign::job::JobState::Failed).count();
@@ -193,7 +193,7 @@ fn a_stop_during_the_cleanup_keeps_the_recorded_outcome() {
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let out = child.wait_with_output().unwrap();
-    let log = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let log = text(&out);
     assert!(log.contains("the job's outcome is recorded; its cleanup was cut short"), "{log}");
     assert!(!log.contains("another worker held it"), "{log}");
     let failed: Vec<_> = jobs(&db).into_iter().filter(|j| j.state == hubalign::job::JobState::Failed).collect();
@@ -241,7 +241,7 @@ fn a_commit_lands_only_on_the_manifest_it_was_checked_against() {
     });
     let proxy = proxy::start(&world, vec![race]);
     let out = worker(&proxy.base_url, &db, &work, &["repack", "mlx-community/tiny-q4"]);
-    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert!(j.reason.as_deref().unwrap_or("").contains("holds the mirror of \"someone/else\""), "{j:?}");
     let sim = &world.hub.as_ref().unwrap().sim;
@@ -266,7 +266,7 @@ fn a_mirror_published_under_a_former_name_is_kept_there() {
         &[former, "mlx-community/tiny-q4"],
     );
     let out = worker(&world.endpoint(), &db, &work, &["repack", "mlx-community/tiny-q4"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert_eq!(j.target_repo.as_deref(), Some(former), "{j:?}");
     assert_eq!(manifest(&world, former)["source_revision"].as_str().map(str::len), Some(40), "updated in place");
@@ -285,7 +285,7 @@ fn a_repo_id_in_any_letter_case_reaches_the_same_repo_at_every_entry_point() {
     audit(&world.endpoint(), &db);
     let run = |args: &[&str]| worker(&world.endpoint(), &db, &work, args);
     let first = run(&["repack", "MLX-Community/Tiny-Q4"]);
-    assert_eq!(first.status.code(), Some(0), "{}{}", stdout(&first), String::from_utf8_lossy(&first.stderr));
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
     assert!(stdout(&first).starts_with("mlx-community/tiny-q4@"), "the store's spelling: {}", stdout(&first));
     let again = run(&["repack", "mlx-community/TINY-q4"]);
     assert!(stdout(&again).contains("already published"), "{}", stdout(&again));

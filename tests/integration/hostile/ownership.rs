@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::proxy::{self, Reply};
 use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::sim::world::{ALICE, World};
-use crate::support::{hubalign, stdout};
+use crate::support::{hubalign, stdout, text};
 
 fn client(world: &World) -> HubClient {
     let token = Some(hubalign::hub::Token::new(ALICE.to_owned()));
@@ -82,10 +82,6 @@ fn dataset_push(world: &World, db: &Path, repo: &str, extra: &[&str]) -> Output 
         .unwrap()
 }
 
-fn said(out: &Output) -> String {
-    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
-}
-
 #[test]
 fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes_nothing() {
     let world = audit_world(0, |_| {});
@@ -106,8 +102,8 @@ fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes
 
     for extra in [&[][..], &["--dry-run"][..]] {
         let out = dataset_push(&world, &db, "alice/model-stats", extra);
-        assert_eq!(out.status.code(), Some(4), "{}", said(&out));
-        let said = said(&out);
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+        let said = text(&out);
         assert!(said.contains("alice/model-stats exists and hubalign did not make it"), "{said}");
         assert!(said.contains("--repo"), "names the flag to choose another: {said}");
     }
@@ -115,7 +111,7 @@ fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes
 
     // A dry run to a new name says what it would write, and creates nothing.
     let out = dataset_push(&world, &db, "alice/mlx-audit", &["--dry-run"]);
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout(&out).contains("would create alice/mlx-audit") && stdout(&out).contains("would write README.md"));
     let sim = &world.hub.as_ref().unwrap().sim;
     assert!(!sim.repos_of(hubsim::kind::RepoKind::Dataset).contains_key("alice/mlx-audit"), "nothing created");
@@ -125,7 +121,7 @@ fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes
     let (_other_dir, other) = crate::audit::world::db();
     assert_ok(&audit(&world, &other, &[]));
     let out = dataset_push(&world, &other, "alice/MLX-audit", &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
     // Deleted, then made again by a colleague with a card of their own: the store's record does not make it ours.
     let gone = json!({"type": "dataset", "name": "mlx-audit", "organization": "alice"});
@@ -137,7 +133,7 @@ fn a_colleague_s_dataset_repo_is_refused_and_left_as_it_was_and_a_dry_run_writes
         hub.commit(RepoRef::dataset("alice/mlx-audit").into(), &head, "ours".into(), &card).await.unwrap();
     });
     let out = dataset_push(&world, &db, "alice/mlx-audit", &[]);
-    assert_eq!(out.status.code(), Some(4), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert_eq!(dataset_files(&world, "alice/mlx-audit"), [".gitattributes", "README.md"], "left as it was");
 }
 
@@ -153,8 +149,8 @@ fn a_colleague_s_collection_of_a_managed_title_is_refused_and_keeps_its_items() 
     // The store has no public mirror: the old pass emptied every managed collection it found by title.
     for extra in [&["--dry-run"][..], &[][..]] {
         let out = findable(&world.endpoint(), &db, extra);
-        assert_eq!(out.status.code(), Some(4), "{}", said(&out));
-        let said = said(&out);
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+        let said = text(&out);
         assert!(said.contains(&all) && said.contains(&theirs), "both named: {said}");
         assert!(said.contains("hubalign did not make") && said.contains("--target-namespace"), "{said}");
         assert!(said.contains("2 refused as not ours"), "{said}");
@@ -183,7 +179,7 @@ fn a_collection_of_another_namespace_in_the_listing_is_ignored() {
     });
     let proxy = proxy::start(&world, vec![rule]);
     let out = findable(&proxy.base_url, &db, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(items_of(&world, &foreign), ["mlx-community/tiny-q4"], "left as it was");
     assert_eq!(proxy.count(&format!("/api/collections/{foreign}")), 0, "never asked about, let alone written");
 }
@@ -202,8 +198,8 @@ fn a_collection_an_earlier_release_made_is_kept_after_an_upgrade() {
     let item = json!({"item": {"type": "model", "id": "mlx-community/tiny-q4"}});
     as_alice(&world, reqwest::Method::POST, &format!("/api/collections/{slug}/items"), Some(item));
     let out = findable(&world.endpoint(), &db, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    assert!(said(&out).contains("1 removed, 0 mirrors gone from the Hub, 0 refused"), "kept as ours: {}", said(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("1 removed, 0 mirrors gone from the Hub, 0 refused"), "kept as ours: {}", text(&out));
     let store = world.runtime.block_on(hubalign::store::Store::open(&db)).unwrap();
     let owned = world.runtime.block_on(store.owns(hubalign::store::owned::OwnedKind::Collection, &slug)).unwrap();
     assert!(owned, "recorded");

@@ -10,7 +10,7 @@ use super::proxy::{self, Reply, on};
 use super::{files_named, hostile_world};
 use crate::audit::world::assert_ok;
 use crate::sim::world::{ALICE, World};
-use crate::support::{hubalign, python, stdout};
+use crate::support::{hubalign, python, stdout, text};
 
 /// `hubalign ARGS` as alice, publishing to `alice`, checking on the CPU, with its work directory in `work`.
 pub(super) fn worker(endpoint: &str, db: &Path, work: &Path, args: &[&str]) -> Output {
@@ -50,7 +50,7 @@ fn audit_and_work(world: &World, dir: &Path, name: &str, args: &[&str]) -> std::
     let (db, work) = (dir.join(format!("{name}.db")), dir.join(format!("{name}-work")));
     audit(&world.endpoint(), &db);
     let out = worker(&world.endpoint(), &db, &work, &[&["worker", "--once"], args].concat());
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     db
 }
 
@@ -107,7 +107,7 @@ fn a_tree_listing_that_lies_later_cannot_write_outside_the_work_directory() {
     // Honest on the first tree request, traversal paths on any later one (where hf-hub's snapshot download
     // listed the tree a second time and wrote whatever that listing said).
     let (world, _dir, _db, trees, out) = repack_through_lying_trees(1);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(trees, 1, "the files fetched are exactly those of one listing");
     let files = &world
         .hub
@@ -202,7 +202,7 @@ fn two_sources_with_one_name_get_two_mirrors_each_naming_its_source() {
     let commits = |m: &str| sim.repos().get(m).unwrap().commits.len();
     let before = (commits(&ta), commits(&tb));
     let out = worker(&world.endpoint(), &db2, &work2, &["repack", "pubco/public-4bit"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let again = jobs_of(&db2, "pubco/public-4bit");
     assert_eq!(again.target_repo.as_deref(), Some(ta.as_str()), "the same mirror as before: {again:?}");
     assert_eq!((commits(&ta), commits(&tb)), before, "already there: nothing committed to either");
@@ -239,7 +239,7 @@ fn a_repo_whose_manifest_names_another_source_is_never_committed_to() {
     let sim = &world.hub.as_ref().unwrap().sim;
     let before = sim.repos().get(squatter).unwrap().commits.len();
     let out = worker(&world.endpoint(), &db, &work, &["repack", "mlx-community/tiny-q4"]);
-    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert_eq!(
         sim.repos().get(squatter).unwrap().commits.len(),
         before,
@@ -265,7 +265,7 @@ fn a_refused_token_holds_the_job_for_the_operator_and_stops_the_worker() {
     let refused = br#"{"error":"Invalid credentials in Authorization header"}"#.to_vec();
     let proxy = proxy::start(&world, vec![on("/api/models/", 0, move || Reply::Fixed(401, vec![], refused.clone()))]);
     let out = worker(&proxy.base_url, &db, &work, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(5), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
     assert!(stdout(&out).contains("1 need the operator"), "{}", stdout(&out));
     let jobs = jobs(&db);
     let held: Vec<_> = jobs.iter().filter(|j| j.failure_kind == Some(FailureKind::NeedsOperator)).collect();
@@ -303,7 +303,7 @@ fn a_namespace_the_token_may_not_write_holds_the_job_for_the_operator() {
         .arg(python())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
     assert!(stdout(&out).contains("needs the operator"), "{}", stdout(&out));
     let j = job(&jobs(&db), "mlx-community/tiny-q4").clone();
     assert_eq!((j.failure_kind, j.attempts), (Some(FailureKind::NeedsOperator), 0), "{j:?}");

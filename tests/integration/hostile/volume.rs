@@ -9,7 +9,7 @@ use hubalign::job::JobState;
 use super::proxy;
 use super::publish::{jobs, worker};
 use crate::sim::world::{bundle, start_on};
-use crate::support::{fixture, stdout};
+use crate::support::{fixture, stdout, text};
 
 fn known(db: &Path, id: &str) -> Option<hubalign::store::queries::RepoListing> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -57,7 +57,7 @@ fn a_flood_of_pushes_gets_no_mirror_a_day_caps_new_ones_and_mirrors_are_never_so
     assert_eq!(counting.count("/huge/many/resolve/"), 0, "none of its 301 shards probed");
 
     let out = worker(&world.endpoint(), &db, &work, &["worker", "--once", "--max-new-mirrors-per-namespace", "2"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let jobs = jobs(&db);
     assert!(!jobs.iter().any(|j| j.repo_id.starts_with("spam/")), "below the floor, no job: {jobs:?}");
     let state = |repo: &str| jobs.iter().find(|j| j.repo_id == repo).map(|j| j.state);

@@ -10,7 +10,7 @@ use super::pipeline::jobs;
 use super::upload_share::header_padded_bundle_of;
 use crate::audit::world::db;
 use crate::sim::world::{ALICE, World, bundle, start_on};
-use crate::support::python;
+use crate::support::{python, text};
 
 /// `hubalign ARGS` with its work directory `work` a fresh 320 MiB tmpfs, mounted for that run alone; what
 /// the run left in the work directory is listed in `left` before the disk goes.
@@ -47,7 +47,7 @@ fn a_repo_larger_than_the_disk_fails_for_size_and_the_next_one_is_repacked() {
     let served = world.counters().bytes_served;
     let left = dir.path().join("left.txt");
     let out = on_small_disk(&world, &db, (&work, &left), &["repack", "big-org/big-q4"]);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = text(&out);
     assert_eq!(out.status.code(), Some(4), "{text}");
     let big = jobs(&world, &db).into_iter().find(|j| j.0 == "big-org/big-q4").unwrap();
     assert_eq!(big.1, "failed", "failed for good, not held for the operator: {big:?}");
@@ -57,7 +57,7 @@ fn a_repo_larger_than_the_disk_fails_for_size_and_the_next_one_is_repacked() {
     assert!(!files.contains("job-"), "nothing of the job stays on the disk: {files}");
 
     let out = on_small_disk(&world, &db, (&work, &left), &["repack", "mlx-community/tiny-q4"]);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = crate::support::text(&out);
     assert_eq!(out.status.code(), Some(0), "the next repo, on the same disk: {text}");
     let tiny = jobs(&world, &db).into_iter().find(|j| j.0 == "mlx-community/tiny-q4").unwrap();
     assert_eq!(tiny.1, "published", "{tiny:?}");

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::sim::world::{ALICE, CAROL, World};
-use crate::support::{fixture, hubalign, python, root, stdout};
+use crate::support::{fixture, hubalign, python, root, stdout, text};
 
 /// Runs `hubalign ARGS --endpoint E --token ALICE --db DB --target-namespace alice --verify-device cpu`.
 pub(super) fn worker_cmd(world: &World, db: &Path, args: &[&str]) -> Output {
@@ -39,7 +39,7 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
     let (_dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let out = worker_cmd(&world, &db, &["worker", "--once"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
     let jobs = jobs(&world, &db);
     let state = |repo: &str| jobs.iter().find(|j| j.0 == repo).map(|j| j.1.clone());
@@ -93,7 +93,7 @@ fn audit_then_worker_publishes_mirrors_the_official_client_verifies() {
             .env("HF_HUB_OFFLINE", "1")
             .output()
             .unwrap();
-        let text = format!("{}{}", stdout(&check), String::from_utf8_lossy(&check.stderr));
+        let text = text(&check);
         assert!(
             check.status.success() && text.contains("check_fixed: OK") && text.contains("MEI_ALIGN_MANIFEST"),
             "{mirror}: {text}"
@@ -157,7 +157,7 @@ fn a_source_that_moves_on_gets_a_new_commit_on_the_same_mirror() {
     assert_eq!(world.runtime.block_on(sim.rescan()).unwrap(), ["lmstudio/tiny-q8"]);
     assert_ok(&audit(&world, &db, &["--author", "lmstudio"]));
     let out = worker_cmd(&world, &db, &["worker", "--once", "--include", "lmstudio"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(uploads(sim), 2, "a new commit on the same mirror");
     assert_eq!(
         sim.repos().keys().filter(|k| k.ends_with("-aligned")).count(),

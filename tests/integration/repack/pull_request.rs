@@ -3,7 +3,7 @@
 
 use super::pipeline::{jobs, worker_cmd};
 use crate::audit::world::{assert_ok, audit, audit_world, db};
-use crate::support::stdout;
+use crate::support::text;
 
 /// The pull request number each run's store recorded, with the job's state and reason.
 fn recorded_pull_request(world: &crate::sim::world::World, db: &std::path::Path) -> Option<i64> {
@@ -24,7 +24,7 @@ fn a_pull_request_is_opened_once_and_a_closed_one_means_no() {
         let (dir, db) = db();
         assert_ok(&audit(&world, &db, &[]));
         let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-q4", "--pr"]);
-        assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let job = jobs(&world, &db).remove(0);
         let num = recorded_pull_request(&world, &db);
         drop(dir);

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::pipeline::{jobs, worker_cmd};
 use crate::audit::world::{assert_ok, audit, audit_world, db};
-use crate::support::{hubalign, python, stdout};
+use crate::support::{hubalign, python, stdout, text};
 
 /// Flips the last byte of a file the simulator serves; returns the original bytes. (The storage serves a
 /// directory's file from the disk, so corrupting it corrupts the download.)
@@ -47,7 +47,7 @@ fn a_failed_download_resumes_with_the_files_it_had_verified() {
     std::fs::write(&shard, good).unwrap();
     sim.counters.reset();
     let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let second = sim.counters.snapshot();
     assert_eq!(second.requests["storage"], storage_per_shard, "only the refused shard is fetched again: {second:?}");
     // One resolve for the refused shard; the other three read the mirror's manifest (free when the name is
@@ -92,7 +92,7 @@ fn a_worker_killed_at_each_step_finishes_once_with_one_mirror_and_one_commit() {
         std::thread::sleep(Duration::from_millis(2100));
     }
     let out = worker_cmd(&world, &db, &["repack", "mlx-community/tiny-sharded"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(jobs(&world, &db)[0].1, "published");
     let repos = sim.repos();
     let mirrors: Vec<&String> = repos.keys().filter(|k| k.ends_with("-aligned")).collect();
@@ -147,7 +147,7 @@ fn repack_in(
     sim.counters.reset();
     let work = work.to_str().unwrap();
     let out = worker_cmd(world, db, &["repack", "mlx-community/tiny-sharded", "--work-dir", work]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(jobs(world, db)[0].1, "published");
     let repos = sim.repos();
     let mirror = repos.get(&crate::support::mirror("mlx-community/tiny-sharded")).unwrap();
@@ -227,7 +227,7 @@ fn a_download_cut_again_and_again_resumes_by_range_and_fetches_each_byte_once() 
     let (_dir, db) = db();
     let sim = &world.hub.as_ref().unwrap().sim;
     let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let counters = sim.counters.snapshot();
     assert!(counters.requests["storage"] >= 7, "the shard took seven requests at least: {counters:?}");
     assert!(counters.range_requests >= 6, "each resumed from where the last stopped: {counters:?}");
@@ -282,7 +282,7 @@ fn a_commit_whose_answer_is_lost_is_sent_again_and_lands_once() {
     let (_dir, db) = db();
     let sim = &world.hub.as_ref().unwrap().sim;
     let out = worker_cmd(&world, &db, &["repack", "lmstudio/tiny-q8"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(sim.counters.snapshot().requests["commit"], 2, "the commit was sent again once");
     let job = &jobs(&world, &db)[0];
     assert_eq!(job.1, "published", "{job:?}");
@@ -390,7 +390,7 @@ fn stopped_at(args: &[&str], audited: bool, step: &str, (grace, signals): (&str,
         &db,
         &["repack", &source, "--work-dir", work.path().to_str().unwrap()],
     );
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let repos = sim.repos();
     let mirror = repos.get(&name).unwrap();
     assert!(!mirror.meta.private, "{args:?} at {step}");

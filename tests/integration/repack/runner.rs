@@ -11,7 +11,7 @@ use hubalign::store::Store;
 use super::pipeline::jobs;
 use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::sim::world::ALICE;
-use crate::support::{hubalign, python, stdout};
+use crate::support::{hubalign, python, stdout, text};
 
 const RUNNER_TOKEN: &str = "runner-secret";
 
@@ -110,7 +110,7 @@ fn a_metal_job_waits_for_the_runner_then_publishes() {
     assert_eq!(refused, reqwest::StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(jobs(&world, &db)[0].1, "awaiting_metal_verify");
     let out = runner(RUNNER_TOKEN);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout(&out).contains("Metal check passed"), "{}", stdout(&out));
     assert_eq!(jobs(&world, &db)[0].1, "publishing");
     assert_eq!(runner(RUNNER_TOKEN).status.code(), Some(0), "nothing else waits");
@@ -188,7 +188,7 @@ fn staged_on_the_hub(renamed: Option<&str>) {
     assert_eq!(store()[0].verification, None);
     std::thread::sleep(Duration::from_millis(2100)); // its lease lapses
     let out = runner("hub-runner", ALICE);
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout(&out).contains("Metal check passed"), "{}", stdout(&out));
     let job = store()[0].clone();
     assert_eq!(job.state, "publishing");
