@@ -28,7 +28,7 @@ pub(super) fn worker_command(endpoint: &str, db: &Path, work: &Path, args: &[&st
     command
         .args(args)
         .args(["--endpoint", endpoint, "--token", ALICE, "--db", db.to_str().unwrap()])
-        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--work-dir")
         .arg(work)
         .arg("--python")

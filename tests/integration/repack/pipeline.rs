@@ -18,7 +18,7 @@ pub(crate) fn worker_command(world: &World, db: &Path, args: &[&str]) -> Command
     let mut cmd = hubalign();
     cmd.args(args)
         .args(["--endpoint", endpoint.as_str(), "--token", ALICE, "--db", db.to_str().unwrap()])
-        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python());
     cmd

@@ -20,7 +20,7 @@ fn with(world: &World, db: &Path, token: &str, python: &Path, args: &[&str]) -> 
     hubalign()
         .args(args)
         .args(["--endpoint", endpoint.as_str(), "--token", token, "--db", db.to_str().unwrap()])
-        .args(["--target-namespace", "alice", "--verify-device", "cpu", "--lease-secs", "1"])
+        .args(["--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python)
         .output()
