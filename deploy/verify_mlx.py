@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The MLX load check of the repack worker: every output shard must load in MLX bit-identical to its source.
 
-    verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES]
+    verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES] [--wait]
 
 Loads each `*.safetensors` of DIR with `mlx.core.load`, evaluates every array on the device (the Metal GPU on
 Apple silicon, `cpu` elsewhere), and judges the loaded bytes by the digests in DIR's MEI_ALIGN_MANIFEST.json,
@@ -29,6 +29,10 @@ before the next one is evaluated (MLX's buffer cache is turned off), so the chec
 shard checked at once (`--jobs`, which the worker chooses from its memory). `--max-address-space` caps the
 process's address space (RLIMIT_AS) so that a check that would take more fails instead of pushing the
 machine into swap; the worker also kills a check that outlives its deadline.
+
+With `--wait`, the script imports MLX and says so, then reads one JSON line on stdin before it opens DIR:
+{"jobs": N, "max_address_space": BYTES}, in place of the two options. The worker starts the check this way
+while the bundle still downloads, so the import (about a second, mostly mlx-lm's) is done when it is staged.
 """
 
 import argparse
@@ -191,6 +195,16 @@ def exit_with_the_worker():
     threading.Thread(target=watch, daemon=True).start()
 
 
+def limits_from_worker():
+    """The check's limits, (jobs, max_address_space), from the line the worker writes on stdin once the bundle
+    is staged."""
+    line = sys.stdin.readline(1 << 16)
+    if not line:
+        raise RuntimeError("the worker sent no limits: the job ended before its bundle was staged")
+    said = json.loads(line)
+    return int(said["jobs"]), int(said["max_address_space"])
+
+
 # The staged bundle as the checks after the load see it: the mlx_lm module, the bundle's directory, and
 # whether to load it lazily (a bundle larger than half the check's memory).
 Bundle = collections.namedtuple("Bundle", ["mlx_lm", "output", "lazy"])
@@ -229,10 +243,9 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--jobs", default=1, type=int, help="shards checked at once")
     ap.add_argument("--max-address-space", default=0, type=int, help="RLIMIT_AS in bytes (0: none)")
+    ap.add_argument("--wait", action="store_true", help="import MLX, then read the limits as a JSON line on stdin")
     args = ap.parse_args()
     exit_with_the_worker()
-    if args.max_address_space > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (args.max_address_space, args.max_address_space))
     started = time.perf_counter()
     record = {"ok": False, "device": args.device, "files": 0, "tensors": 0}
     try:
@@ -245,12 +258,15 @@ def main():
         # Said at once: a worker that publishes while the check runs names this version in the card.
         print(json.dumps({"started": True, "mlx_version": mx.__version__}), flush=True)
         mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
-        # MLX starts its threads on its first evaluation: here, before a shard's tensors take memory, so that
-        # a shard that needs more than the address-space cap fails with a record, not in a thread MLX could
-        # not start (glibc aborts the process then).
+        # MLX starts its threads on its first evaluation: here, before the address-space cap, so that a shard
+        # that needs more than the cap fails with a record, not in a thread MLX could not start (glibc aborts
+        # the process then).
         mx.eval(mx.zeros(1))
         # Freed buffers go back to the system at once instead of into MLX's cache.
         mx.set_cache_limit(CACHE_LIMIT)
+        jobs, max_address_space = limits_from_worker() if args.wait else (args.jobs, args.max_address_space)
+        if max_address_space > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
         output = args.output
         manifest = json.loads((output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}
@@ -270,12 +286,12 @@ def main():
 
         # Several shards at a time when the worker's memory allows: the reads and the hashing (which releases
         # the GIL) overlap.
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for tensors in pool.map(one, outputs):
                 record["tensors"] += tensors
                 record["files"] += 1
         size = sum(p.stat().st_size for p in outputs)
-        lazy = 2 * size > memory_budget(args.max_address_space)
+        lazy = 2 * size > memory_budget(max_address_space)
         bundle = Bundle(mlx_lm=mlx_lm, output=output, lazy=lazy)
         record["checks"] = {name: check(bundle) for name, check in CHECKS.items()}
         record["mlx_lm"] = record["checks"]["mlx_lm_load"]  # where services before the list read it

@@ -51,7 +51,7 @@ pub async fn mlx(check: &MlxCheck, scratch: &Path) -> Finding {
     };
     let started = std::time::Instant::now();
     let interpreter = mlx::Interpreter { python: check.python.clone(), script: check.script.clone() };
-    match mlx::run_off_executor(interpreter, output, &check.device, |_| {}).await {
+    match mlx::run_off_executor(interpreter, output, &check.device).await {
         Ok(record) => Finding::ok(
             CHECK,
             format!(

@@ -103,7 +103,7 @@ impl Repacker<'_> {
         let uploads = async {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, kept).await);
         };
-        let alongside = Alongside { kept: Some(kept_tx), ahead: Some(ahead), verdict: None };
+        let alongside = Alongside { kept: Some(kept_tx), ahead: Some(ahead), ..Alongside::default() };
         let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, alongside), uploads);
         outcome
     }
@@ -139,6 +139,16 @@ impl Repacker<'_> {
     ) -> Result<JobOutcome, RepackError> {
         // The download holds the only sender: the uploads ahead end once it is done.
         let kept = alongside.kept.take();
+        // The check's interpreter imports MLX while the bundle downloads; a job that ends before ends it.
+        // Its home goes in the job's directory, which must exist first.
+        if !hands_to_metal(job) {
+            let dir = work.dir.clone();
+            off_executor("making the job's directory", move || {
+                std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))
+            })
+            .await?;
+            alongside.mlx = Some(mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device(job)));
+        }
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
@@ -248,7 +258,7 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         checked: Checked,
-        alongside: Alongside,
+        mut alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
         if hands_to_metal(job) {
             if self.opts.metal_handoff == MetalHandoff::Hub {
@@ -257,10 +267,11 @@ impl Repacker<'_> {
             return Ok(JobOutcome::AwaitMetal { staged: None });
         }
         let mlx_device = mlx_device(job);
-        let (started_tx, started) = tokio::sync::oneshot::channel();
-        let tell = |mlx_version: Option<String>| drop(started_tx.send(mlx_version));
-        let running = mlx::run_off_executor(self.mlx_interpreter(), work.output.clone(), mlx_device, tell);
-        let check = async { running.await.map_err(check_failed) };
+        let early = alongside.mlx.take();
+        let check =
+            early.unwrap_or_else(|| mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device));
+        let mlx::Going { started, record } = check.go();
+        let check = async { record.await.map_err(check_failed) };
         tokio::pin!(check);
         // A mirror is published while the check runs, once it has said which MLX it runs, for the card.
         let started = if self.opts.pull_request { None } else { started.await.ok() };
@@ -434,10 +445,13 @@ impl Repacker<'_> {
     }
 }
 
-/// Holds the ends of the work that runs alongside a job's steps: the uploads ahead, and the MLX check beside
-/// the upload. Each end is `None` when that work does not run for this job.
+/// Holds the ends of the work that runs alongside a job's steps: the uploads ahead, the MLX check's
+/// interpreter started early, and the MLX check beside the upload. Each end is `None` when that work does
+/// not run for this job.
 #[derive(Default)]
 struct Alongside {
+    /// The MLX check, started before the download so that MLX is imported when the bundle is staged.
+    mlx: Option<mlx::MlxCheck>,
     /// Where the download names each shard it keeps, for the uploads ahead. Dropped when the download ends.
     kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// What went up ahead, once the uploads ahead have ended.

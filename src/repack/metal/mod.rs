@@ -81,7 +81,7 @@ pub async fn check_once<R: Rendezvous>(
         Ok(bundle) => {
             let interpreter =
                 crate::repack::checks::mlx::Interpreter { python: setup.python.clone(), script: setup.script.clone() };
-            match crate::repack::checks::mlx::run_off_executor(interpreter, bundle, &setup.device, |_| {}).await {
+            match crate::repack::checks::mlx::run_off_executor(interpreter, bundle, &setup.device).await {
                 Ok(record) => record,
                 Err(e) if e.is_configuration() => {
                     let _ = std::fs::remove_dir_all(&dir);

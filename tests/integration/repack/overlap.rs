@@ -1,6 +1,7 @@
 //! The MLX check runs while the mirror is uploaded, and the commit waits for its verdict (`repack::upload`).
 //! A stand-in for the check says it started, waits until the upload has asked the Hub how to send each file,
 //! lets the uploader run on, and reads the simulator's counters before answering.
+//! The check's interpreter starts while the bundle downloads, and reads the bundle only once it is staged.
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +17,13 @@ fn stand_in(dir: &Path, endpoint: &str, passes: bool) -> PathBuf {
     std::fs::write(
         &script,
         format!(
-            r#"import json, time, urllib.request
+            r#"import json, sys, time, urllib.request
 def snapshot():
     return json.load(urllib.request.urlopen("{endpoint}/_sim/counters"))
 def counters():
     return snapshot()["requests"]
 print(json.dumps({{"started": True, "mlx_version": "0.0-stand-in"}}), flush=True)
+sys.stdin.readline()  # the limits, sent once the bundle is staged
 deadline = time.time() + 30
 while counters().get("preupload", 0) == 0 and time.time() < deadline:
     time.sleep(0.05)
@@ -40,11 +42,16 @@ raise SystemExit(0 if record["ok"] else 1)
         ),
     )
     .unwrap();
+    wrapper(dir, &script)
+}
+
+/// An interpreter for the worker that runs `script` for the jobs' checks and the real check at start.
+fn wrapper(dir: &Path, script: &Path) -> PathBuf {
     let wrapper = dir.join("python");
     // The checks at start get the real check (their probe bundle's directory says so); jobs the stand-in.
     let real = python().display();
     let sh = format!(
-        "#!/bin/sh\ncase \"$*\" in *hubalign-preflight-*) exec '{real}' \"$@\" ;; esac\nexec '{real}' '{}'\n",
+        "#!/bin/sh\ncase \"$*\" in *hubalign-preflight-*) exec '{real}' \"$@\" ;; esac\nexec '{real}' '{}' \"$@\"\n",
         script.display()
     );
     std::fs::write(&wrapper, sh).unwrap();
@@ -54,10 +61,11 @@ raise SystemExit(0 if record["ok"] else 1)
     wrapper
 }
 
-fn repack_with(world: &World, db: &Path, python: &Path) -> std::process::Output {
+/// `hubalign repack REPO` with `python` for the MLX check's interpreter.
+fn repack_with(world: &World, db: &Path, repo: &str, python: &Path) -> std::process::Output {
     let endpoint = world.endpoint();
     let mut child = hubalign()
-        .args(["repack", "lmstudio/tiny-q8", "--endpoint", endpoint.as_str(), "--token", ALICE])
+        .args(["repack", repo, "--endpoint", endpoint.as_str(), "--token", ALICE])
         .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python)
@@ -83,7 +91,7 @@ fn audited_then_repacked(passes: bool) -> (World, tempfile::TempDir, PathBuf, st
     let (dir, db) = db();
     assert_ok(&audit(&world, &db, &[]));
     let python = stand_in(dir.path(), &world.endpoint(), passes);
-    let out = repack_with(&world, &db, &python);
+    let out = repack_with(&world, &db, "lmstudio/tiny-q8", &python);
     (world, dir, db, out)
 }
 
@@ -126,4 +134,43 @@ fn a_check_that_fails_during_the_upload_leaves_no_commit() {
     assert_eq!(state, "failed");
     assert!(reason.unwrap_or_default().contains("MLX load check: ValueError: model.safetensors: w: bytes differ"));
     assert_eq!(commits(&world), 0, "nothing committed");
+}
+
+/// A stand-in for the check that records, at its start and once told the bundle is staged, the bytes the
+/// simulator had served and the shards in the bundle's directory. The test puts `ENDPOINT = "…"` before it.
+const WATCHES_THE_DOWNLOAD: &str = r#"import json, os, sys, urllib.request
+output = sys.argv[sys.argv.index("--output") + 1]
+def seen():
+    served = json.load(urllib.request.urlopen(ENDPOINT + "/_sim/counters"))["bytes_served"]
+    shards = sorted(n for n in os.listdir(output) if n.endswith(".safetensors")) if os.path.isdir(output) else []
+    return {"served": served, "shards": shards}
+at_start = seen()
+print(json.dumps({"started": True, "mlx_version": "0.0-stand-in"}), flush=True)
+limits = json.loads(sys.stdin.readline())
+print(json.dumps({"ok": True, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1,
+                  "seconds": 0.0, "at_start": at_start, "at_go": seen(), "limits": limits}))
+"#;
+
+#[test]
+fn the_checks_interpreter_starts_during_the_download_and_reads_the_bundle_once_staged() {
+    // The 4 MiB shard comes at 1 MB/s per connection: the download takes seconds, the stand-in a fraction
+    // of one to start.
+    let world =
+        crate::sim::world::start_on(super::memory::reordered_bundle(8).0, |c| c.faults.storage_rate = 1_000_000);
+    let (dir, db) = db();
+    assert_ok(&audit(&world, &db, &[]));
+    let script = dir.path().join("check.py");
+    std::fs::write(&script, format!("ENDPOINT = {:?}\n{WATCHES_THE_DOWNLOAD}", world.endpoint())).unwrap();
+    let out = repack_with(&world, &db, "big-org/moved-q4", &wrapper(dir.path(), &script));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job = world.runtime.block_on(async {
+        let store = hubalign::store::Store::open(&db).await.unwrap();
+        store.jobs().await.unwrap().into_iter().next().unwrap()
+    });
+    let record = serde_json::to_value(job.verification.unwrap().0).unwrap();
+    let (at_start, at_go) = (&record["at_start"], &record["at_go"]);
+    assert_eq!(at_start["shards"], serde_json::json!([]), "nothing staged when it started: {record}");
+    assert!(at_start["served"].as_u64() < at_go["served"].as_u64(), "the download was not done: {record}");
+    assert_eq!(at_go["shards"], serde_json::json!(["model.safetensors"]), "the bundle staged at the go: {record}");
+    assert!(record["limits"]["jobs"].as_u64() >= Some(1), "and its limits: {record}");
 }

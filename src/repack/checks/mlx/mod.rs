@@ -5,7 +5,7 @@
 //! This worker's available memory decides how many shards that is. Its address space is capped on Linux.
 //! It is killed once it outlives a deadline that grows with the bytes it reads.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,6 +56,9 @@ pub(crate) enum MlxCheckError {
     /// MLX loaded the bundle and found it wrong (its record's `error`).
     #[error("{0}")]
     Failed(String),
+    /// The job ended before its bundle was staged, so the check read nothing.
+    #[error("the job ended before its bundle was staged")]
+    Abandoned,
     /// The thread it ran on could not be started, or panicked.
     #[error(transparent)]
     Thread(#[from] crate::blocking::BlockingError),
@@ -85,24 +88,58 @@ pub(crate) struct Interpreter {
     pub script: PathBuf,
 }
 
-/// Starts the check of the bundle in `output` on `device` at once, on a low-priority thread of its own,
-/// because it blocks for minutes. Tells `on_start` the MLX version the check announces once MLX is imported.
-/// The worker, the Hub rendezvous and the macOS runner all run the check this way.
-/// The check runs whether or not the returned future is polled yet.
-/// A caller may thus wait for `on_start` first.
-pub(crate) fn run_off_executor<F: FnOnce(Option<String>) + Send + 'static>(
-    Interpreter { python, script }: Interpreter,
+/// An MLX check whose interpreter starts before its bundle is staged.
+/// The interpreter imports MLX and mlx-lm (about a second) while the bundle downloads.
+/// It reads nothing until [`MlxCheck::go`]; dropped before that, it ends the interpreter.
+/// The check runs on a low-priority thread of its own, because it blocks for minutes.
+pub(crate) struct MlxCheck {
+    /// Tells the check's thread that the bundle is staged.
+    go: std::sync::mpsc::Sender<()>,
+    /// What the check does once told.
+    going: Going,
+}
+
+/// A check told to read its bundle.
+pub(crate) struct Going {
+    /// The MLX version the check announces once MLX is imported; dropped if it never does.
+    pub started: tokio::sync::oneshot::Receiver<Option<String>>,
+    /// The check's record, or why it failed.
+    pub record: std::pin::Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>,
+}
+
+impl MlxCheck {
+    /// Starts the interpreter for the check of the bundle to be staged in `output`, on `device`.
+    pub(crate) fn start(Interpreter { python, script }: Interpreter, output: PathBuf, device: &str) -> MlxCheck {
+        let device = device.to_owned();
+        let (go, told) = std::sync::mpsc::channel();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let running = crate::blocking::run("the MLX check", move || {
+            crate::blocking::assert_off_executor("the MLX check");
+            // The limits depend on the staged shards, so they are set once the bundle is there.
+            let staged = || told.recv().ok().map(|()| Limits::for_bundle(&output, available_memory()));
+            let tell = |version| drop(started_tx.send(version));
+            run_check(&python, &script, (&output, &device), staged, tell)
+        });
+        let record = Box::pin(async move { running.await? });
+        MlxCheck { go, going: Going { started, record } }
+    }
+
+    /// Lets the check read its bundle, which must now be staged.
+    pub(crate) fn go(self) -> Going {
+        // The thread has ended only if the check could not start; its record says why.
+        let _ = self.go.send(());
+        self.going
+    }
+}
+
+/// Checks the bundle staged in `output` on `device` at once, on a low-priority thread of its own.
+/// The checks at start, the Hub rendezvous and the macOS runner run the check this way.
+pub(crate) fn run_off_executor(
+    interpreter: Interpreter,
     output: PathBuf,
     device: &str,
-    on_start: F,
-) -> impl Future<Output = Result<MlxRecord, MlxCheckError>> + use<F> {
-    let device = device.to_owned();
-    let running = crate::blocking::run("the MLX check", move || {
-        crate::blocking::assert_off_executor("the MLX check");
-        let limits = Limits::for_bundle(&output, available_memory());
-        run_check(&python, &script, (&output, &device), limits, on_start)
-    });
-    async move { running.await? }
+) -> impl Future<Output = Result<MlxRecord, MlxCheckError>> + use<> {
+    MlxCheck::start(interpreter, output, device).go().record
 }
 
 /// Variables of the worker's environment the MLX check inherits: what finds and runs Python and MLX, and
@@ -153,14 +190,16 @@ fn seal_this_process() {
     });
 }
 
-/// Runs the check of the bundle staged in `output` on `device` (`cpu` or `gpu`) within `limits`.
+/// Starts the check's interpreter for the bundle in `output` on `device` (`cpu` or `gpu`).
+/// Once `staged` returns the bundle's limits, lets the check read the bundle within them.
 /// Tells `on_start` the MLX version the script announces once MLX is imported, before it loads anything.
 /// Returns the check's record, or why it failed.
+/// If `staged` returns `None`, the job no longer wants the check: the interpreter is killed unread.
 fn run_check(
     python: &Path,
     script: &Path,
     (output, device): (&Path, &str),
-    limits: Limits,
+    staged: impl FnOnce() -> Option<Limits>,
     on_start: impl FnOnce(Option<String>),
 ) -> Result<MlxRecord, MlxCheckError> {
     let cannot = |source: std::io::Error| MlxCheckError::CannotRun {
@@ -175,17 +214,9 @@ fn run_check(
     let beside = output.parent().unwrap_or(output);
     let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir_in(beside).map_err(cannot)?;
     let mut command = Command::new(python);
-    command.env_clear().envs(check_environment(std::env::vars_os())).env("HOME", home.path()).arg(script).args([
-        "--device",
-        device,
-        "--jobs",
-        &limits.jobs.to_string(),
-    ]);
-    command.arg("--output").arg(output).stdin(Stdio::null());
-    // Only Linux enforces RLIMIT_AS for what MLX maps; macOS's Metal maps far more than it touches.
-    if cfg!(target_os = "linux") {
-        command.args(["--max-address-space", &limits.address_space.to_string()]);
-    }
+    command.env_clear().envs(check_environment(std::env::vars_os())).env("HOME", home.path()).arg(script);
+    // The script imports MLX, then waits for its limits on stdin before it reads the bundle.
+    command.args(["--device", device, "--wait"]).arg("--output").arg(output).stdin(Stdio::piped());
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(cannot)?;
     // stderr is drained beside stdout, so that neither pipe fills while the other is read.
     let stderr = child.stderr.take().map(|e| {
@@ -214,6 +245,15 @@ fn run_check(
             last
         })
     });
+    let Some(limits) = staged() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(MlxCheckError::Abandoned);
+    };
+    // A check that ended before it read its limits is judged by what it printed, below.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = writeln!(stdin, "{}", limits.for_script());
+    }
     let deadline = Instant::now() + limits.deadline;
     let mut on_start = Some(on_start);
     let mut started = false;
@@ -323,6 +363,14 @@ impl Limits {
         let deadline = DEADLINE_BASE + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC);
         Limits { jobs, address_space, deadline, bytes }
     }
+
+    /// The line the script reads on stdin: how many shards it checks at once, and its address-space cap
+    /// (0 for none). Only Linux enforces the cap for what MLX maps; macOS's Metal maps far more than it
+    /// touches.
+    fn for_script(&self) -> serde_json::Value {
+        let address_space = if cfg!(target_os = "linux") { self.address_space } else { 0 };
+        serde_json::json!({ "jobs": self.jobs, "max_address_space": address_space })
+    }
 }
 
 /// Memory this machine has available now (`MemAvailable` of `/proc/meminfo`), if it says.
@@ -410,7 +458,7 @@ mod tests {
         let python = String::from_utf8(real.stdout).unwrap();
         let bundle = dir.path().join("output");
         std::fs::create_dir(&bundle).unwrap();
-        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), limits, |_| {});
+        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), || Some(limits), |_| {});
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
@@ -447,10 +495,61 @@ mod tests {
         let short = Limits { deadline: Duration::from_millis(500), ..limits };
         let started = Instant::now();
         let mut told = None;
-        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), short, |s| told = Some(s));
+        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(short), |s| told = Some(s));
         assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
+    }
+
+    /// A stand-in that says it started, then writes what it reads on stdin to `read`.
+    #[cfg(feature = "system-tests")]
+    fn waits_for_its_limits(dir: &Path, read: &Path) -> PathBuf {
+        let script = dir.join("wait.py");
+        let body = format!(
+            "import sys\nprint('{{\"started\": true, \"mlx_version\": \"x\"}}', flush=True)\n\
+             line = sys.stdin.readline()\nopen({:?}, 'w').write(line)\n",
+            read.display().to_string()
+        );
+        std::fs::write(&script, body).unwrap();
+        script
+    }
+
+    /// The check starts before its bundle is staged and reads its limits only once it is.
+    #[cfg(feature = "system-tests")] // needs python3
+    #[test]
+    fn the_check_gets_its_limits_once_the_bundle_is_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = dir.path().join("read");
+        let script = waits_for_its_limits(dir.path(), &read);
+        let limits = Limits::for_bundle(dir.path(), None);
+        let mut told_first = false;
+        let staged = || {
+            // The interpreter is running: it says it started, and waits.
+            std::thread::sleep(Duration::from_millis(300));
+            told_first = !read.exists();
+            Some(limits)
+        };
+        let _ = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), staged, |_| {});
+        assert!(told_first, "it read nothing before the bundle was staged");
+        let said: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&read).unwrap()).unwrap();
+        assert_eq!(said, limits.for_script());
+    }
+
+    /// A job that ends before its bundle is staged kills the check's interpreter, which reads nothing.
+    #[cfg(feature = "system-tests")] // needs python3
+    #[test]
+    fn a_check_the_job_no_longer_wants_is_killed_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = dir.path().join("read");
+        let script = waits_for_its_limits(dir.path(), &read);
+        let abandoned = || {
+            std::thread::sleep(Duration::from_millis(300));
+            None
+        };
+        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), abandoned, |_| {});
+        assert!(matches!(result, Err(MlxCheckError::Abandoned)), "{result:?}");
+        // Closing its stdin would have let it read an empty line and write it; it was killed first.
+        assert!(!read.exists(), "killed, not let go on");
     }
 
     /// Only a failure before MLX is imported, and so before the bundle is read, is the worker's
@@ -464,7 +563,7 @@ mod tests {
         let run = |name: &str, body: &str| {
             let script = dir.path().join(name);
             std::fs::write(&script, body).unwrap();
-            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), limits, |_| {})
+            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(limits), |_| {})
         };
         let started = "print('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\n";
         let no_mlx = "print('{\"ok\": false, \"device\": \"cpu\", \"error\": \"ModuleNotFoundError: mlx\"}')\n";
@@ -482,8 +581,13 @@ mod tests {
             let failed = run(name, &body).unwrap_err();
             assert_eq!(failed.is_configuration(), configuration, "{name}: {failed}");
         }
-        let missing =
-            run_check(Path::new("/nonexistent/python3"), Path::new("x.py"), (dir.path(), "cpu"), limits, |_| {});
+        let missing = run_check(
+            Path::new("/nonexistent/python3"),
+            Path::new("x.py"),
+            (dir.path(), "cpu"),
+            || Some(limits),
+            |_| {},
+        );
         assert!(missing.unwrap_err().is_configuration());
     }
 }
