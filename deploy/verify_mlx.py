@@ -33,6 +33,8 @@ machine into swap; the worker also kills a check that outlives its deadline.
 With `--wait`, the script imports MLX and says so, then reads one JSON line on stdin before it opens DIR:
 {"jobs": N, "max_address_space": BYTES}, in place of the two options. The worker starts the check this way
 while the bundle still downloads, so the import (about a second, mostly mlx-lm's) is done when it is staged.
+It then ignores SIGINT and SIGTERM: the worker kills it, or it ends when the worker does.
+In both modes "seconds" counts the check itself: from when MLX is imported and the limits are known.
 """
 
 import argparse
@@ -41,6 +43,7 @@ import hashlib
 import json
 import os
 import resource
+import signal
 import struct
 import sys
 import threading
@@ -246,6 +249,11 @@ def main():
     ap.add_argument("--wait", action="store_true", help="import MLX, then read the limits as a JSON line on stdin")
     args = ap.parse_args()
     exit_with_the_worker()
+    if args.wait:
+        # The worker ends this check itself, and the watch above ends it with the worker. A Ctrl-C or a
+        # service manager's stop reaches every process of the worker; here it must not look like a failed import.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     started = time.perf_counter()
     record = {"ok": False, "device": args.device, "files": 0, "tensors": 0}
     try:
@@ -265,6 +273,8 @@ def main():
         # Freed buffers go back to the system at once instead of into MLX's cache.
         mx.set_cache_limit(CACHE_LIMIT)
         jobs, max_address_space = limits_from_worker() if args.wait else (args.jobs, args.max_address_space)
+        # The time the check says is its own: from here, not from the start of the download it waited for.
+        started = time.perf_counter()
         if max_address_space > 0:
             resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
         output = args.output

@@ -137,18 +137,42 @@ impl Repacker<'_> {
         resume: Resume,
         mut alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
-        // The download holds the only sender: the uploads ahead end once it is done.
-        let kept = alongside.kept.take();
-        // The check's interpreter imports MLX while the bundle downloads; a job that ends before ends it.
-        // Its home goes in the job's directory, which must exist first.
+        // The check's interpreter imports MLX while the bundle is staged. Its home goes in the job's
+        // directory, which must exist first.
+        let mut check = None;
         if !hands_to_metal(job) {
             let dir = work.dir.clone();
             off_executor("making the job's directory", move || {
                 std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))
             })
             .await?;
-            alongside.mlx = Some(mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device(job)));
+            check = Some(mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device(job)));
         }
+        // The download holds the only sender: the uploads ahead end once it is done.
+        let checked = match self.stage(job, work, resume, alongside.kept.take()).await {
+            Ok(ControlFlow::Continue(checked)) => checked,
+            Ok(ControlFlow::Break(outcome)) => {
+                abandon(check).await;
+                return Ok(outcome);
+            }
+            Err(e) => {
+                abandon(check).await;
+                return Err(e);
+            }
+        };
+        alongside.mlx = check;
+        self.check_and_publish(job, work, checked, alongside).await
+    }
+
+    /// Downloads, re-lays and checks the bundle here, from where `resume` says. Returns `Continue` with what
+    /// the local checks found, or `Break` with the job's outcome when there is nothing to publish.
+    async fn stage(
+        &self,
+        job: &Job,
+        work: &Work,
+        resume: Resume,
+        kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<StepEnd<Checked>, RepackError> {
         let relaid = match resume {
             Resume::Check => ControlFlow::Continue(()),
             Resume::Relayout { left_out } => self.relayout(job, work, left_out).await?,
@@ -158,10 +182,9 @@ impl Repacker<'_> {
             },
         };
         if let ControlFlow::Break(outcome) = relaid {
-            return Ok(outcome);
+            return Ok(ControlFlow::Break(outcome));
         }
-        let checked = self.check_locally(job, work).await?;
-        self.check_and_publish(job, work, checked, alongside).await
+        Ok(ControlFlow::Continue(self.check_locally(job, work).await?))
     }
 
     /// The download step. It downloads the files the mirror carries into `work.source`, and repaired shards
@@ -458,6 +481,13 @@ struct Alongside {
     ahead: Option<tokio::sync::oneshot::Receiver<Option<ahead::Ahead>>>,
     /// The MLX check's verdict, when the check runs during the upload.
     verdict: Option<tokio::sync::watch::Receiver<publish::Verdict>>,
+}
+
+/// Ends the MLX check unread, if one was started. Its interpreter and home go before the job's files do.
+async fn abandon(check: Option<mlx::MlxCheck>) {
+    if let Some(check) = check {
+        check.abandon().await;
+    }
 }
 
 /// Passes the MLX check's verdict on to the publish once the card holds the check's whole record.

@@ -172,5 +172,7 @@ fn the_checks_interpreter_starts_during_the_download_and_reads_the_bundle_once_s
     assert_eq!(at_start["shards"], serde_json::json!([]), "nothing staged when it started: {record}");
     assert!(at_start["served"].as_u64() < at_go["served"].as_u64(), "the download was not done: {record}");
     assert_eq!(at_go["shards"], serde_json::json!(["model.safetensors"]), "the bundle staged at the go: {record}");
-    assert!(record["limits"]["jobs"].as_u64() >= Some(1), "and its limits: {record}");
+    // The limits were taken from the staged shard: its largest tensor (512 KiB) counts in the cap, twice.
+    let (jobs, cap) = (record["limits"]["jobs"].as_u64().unwrap(), record["limits"]["max_address_space"].as_u64());
+    assert!(jobs >= 1 && cap >= Some((2 << 30) + jobs * ((256 << 20) + (1 << 20))), "and its limits: {record}");
 }

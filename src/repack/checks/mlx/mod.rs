@@ -56,8 +56,9 @@ pub(crate) enum MlxCheckError {
     /// MLX loaded the bundle and found it wrong (its record's `error`).
     #[error("{0}")]
     Failed(String),
-    /// The job ended before its bundle was staged, so the check read nothing.
-    #[error("the job ended before its bundle was staged")]
+    /// The job no longer wanted the check: it ended before its bundle was staged, or dropped the record.
+    /// The interpreter was killed.
+    #[error("the job no longer wanted the check")]
     Abandoned,
     /// The thread it ran on could not be started, or panicked.
     #[error(transparent)]
@@ -90,7 +91,8 @@ pub(crate) struct Interpreter {
 
 /// An MLX check whose interpreter starts before its bundle is staged.
 /// The interpreter imports MLX and mlx-lm (about a second) while the bundle downloads.
-/// It reads nothing until [`MlxCheck::go`]; dropped before that, it ends the interpreter.
+/// It reads nothing until [`MlxCheck::go`].
+/// Dropped before that, or with its record after, it has its interpreter killed.
 /// The check runs on a low-priority thread of its own, because it blocks for minutes.
 pub(crate) struct MlxCheck {
     /// Tells the check's thread that the bundle is staged.
@@ -101,9 +103,9 @@ pub(crate) struct MlxCheck {
 
 /// A check told to read its bundle.
 pub(crate) struct Going {
-    /// The MLX version the check announces once MLX is imported; dropped if it never does.
+    /// The MLX version the check announced once MLX was imported; dropped if it never did.
     pub started: tokio::sync::oneshot::Receiver<Option<String>>,
-    /// The check's record, or why it failed.
+    /// The check's record, or why it failed. Dropping it kills the interpreter.
     pub record: std::pin::Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>,
 }
 
@@ -112,15 +114,21 @@ impl MlxCheck {
     pub(crate) fn start(Interpreter { python, script }: Interpreter, output: PathBuf, device: &str) -> MlxCheck {
         let device = device.to_owned();
         let (go, told) = std::sync::mpsc::channel();
+        // Nothing is sent on `wanted`: the record's future holds its sender, and dropping it disconnects.
+        let (wanted, still_wanted) = std::sync::mpsc::channel::<()>();
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let running = crate::blocking::run("the MLX check", move || {
             crate::blocking::assert_off_executor("the MLX check");
             // The limits depend on the staged shards, so they are set once the bundle is there.
             let staged = || told.recv().ok().map(|()| Limits::for_bundle(&output, available_memory()));
+            let wanted = || !matches!(still_wanted.try_recv(), Err(std::sync::mpsc::TryRecvError::Disconnected));
             let tell = |version| drop(started_tx.send(version));
-            run_check(&python, &script, (&output, &device), staged, tell)
+            run_check(&python, &script, (&output, &device), staged, wanted, tell)
         });
-        let record = Box::pin(async move { running.await? });
+        let record = Box::pin(async move {
+            let _wanted = wanted;
+            running.await?
+        });
         MlxCheck { go, going: Going { started, record } }
     }
 
@@ -129,6 +137,14 @@ impl MlxCheck {
         // The thread has ended only if the check could not start; its record says why.
         let _ = self.go.send(());
         self.going
+    }
+
+    /// Ends the check unread. Returns once its interpreter is gone and its home removed, so that the job's
+    /// directory can go.
+    pub(crate) async fn abandon(self) {
+        let MlxCheck { go, going } = self;
+        drop(go);
+        let _ = going.record.await;
     }
 }
 
@@ -192,14 +208,15 @@ fn seal_this_process() {
 
 /// Starts the check's interpreter for the bundle in `output` on `device` (`cpu` or `gpu`).
 /// Once `staged` returns the bundle's limits, lets the check read the bundle within them.
-/// Tells `on_start` the MLX version the script announces once MLX is imported, before it loads anything.
+/// After that, tells `on_start` the MLX version the script announced once MLX was imported.
 /// Returns the check's record, or why it failed.
-/// If `staged` returns `None`, the job no longer wants the check: the interpreter is killed unread.
+/// If `staged` returns `None`, or `wanted` turns false, the interpreter is killed and the check abandoned.
 fn run_check(
     python: &Path,
     script: &Path,
     (output, device): (&Path, &str),
     staged: impl FnOnce() -> Option<Limits>,
+    wanted: impl Fn() -> bool,
     on_start: impl FnOnce(Option<String>),
 ) -> Result<MlxRecord, MlxCheckError> {
     let cannot = |source: std::io::Error| MlxCheckError::CannotRun {
@@ -267,6 +284,11 @@ fn run_check(
         if let Some(status) = child.try_wait().map_err(cannot)? {
             break status;
         }
+        if !wanted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(MlxCheckError::Abandoned);
+        }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
@@ -333,7 +355,8 @@ const MAX_JOBS: usize = 2;
 const BASE_ADDRESS_SPACE: u64 = 2 << 30;
 /// The buffers MLX may keep for reuse (the script's `CACHE_LIMIT`).
 const MLX_CACHE: u64 = 256 << 20;
-/// The deadline's fixed part (starting the interpreter, importing MLX) and the slowest read rate it allows.
+/// The deadline's fixed part (an import of MLX not done by the go, mlx-lm's load) and the slowest read rate it
+/// allows. The deadline starts at the go.
 const DEADLINE_BASE: Duration = Duration::from_secs(300);
 const SLOWEST_BYTES_PER_SEC: u64 = 20_000_000;
 
@@ -458,7 +481,7 @@ mod tests {
         let python = String::from_utf8(real.stdout).unwrap();
         let bundle = dir.path().join("output");
         std::fs::create_dir(&bundle).unwrap();
-        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), || Some(limits), |_| {});
+        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), || Some(limits), || true, |_| {});
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
@@ -495,23 +518,47 @@ mod tests {
         let short = Limits { deadline: Duration::from_millis(500), ..limits };
         let started = Instant::now();
         let mut told = None;
-        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(short), |s| told = Some(s));
+        let result =
+            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(short), || true, |s| told = Some(s));
         assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
     }
 
-    /// A stand-in that says it started, then writes what it reads on stdin to `read`.
+    /// A stand-in that writes its pid to `dir/pid` and says it started. It then writes what it reads on
+    /// stdin to `dir/read` and sleeps, as a long check would.
     #[cfg(feature = "system-tests")]
-    fn waits_for_its_limits(dir: &Path, read: &Path) -> PathBuf {
+    fn waits_for_its_limits(dir: &Path) -> PathBuf {
         let script = dir.join("wait.py");
         let body = format!(
-            "import sys\nprint('{{\"started\": true, \"mlx_version\": \"x\"}}', flush=True)\n\
-             line = sys.stdin.readline()\nopen({:?}, 'w').write(line)\n",
-            read.display().to_string()
+            "import os, sys, time\nopen({pid:?}, 'w').write(str(os.getpid()))\n\
+             print('{{\"started\": true, \"mlx_version\": \"x\"}}', flush=True)\n\
+             line = sys.stdin.readline()\nopen({read:?}, 'w').write(line)\ntime.sleep(600)\n",
+            pid = dir.join("pid").display().to_string(),
+            read = dir.join("read").display().to_string(),
         );
         std::fs::write(&script, body).unwrap();
         script
+    }
+
+    /// The stand-in's process id, once it has written it.
+    #[cfg(feature = "system-tests")]
+    fn pid_of_stand_in(dir: &Path) -> rustix::process::Pid {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pid = std::fs::read_to_string(dir.join("pid")).ok().and_then(|p| p.parse::<i32>().ok());
+            if let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "the stand-in never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether process `pid` still exists (a zombie counts: its parent has not waited for it).
+    #[cfg(feature = "system-tests")]
+    fn exists(pid: rustix::process::Pid) -> bool {
+        rustix::process::test_kill_process(pid).is_ok()
     }
 
     /// The check starts before its bundle is staged and reads its limits only once it is.
@@ -519,37 +566,58 @@ mod tests {
     #[test]
     fn the_check_gets_its_limits_once_the_bundle_is_staged() {
         let dir = tempfile::tempdir().unwrap();
-        let read = dir.path().join("read");
-        let script = waits_for_its_limits(dir.path(), &read);
-        let limits = Limits::for_bundle(dir.path(), None);
-        let mut told_first = false;
+        let script = waits_for_its_limits(dir.path());
+        let limits = Limits { deadline: Duration::from_secs(2), ..Limits::for_bundle(dir.path(), None) };
+        let mut read_before = true;
         let staged = || {
-            // The interpreter is running: it says it started, and waits.
-            std::thread::sleep(Duration::from_millis(300));
-            told_first = !read.exists();
+            pid_of_stand_in(dir.path());
+            std::thread::sleep(Duration::from_millis(200));
+            read_before = dir.path().join("read").exists();
             Some(limits)
         };
-        let _ = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), staged, |_| {});
-        assert!(told_first, "it read nothing before the bundle was staged");
-        let said: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&read).unwrap()).unwrap();
+        let _ = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), staged, || true, |_| {});
+        assert!(!read_before, "it read nothing before the bundle was staged");
+        let said: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("read")).unwrap()).unwrap();
         assert_eq!(said, limits.for_script());
     }
 
-    /// A job that ends before its bundle is staged kills the check's interpreter, which reads nothing.
+    /// A job that ends before its bundle is staged abandons the check: the interpreter is gone, unread,
+    /// with its home, once `abandon` returns.
     #[cfg(feature = "system-tests")] // needs python3
     #[test]
-    fn a_check_the_job_no_longer_wants_is_killed_unread() {
+    fn an_abandoned_check_is_killed_unread_before_the_job_goes_on() {
         let dir = tempfile::tempdir().unwrap();
-        let read = dir.path().join("read");
-        let script = waits_for_its_limits(dir.path(), &read);
-        let abandoned = || {
-            std::thread::sleep(Duration::from_millis(300));
-            None
-        };
-        let result = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), abandoned, |_| {});
-        assert!(matches!(result, Err(MlxCheckError::Abandoned)), "{result:?}");
+        let interpreter = Interpreter { python: "python3".into(), script: waits_for_its_limits(dir.path()) };
+        let check = MlxCheck::start(interpreter, dir.path().join("output"), "cpu");
+        let pid = pid_of_stand_in(dir.path());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(check.abandon());
+        assert!(!exists(pid), "killed and waited for");
         // Closing its stdin would have let it read an empty line and write it; it was killed first.
-        assert!(!read.exists(), "killed, not let go on");
+        assert!(!dir.path().join("read").exists(), "killed, not let go on");
+        let homes = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok);
+        assert!(!homes.into_iter().any(|e| e.file_name().to_string_lossy().starts_with("hubalign-check-home")));
+    }
+
+    /// A job that drops the check's record, as a job stopped mid-check does, has the interpreter killed.
+    #[cfg(feature = "system-tests")] // needs python3
+    #[test]
+    fn a_check_whose_record_is_dropped_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let interpreter = Interpreter { python: "python3".into(), script: waits_for_its_limits(dir.path()) };
+        let going = MlxCheck::start(interpreter, dir.path().join("output"), "cpu").go();
+        let pid = pid_of_stand_in(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !dir.path().join("read").exists() {
+            assert!(Instant::now() < deadline, "the go never reached the stand-in");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(going);
+        while exists(pid) {
+            assert!(Instant::now() < deadline, "the check outlived its record");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Only a failure before MLX is imported, and so before the bundle is read, is the worker's
@@ -563,7 +631,7 @@ mod tests {
         let run = |name: &str, body: &str| {
             let script = dir.path().join(name);
             std::fs::write(&script, body).unwrap();
-            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(limits), |_| {})
+            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(limits), || true, |_| {})
         };
         let started = "print('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\n";
         let no_mlx = "print('{\"ok\": false, \"device\": \"cpu\", \"error\": \"ModuleNotFoundError: mlx\"}')\n";
@@ -586,6 +654,7 @@ mod tests {
             Path::new("x.py"),
             (dir.path(), "cpu"),
             || Some(limits),
+            || true,
             |_| {},
         );
         assert!(missing.unwrap_err().is_configuration());
