@@ -103,7 +103,7 @@ impl Repacker<'_> {
         let uploads = async {
             let _ = ahead_tx.send(self.upload_ahead(job, private, &work, kept).await);
         };
-        let alongside = Alongside { kept: Some(kept_tx), ahead: Some(ahead), ..Alongside::default() };
+        let alongside = Alongside { kept: Some(kept_tx), ahead: Some(ahead), verdict: None };
         let (outcome, ()) = tokio::join!(self.download_to_publish(job, &work, resume, alongside), uploads);
         outcome
     }
@@ -138,7 +138,7 @@ impl Repacker<'_> {
         mut alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
         // The check's interpreter imports MLX while the bundle is staged. Its home goes in the job's
-        // directory, which must exist first.
+        // directory, which must exist first. A job the Metal runner checks starts none here.
         let mut check = None;
         if !hands_to_metal(job) {
             let dir = work.dir.clone();
@@ -160,8 +160,10 @@ impl Repacker<'_> {
                 return Err(e);
             }
         };
-        alongside.mlx = check;
-        self.check_and_publish(job, work, checked, alongside).await
+        match check {
+            Some(check) => self.check_and_publish(job, work, checked, check, alongside).await,
+            None => self.hand_to_metal(job, work, checked).await,
+        }
     }
 
     /// Downloads, re-lays and checks the bundle here, from where `resume` says. Returns `Continue` with what
@@ -273,7 +275,15 @@ impl Repacker<'_> {
         off_executor("recording the job's files", move || Ok(resume::snapshot(&dir, (parts, &made_by)))).await
     }
 
-    /// Runs the MLX load check, then the publish, or hands the job to the Metal runner.
+    /// Hands the staged bundle's MLX check to the Metal runner, over the Hub or the runner API.
+    async fn hand_to_metal(&self, job: &Job, work: &Work, checked: Checked) -> Result<JobOutcome, RepackError> {
+        if self.opts.metal_handoff == MetalHandoff::Hub {
+            return self.stage_on_hub(job, &work.source, &work.output, checked).await;
+        }
+        Ok(JobOutcome::AwaitMetal { staged: None })
+    }
+
+    /// Lets `check` read the staged bundle, then publishes.
     /// A mirror uploads while the check runs, and turns public only once the check passed.
     /// A pull request is proposed after the check.
     async fn check_and_publish(
@@ -281,18 +291,10 @@ impl Repacker<'_> {
         job: &Job,
         work: &Work,
         checked: Checked,
-        mut alongside: Alongside,
+        check: mlx::MlxCheck,
+        alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
-        if hands_to_metal(job) {
-            if self.opts.metal_handoff == MetalHandoff::Hub {
-                return self.stage_on_hub(job, &work.source, &work.output, checked).await;
-            }
-            return Ok(JobOutcome::AwaitMetal { staged: None });
-        }
         let mlx_device = mlx_device(job);
-        let early = alongside.mlx.take();
-        let check =
-            early.unwrap_or_else(|| mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device));
         let mlx::Going { started, record } = check.go();
         let check = async { record.await.map_err(check_failed) };
         tokio::pin!(check);
@@ -468,13 +470,10 @@ impl Repacker<'_> {
     }
 }
 
-/// Holds the ends of the work that runs alongside a job's steps: the uploads ahead, the MLX check's
-/// interpreter started early, and the MLX check beside the upload. Each end is `None` when that work does
-/// not run for this job.
+/// Holds the ends of the work that runs alongside a job's steps: the uploads ahead, and the MLX check beside
+/// the upload. Each end is `None` when that work does not run for this job.
 #[derive(Default)]
 struct Alongside {
-    /// The MLX check, started before the download so that MLX is imported when the bundle is staged.
-    mlx: Option<mlx::MlxCheck>,
     /// Where the download names each shard it keeps, for the uploads ahead. Dropped when the download ends.
     kept: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// What went up ahead, once the uploads ahead have ended.
