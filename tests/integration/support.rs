@@ -108,14 +108,25 @@ pub(crate) fn mirror(source: &str) -> String {
 /// An interpreter that is the real one for the checks at start (their probe bundle's directory says
 /// `hubalign-preflight-`), and for a job's check says `said` (a script for `python -c`).
 pub(crate) fn python_for_jobs(dir: &Path, said: &str) -> PathBuf {
-    let path = dir.join("python-for-jobs");
+    python_for_jobs_as(&dir.join("python-for-jobs"), &format!("-c '{said}'"))
+}
+
+/// An interpreter that is the real one for the checks at start, and for a job's check runs `script` with
+/// the check's arguments.
+pub(crate) fn python_for_jobs_running(dir: &Path, script: &Path) -> PathBuf {
+    python_for_jobs_as(&dir.join("python"), &format!("'{}' \"$@\"", script.display()))
+}
+
+/// Writes at `path` an interpreter that is the real one for the checks at start, and for a job's check
+/// runs the real one with `job_args` (shell words).
+fn python_for_jobs_as(path: &Path, job_args: &str) -> PathBuf {
     let script = format!(
-        "#!/bin/sh\ncase \"$*\" in\n  *hubalign-preflight-*) exec '{real}' \"$@\" ;;\nesac\nexec '{real}' -c '{said}'\n",
+        "#!/bin/sh\ncase \"$*\" in\n  *hubalign-preflight-*) exec '{real}' \"$@\" ;;\nesac\nexec '{real}' {job_args}\n",
         real = python().display()
     );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    path
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_owned()
 }
 
 /// MLX found the bundle wrong: the check started, then failed.

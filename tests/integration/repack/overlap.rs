@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::pipeline::jobs;
 use crate::audit::world::{assert_ok, audit, audit_world, db};
 use crate::sim::world::{ALICE, World};
-use crate::support::{hubalign, python};
+use crate::support::{hubalign, python_for_jobs_running};
 
 /// A stand-in for `python verify_mlx.py` that passes or fails as told, recording what the simulator had
 /// seen when it answered.
@@ -42,23 +42,7 @@ raise SystemExit(0 if record["ok"] else 1)
         ),
     )
     .unwrap();
-    wrapper(dir, &script)
-}
-
-/// An interpreter for the worker that runs `script` for the jobs' checks and the real check at start.
-fn wrapper(dir: &Path, script: &Path) -> PathBuf {
-    let wrapper = dir.join("python");
-    // The checks at start get the real check (their probe bundle's directory says so); jobs the stand-in.
-    let real = python().display();
-    let sh = format!(
-        "#!/bin/sh\ncase \"$*\" in *hubalign-preflight-*) exec '{real}' \"$@\" ;; esac\nexec '{real}' '{}' \"$@\"\n",
-        script.display()
-    );
-    std::fs::write(&wrapper, sh).unwrap();
-    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&wrapper, perms).unwrap();
-    wrapper
+    python_for_jobs_running(dir, &script)
 }
 
 /// `hubalign repack REPO` with `python` for the MLX check's interpreter.
@@ -161,7 +145,7 @@ fn the_checks_interpreter_starts_during_the_download_and_reads_the_bundle_once_s
     assert_ok(&audit(&world, &db, &[]));
     let script = dir.path().join("check.py");
     std::fs::write(&script, format!("ENDPOINT = {:?}\n{WATCHES_THE_DOWNLOAD}", world.endpoint())).unwrap();
-    let out = repack_with(&world, &db, "big-org/moved-q4", &wrapper(dir.path(), &script));
+    let out = repack_with(&world, &db, "big-org/moved-q4", &python_for_jobs_running(dir.path(), &script));
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let job = world.runtime.block_on(async {
         let store = hubalign::store::Store::open(&db).await.unwrap();

@@ -263,8 +263,7 @@ fn run_check(
         })
     });
     let Some(limits) = staged() else {
-        let _ = child.kill();
-        let _ = child.wait();
+        end(&mut child);
         return Err(MlxCheckError::Abandoned);
     };
     // A check that ended before it read its limits is judged by what it printed, below.
@@ -284,18 +283,17 @@ fn run_check(
         if let Some(status) = child.try_wait().map_err(cannot)? {
             break status;
         }
-        if !wanted() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(MlxCheckError::Abandoned);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(MlxCheckError::Deadline {
-                seconds: limits.deadline.as_secs(),
-                bytes: crate::report::human_bytes(limits.bytes),
-            });
+        let stop = if !wanted() {
+            Some(MlxCheckError::Abandoned)
+        } else if Instant::now() >= deadline {
+            let (seconds, bytes) = (limits.deadline.as_secs(), crate::report::human_bytes(limits.bytes));
+            Some(MlxCheckError::Deadline { seconds, bytes })
+        } else {
+            None
+        };
+        if let Some(stop) = stop {
+            end(&mut child);
+            return Err(stop);
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -327,6 +325,12 @@ fn run_check(
     } else {
         Err(MlxCheckError::Failed(record.error.unwrap_or_else(|| "failed".to_owned())))
     }
+}
+
+/// Kills the check's interpreter and waits for it, so that no process is left behind.
+fn end(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The last `n` non-blank lines of `text`, joined: a traceback's end says what went wrong.
