@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The MLX load check of the repack worker: every output shard must load in MLX bit-identical to its source.
 
-    verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES] [--wait]
+    verify_mlx.py --output DIR [--device cpu|gpu] [--jobs N] [--max-address-space BYTES]
+    verify_mlx.py --wait [--device cpu|gpu]
 
 Loads each `*.safetensors` of DIR with `mlx.core.load`, evaluates every array on the device (the Metal GPU on
 Apple silicon, `cpu` elsewhere), and judges the loaded bytes by the digests in DIR's MEI_ALIGN_MANIFEST.json,
@@ -30,9 +31,9 @@ shard checked at once (`--jobs`, which the worker chooses from its memory). `--m
 process's address space (RLIMIT_AS) so that a check that would take more fails instead of pushing the
 machine into swap; the worker also kills a check that outlives its deadline.
 
-With `--wait`, the script imports MLX and says so, then reads one JSON line on stdin before it opens DIR:
-{"jobs": N, "max_address_space": BYTES}, in place of the two options. The worker starts the check this way
-while the bundle still downloads, so the import (about a second, mostly mlx-lm's) is done when it is staged.
+With `--wait`, the script imports MLX and says so, then reads one JSON line on stdin:
+{"output": DIR, "jobs": N, "max_address_space": BYTES}, in place of the three options. The worker starts the
+check this way before the bundle is staged, so the import (about a second, mostly mlx-lm's) is done by then.
 It then ignores SIGINT and SIGTERM: the worker kills it, or it ends when the worker does.
 In both modes "seconds" counts the check itself: from when MLX is imported and the limits are known.
 """
@@ -198,14 +199,18 @@ def exit_with_the_worker():
     threading.Thread(target=watch, daemon=True).start()
 
 
-def limits_from_worker():
-    """The check's limits, (jobs, max_address_space), from the line the worker writes on stdin once the bundle
-    is staged."""
+# What the check reads and within which limits: the staged bundle's directory, the shards checked at once,
+# and the address-space cap in bytes (0: none).
+Go = collections.namedtuple("Go", ["output", "jobs", "max_address_space"])
+
+
+def go_from_worker():
+    """The bundle and the check's limits, from the line the worker writes on stdin once the bundle is staged."""
     line = sys.stdin.readline(1 << 16)
     if not line:
-        raise RuntimeError("the worker sent no limits: the job ended before its bundle was staged")
+        raise RuntimeError("the worker sent no bundle: the job ended before it was staged")
     said = json.loads(line)
-    return int(said["jobs"]), int(said["max_address_space"])
+    return Go(Path(said["output"]), int(said["jobs"]), int(said["max_address_space"]))
 
 
 # The staged bundle as the checks after the load see it: the mlx_lm module, the bundle's directory, and
@@ -242,12 +247,18 @@ CHECKS = {"mlx_lm_load": load_as_mlx_lm}
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--output", type=Path, required=True, help="the staged bundle, with its manifest")
+    ap.add_argument("--output", type=Path, help="the staged bundle, with its manifest")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    ap.add_argument("--jobs", default=1, type=int, help="shards checked at once")
-    ap.add_argument("--max-address-space", default=0, type=int, help="RLIMIT_AS in bytes (0: none)")
-    ap.add_argument("--wait", action="store_true", help="import MLX, then read the limits as a JSON line on stdin")
+    ap.add_argument("--jobs", type=int, help="shards checked at once (default 1)")
+    ap.add_argument("--max-address-space", type=int, help="RLIMIT_AS in bytes (default 0: none)")
+    ap.add_argument("--wait", action="store_true",
+                    help="import MLX, then read the bundle and the limits as a JSON line on stdin")
     args = ap.parse_args()
+    given = [args.output, args.jobs, args.max_address_space]
+    if args.wait and any(option is not None for option in given):
+        ap.error("--wait reads the bundle and the limits on stdin: drop --output, --jobs and --max-address-space")
+    if not args.wait and args.output is None:
+        ap.error("give the bundle as --output DIR, or with --wait on stdin")
     exit_with_the_worker()
     if args.wait:
         # The worker ends this check itself, and the watch above ends it with the worker. A Ctrl-C or a
@@ -272,12 +283,12 @@ def main():
         mx.eval(mx.zeros(1))
         # Freed buffers go back to the system at once instead of into MLX's cache.
         mx.set_cache_limit(CACHE_LIMIT)
-        jobs, max_address_space = limits_from_worker() if args.wait else (args.jobs, args.max_address_space)
+        told = go_from_worker() if args.wait else Go(args.output, args.jobs or 1, args.max_address_space or 0)
+        output, jobs, max_address_space = told
         # The time the check says is its own: from here, not from the start of the download it waited for.
         started = time.perf_counter()
         if max_address_space > 0:
             resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
-        output = args.output
         manifest = json.loads((output / MANIFEST).read_text())
         shards = {s["file"]: s for s in manifest["shards"]}
         # Shards no loader copies from are copied as they are (the download checked them against the Hub's

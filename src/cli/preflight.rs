@@ -7,6 +7,7 @@ use clap::Args;
 use hubalign::hub::HubClient;
 use hubalign::hub::config::token_origin;
 use hubalign::preflight::{self, Finding, MlxCheck, Publishing, Report, Status};
+use hubalign::repack::CheckAhead;
 use hubalign::store::Store;
 
 use super::worker_args::{Device, WorkerArgs};
@@ -26,10 +27,15 @@ pub(super) struct Checked {
     pub(super) work_dir: PathBuf,
     /// The MLX check script, written into the work directory.
     pub(super) mlx_script: PathBuf,
+    /// The first job's MLX check, started beside the probe's when asked.
+    pub(super) check_ahead: CheckAhead,
 }
 
 /// Runs every check a worker needs with `args`, each to its end whatever the others found.
-pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked {
+/// With `start_check_ahead`, starts the first job's MLX check just before the probe's, so that both import
+/// MLX at once.
+pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient, start_check_ahead: bool) -> Checked {
+    let mut check_ahead = CheckAhead::none();
     let mut findings = Vec::new();
     let publishing = if args.pr { Publishing::PullRequests } else { Publishing::Mirrors };
     let (token, who) = preflight::token(hub, args.target_namespace.as_deref(), publishing).await;
@@ -85,7 +91,7 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
     // goes to the macOS runner.
     let device = match args.verify_device {
         Device::Cpu => Some("cpu"),
-        Device::Metal if cfg!(target_os = "macos") => Some("gpu"),
+        Device::Metal if cfg!(all(target_os = "macos", target_arch = "aarch64")) => Some("gpu"),
         Device::Metal => None,
     };
     let python = match device {
@@ -96,6 +102,9 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
         Some(_) if !work_ok => Finding::skipped("python", "needs a work directory to run in"),
         Some(device) => match std::fs::write(&mlx_script, VERIFY_MLX) {
             Ok(()) => {
+                if start_check_ahead {
+                    check_ahead = CheckAhead::start(&args.python, &mlx_script, device, &work_dir);
+                }
                 let check = MlxCheck { python: args.python.clone(), script: mlx_script.clone(), device: device.into() };
                 preflight::mlx(&check, &work_dir).await
             }
@@ -107,7 +116,7 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient) -> Checked 
         },
     };
     findings.push(python);
-    Checked { report: Report { findings }, who, store, work_dir, mlx_script }
+    Checked { report: Report { findings }, who, store, work_dir, mlx_script, check_ahead }
 }
 
 /// Logs the warnings, and returns the failures as the error that stops a start. The command then exits 2 for
@@ -166,7 +175,7 @@ pub(super) fn run(args: &DoctorArgs) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let w = &args.worker;
         let hub = w.bounds.client(super::hub_config(w.endpoint.clone(), w.token.clone())?)?;
-        let mut checked = check_worker(w, &hub).await;
+        let mut checked = check_worker(w, &hub, false).await;
         checked.report = checked.report.strict();
         let environment = Environment {
             hubalign: env!("CARGO_PKG_VERSION"),

@@ -16,7 +16,7 @@ use hubalign::repack::queue::lifecycle::reconcile_then_enqueue;
 use hubalign::repack::queue::policy::{
     DEFAULT_MIN_DOWNLOADS, DEFAULT_MIN_LIKES, EnqueuePolicy, NameFilters, Names, Popularity, PrivateMirrors,
 };
-use hubalign::repack::{RepackOptions, Repacker};
+use hubalign::repack::{CheckAhead, RepackOptions, Repacker};
 use hubalign::serve::Health;
 use hubalign::serve::listener::Limits;
 use hubalign::serve::runner_api::{self, RunnerApi};
@@ -188,16 +188,31 @@ pub(super) struct Setup {
     pub(super) store: hubalign::store::Store,
     pub(super) opts: RepackOptions,
     pub(super) device: VerifyDevice,
+    /// The first job's MLX check, if the checks at start started it.
+    pub(super) check_ahead: CheckAhead,
 }
 
 /// Runs the start-up checks (`preflight`), then builds what every job of this process shares. A failed check
 /// stops here, before any job is claimed. Once all checks pass, jobs held for the operator are released.
-pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
+/// With `start_check_ahead`, the checks start the first job's MLX check too (see `CheckAhead`).
+pub(super) async fn setup(args: &WorkerArgs, start_check_ahead: bool) -> anyhow::Result<Setup> {
     if let Some(namespace) = &args.target_namespace {
         untrusted::check_namespace(namespace).map_err(|e| UsageError(format!("--target-namespace: {e}")))?;
     }
     let hub = args.bounds.client(super::hub_config(args.endpoint.clone(), args.token.clone())?)?;
-    let checked = preflight::check_worker(args, &hub).await;
+    let mut checked = preflight::check_worker(args, &hub, start_check_ahead).await;
+    let check_ahead = std::mem::replace(&mut checked.check_ahead, CheckAhead::none());
+    match set_up(args, hub, checked).await {
+        Ok(s) => Ok(Setup { check_ahead, ..s }),
+        Err(e) => {
+            check_ahead.end().await;
+            Err(e)
+        }
+    }
+}
+
+/// Builds what every job shares once the checks at start have run, or says why they stop the start.
+async fn set_up(args: &WorkerArgs, hub: HubClient, checked: preflight::Checked) -> anyhow::Result<Setup> {
     preflight::stop_unless_passed(&checked.report)?;
     let (Some((user, target_namespace)), Some(store)) = (checked.who, checked.store) else {
         bail!("the checks passed without naming the token's user or opening the store")
@@ -213,9 +228,12 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         }
     }
     let (work_dir, mlx_script) = (checked.work_dir, checked.mlx_script);
-    // Write this build's script even if the checks did not run it, so a script left by an older build never
-    // runs.
-    std::fs::write(&mlx_script, preflight::VERIFY_MLX).with_context(|| format!("writing {}", mlx_script.display()))?;
+    // Write this build's script if the checks did not run it, so a script left by an older build never runs.
+    // If they did, it is there, and a check started ahead may still be reading it.
+    if !checked.report.passed_check("python") {
+        std::fs::write(&mlx_script, preflight::VERIFY_MLX)
+            .with_context(|| format!("writing {}", mlx_script.display()))?;
+    }
     let device = VerifyDevice::from(args.verify_device);
     let opts = RepackOptions {
         target_namespace: target_namespace.clone(),
@@ -234,7 +252,7 @@ pub(super) async fn setup(args: &WorkerArgs) -> anyhow::Result<Setup> {
         metal_handoff: args.metal_handoff,
         caps: MirrorCaps { per_namespace: args.max_new_mirrors_per_namespace, total: args.max_new_mirrors },
     };
-    Ok(Setup { hub, store, opts, device })
+    Ok(Setup { hub, store, opts, device, check_ahead: CheckAhead::none() })
 }
 
 fn exit_for(job: &Job) -> Exit {
@@ -256,100 +274,116 @@ pub(super) fn run_repack(args: &RepackArgs) -> anyhow::Result<Exit> {
         if let Some(rev) = &args.revision {
             untrusted::check_revision(rev).map_err(|e| UsageError(format!("--revision: {e}")))?;
         }
-        let s = setup(&args.worker).await?;
-        // Any letter case names the repo, as on the Hub. Use the store's spelling if it knows the repo, else
-        // the Hub's, so one repo is one job whatever the spelling typed.
-        let (sha, hub_spelling) = match &args.revision {
-            Some(sha) => (sha.clone(), None),
-            None => {
-                let info = s.hub.model_info(&args.repo).await?;
-                let sha = info.sha.with_context(|| format!("{}: no head commit", args.repo))?;
-                untrusted::check_commit(&sha)?;
-                let spelled = info.id.filter(|id| id.eq_ignore_ascii_case(&args.repo) && untrusted::check_repo_id(id).is_ok());
-                (sha, spelled)
-            }
-        };
-        let repo = match s.store.repo_spelled(&args.repo).await? {
-            Some(known) => known,
-            None => hub_spelling.unwrap_or_else(|| args.repo.clone()),
-        };
-        let job = s.store.job_for(&repo, &sha, s.device).await?;
-        if let Some(state) = Some(job.state).filter(|st| st.is_final()) {
-            println!(
-                "{}@{}: already {} ({})",
-                repo,
-                sha,
-                state.as_str(),
-                untrusted::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
-            );
-            return Ok(exit_for(&job));
+        // The job's MLX check starts with the checks at start, so that its import runs beside the probe's.
+        let s = setup(&args.worker, true).await?;
+        let ran = repack_one(args, &s, &mut signal).await;
+        // The check started ahead ends before the process does, and its home goes with it: the job's
+        // interpreter if the job stopped mid-check, or one no job took.
+        s.check_ahead.end().await;
+        ran
+    })
+}
+
+/// Claims the job of `args.repo` at its commit and runs it with `s`, as `hubalign repack` does.
+/// A first `signal` lets the job finish within the grace period, then releases it.
+async fn repack_one(
+    args: &RepackArgs,
+    s: &Setup,
+    signal: &mut tokio::task::JoinHandle<&'static str>,
+) -> anyhow::Result<Exit> {
+    // Any letter case names the repo, as on the Hub. Use the store's spelling if it knows the repo, else
+    // the Hub's, so one repo is one job whatever the spelling typed.
+    let (sha, hub_spelling) = match &args.revision {
+        Some(sha) => (sha.clone(), None),
+        None => {
+            let info = s.hub.model_info(&args.repo).await?;
+            let sha = info.sha.with_context(|| format!("{}: no head commit", args.repo))?;
+            untrusted::check_commit(&sha)?;
+            let spelled =
+                info.id.filter(|id| id.eq_ignore_ascii_case(&args.repo) && untrusted::check_repo_id(id).is_ok());
+            (sha, spelled)
         }
-        let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
-            bail!("{}@{}: the job is held by another worker or out of attempts", repo, sha);
-        };
-        let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts };
-        // A heartbeat keeps the lease while the job runs, as a worker's does; a refused renewal stops the job.
-        let recorded = Recorded::default();
-        let (id, worker, lease) = (job.id, s.opts.worker.as_str(), s.opts.lease);
-        let heartbeat = Heartbeat { store: &s.store, id, worker, lease, recorded: recorded.clone() };
-        let work = async {
-            tokio::select! {
-                biased;
-                ran = repacker.run(&job, &recorded) => ran,
-                () = heartbeat.lost() => Ok(None),
-            }
-        };
-        tokio::pin!(work);
-        let ran = tokio::select! {
-            ran = &mut work => ran,
-            name = &mut signal => {
-                let name = name.unwrap_or("a stop signal");
-                let grace = s.opts.stop_grace;
-                eprintln!(
-                    "{name}: the job may finish within {} s; then it is released (a second signal releases it now)",
-                    grace.as_secs()
-                );
-                let outlived = tokio::select! {
-                    ran = tokio::time::timeout(grace, &mut work) => ran.ok(),
-                    _ = super::stop_signal() => None,
-                };
-                match outlived {
-                    Some(ran) => ran,
-                    None => {
-                        let why = format!("{name} stopped `hubalign repack` before the job ended");
-                        let released = s.store.release_job(job.id, &s.opts.worker, &why).await?;
-                        println!(
-                            "{}@{}: stopped by {name}; {}",
-                            repo,
-                            sha,
-                            if released { "released: the next run takes it up where it was" } else { "another worker holds it" }
-                        );
-                        return Ok(Exit::Interrupted);
-                    }
-                }
-            }
-        };
-        let Some(_) = ran? else {
-            bail!("{}@{}: another worker took the job over (this one's lease ran out)", repo, sha);
-        };
-        if let Some(bytes) = hubalign::blocking::peak_rss() {
-            tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
-        }
-        let done = s.store.job_for(&repo, &sha, s.device).await?;
-        let needs_operator = done.failure_kind == Some(FailureKind::NeedsOperator);
+    };
+    let repo = match s.store.repo_spelled(&args.repo).await? {
+        Some(known) => known,
+        None => hub_spelling.unwrap_or_else(|| args.repo.clone()),
+    };
+    let job = s.store.job_for(&repo, &sha, s.device).await?;
+    if let Some(state) = Some(job.state).filter(|st| st.is_final()) {
         println!(
-            "{}@{}: {}{}",
+            "{}@{}: already {} ({})",
             repo,
             sha,
-            if needs_operator { "needs the operator" } else { done.state.as_str() },
-            done.target_repo
-                .as_deref()
-                .map(|t| format!(" → {t}"))
-                .or(done.reason.as_deref().map(|r| format!(": {}", untrusted::escape_control(r))))
-                .unwrap_or_default()
+            state.as_str(),
+            untrusted::escape_control(job.reason.as_deref().or(job.target_repo.as_deref()).unwrap_or("-"))
         );
-        Ok(exit_for(&done))
-    })
+        return Ok(exit_for(&job));
+    }
+    let Some(job) = s.store.claim_job(&s.opts.worker, s.opts.lease, Some(job.id)).await? else {
+        bail!("{}@{}: the job is held by another worker or out of attempts", repo, sha);
+    };
+    let repacker = Repacker { hub: &s.hub, store: &s.store, opts: &s.opts, check_ahead: &s.check_ahead };
+    // A heartbeat keeps the lease while the job runs, as a worker's does; a refused renewal stops the job.
+    let recorded = Recorded::default();
+    let (id, worker, lease) = (job.id, s.opts.worker.as_str(), s.opts.lease);
+    let heartbeat = Heartbeat { store: &s.store, id, worker, lease, recorded: recorded.clone() };
+    let work = async {
+        tokio::select! {
+            biased;
+            ran = repacker.run(&job, &recorded) => ran,
+            () = heartbeat.lost() => Ok(None),
+        }
+    };
+    tokio::pin!(work);
+    let ran = tokio::select! {
+        ran = &mut work => ran,
+        name = &mut *signal => {
+            let name = name.unwrap_or("a stop signal");
+            let grace = s.opts.stop_grace;
+            eprintln!(
+                "{name}: the job may finish within {} s; then it is released (a second signal releases it now)",
+                grace.as_secs()
+            );
+            let outlived = tokio::select! {
+                ran = tokio::time::timeout(grace, &mut work) => ran.ok(),
+                _ = super::stop_signal() => None,
+            };
+            match outlived {
+                Some(ran) => ran,
+                None => {
+                    let why = format!("{name} stopped `hubalign repack` before the job ended");
+                    let released = s.store.release_job(job.id, &s.opts.worker, &why).await?;
+                    println!(
+                        "{}@{}: stopped by {name}; {}",
+                        repo,
+                        sha,
+                        if released { "released: the next run takes it up where it was" } else { "another worker holds it" }
+                    );
+                    return Ok(Exit::Interrupted);
+                }
+            }
+        }
+    };
+    let Some(_) = ran? else {
+        bail!("{}@{}: another worker took the job over (this one's lease ran out)", repo, sha);
+    };
+    if let Some(bytes) = hubalign::blocking::peak_rss() {
+        tracing::info!(job.id = job.id, rss.peak_bytes = bytes, "worker memory");
+    }
+    let done = s.store.job_for(&repo, &sha, s.device).await?;
+    let needs_operator = done.failure_kind == Some(FailureKind::NeedsOperator);
+    println!(
+        "{}@{}: {}{}",
+        repo,
+        sha,
+        if needs_operator { "needs the operator" } else { done.state.as_str() },
+        done.target_repo
+            .as_deref()
+            .map(|t| format!(" → {t}"))
+            .or(done.reason.as_deref().map(|r| format!(": {}", untrusted::escape_control(r))))
+            .unwrap_or_default()
+    );
+    Ok(exit_for(&done))
 }
 
 fn read_opt_out(path: &PathBuf) -> anyhow::Result<Names> {
@@ -361,7 +395,7 @@ pub(super) fn run_worker(args: &WorkerLoopArgs) -> anyhow::Result<Exit> {
     hubalign::blocking::run_as_batch("the worker command");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let s = setup(&args.worker).await?;
+        let s = setup(&args.worker, false).await?;
         let policy = args.policy.policy(s.device, &s.opts.private_mirrors, s.opts.pull_request)?;
         // Run `serve`'s service with the audit, the pages and the webhooks off.
         let (store, hub) = (s.store.clone(), Arc::new(s.hub));

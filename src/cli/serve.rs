@@ -115,7 +115,7 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
             hubalign::untrusted::check_repo_id(repo)
                 .map_err(|e| anyhow::anyhow!("--publish-dataset {repo}: {e}; give the dataset repo as NAMESPACE/NAME"))?;
         }
-        let s = setup(&args.worker).await?;
+        let s = setup(&args.worker, false).await?;
         let publishing = args.publish_dataset.is_some() || args.collections || args.note_sources;
         if publishing && !s.hub.has_token() {
             anyhow::bail!(

@@ -218,6 +218,10 @@ pub fn work_dir(dir: &Path) -> Finding {
     const CHECK: &str = "work directory";
     let shown = dir.display();
     let fix = "give --work-dir a writable directory on a disk with room for the largest bundle twice over";
+    // The MLX check is told where each bundle is in a line of JSON, which holds text only.
+    if dir.to_str().is_none() {
+        return Finding::fail(CHECK, format!("{shown}: the path is not UTF-8"), "give --work-dir a path in UTF-8");
+    }
     if !dir.is_dir() {
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
             return Finding::fail(CHECK, format!("{shown}: its parent {} does not exist", parent.display()), fix);

@@ -26,6 +26,7 @@ use crate::job::{Job, JobOutcome, JobState};
 use crate::safetensors::Alignment;
 use crate::store::{Store, StoreError};
 
+pub use checks::mlx::ahead::CheckAhead;
 pub use error::{RepackError, WhatNext};
 use metal::rendezvous::MetalHandoff;
 use queue::policy::MayMirror;
@@ -77,6 +78,8 @@ pub struct Repacker<'a> {
     pub store: &'a Store,
     /// Options.
     pub opts: &'a RepackOptions,
+    /// An MLX check started before the job was claimed, which the job's check takes if it is there.
+    pub check_ahead: &'a CheckAhead,
 }
 
 /// Runs a disk- or CPU-bound step on a thread of its own.
@@ -109,7 +112,9 @@ pub struct RepackRunner {
 
 impl crate::worker::JobRunner for RepackRunner {
     async fn run(&self, job: Job, recorded: crate::worker::Recorded) -> Result<Option<JobState>, StoreError> {
-        let repacker = Repacker { hub: &self.hub, store: &self.store, opts: &self.opts };
+        // Each job of the loop starts its own check (see `CheckAhead`).
+        static NO_CHECK_AHEAD: CheckAhead = CheckAhead::none();
+        let repacker = Repacker { hub: &self.hub, store: &self.store, opts: &self.opts, check_ahead: &NO_CHECK_AHEAD };
         repacker.run(&job, &recorded).await
     }
 

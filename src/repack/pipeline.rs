@@ -137,17 +137,9 @@ impl Repacker<'_> {
         resume: Resume,
         mut alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
-        // The check's interpreter imports MLX while the bundle is staged. Its home goes in the job's
-        // directory, which must exist first. A job the Metal runner checks starts none here.
-        let mut check = None;
-        if !hands_to_metal(job) {
-            let dir = work.dir.clone();
-            off_executor("making the job's directory", move || {
-                std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))
-            })
-            .await?;
-            check = Some(mlx::MlxCheck::start(self.mlx_interpreter(), work.output.clone(), mlx_device(job)));
-        }
+        // The check's interpreter imports MLX while the bundle is staged. A job the Metal runner checks starts
+        // none here.
+        let check = if hands_to_metal(job) { None } else { Some(self.mlx_check(job, work).await?) };
         // The download holds the only sender: the uploads ahead end once it is done.
         let checked = match self.stage(job, work, resume, alongside.kept.take()).await {
             Ok(ControlFlow::Continue(checked)) => checked,
@@ -164,6 +156,20 @@ impl Repacker<'_> {
             Some(check) => self.check_and_publish(job, work, checked, check, alongside).await,
             None => self.hand_to_metal(job, work, checked).await,
         }
+    }
+
+    /// The job's MLX check: the one started ahead for its device if there is one, else one started now.
+    async fn mlx_check(&self, job: &Job, work: &Work) -> Result<mlx::MlxCheck, RepackError> {
+        if let Some(check) = self.check_ahead.take(mlx_device(job)) {
+            return Ok(check);
+        }
+        // Its home goes in the job's directory, which must exist first.
+        let dir = work.dir.clone();
+        off_executor("making the job's directory", move || {
+            std::fs::create_dir_all(&dir).map_err(|e| RepackError::io(dir.display(), e))
+        })
+        .await?;
+        Ok(mlx::MlxCheck::start(self.mlx_interpreter(), mlx_device(job), &work.dir))
     }
 
     /// Downloads, re-lays and checks the bundle here, from where `resume` says. Returns `Continue` with what
@@ -295,7 +301,7 @@ impl Repacker<'_> {
         alongside: Alongside,
     ) -> Result<JobOutcome, RepackError> {
         let mlx_device = mlx_device(job);
-        let mlx::Going { started, record } = check.go();
+        let mlx::Going { started, record } = check.go(work.output.clone());
         let check = async { record.await.map_err(check_failed) };
         tokio::pin!(check);
         // A mirror is published while the check runs, once it has said which MLX it runs, for the card.

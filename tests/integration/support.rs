@@ -105,23 +105,23 @@ pub(crate) fn mirror(source: &str) -> String {
     hubalign::repack::publish::mirror_name(source, "alice")
 }
 
-/// An interpreter that is the real one for the checks at start (their probe bundle's directory says
-/// `hubalign-preflight-`), and for a job's check says `said` (a script for `python -c`).
+/// An interpreter that is the real one for the probe of the checks at start (its home, beside the probe
+/// bundle, says `hubalign-preflight-`), and for a job's check says `said` (a script for `python -c`).
 pub(crate) fn python_for_jobs(dir: &Path, said: &str) -> PathBuf {
     python_for_jobs_as(&dir.join("python-for-jobs"), &format!("-c '{said}'"))
 }
 
-/// An interpreter that is the real one for the checks at start, and for a job's check runs `script` with
-/// the check's arguments.
+/// An interpreter that is the real one for the probe of the checks at start, and for a job's check runs
+/// `script` with the check's arguments.
 pub(crate) fn python_for_jobs_running(dir: &Path, script: &Path) -> PathBuf {
     python_for_jobs_as(&dir.join("python"), &format!("'{}' \"$@\"", script.display()))
 }
 
-/// Writes at `path` an interpreter that is the real one for the checks at start, and for a job's check
-/// runs the real one with `job_args` (shell words).
+/// Writes at `path` an interpreter that is the real one for the probe of the checks at start, and for a
+/// job's check runs the real one with `job_args` (shell words).
 fn python_for_jobs_as(path: &Path, job_args: &str) -> PathBuf {
     let script = format!(
-        "#!/bin/sh\ncase \"$*\" in\n  *hubalign-preflight-*) exec '{real}' \"$@\" ;;\nesac\nexec '{real}' {job_args}\n",
+        "#!/bin/sh\ncase \"$HOME\" in\n  *hubalign-preflight-*) exec '{real}' \"$@\" ;;\nesac\nexec '{real}' {job_args}\n",
         real = python().display()
     );
     std::fs::write(path, script).unwrap();

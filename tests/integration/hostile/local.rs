@@ -189,13 +189,15 @@ fn the_mlx_check_holds_a_tensor_at_a_time_not_the_shard() {
     let capped = run_measured(&mut check);
     assert_eq!(capped.code, Some(1), "{}", capped.output);
     assert!(capped.output.contains("\"ok\": false"), "{}", capped.output);
-    // As the worker runs it, the limits come on stdin once the bundle is staged: no cap passes, the cap fails.
+    // As the worker runs it, the bundle and the limits come on stdin once it is staged: no cap passes, the
+    // cap fails.
     let waiting = |cap: u64| {
         let mut check = Command::new(crate::support::python());
-        check.arg(crate::support::root().join("deploy/verify_mlx.py")).args(["--wait", "--output"]).arg(&out);
+        check.arg(crate::support::root().join("deploy/verify_mlx.py")).arg("--wait");
         let io = std::process::Stdio::piped;
         let mut child = check.stdin(io()).stdout(io()).stderr(io()).spawn().unwrap();
-        let line = format!("{{\"jobs\": 1, \"max_address_space\": {cap}}}\n");
+        let go = serde_json::json!({"output": out.to_str().unwrap(), "jobs": 1, "max_address_space": cap});
+        let line = format!("{go}\n");
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), line.as_bytes()).unwrap();
         child.wait_with_output().unwrap()
     };

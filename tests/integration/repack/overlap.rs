@@ -1,7 +1,8 @@
 //! The MLX check runs while the mirror is uploaded, and the commit waits for its verdict (`repack::upload`).
 //! A stand-in for the check says it started, waits until the upload has asked the Hub how to send each file,
 //! lets the uploader run on, and reads the simulator's counters before answering.
-//! The check's interpreter starts while the bundle downloads, and reads the bundle only once it is staged.
+//! The check's interpreter starts before the bundle is staged, and reads the bundle only once it is:
+//! `repack`'s during the checks at start, a worker's as the download starts.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,7 @@ def snapshot():
 def counters():
     return snapshot()["requests"]
 print(json.dumps({{"started": True, "mlx_version": "0.0-stand-in"}}), flush=True)
-sys.stdin.readline()  # the limits, sent once the bundle is staged
+sys.stdin.readline()  # the bundle and its limits, sent once it is staged
 deadline = time.time() + 30
 while counters().get("preupload", 0) == 0 and time.time() < deadline:
     time.sleep(0.05)
@@ -47,9 +48,15 @@ raise SystemExit(0 if record["ok"] else 1)
 
 /// `hubalign repack REPO` with `python` for the MLX check's interpreter.
 fn repack_with(world: &World, db: &Path, repo: &str, python: &Path) -> std::process::Output {
+    run_with(world, db, &["repack", repo], python)
+}
+
+/// `hubalign ARGS` against `world` with `python` for the MLX check's interpreter, killed after 40 s.
+fn run_with(world: &World, db: &Path, args: &[&str], python: &Path) -> std::process::Output {
     let endpoint = world.endpoint();
     let mut child = hubalign()
-        .args(["repack", repo, "--endpoint", endpoint.as_str(), "--token", ALICE])
+        .args(args)
+        .args(["--endpoint", endpoint.as_str(), "--token", ALICE])
         .args(["--db", db.to_str().unwrap(), "--target-namespace", "alice", "--verify-device", "cpu"])
         .arg("--python")
         .arg(python)
@@ -120,43 +127,116 @@ fn a_check_that_fails_during_the_upload_leaves_no_commit() {
     assert_eq!(commits(&world), 0, "nothing committed");
 }
 
-/// A stand-in for the check that records, at its start and once told the bundle is staged, the bytes the
-/// simulator had served and the shards in the bundle's directory. The test puts `ENDPOINT = "…"` before it.
+/// A stand-in for the check that records its home and the bytes the simulator had served at its start.
+/// Once told the bundle is staged, it records the bytes served again, the shards in the bundle's directory
+/// and the line it was told. The test puts `ENDPOINT = "…"` before it.
 const WATCHES_THE_DOWNLOAD: &str = r#"import json, os, sys, urllib.request
-output = sys.argv[sys.argv.index("--output") + 1]
-def seen():
-    served = json.load(urllib.request.urlopen(ENDPOINT + "/_sim/counters"))["bytes_served"]
-    shards = sorted(n for n in os.listdir(output) if n.endswith(".safetensors")) if os.path.isdir(output) else []
-    return {"served": served, "shards": shards}
-at_start = seen()
+def served():
+    return json.load(urllib.request.urlopen(ENDPOINT + "/_sim/counters"))["bytes_served"]
+at_start = {"served": served(), "home": os.environ["HOME"]}
 print(json.dumps({"started": True, "mlx_version": "0.0-stand-in"}), flush=True)
-limits = json.loads(sys.stdin.readline())
+go = json.loads(sys.stdin.readline())
+shards = sorted(n for n in os.listdir(go["output"]) if n.endswith(".safetensors"))
 print(json.dumps({"ok": True, "device": "cpu", "mlx_version": "0.0-stand-in", "files": 1, "tensors": 1,
-                  "seconds": 0.0, "at_start": at_start, "at_go": seen(), "limits": limits}))
+                  "seconds": 0.0, "at_start": at_start, "at_go": {"served": served(), "shards": shards}, "go": go}))
 "#;
 
-#[test]
-fn the_checks_interpreter_starts_during_the_download_and_reads_the_bundle_once_staged() {
-    // The 4 MiB shard comes at 1 MB/s per connection: the download takes seconds, the stand-in a fraction
-    // of one to start.
-    let world =
-        crate::sim::world::start_on(super::memory::reordered_bundle(8).0, |c| c.faults.storage_rate = 1_000_000);
-    let (dir, db) = db();
-    assert_ok(&audit(&world, &db, &[]));
-    let script = dir.path().join("check.py");
-    std::fs::write(&script, format!("ENDPOINT = {:?}\n{WATCHES_THE_DOWNLOAD}", world.endpoint())).unwrap();
-    let out = repack_with(&world, &db, "big-org/moved-q4", &python_for_jobs_running(dir.path(), &script));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let job = world.runtime.block_on(async {
-        let store = hubalign::store::Store::open(&db).await.unwrap();
-        store.jobs().await.unwrap().into_iter().next().unwrap()
-    });
-    let record = serde_json::to_value(job.verification.unwrap().0).unwrap();
-    let (at_start, at_go) = (&record["at_start"], &record["at_go"]);
-    assert_eq!(at_start["shards"], serde_json::json!([]), "nothing staged when it started: {record}");
-    assert!(at_start["served"].as_u64() < at_go["served"].as_u64(), "the download was not done: {record}");
+/// A world whose 4 MiB shard comes at 1 MB/s per connection, audited: the download takes seconds, the
+/// stand-in a fraction of one to start.
+struct SlowWorld {
+    world: World,
+    /// The store's directory, which holds the work directory.
+    dir: tempfile::TempDir,
+    /// The store.
+    db: PathBuf,
+    /// The interpreter that runs the stand-in for a job's check.
+    python: PathBuf,
+}
+
+impl SlowWorld {
+    fn start() -> SlowWorld {
+        let world =
+            crate::sim::world::start_on(super::memory::reordered_bundle(8).0, |c| c.faults.storage_rate = 1_000_000);
+        let (dir, db) = db();
+        assert_ok(&audit(&world, &db, &[]));
+        let script = dir.path().join("check.py");
+        std::fs::write(&script, format!("ENDPOINT = {:?}\n{WATCHES_THE_DOWNLOAD}", world.endpoint())).unwrap();
+        let python = python_for_jobs_running(dir.path(), &script);
+        SlowWorld { world, dir, db, python }
+    }
+
+    /// `hubalign ARGS` with the stand-in.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        run_with(&self.world, &self.db, args, &self.python)
+    }
+
+    /// The stand-in's record of the one job.
+    fn watched(&self) -> serde_json::Value {
+        let job = self.world.runtime.block_on(async {
+            let store = hubalign::store::Store::open(&self.db).await.unwrap();
+            store.jobs().await.unwrap().into_iter().next().unwrap()
+        });
+        serde_json::to_value(job.verification.unwrap().0).unwrap()
+    }
+
+    /// The work directory, where the store's directory keeps it by default.
+    fn work_dir(&self) -> PathBuf {
+        self.db.with_extension("work")
+    }
+}
+
+/// What every check is told at its go: the staged bundle, and limits taken from its shard. Also that it
+/// started before the download was done.
+fn assert_told_the_staged_bundle(record: &serde_json::Value) {
+    let at_go = &record["at_go"];
+    assert!(record["at_start"]["served"].as_u64() < at_go["served"].as_u64(), "started before: {record}");
     assert_eq!(at_go["shards"], serde_json::json!(["model.safetensors"]), "the bundle staged at the go: {record}");
-    // The limits were taken from the staged shard: its largest tensor (512 KiB) counts in the cap, twice.
-    let (jobs, cap) = (record["limits"]["jobs"].as_u64().unwrap(), record["limits"]["max_address_space"].as_u64());
+    assert!(record["go"]["output"].as_str().unwrap().ends_with("aligned"), "{record}");
+    // The largest tensor (512 KiB) counts in the cap, twice.
+    let (jobs, cap) = (record["go"]["jobs"].as_u64().unwrap(), record["go"]["max_address_space"].as_u64());
     assert!(jobs >= 1 && cap >= Some((2 << 30) + jobs * ((256 << 20) + (1 << 20))), "and its limits: {record}");
+}
+
+/// The directory the check's home was made in.
+fn home_made_in(record: &serde_json::Value) -> PathBuf {
+    Path::new(record["at_start"]["home"].as_str().unwrap()).parent().unwrap().to_owned()
+}
+
+/// No check's home is left under `dir`.
+fn assert_no_check_home_left(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+        let name = entry.file_name();
+        assert!(!name.to_string_lossy().starts_with("hubalign-check-home"), "left: {}", entry.path().display());
+        if entry.file_type().unwrap().is_dir() {
+            assert_no_check_home_left(&entry.path());
+        }
+    }
+}
+
+#[test]
+fn a_repacks_check_is_the_one_started_with_the_checks_at_start() {
+    let slow = SlowWorld::start();
+    let out = slow.run(&["repack", "big-org/moved-q4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let record = slow.watched();
+    // Started before any job's directory existed: its home is in the work directory.
+    assert_eq!(home_made_in(&record), slow.work_dir(), "{record}");
+    assert_told_the_staged_bundle(&record);
+    assert_no_check_home_left(slow.dir.path());
+    // Run again, the job is done: the check started ahead is taken by no job, and ends with its home.
+    let again = slow.run(&["repack", "big-org/moved-q4"]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already published"), "{again:?}");
+    assert_no_check_home_left(slow.dir.path());
+}
+
+#[test]
+fn a_workers_check_starts_with_its_job() {
+    let slow = SlowWorld::start();
+    let out = slow.run(&["worker", "--once", "--min-downloads", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let record = slow.watched();
+    assert_eq!(home_made_in(&record), slow.work_dir().join("job-1"), "in the job's directory: {record}");
+    assert_told_the_staged_bundle(&record);
+    assert_no_check_home_left(slow.dir.path());
 }

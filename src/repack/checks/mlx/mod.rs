@@ -5,6 +5,8 @@
 //! This worker's available memory decides how many shards that is. Its address space is capped on Linux.
 //! It is killed once it outlives a deadline that grows with the bytes it reads.
 
+pub(crate) mod ahead;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -90,13 +92,13 @@ pub(crate) struct Interpreter {
 }
 
 /// An MLX check whose interpreter starts before its bundle is staged.
-/// The interpreter imports MLX and mlx-lm (about a second) while the bundle downloads.
-/// It reads nothing until [`MlxCheck::go`].
+/// The interpreter imports MLX and mlx-lm (about a second) while the bundle downloads, or earlier.
+/// It learns where the bundle is, and reads it, only at [`MlxCheck::go`].
 /// Dropped before that, or with its record after, it has its interpreter killed.
 /// The check runs on a low-priority thread of its own, because it blocks for minutes.
 pub(crate) struct MlxCheck {
-    /// Tells the check's thread that the bundle is staged.
-    go: std::sync::mpsc::Sender<()>,
+    /// Tells the check's thread where the staged bundle is.
+    go: std::sync::mpsc::Sender<PathBuf>,
     /// What the check does once told.
     going: Going,
 }
@@ -109,33 +111,58 @@ pub(crate) struct Going {
     pub record: std::pin::Pin<Box<dyn Future<Output = Result<MlxRecord, MlxCheckError>> + Send>>,
 }
 
+/// Resolves once a check has ended: its interpreter gone and its home removed.
+pub(crate) struct Ended(tokio::sync::oneshot::Receiver<()>);
+
+impl Ended {
+    /// Waits until the check has ended.
+    pub(crate) async fn wait(self) {
+        let _ = self.0.await;
+    }
+}
+
 impl MlxCheck {
-    /// Starts the interpreter for the check of the bundle to be staged in `output`, on `device`.
-    pub(crate) fn start(Interpreter { python, script }: Interpreter, output: PathBuf, device: &str) -> MlxCheck {
-        let device = device.to_owned();
+    /// Starts the interpreter for a check on `device`. Its empty home goes in `home_in`, and goes with it.
+    pub(crate) fn start(interpreter: Interpreter, device: &str, home_in: &Path) -> MlxCheck {
+        MlxCheck::start_watched(interpreter, device, home_in).0
+    }
+
+    /// [`MlxCheck::start`], and what resolves once the check has ended, whoever holds it by then.
+    pub(crate) fn start_watched(
+        Interpreter { python, script }: Interpreter,
+        device: &str,
+        home_in: &Path,
+    ) -> (MlxCheck, Ended) {
+        let (device, home_in) = (device.to_owned(), home_in.to_owned());
+        let (ended_tx, ended) = tokio::sync::oneshot::channel();
         let (go, told) = std::sync::mpsc::channel();
         // Nothing is sent on `wanted`: the record's future holds its sender, and dropping it disconnects.
         let (wanted, still_wanted) = std::sync::mpsc::channel::<()>();
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let running = crate::blocking::run("the MLX check", move || {
+            // Dropped once `run_check` has returned, and so once its home is gone.
+            let _ended = ended_tx;
             crate::blocking::assert_off_executor("the MLX check");
             // The limits depend on the staged shards, so they are set once the bundle is there.
-            let staged = || told.recv().ok().map(|()| Limits::for_bundle(&output, available_memory()));
+            let staged = || {
+                let output: PathBuf = told.recv().ok()?;
+                Some(Go { limits: Limits::for_bundle(&output, available_memory()), output })
+            };
             let wanted = || !matches!(still_wanted.try_recv(), Err(std::sync::mpsc::TryRecvError::Disconnected));
             let tell = |version| drop(started_tx.send(version));
-            run_check(&python, &script, (&output, &device), staged, wanted, tell)
+            run_check(&python, &script, (&device, &home_in), staged, wanted, tell)
         });
         let record = Box::pin(async move {
             let _wanted = wanted;
             running.await?
         });
-        MlxCheck { go, going: Going { started, record } }
+        (MlxCheck { go, going: Going { started, record } }, Ended(ended))
     }
 
-    /// Lets the check read its bundle, which must now be staged.
-    pub(crate) fn go(self) -> Going {
+    /// Lets the check read the bundle now staged in `output`.
+    pub(crate) fn go(self, output: PathBuf) -> Going {
         // The thread has ended only if the check could not start; its record says why.
-        let _ = self.go.send(());
+        let _ = self.go.send(output);
         self.going
     }
 
@@ -155,7 +182,9 @@ pub(crate) fn run_off_executor(
     output: PathBuf,
     device: &str,
 ) -> impl Future<Output = Result<MlxRecord, MlxCheckError>> + use<> {
-    MlxCheck::start(interpreter, output, device).go().record
+    // The check's home goes beside the bundle, so that whoever removes the bundle's directory removes it too.
+    let home_in = output.parent().unwrap_or(&output).to_owned();
+    MlxCheck::start(interpreter, device, &home_in).go(output).record
 }
 
 /// Variables of the worker's environment the MLX check inherits: what finds and runs Python and MLX, and
@@ -206,16 +235,16 @@ fn seal_this_process() {
     });
 }
 
-/// Starts the check's interpreter for the bundle in `output` on `device` (`cpu` or `gpu`).
-/// Once `staged` returns the bundle's limits, lets the check read the bundle within them.
+/// Starts the check's interpreter on `device` (`cpu` or `gpu`), with an empty home made in `home_in`.
+/// Once `staged` says where the bundle is and within which limits, lets the check read it.
 /// After that, tells `on_start` the MLX version the script announced once MLX was imported.
 /// Returns the check's record, or why it failed.
 /// If `staged` returns `None`, or `wanted` turns false, the interpreter is killed and the check abandoned.
 fn run_check(
     python: &Path,
     script: &Path,
-    (output, device): (&Path, &str),
-    staged: impl FnOnce() -> Option<Limits>,
+    (device, home_in): (&str, &Path),
+    staged: impl FnOnce() -> Option<Go>,
     wanted: impl Fn() -> bool,
     on_start: impl FnOnce(Option<String>),
 ) -> Result<MlxRecord, MlxCheckError> {
@@ -226,14 +255,13 @@ fn run_check(
     };
     seal_this_process();
     // The check gets an empty home of its own, removed with it, because the worker's home may hold a token
-    // file. It sits beside the bundle in the job's directory, so the job's end removes it even if the worker
-    // is killed mid-check.
-    let beside = output.parent().unwrap_or(output);
-    let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir_in(beside).map_err(cannot)?;
+    // file. A check a job started has it in the job's directory, so the job's end removes it even if the
+    // worker is killed mid-check.
+    let home = tempfile::Builder::new().prefix("hubalign-check-home").tempdir_in(home_in).map_err(cannot)?;
     let mut command = Command::new(python);
     command.env_clear().envs(check_environment(std::env::vars_os())).env("HOME", home.path()).arg(script);
-    // The script imports MLX, then waits for its limits on stdin before it reads the bundle.
-    command.args(["--device", device, "--wait"]).arg("--output").arg(output).stdin(Stdio::piped());
+    // The script imports MLX, then waits on stdin for the bundle and its limits.
+    command.args(["--device", device, "--wait"]).stdin(Stdio::piped());
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(cannot)?;
     // stderr is drained beside stdout, so that neither pipe fills while the other is read.
     let stderr = child.stderr.take().map(|e| {
@@ -262,13 +290,19 @@ fn run_check(
             last
         })
     });
-    let Some(limits) = staged() else {
+    let Some(go) = staged() else {
         end(&mut child);
         return Err(MlxCheckError::Abandoned);
     };
-    // A check that ended before it read its limits is judged by what it printed, below.
+    let Some(line) = go.line() else {
+        end(&mut child);
+        let why = format!("the bundle's path is not UTF-8: {}", go.output.display());
+        return Err(cannot(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)));
+    };
+    let limits = go.limits;
+    // A check that ended before it read its line is judged by what it printed, below.
     if let Some(mut stdin) = child.stdin.take() {
-        let _ = writeln!(stdin, "{}", limits.for_script());
+        let _ = writeln!(stdin, "{line}");
     }
     let deadline = Instant::now() + limits.deadline;
     let mut on_start = Some(on_start);
@@ -391,12 +425,28 @@ impl Limits {
         Limits { jobs, address_space, deadline, bytes }
     }
 
-    /// The line the script reads on stdin: how many shards it checks at once, and its address-space cap
-    /// (0 for none). Only Linux enforces the cap for what MLX maps; macOS's Metal maps far more than it
-    /// touches.
-    fn for_script(&self) -> serde_json::Value {
-        let address_space = if cfg!(target_os = "linux") { self.address_space } else { 0 };
-        serde_json::json!({ "jobs": self.jobs, "max_address_space": address_space })
+    /// The address-space cap the script sets, 0 for none. Only Linux enforces it for what MLX maps; macOS's
+    /// Metal maps far more than it touches.
+    fn for_script(&self) -> u64 {
+        if cfg!(target_os = "linux") { self.address_space } else { 0 }
+    }
+}
+
+/// What a check reads once told: the staged bundle, and the limits set from it.
+struct Go {
+    /// The staged bundle's directory.
+    output: PathBuf,
+    /// What the check may take.
+    limits: Limits,
+}
+
+impl Go {
+    /// The line the script reads on stdin: the bundle's directory, how many shards it checks at once, and its
+    /// address-space cap. `None` if the directory's path is not UTF-8, which JSON cannot carry.
+    fn line(&self) -> Option<serde_json::Value> {
+        let output = self.output.to_str()?;
+        let (jobs, cap) = (self.limits.jobs, self.limits.for_script());
+        Some(serde_json::json!({ "output": output, "jobs": jobs, "max_address_space": cap }))
     }
 }
 
@@ -479,19 +529,17 @@ mod tests {
             ),
         )
         .unwrap();
-        let limits = Limits::for_bundle(dir.path(), None);
         // The interpreter itself, not a launcher (pyenv's shim sets variables of its own).
         let real = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
         let python = String::from_utf8(real.stdout).unwrap();
-        let bundle = dir.path().join("output");
-        std::fs::create_dir(&bundle).unwrap();
-        let _ = run_check(Path::new(python.trim()), &script, (&bundle, "cpu"), || Some(limits), || true, |_| {});
+        let go = || Some(go_now(dir.path()));
+        let _ = run_check(Path::new(python.trim()), &script, ("cpu", dir.path()), go, || true, |_| {});
         let seen: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
         assert_eq!(seen.get("HF_HUB_OFFLINE").map(String::as_str), Some("1"));
         let home = seen.get("HOME").map(String::as_str).unwrap_or_default();
         assert!(home.contains("hubalign-check-home") && !Path::new(home).exists(), "a home of its own, gone: {home}");
-        assert_eq!(Path::new(home).parent(), Some(dir.path()), "beside the bundle, in the job's directory");
+        assert_eq!(Path::new(home).parent(), Some(dir.path()), "where it was told, the job's directory");
         #[cfg(target_os = "linux")]
         assert_eq!(
             rustix::process::dumpable_behavior().unwrap(),
@@ -517,13 +565,13 @@ mod tests {
         )
         .unwrap();
         // The deadline is minutes long; a check here runs on a bundle of no bytes, so it is the fixed part.
-        let limits = Limits::for_bundle(dir.path(), None);
-        assert_eq!(limits.deadline, DEADLINE_BASE);
-        let short = Limits { deadline: Duration::from_millis(500), ..limits };
+        let go = go_now(dir.path());
+        assert_eq!(go.limits.deadline, DEADLINE_BASE);
+        let short = Go { limits: Limits { deadline: Duration::from_millis(500), ..go.limits }, ..go };
         let started = Instant::now();
         let mut told = None;
         let result =
-            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(short), || true, |s| told = Some(s));
+            run_check(Path::new("python3"), &script, ("cpu", dir.path()), || Some(short), || true, |s| told = Some(s));
         assert!(result.unwrap_err().to_string().contains("deadline"));
         assert_eq!(told, Some(Some("x".to_owned())), "the start was told");
         assert!(started.elapsed() < Duration::from_secs(30), "killed, not waited for");
@@ -565,25 +613,35 @@ mod tests {
         rustix::process::test_kill_process(pid).is_ok()
     }
 
-    /// The check starts before its bundle is staged and reads its limits only once it is.
+    /// The check of the bundle in `dir` with the limits set from it, as a job's go gives it.
+    #[cfg(feature = "system-tests")]
+    fn go_now(dir: &Path) -> Go {
+        Go { output: dir.to_owned(), limits: Limits::for_bundle(dir, None) }
+    }
+
+    /// The check starts before its bundle is staged, and learns where it is and its limits only once it is.
     #[cfg(feature = "system-tests")] // needs python3
     #[test]
-    fn the_check_gets_its_limits_once_the_bundle_is_staged() {
+    fn the_check_gets_its_bundle_and_limits_once_the_bundle_is_staged() {
         let dir = tempfile::tempdir().unwrap();
         let script = waits_for_its_limits(dir.path());
         let limits = Limits { deadline: Duration::from_secs(2), ..Limits::for_bundle(dir.path(), None) };
+        let output = dir.path().join("aligned");
         let mut read_before = true;
         let staged = || {
             pid_of_stand_in(dir.path());
             std::thread::sleep(Duration::from_millis(200));
             read_before = dir.path().join("read").exists();
-            Some(limits)
+            Some(Go { output: output.clone(), limits })
         };
-        let _ = run_check(Path::new("python3"), &script, (dir.path(), "cpu"), staged, || true, |_| {});
+        let _ = run_check(Path::new("python3"), &script, ("cpu", dir.path()), staged, || true, |_| {});
         assert!(!read_before, "it read nothing before the bundle was staged");
         let said: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("read")).unwrap()).unwrap();
-        assert_eq!(said, limits.for_script());
+        let expected = serde_json::json!({
+            "output": output.to_str().unwrap(), "jobs": limits.jobs, "max_address_space": limits.for_script()
+        });
+        assert_eq!(said, expected);
     }
 
     /// A job that ends before its bundle is staged abandons the check: the interpreter is gone, unread,
@@ -593,7 +651,7 @@ mod tests {
     fn an_abandoned_check_is_killed_unread_before_the_job_goes_on() {
         let dir = tempfile::tempdir().unwrap();
         let interpreter = Interpreter { python: "python3".into(), script: waits_for_its_limits(dir.path()) };
-        let check = MlxCheck::start(interpreter, dir.path().join("output"), "cpu");
+        let check = MlxCheck::start(interpreter, "cpu", dir.path());
         let pid = pid_of_stand_in(dir.path());
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(check.abandon());
@@ -610,7 +668,7 @@ mod tests {
     fn a_check_whose_record_is_dropped_is_killed() {
         let dir = tempfile::tempdir().unwrap();
         let interpreter = Interpreter { python: "python3".into(), script: waits_for_its_limits(dir.path()) };
-        let going = MlxCheck::start(interpreter, dir.path().join("output"), "cpu").go();
+        let going = MlxCheck::start(interpreter, "cpu", dir.path()).go(dir.path().join("output"));
         let pid = pid_of_stand_in(dir.path());
         let deadline = Instant::now() + Duration::from_secs(30);
         while !dir.path().join("read").exists() {
@@ -631,11 +689,10 @@ mod tests {
     #[test]
     fn only_a_failure_before_mlx_is_imported_is_the_configurations() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = Limits::for_bundle(dir.path(), None);
         let run = |name: &str, body: &str| {
             let script = dir.path().join(name);
             std::fs::write(&script, body).unwrap();
-            run_check(Path::new("python3"), &script, (dir.path(), "cpu"), || Some(limits), || true, |_| {})
+            run_check(Path::new("python3"), &script, ("cpu", dir.path()), || Some(go_now(dir.path())), || true, |_| {})
         };
         let started = "print('{\"started\": true, \"mlx_version\": \"x\"}', flush=True)\n";
         let no_mlx = "print('{\"ok\": false, \"device\": \"cpu\", \"error\": \"ModuleNotFoundError: mlx\"}')\n";
@@ -656,8 +713,8 @@ mod tests {
         let missing = run_check(
             Path::new("/nonexistent/python3"),
             Path::new("x.py"),
-            (dir.path(), "cpu"),
-            || Some(limits),
+            ("cpu", dir.path()),
+            || Some(go_now(dir.path())),
             || true,
             |_| {},
         );
