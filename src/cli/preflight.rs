@@ -87,6 +87,8 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient, start_check
     let work_ok = work.status != Status::Fail;
     findings.push(work);
     let mlx_script = work_dir.join("verify_mlx.py");
+    // Renamed into place: an interpreter another worker starts from this directory meanwhile reads the old
+    // script or the new one, never half of one.
     // A worker runs the MLX check itself on the CPU, or with Metal on Apple silicon. Elsewhere, a Metal job
     // goes to the macOS runner.
     let device = match args.verify_device {
@@ -100,7 +102,7 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient, start_check
             Finding::skipped("python", why)
         }
         Some(_) if !work_ok => Finding::skipped("python", "needs a work directory to run in"),
-        Some(device) => match std::fs::write(&mlx_script, VERIFY_MLX) {
+        Some(device) => match hubalign::safe_fs::write_atomic(&mlx_script, VERIFY_MLX.as_bytes()) {
             Ok(()) => {
                 if start_check_ahead {
                     check_ahead = CheckAhead::start(&args.python, &mlx_script, device, &work_dir);

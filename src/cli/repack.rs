@@ -231,7 +231,7 @@ async fn set_up(args: &WorkerArgs, hub: HubClient, checked: preflight::Checked) 
     // Write this build's script if the checks did not run it, so a script left by an older build never runs.
     // If they did, it is there, and a check started ahead may still be reading it.
     if !checked.report.passed_check("python") {
-        std::fs::write(&mlx_script, preflight::VERIFY_MLX)
+        hubalign::safe_fs::write_atomic(&mlx_script, preflight::VERIFY_MLX.as_bytes())
             .with_context(|| format!("writing {}", mlx_script.display()))?;
     }
     let device = VerifyDevice::from(args.verify_device);

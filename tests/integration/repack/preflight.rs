@@ -181,6 +181,25 @@ fn doctor_prints_every_check_with_its_fix() {
     assert!(checks.iter().all(|c| c["status"] != "fail" || c["fix"].is_string()), "each failure has its fix: {doc}");
 }
 
+/// The checks at start write the MLX script by a rename. A symlink planted at its name is replaced, and
+/// what it pointed at is left as it was.
+#[cfg(feature = "system-tests")]
+#[test]
+fn the_checks_at_start_replace_a_symlink_at_the_scripts_name() {
+    let world = audit_world(0, |_| {});
+    let (dir, db) = db();
+    let work = db.with_extension("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let elsewhere = dir.path().join("elsewhere.py");
+    std::fs::write(&elsewhere, "kept").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, work.join("verify_mlx.py")).unwrap();
+    let out = with(&world, &db, ALICE, python(), &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "kept");
+    let script = std::fs::symlink_metadata(work.join("verify_mlx.py")).unwrap();
+    assert!(script.is_file(), "a file of its own, not the symlink");
+}
+
 #[test]
 fn the_checks_at_start_print_each_failure_on_a_line_of_its_own() {
     let world = audit_world(0, |_| {});
