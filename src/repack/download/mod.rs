@@ -5,8 +5,8 @@
 //! of the job's own. The download hashes it as it arrives and compares it with the Hub's hash: sha256 for
 //! LFS and Xet files, the git blob id for the rest. The file is renamed into place only when it matches.
 //! A cut transfer resumes by range from the bytes it had. A large file comes in ranges over several
-//! connections (`crate::repack::download::transfer`). The hashing and the disk writes run on a blocking
-//! thread, never on the async runtime.
+//! connections (`crate::repack::download::transfer`). The hashing, the disk writes and every other call to
+//! the file system run on blocking threads, never on the async runtime.
 
 pub(crate) mod allow_list;
 pub(crate) mod disk_space;
@@ -134,59 +134,32 @@ pub async fn download(
             "the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"
         )));
     }
-    for dir in
-        [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
-    {
-        std::fs::create_dir_all(dir).map_err(|e| fail(RepackError::io(dir.display(), e)))?;
-    }
-    let mut reused = 0;
-    let mut wanted = Vec::new();
-    for f in &tree {
-        let dest = destination(&layout.source, &f.path).map_err(|e| fail(RepackError::io(&f.path, e)))?;
-        let repair = layout.repair.as_ref().filter(|_| streamable(f));
-        if repaired_on_disk(repair, &dest, f) {
-            reused += 1;
-            layout.announce(&f.path);
-            continue;
-        }
-        if matches_on_disk(&dest, f).await {
-            reused += 1;
-            continue;
-        }
-        let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
-        wanted.push((f, partial, dest, repair));
-    }
-    // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
-    let to_fetch = wanted.iter().fold(0u64, |sum, (f, ..)| sum.saturating_add(f.size));
-    let relaid = if layout.room_for_relayout { total } else { 0 };
-    crate::repack::download::disk_space::check(
-        &layout.source,
-        crate::repack::download::disk_space::need(to_fetch, relaid),
-    )
-    .map_err(fail)?;
+    let Plan { mut wanted, reused, resumed } = {
+        let (tree, layout) = (tree.clone(), layout.clone());
+        crate::repack::off_executor("planning the download", move || plan(&tree, &layout, total)).await.map_err(fail)?
+    };
     // Several files go at once, largest first. Each file's hash is one sequential chain on one core, so one
     // transfer at a time would leave the other cores and connections idle.
-    wanted.sort_by_key(|(f, ..)| std::cmp::Reverse(f.size));
-    let streamed = wanted.iter().filter(|w| w.3.is_some()).count();
+    wanted.sort_by_key(|w| std::cmp::Reverse(w.file.size));
+    let to_fetch = wanted.iter().fold(0u64, |sum, w| sum.saturating_add(w.file.size));
+    let streamed = wanted.iter().filter(|w| w.repair.is_some()).count();
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     let at_once = cores.min(MAX_TRANSFERS).min(wanted.len()).max(1);
     let connections = if layout.connections == 0 { DEFAULT_CONNECTIONS } else { layout.connections };
     // The connections go to the large files that are fetched at the same time (small ones take one each).
-    let large = wanted.iter().filter(|(f, ..)| f.size >= SEGMENTED_FROM).count();
+    let large = wanted.iter().filter(|w| w.file.size >= SEGMENTED_FROM).count();
     let per_file = (connections / at_once.min(large).max(1)).max(1);
-    // The bytes earlier attempts left of the files fetched again count as arrived.
-    // A streamed shard starts over, so its partial does not count.
-    let resumed: u64 =
-        wanted.iter().filter(|(.., repair)| repair.is_none()).map(|(f, partial, ..)| resumable(partial, f.size)).sum();
     let progress = Arc::new(AtomicU64::new(resumed));
     tracing::info!(repo.id = %repo, files = wanted.len(), bytes = to_fetch, kept = reused, "download started");
     let progress_ref = &progress;
     let transfers: Vec<_> = wanted
         .iter()
-        .map(|(f, partial, dest, repair)| async move {
-            let fetched = fetch_file(hub, repo, sha, f, (partial, dest), *repair, (per_file, progress_ref)).await;
+        .map(|w| async move {
+            let places = (w.partial.as_path(), w.dest.as_path());
+            let fetched =
+                fetch_file(hub, repo, sha, &w.file, places, w.repair.as_ref(), (per_file, progress_ref)).await;
             if let Ok((_, true)) = fetched {
-                layout.announce(&f.path);
+                layout.announce(&w.file.path);
             }
             fetched.map(|(bytes, _)| bytes)
         })
@@ -332,20 +305,70 @@ fn destination(root: &Path, path: &str) -> std::io::Result<PathBuf> {
     Ok(dest)
 }
 
-/// Whether a regular file at `dest` already has the tree's size and hash (an earlier attempt's).
-async fn matches_on_disk(dest: &Path, f: &TreeFile) -> bool {
-    let is_file = std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == f.size);
-    if !is_file {
-        return false;
+/// A file to fetch: its tree entry, its partial transfer, its place in the bundle, and how it is repaired
+/// as it streams, if it is.
+struct Wanted {
+    file: TreeFile,
+    partial: PathBuf,
+    dest: PathBuf,
+    repair: Option<RepairTarget>,
+}
+
+/// What is left to fetch once the files of earlier attempts are found.
+struct Plan {
+    /// The files to fetch.
+    wanted: Vec<Wanted>,
+    /// Files an earlier attempt left verified in place.
+    reused: usize,
+    /// Bytes earlier attempts left of the files fetched again. A streamed shard starts over, so its partial
+    /// file does not count.
+    resumed: u64,
+}
+
+/// Makes the job's directories and decides what of `tree` to fetch. A file an earlier attempt left verified
+/// is kept, and announced if it was repaired as it streamed. Fails if the disk cannot hold the rest, with
+/// what the re-layout writes beside the download (`total` bytes) where it does. It reads and hashes files,
+/// so run it off the executor.
+fn plan(tree: &[TreeFile], layout: &Layout, total: u64) -> Result<Plan, RepackError> {
+    crate::blocking::assert_off_executor("planning the download");
+    for dir in
+        [Some(&layout.source), Some(&layout.partial), layout.repair.as_ref().map(|r| &r.dir)].into_iter().flatten()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| RepackError::io(dir.display(), e))?;
     }
-    let (dest, f) = (dest.to_owned(), f.clone());
-    let checked = crate::blocking::run("the check of an earlier download", move || {
-        let mut digest = FileDigest::new(&f);
-        hash_prefix(&mut safe_fs::open_regular(&dest)?, f.size, &mut digest)?;
-        Ok::<bool, std::io::Error>(digest.matches())
-    })
-    .await;
-    matches!(checked, Ok(Ok(true)))
+    let (mut wanted, mut reused) = (Vec::new(), 0);
+    for f in tree {
+        let dest = destination(&layout.source, &f.path).map_err(|e| RepackError::io(&f.path, e))?;
+        let repair = layout.repair.as_ref().filter(|_| streamable(f));
+        if repaired_on_disk(repair, &dest, f) {
+            reused += 1;
+            layout.announce(&f.path);
+            continue;
+        }
+        if matches_on_disk(&dest, f) {
+            reused += 1;
+            continue;
+        }
+        let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
+        wanted.push(Wanted { file: f.clone(), partial, dest, repair: repair.cloned() });
+    }
+    // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
+    let to_fetch = wanted.iter().fold(0u64, |sum, w| sum.saturating_add(w.file.size));
+    let relaid = if layout.room_for_relayout { total } else { 0 };
+    disk_space::check(&layout.source, disk_space::need(to_fetch, relaid))?;
+    let resumed = wanted.iter().filter(|w| w.repair.is_none()).map(|w| resumable(&w.partial, w.file.size)).sum();
+    Ok(Plan { wanted, reused, resumed })
+}
+
+/// Whether a regular file at `dest` already has the tree's size and hash (an earlier attempt's).
+fn matches_on_disk(dest: &Path, f: &TreeFile) -> bool {
+    let is_file = std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == f.size);
+    let matches = || -> std::io::Result<bool> {
+        let mut digest = FileDigest::new(f);
+        hash_prefix(&mut safe_fs::open_regular(dest)?, f.size, &mut digest)?;
+        Ok(digest.matches())
+    };
+    is_file && matches().unwrap_or(false)
 }
 
 /// The hash a tree entry promises, computed as bytes arrive.
@@ -405,10 +428,17 @@ async fn fetch_file(
     (connections, progress): (usize, &Arc<AtomicU64>),
 ) -> Result<(u64, bool), (RepackError, u64)> {
     let url = hub.resolve_url(repo, sha, &f.path);
-    if repair.is_some() {
-        let _ = std::fs::remove_file(partial);
-    }
-    let start = resumable(partial, f.size);
+    // A streamed shard starts over: its hashes cannot be picked up midway.
+    let start = {
+        let (partial, size, over) = (partial.to_owned(), f.size, repair.is_some());
+        let kept = crate::repack::off_executor("an earlier transfer's bytes", move || {
+            if over {
+                let _ = std::fs::remove_file(&partial);
+            }
+            Ok(resumable(&partial, size))
+        });
+        kept.await.map_err(|e| (e, 0))?
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(f, partial, start, repair, Arrivals { rx, progress: progress.clone() });
     let retry = RetryPolicy::default();
@@ -452,9 +482,14 @@ async fn fetch_file(
     let joined = join_writer(writer.await, f);
     let complete = matches!(&joined, Ok(written) if start + written.bytes == f.size);
     match (joined, stopped) {
-        (Ok(written), _) if complete => finish(f, written.finished, partial, dest, repair)
-            .map(|repaired| (fetched, repaired))
-            .map_err(|e| (e, fetched)),
+        (Ok(written), _) if complete => {
+            let (f, finished, partial, dest) = (f.clone(), written.finished, partial.to_owned(), dest.to_owned());
+            let repair = repair.cloned();
+            let placed = crate::repack::off_executor("placing a downloaded file", move || {
+                finish(&f, finished, &partial, &dest, repair.as_ref())
+            });
+            placed.await.map(|repaired| (fetched, repaired)).map_err(|e| (e, fetched))
+        }
         (Err(e), _) => Err((e, fetched)),
         // A partial file that holds wrong bytes fails the hash next time and is fetched whole again.
         (Ok(_), why) => {
@@ -566,6 +601,7 @@ fn finish(
     dest: &Path,
     repair: Option<&RepairTarget>,
 ) -> Result<bool, RepackError> {
+    crate::blocking::assert_off_executor("placing a downloaded file");
     let (matches, repaired) = match written {
         Finished::Whole(digest) => (digest.matches(), None),
         Finished::Streamed(StreamEnd { source_sha256, streamed }) => {
