@@ -87,8 +87,6 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient, start_check
     let work_ok = work.status != Status::Fail;
     findings.push(work);
     let mlx_script = work_dir.join("verify_mlx.py");
-    // Renamed into place: an interpreter another worker starts from this directory meanwhile reads the old
-    // script or the new one, never half of one.
     // A worker runs the MLX check itself on the CPU, or with Metal on Apple silicon. Elsewhere, a Metal job
     // goes to the macOS runner.
     let device = match args.verify_device {
@@ -102,6 +100,8 @@ pub(super) async fn check_worker(args: &WorkerArgs, hub: &HubClient, start_check
             Finding::skipped("python", why)
         }
         Some(_) if !work_ok => Finding::skipped("python", "needs a work directory to run in"),
+        // Renamed into place: an interpreter another worker starts from this directory meanwhile reads the old
+        // script or the new one, never half of one.
         Some(device) => match hubalign::safe_fs::write_atomic(&mlx_script, VERIFY_MLX.as_bytes()) {
             Ok(()) => {
                 if start_check_ahead {

@@ -134,14 +134,13 @@ pub async fn download(
             "the bundle is {total} bytes, more than the {max_bytes}-byte cap (--max-bundle-gb)"
         )));
     }
-    let Plan { mut wanted, reused, resumed } = {
+    let Plan { mut wanted, to_fetch, reused, resumed } = {
         let (tree, layout) = (tree.clone(), layout.clone());
         crate::repack::off_executor("planning the download", move || plan(&tree, &layout, total)).await.map_err(fail)?
     };
     // Several files go at once, largest first. Each file's hash is one sequential chain on one core, so one
     // transfer at a time would leave the other cores and connections idle.
     wanted.sort_by_key(|w| std::cmp::Reverse(w.file.size));
-    let to_fetch = wanted.iter().fold(0u64, |sum, w| sum.saturating_add(w.file.size));
     let streamed = wanted.iter().filter(|w| w.repair.is_some()).count();
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     let at_once = cores.min(MAX_TRANSFERS).min(wanted.len()).max(1);
@@ -155,9 +154,7 @@ pub async fn download(
     let transfers: Vec<_> = wanted
         .iter()
         .map(|w| async move {
-            let places = (w.partial.as_path(), w.dest.as_path());
-            let fetched =
-                fetch_file(hub, repo, sha, &w.file, places, w.repair.as_ref(), (per_file, progress_ref)).await;
+            let fetched = fetch_file(hub, repo, sha, w, (per_file, progress_ref)).await;
             if let Ok((_, true)) = fetched {
                 layout.announce(&w.file.path);
             }
@@ -305,23 +302,25 @@ fn destination(root: &Path, path: &str) -> std::io::Result<PathBuf> {
     Ok(dest)
 }
 
-/// A file to fetch: its tree entry, its partial transfer, its place in the bundle, and how it is repaired
-/// as it streams, if it is.
+/// A file to fetch: its tree entry, its partial transfer, its place in the bundle, how it is repaired as it
+/// streams (if it is), and the bytes of the partial transfer it continues from.
 struct Wanted {
     file: TreeFile,
     partial: PathBuf,
     dest: PathBuf,
     repair: Option<RepairTarget>,
+    start: u64,
 }
 
 /// What is left to fetch once the files of earlier attempts are found.
 struct Plan {
     /// The files to fetch.
     wanted: Vec<Wanted>,
+    /// Their bytes.
+    to_fetch: u64,
     /// Files an earlier attempt left verified in place.
     reused: usize,
-    /// Bytes earlier attempts left of the files fetched again. A streamed shard starts over, so its partial
-    /// file does not count.
+    /// Bytes earlier attempts left of the files fetched again.
     resumed: u64,
 }
 
@@ -350,14 +349,19 @@ fn plan(tree: &[TreeFile], layout: &Layout, total: u64) -> Result<Plan, RepackEr
             continue;
         }
         let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
-        wanted.push(Wanted { file: f.clone(), partial, dest, repair: repair.cloned() });
+        // A streamed shard starts over: its hashes cannot be picked up midway.
+        if repair.is_some() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        let start = resumable(&partial, f.size);
+        wanted.push(Wanted { file: f.clone(), partial, dest, repair: repair.cloned(), start });
     }
     // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
     let to_fetch = wanted.iter().fold(0u64, |sum, w| sum.saturating_add(w.file.size));
     let relaid = if layout.room_for_relayout { total } else { 0 };
     disk_space::check(&layout.source, disk_space::need(to_fetch, relaid))?;
-    let resumed = wanted.iter().filter(|w| w.repair.is_none()).map(|w| resumable(&w.partial, w.file.size)).sum();
-    Ok(Plan { wanted, reused, resumed })
+    let resumed = wanted.iter().map(|w| w.start).sum();
+    Ok(Plan { wanted, to_fetch, reused, resumed })
 }
 
 /// Whether a regular file at `dest` already has the tree's size and hash (an earlier attempt's).
@@ -412,33 +416,22 @@ fn resumable(partial: &Path, size: u64) -> u64 {
     if kept > size { 0 } else { kept }
 }
 
-/// Streams one file into `partial`, checks its size and hash, and renames it to `dest`.
+/// Streams the file `wanted` names into its partial file, checks its size and hash, and renames it into place.
 /// One writer takes every byte of the file. A cut transfer thus resumes by range from the byte it stopped
-/// at, and the hashes and a streamed shard's repair carry on. An earlier attempt's partial file is picked up
-/// from its end. A streamed shard's is not, because its hashes cannot be picked up midway.
+/// at, and the hashes and a streamed shard's repair carry on. It continues from the bytes of an earlier
+/// attempt's partial file that [`plan`] found (none for a streamed shard).
 /// Returns the bytes fetched and whether a repaired shard was kept. On failure, returns why, with the bytes
 /// fetched before.
 async fn fetch_file(
     hub: &HubClient,
     repo: &str,
     sha: &str,
-    f: &TreeFile,
-    (partial, dest): (&Path, &Path),
-    repair: Option<&RepairTarget>,
+    wanted: &Wanted,
     (connections, progress): (usize, &Arc<AtomicU64>),
 ) -> Result<(u64, bool), (RepackError, u64)> {
+    let Wanted { file: f, partial, dest, start, .. } = wanted;
+    let (repair, start) = (wanted.repair.as_ref(), *start);
     let url = hub.resolve_url(repo, sha, &f.path);
-    // A streamed shard starts over: its hashes cannot be picked up midway.
-    let start = {
-        let (partial, size, over) = (partial.to_owned(), f.size, repair.is_some());
-        let kept = crate::repack::off_executor("an earlier transfer's bytes", move || {
-            if over {
-                let _ = std::fs::remove_file(&partial);
-            }
-            Ok(resumable(&partial, size))
-        });
-        kept.await.map_err(|e| (e, 0))?
-    };
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(f, partial, start, repair, Arrivals { rx, progress: progress.clone() });
     let retry = RetryPolicy::default();

@@ -427,7 +427,7 @@ impl Limits {
 
     /// The address-space cap the script sets, 0 for none. Only Linux enforces it for what MLX maps; macOS's
     /// Metal maps far more than it touches.
-    fn for_script(&self) -> u64 {
+    fn address_space_for_script(&self) -> u64 {
         if cfg!(target_os = "linux") { self.address_space } else { 0 }
     }
 }
@@ -445,7 +445,7 @@ impl Go {
     /// address-space cap. `None` if the directory's path is not UTF-8, which JSON cannot carry.
     fn line(&self) -> Option<serde_json::Value> {
         let output = self.output.to_str()?;
-        let (jobs, cap) = (self.limits.jobs, self.limits.for_script());
+        let (jobs, cap) = (self.limits.jobs, self.limits.address_space_for_script());
         Some(serde_json::json!({ "output": output, "jobs": jobs, "max_address_space": cap }))
     }
 }
@@ -639,7 +639,7 @@ mod tests {
         let said: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("read")).unwrap()).unwrap();
         let expected = serde_json::json!({
-            "output": output.to_str().unwrap(), "jobs": limits.jobs, "max_address_space": limits.for_script()
+            "output": output.to_str().unwrap(), "jobs": limits.jobs, "max_address_space": limits.address_space_for_script()
         });
         assert_eq!(said, expected);
     }
