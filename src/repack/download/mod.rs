@@ -350,10 +350,12 @@ fn plan(tree: &[TreeFile], layout: &Layout, total: u64) -> Result<Plan, RepackEr
         }
         let partial = layout.partial.join(&sha256_hex(f.path.as_bytes())[..32]);
         // A streamed shard starts over: its hashes cannot be picked up midway.
-        if repair.is_some() {
+        let start = if repair.is_some() {
             let _ = std::fs::remove_file(&partial);
-        }
-        let start = resumable(&partial, f.size);
+            0
+        } else {
+            resumable(&partial, f.size)
+        };
         wanted.push(Wanted { file: f.clone(), partial, dest, repair: repair.cloned(), start });
     }
     // The job fits the disk, with what the re-layout writes beside the download, or it does not start.
@@ -429,8 +431,8 @@ async fn fetch_file(
     wanted: &Wanted,
     (connections, progress): (usize, &Arc<AtomicU64>),
 ) -> Result<(u64, bool), (RepackError, u64)> {
-    let Wanted { file: f, partial, dest, start, .. } = wanted;
-    let (repair, start) = (wanted.repair.as_ref(), *start);
+    let Wanted { file: f, partial, dest, repair, start } = wanted;
+    let (repair, start) = (repair.as_ref(), *start);
     let url = hub.resolve_url(repo, sha, &f.path);
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     let writer = spawn_writer(f, partial, start, repair, Arrivals { rx, progress: progress.clone() });
